@@ -1,0 +1,391 @@
+/*
+ * tandem.h - the public interface of Tandem, a task runtime for every core
+ * (and, in later versions, every GPU) of a machine.
+ *
+ * An application registers its data (tdm_register_vector, tdm_register_matrix),
+ * describes work as tasks that access that data in read (R), write (W) or
+ * read-write (RW) mode, and submits them. Tandem infers the dependency graph
+ * from the order of submission and the access modes, runs independent tasks
+ * in parallel on worker threads (one per CPU core the process may use) and
+ * balances them by work stealing.
+ *
+ * Conventions that hold for every function below:
+ *  - Errors are returned as a tdm_status (0 is success, errors are negative).
+ *    The library never prints and never aborts on a user error; details go
+ *    to the log callback of the runtime (tdm_config.log_fn).
+ *  - When a call that takes a callback fails, the callback is never called.
+ *  - Destructors accept NULL.
+ *  - There is no global state: every object belongs to one runtime, and a
+ *    process may create several runtimes that run side by side.
+ *  - "Any thread" means any thread of the process, including the runtime's
+ *    own workers (that is, code running inside a task), unless said otherwise.
+ *    Functions that block say so, and return TDM_ERR_IN_TASK when called from
+ *    a task of the same runtime, where blocking could deadlock the runtime.
+ *  - `flags` arguments must be 0 for now.
+ */
+#ifndef TANDEM_H
+#define TANDEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TDM_BUILDING_LIBRARY) && defined(__GNUC__)
+#define TDM_API __attribute__((visibility("default")))
+#else
+#define TDM_API
+#endif
+
+#define TDM_VERSION_MAJOR 0
+#define TDM_VERSION_MINOR 1
+#define TDM_VERSION_PATCH 0
+
+/** Most buffers (handles) one task may access. */
+#define TDM_MAX_BUFFERS 8
+
+/** Bytes of by-value arguments kept inside the task; larger ones are
+ * allocated separately (still copied at submit). */
+#define TDM_INLINE_ARGS 64
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * One list generates the enum, tdm_strerror and tdm_status_name.
+ * Codes are never renumbered; new ones are added at the end.
+ */
+#define TDM_STATUS_MAP(XX)                                                     \
+  XX(OK, 0, "success")                                                         \
+  XX(ERR_INVALID_ARG, -1, "invalid argument (NULL pointer, zero size or bad value)") \
+  XX(ERR_NO_MEMORY, -2, "out of memory")                                       \
+  XX(ERR_SYSTEM, -3, "a system call or library call failed (see the log)")     \
+  XX(ERR_TOO_MANY_BUFFERS, -4, "a codelet declares more than TDM_MAX_BUFFERS buffers") \
+  XX(ERR_INVALID_MODE, -5, "invalid access mode")                              \
+  XX(ERR_WRONG_RUNTIME, -6, "object belongs to another runtime")               \
+  XX(ERR_STALE_HANDLE, -7, "handle was unregistered (or unpartitioned)")       \
+  XX(ERR_SHUTTING_DOWN, -8, "runtime is being destroyed")                      \
+  XX(ERR_CYCLE, -9, "dependency would form a cycle")                           \
+  XX(ERR_BUSY, -10, "handle is still in use")                                  \
+  XX(ERR_IN_TASK, -11, "blocking call made from a task of the same runtime")   \
+  XX(ERR_ALREADY_SUBMITTED, -12, "task was already submitted")                 \
+  XX(ERR_DEP_NOT_SUBMITTED, -13, "task depends on a task not yet submitted")   \
+  XX(ERR_PARTITIONED, -14, "handle is partitioned: use its tiles")             \
+  XX(ERR_NOT_ACQUIRED, -15, "handle is not acquired by the host")              \
+  XX(ERR_TOPOLOGY, -16, "machine topology could not be discovered (see the log)") \
+  XX(ERR_NOT_PARTITIONED, -17, "handle is not partitioned")
+
+typedef enum tdm_status {
+#define TDM__STATUS_ENUM(name, value, msg) TDM_##name = (value),
+  TDM_STATUS_MAP(TDM__STATUS_ENUM)
+#undef TDM__STATUS_ENUM
+} tdm_status;
+
+/** A static English message for a status; "unknown status" for others.
+ * Any thread. */
+TDM_API const char *tdm_strerror(tdm_status status);
+
+/** The status' name without prefix, e.g. "ERR_CYCLE". Any thread. */
+TDM_API const char *tdm_status_name(tdm_status status);
+
+/* ------------------------------------------------------------------------ */
+/* Configuration and lifecycle                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef enum tdm_log_level {
+  TDM_LOG_ERROR = 0,
+  TDM_LOG_WARNING = 1,
+  TDM_LOG_INFO = 2,
+  TDM_LOG_DEBUG = 3
+} tdm_log_level;
+
+/** Receives the runtime's log messages. `message` has no trailing newline and
+ * is valid only during the call. Called from any thread of the process
+ * (including workers), possibly from several at once: it must be thread-safe
+ * and must not call back into Tandem. */
+typedef void (*tdm_log_fn)(void *user_data, tdm_log_level level,
+                           const char *message);
+
+typedef struct tdm_config {
+  /** sizeof(tdm_config) as the caller was compiled; set by tdm_config_init.
+   * Lets the structure grow at its end without breaking old callers. */
+  size_t struct_size;
+  /** Number of CPU worker threads. 0 (default): one per core the process
+   * may use (cgroup cpuset and affinity mask, as hwloc reports them).
+   * Environment: TANDEM_NWORKERS. */
+  unsigned nworkers;
+  /** Nonzero (default): bind each worker to its core. Environment:
+   * TANDEM_BIND=0|1. Binding is never done on a synthetic topology. */
+  int bind_workers;
+  /** Rounds an idle worker polls for work before it parks (default 2048,
+   * some tens of microseconds). 0 parks at once. Environment: TANDEM_SPIN. */
+  unsigned spin_rounds;
+  /** Log callback and its first argument; NULL (default): no log. */
+  tdm_log_fn log_fn;
+  void *log_data;
+  /** Most verbose level passed to log_fn (default TDM_LOG_WARNING).
+   * Environment: TANDEM_LOG_LEVEL=error|warning|info|debug. */
+  tdm_log_level log_level;
+  /** hwloc synthetic topology description (e.g. "pack:2 core:4 pu:2") used
+   * instead of the real machine, to plan and test placement. Workers are
+   * then not bound. NULL (default): the real machine. Environment:
+   * TANDEM_SYNTHETIC_TOPOLOGY. */
+  const char *synthetic_topology;
+  /** Nonzero: ignore the TANDEM_* environment variables (default 0). */
+  int ignore_env;
+  /** Must be 0 for now. */
+  unsigned flags;
+} tdm_config;
+
+/** Fills *config with the defaults listed above. Any thread. */
+TDM_API void tdm_config_init(tdm_config *config);
+
+typedef struct tdm_runtime tdm_runtime;
+
+/**
+ * Creates a runtime: discovers the machine with hwloc, starts the workers
+ * and returns it in *out. `config` may be NULL for the defaults; it is read
+ * during the call only (strings are copied). TANDEM_* environment variables
+ * override the config fields they name unless config->ignore_env is set; a
+ * malformed variable is ignored with a warning in the log.
+ *
+ * Returns TDM_OK, TDM_ERR_INVALID_ARG (out NULL, struct_size too small,
+ * flags not 0), TDM_ERR_TOPOLOGY, TDM_ERR_SYSTEM (a thread could not be
+ * started) or TDM_ERR_NO_MEMORY; on error *out is set to NULL.
+ * Any thread.
+ */
+TDM_API tdm_status tdm_runtime_create(const tdm_config *config,
+                                      tdm_runtime **out);
+
+/**
+ * Destroys a runtime. Blocking: from the moment it is called, submissions
+ * from threads other than the runtime's own workers fail with
+ * TDM_ERR_SHUTTING_DOWN; tasks already submitted run to completion, and the
+ * tasks they submit are accepted and run too, so a running graph is never
+ * cut. Then the workers stop and every task and handle of the runtime is
+ * freed: the registered memory stays the application's and holds the result
+ * of every task. Pointers to tasks and handles of the runtime must not be
+ * used afterwards. NULL is accepted. Must not be called from a task of the
+ * same runtime (it then logs an error and returns without destroying);
+ * must not be called twice or concurrently with itself.
+ */
+TDM_API void tdm_runtime_destroy(tdm_runtime *rt);
+
+/** Number of worker threads the runtime runs. Any thread. */
+TDM_API unsigned tdm_runtime_nworkers(const tdm_runtime *rt);
+
+/** Index of the calling worker of `rt` in [0, nworkers), or -1 when the
+ * calling thread is not a worker of `rt`. Any thread. */
+TDM_API int tdm_worker_id(const tdm_runtime *rt);
+
+/* ------------------------------------------------------------------------ */
+/* Data                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tdm_handle tdm_handle;
+
+/** How a task accesses a buffer. */
+typedef enum tdm_access {
+  TDM_R = 1,  /**< reads only */
+  TDM_W = 2,  /**< overwrites (former contents may be discarded) */
+  TDM_RW = 3  /**< reads and writes */
+} tdm_access;
+
+/**
+ * What a task function sees of one buffer. A vector has ny = 1 and ld = nx.
+ * A matrix is stored by rows: element (r, c) is at
+ * (char *)ptr + (r * ld + c) * elem_size, with nx rows and ny columns.
+ */
+typedef struct tdm_buffer {
+  void *ptr;
+  size_t elem_size; /**< bytes per element */
+  size_t nx;        /**< vector: elements; matrix: rows */
+  size_t ny;        /**< vector: 1; matrix: columns */
+  size_t ld;        /**< elements between the starts of two rows */
+} tdm_buffer;
+
+/**
+ * Registers `count` elements of `elem_size` bytes at `ptr` as a vector and
+ * returns its handle. The memory stays owned by the caller, who must not
+ * touch it while tasks may use it (see tdm_handle_acquire), and gets it back
+ * with tdm_handle_unregister or tdm_runtime_destroy.
+ * Returns TDM_ERR_INVALID_ARG for a NULL rt/ptr/out or a zero count or size,
+ * TDM_ERR_SHUTTING_DOWN, TDM_ERR_NO_MEMORY. Any thread.
+ */
+TDM_API tdm_status tdm_register_vector(tdm_runtime *rt, void *ptr, size_t count,
+                                       size_t elem_size, tdm_handle **out);
+
+/**
+ * Registers a row-major matrix of rows x cols elements of elem_size bytes,
+ * with `ld` elements (ld >= cols) between the starts of consecutive rows.
+ * Same ownership and errors as tdm_register_vector. Any thread.
+ */
+TDM_API tdm_status tdm_register_matrix(tdm_runtime *rt, void *ptr, size_t ld,
+                                       size_t rows, size_t cols,
+                                       size_t elem_size, tdm_handle **out);
+
+/** The buffer description of a handle (vector, matrix or tile), or
+ * TDM_ERR_INVALID_ARG / TDM_ERR_STALE_HANDLE. Any thread. */
+TDM_API tdm_status tdm_handle_buffer(const tdm_handle *h, tdm_buffer *out);
+
+/**
+ * Splits a matrix handle into a grid of tiles of tile_rows x tile_cols
+ * elements (the last row and column of tiles are smaller when the sizes do
+ * not divide). Non-blocking: each tile starts after the tasks already
+ * submitted on the matrix, exactly as if those tasks had accessed the tile.
+ * While partitioned, the matrix itself cannot be used by tasks
+ * (TDM_ERR_PARTITIONED); tiles can be partitioned further.
+ * Errors: TDM_ERR_INVALID_ARG (not a matrix, zero tile size),
+ * TDM_ERR_PARTITIONED (already), TDM_ERR_BUSY (acquired by the host),
+ * TDM_ERR_STALE_HANDLE, TDM_ERR_NO_MEMORY. Any thread.
+ */
+TDM_API tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows,
+                                        size_t tile_cols, unsigned flags);
+
+/** Number of tile rows and columns of a partitioned handle. Any thread. */
+TDM_API tdm_status tdm_matrix_tiles(const tdm_handle *h, size_t *tile_rows_out,
+                                    size_t *tile_cols_out);
+
+/** The tile (i, j) of a partitioned handle, or NULL when h is not
+ * partitioned or (i, j) is out of range. Owned by h. Any thread. */
+TDM_API tdm_handle *tdm_matrix_tile(const tdm_handle *h, size_t i, size_t j);
+
+/**
+ * Joins the tiles back into the matrix. Non-blocking: later tasks on the
+ * matrix wait for the tasks submitted on any tile. The tile handles become
+ * stale. Errors: TDM_ERR_NOT_PARTITIONED, TDM_ERR_BUSY (a tile is acquired,
+ * partitioned itself, or used by a created but unsubmitted task),
+ * TDM_ERR_STALE_HANDLE. Any thread.
+ */
+TDM_API tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags);
+
+/**
+ * Gives the host access to a handle's memory: blocks until every task
+ * submitted earlier that conflicts with `mode` has finished (writers for
+ * TDM_R; readers and writers for TDM_W/RW). Until tdm_handle_release, tasks
+ * submitted later that conflict with `mode` wait. One acquisition at a time
+ * per handle (TDM_ERR_BUSY otherwise). Errors also: TDM_ERR_INVALID_MODE,
+ * TDM_ERR_PARTITIONED, TDM_ERR_STALE_HANDLE, TDM_ERR_IN_TASK.
+ * Blocking; not from a task of the same runtime.
+ */
+TDM_API tdm_status tdm_handle_acquire(tdm_handle *h, tdm_access mode);
+
+/** Ends the host access begun by tdm_handle_acquire; waiting tasks may run.
+ * TDM_ERR_NOT_ACQUIRED if it was not acquired. Any thread. */
+TDM_API tdm_status tdm_handle_release(tdm_handle *h);
+
+/**
+ * Waits for every task submitted on the handle, then unregisters it: the
+ * memory is the caller's again, holding the latest results, and the handle
+ * is stale. Errors (nothing unregistered): TDM_ERR_BUSY when the handle is
+ * acquired, partitioned, a tile (unpartition its matrix instead) or named
+ * by a created but unsubmitted task; TDM_ERR_STALE_HANDLE; TDM_ERR_IN_TASK.
+ * A stale handle is detected as such while it is among the last 1024
+ * handles the runtime unregistered; older stale pointers are invalid, as
+ * freed memory is. Blocking; not from a task of the same runtime.
+ */
+TDM_API tdm_status tdm_handle_unregister(tdm_handle *h);
+
+/* ------------------------------------------------------------------------ */
+/* Tasks                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/** A CPU implementation of a codelet. `bufs` holds one description per
+ * buffer, in the order of the task's handles; `args` points to the task's
+ * copy of its by-value arguments (NULL when it has none). */
+typedef void (*tdm_cpu_fn)(const tdm_buffer *bufs, const void *args,
+                           size_t args_size);
+
+/**
+ * What a kind of task does. The codelet is read when tasks using it run:
+ * it must outlive them (a static const codelet is the usual case).
+ */
+typedef struct tdm_codelet {
+  const char *name;                  /**< for logs and traces; may be NULL */
+  tdm_cpu_fn cpu_fn;                 /**< may be NULL: the task does nothing */
+  unsigned nbuffers;                 /**< <= TDM_MAX_BUFFERS */
+  tdm_access modes[TDM_MAX_BUFFERS]; /**< access mode of each buffer */
+} tdm_codelet;
+
+typedef struct tdm_task tdm_task;
+
+/** Called on a worker after the task's function returns and before the tasks
+ * that depend on it are released. It may submit tasks; it must not block. */
+typedef void (*tdm_task_callback)(void *user_data);
+
+/** Everything a task is made of; read during tdm_submit / tdm_task_create
+ * only: handles and arguments are copied. */
+typedef struct tdm_task_desc {
+  const tdm_codelet *codelet;           /**< required */
+  tdm_handle *handles[TDM_MAX_BUFFERS]; /**< codelet->nbuffers of them */
+  const void *args;                     /**< copied; may be NULL */
+  size_t args_size;
+  tdm_task_callback callback; /**< may be NULL */
+  void *callback_data;
+} tdm_task_desc;
+
+/**
+ * Creates and submits a task in one call; the caller keeps no reference.
+ * The task runs once every earlier-submitted task it conflicts with through
+ * a shared handle has finished: read-after-write, write-after-read and
+ * write-after-write are ordered, readers of the same data run concurrently.
+ *
+ * Errors (the task does not exist and its callback never runs):
+ * TDM_ERR_INVALID_ARG (NULL rt/desc/codelet, a NULL handle, args_size > 0
+ * with NULL args), TDM_ERR_TOO_MANY_BUFFERS, TDM_ERR_INVALID_MODE,
+ * TDM_ERR_WRONG_RUNTIME (a handle of another runtime),
+ * TDM_ERR_STALE_HANDLE, TDM_ERR_PARTITIONED, TDM_ERR_SHUTTING_DOWN,
+ * TDM_ERR_NO_MEMORY. Any thread, including tasks.
+ */
+TDM_API tdm_status tdm_submit(tdm_runtime *rt, const tdm_task_desc *desc);
+
+/**
+ * Creates a task without submitting it, so that explicit dependencies can be
+ * added first, and returns a reference to it in *out. The caller owns that
+ * reference and must give it back with tdm_task_release (after or instead of
+ * submitting). Same errors as tdm_submit. Any thread.
+ */
+TDM_API tdm_status tdm_task_create(tdm_runtime *rt, const tdm_task_desc *desc,
+                                   tdm_task **out);
+
+/**
+ * Makes `task` (created, not yet submitted) wait for `pred` in addition to
+ * its data dependencies. `pred` may be submitted, finished or not yet
+ * submitted; in the last case it must be submitted before `task`.
+ * Errors: TDM_ERR_INVALID_ARG (NULL), TDM_ERR_WRONG_RUNTIME,
+ * TDM_ERR_ALREADY_SUBMITTED (task), TDM_ERR_CYCLE (pred already depends,
+ * directly or not, on task, or pred == task), TDM_ERR_NO_MEMORY.
+ * Any thread.
+ */
+TDM_API tdm_status tdm_task_depends_on(tdm_task *task, tdm_task *pred);
+
+/**
+ * Submits a created task. The caller's reference stays valid (for
+ * tdm_task_wait) until tdm_task_release. Errors (the task stays created and
+ * unsubmitted): TDM_ERR_INVALID_ARG, TDM_ERR_ALREADY_SUBMITTED,
+ * TDM_ERR_DEP_NOT_SUBMITTED, TDM_ERR_STALE_HANDLE (a handle was
+ * unregistered meanwhile), TDM_ERR_PARTITIONED, TDM_ERR_SHUTTING_DOWN,
+ * TDM_ERR_NO_MEMORY. Any thread.
+ */
+TDM_API tdm_status tdm_task_submit(tdm_task *task);
+
+/** Blocks until the submitted task has finished (its callback included).
+ * TDM_ERR_INVALID_ARG if it was never submitted. Blocking; not from a task
+ * of the same runtime. */
+TDM_API tdm_status tdm_task_wait(tdm_task *task);
+
+/** Gives back the reference from tdm_task_create. A task released before
+ * being submitted is discarded. NULL is accepted. Any thread. */
+TDM_API void tdm_task_release(tdm_task *task);
+
+/** Blocks until every task submitted to the runtime, and every task those
+ * submitted, has finished. Blocking; not from a task of the same runtime. */
+TDM_API tdm_status tdm_wait_all(tdm_runtime *rt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TANDEM_H */

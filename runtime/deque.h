@@ -1,0 +1,57 @@
+/*
+ * Chase–Lev work-stealing deque, in the C11 formulation of Lê, Pop, Cohen and
+ * Zappa Nardelli, "Correct and Efficient Work-Stealing for Weak Memory
+ * Models", PPoPP 2013.
+ *
+ * One owner pushes and pops at the bottom (LIFO, cache-warm), any number of
+ * thieves steal at the top (FIFO, the oldest and usually largest work).
+ * Owner and thieves race only for the last item, settled by a CAS on top.
+ *
+ * The ring grows by doubling when full. A thief may still be reading the old
+ * ring after the owner replaced it, so retired rings are kept on a list and
+ * freed only when the deque is destroyed (by then no thief can run). Their
+ * total size is bounded by the size of the current ring.
+ *
+ * Field layout follows lace: what only the owner writes (bottom, the ring
+ * pointer as the owner sees it) and what thieves write (top) live on
+ * separate cache lines.
+ */
+#ifndef TDM_DEQUE_H
+#define TDM_DEQUE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TDM_CACHE_LINE 64
+
+typedef struct tdm_ring {
+  int64_t mask; /* capacity - 1; capacity is a power of two */
+  struct tdm_ring *retired_next;
+  _Atomic(void *) slots[];
+} tdm_ring;
+
+typedef struct tdm_deque {
+  _Alignas(TDM_CACHE_LINE) _Atomic int64_t top;
+  _Alignas(TDM_CACHE_LINE) _Atomic int64_t bottom;
+  _Atomic(tdm_ring *) ring;
+  tdm_ring *retired; /* owner only */
+} tdm_deque;
+
+/* Returns 0, or -1 when out of memory. capacity is rounded up to a power
+ * of two. */
+int tdm_deque_init(tdm_deque *d, size_t capacity);
+void tdm_deque_destroy(tdm_deque *d);
+
+/* Owner only. Returns 0, or -1 when the ring could not grow (out of memory;
+ * the item was not pushed). */
+int tdm_deque_push(tdm_deque *d, void *item);
+/* Owner only. NULL when empty. */
+void *tdm_deque_pop(tdm_deque *d);
+/* Any thread. NULL when empty or when it lost a race (callers retry
+ * elsewhere; the item is not lost). */
+void *tdm_deque_steal(tdm_deque *d);
+/* Any thread; a hint only. */
+int64_t tdm_deque_size(tdm_deque *d);
+
+#endif

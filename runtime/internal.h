@@ -1,0 +1,320 @@
+/* Internal declarations shared by the runtime's files. Nothing here is
+ * public: internal names are tdm__* or file-static. */
+#ifndef TDM_INTERNAL_H
+#define TDM_INTERNAL_H
+
+#include "tandem.h"
+
+#include <hwloc.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "deque.h"
+
+/* ---- small utilities -------------------------------------------------- */
+
+#if defined(__x86_64__) || defined(__i386__)
+#define tdm__cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define tdm__cpu_relax() __asm__ __volatile__("yield")
+#else
+#define tdm__cpu_relax() ((void)0)
+#endif
+
+/* A test-and-test-and-set lock for short critical sections (a handle's
+ * dependency state, the task pool). It yields the CPU after a
+ * while, because workers may outnumber cores. */
+typedef struct {
+  _Atomic int locked;
+} tdm_spinlock;
+
+void tdm__spin_lock_slow(tdm_spinlock *l);
+
+static inline void tdm__spin_lock(tdm_spinlock *l) {
+  /* acquire: the critical section starts after the lock is ours */
+  if (!atomic_exchange_explicit(&l->locked, 1, memory_order_acquire))
+    return;
+  tdm__spin_lock_slow(l);
+}
+
+static inline void tdm__spin_unlock(tdm_spinlock *l) {
+  /* release: the critical section's writes are visible to the next owner */
+  atomic_store_explicit(&l->locked, 0, memory_order_release);
+}
+
+/* A growable array of task references (inline room for two). */
+typedef struct tdm_taskvec {
+  struct tdm_task **items;
+  unsigned n, cap;
+  struct tdm_task *inline_items[2];
+} tdm_taskvec;
+
+void tdm__taskvec_init(tdm_taskvec *v);
+int tdm__taskvec_push(tdm_taskvec *v, struct tdm_task *t);
+void tdm__taskvec_free(tdm_taskvec *v);
+/* Moves src's contents to dst (which must be empty); src becomes empty. */
+void tdm__taskvec_move(tdm_taskvec *dst, tdm_taskvec *src);
+
+/* ---- logging ---------------------------------------------------------- */
+
+void tdm__log(const tdm_runtime *rt, tdm_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void tdm__vlog(tdm_log_fn fn, void *data, tdm_log_level max,
+               tdm_log_level level, const char *fmt, va_list ap);
+
+/* Calls a pthread function whose failure can only come from a bug (an
+ * invalid or corrupted object): logs it, and goes on. */
+#define TDM_PTHREAD(rt, call)                                                  \
+  do {                                                                         \
+    int tdm__err = (call);                                                     \
+    if (tdm__err)                                                              \
+      tdm__log((rt), TDM_LOG_ERROR, "%s failed: error %d (%s:%d)", #call,      \
+               tdm__err, __FILE__, __LINE__);                                  \
+  } while (0)
+
+/* ---- topology and worker placement (topology.c) ------------------------ */
+
+/* Where each worker runs and whom it steals from, computed from an hwloc
+ * topology. Kept separate from thread creation so that tests can check it
+ * on synthetic topologies. */
+typedef struct tdm_worker_plan {
+  unsigned nworkers;
+  unsigned ncores;          /* usable cores found */
+  hwloc_bitmap_t *cpusets;  /* per worker: where to bind (owned) */
+  unsigned *core_of;        /* per worker: index of its core in [0,ncores) */
+  /* Victims of worker w: victims[w][0 .. nworkers-2], nearest first.
+   * group_end[w][k] is the end (exclusive) of the k-th group of equally
+   * near victims; ngroups[w] groups. */
+  unsigned **victims;
+  unsigned **group_end;
+  unsigned *ngroups;
+} tdm_worker_plan;
+
+/* Loads the topology of this machine or a synthetic one (desc != NULL).
+ * Returns TDM_OK or TDM_ERR_TOPOLOGY (logged). */
+tdm_status tdm__topology_load(const tdm_runtime *rt, const char *synthetic,
+                              hwloc_topology_t *out);
+/* nworkers 0: one per usable core. Returns TDM_OK, TDM_ERR_TOPOLOGY (no
+ * usable core) or TDM_ERR_NO_MEMORY. */
+tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
+                             unsigned nworkers, tdm_worker_plan *plan);
+void tdm__plan_free(tdm_worker_plan *plan);
+
+/* ---- tasks ------------------------------------------------------------ */
+
+enum tdm_task_kind {
+  TDM_TASK_CODELET = 0, /* runs on a worker */
+  TDM_TASK_ACQUIRE = 1  /* a host acquisition: becomes ready, never queued */
+};
+
+enum tdm_task_state {
+  TDM_TS_CREATED = 0,
+  TDM_TS_SUBMITTED = 1, /* waiting for predecessors */
+  TDM_TS_READY = 2,     /* queued (or, for an acquisition, granted) */
+  TDM_TS_DONE = 3
+};
+
+#define TDM_INLINE_EDGES 4
+
+typedef struct tdm_task {
+  /* Predecessors not yet finished, plus one held by the submitter until
+   * all edges are in place, so the task cannot start half-linked. */
+  _Atomic int32_t pending;
+  /* References: the runtime's while submitted and unfinished, the user's
+   * (tdm_task_create), one per handle state and dependency list naming it. */
+  _Atomic int32_t refs;
+  _Atomic uint32_t state;
+  /* Nonzero while a thread waits in tdm_task_wait or an acquisition. */
+  _Atomic uint32_t waiters;
+  uint8_t kind;
+  uint8_t nbuf;
+  uint8_t modes[TDM_MAX_BUFFERS];
+  bool user_ref;
+  tdm_runtime *rt;
+  const tdm_codelet *cl;
+  tdm_handle *handles[TDM_MAX_BUFFERS];
+
+  /* Successors: a lock-free list of edges pushed by the tasks that depend
+   * on this one. Finishing swaps in TDM_CLOSED: a dependent that then
+   * finds TDM_CLOSED knows this task has finished and does not wait. */
+  _Atomic(struct tdm_edge *) succ_head;
+  /* This task's own incoming edges (one per predecessor), allocated before
+   * it is linked, so that linking cannot fail half-way. */
+  struct tdm_edge *edges;
+
+  /* Explicit dependencies while created (references held). */
+  tdm_taskvec deps;
+
+  tdm_task_callback callback;
+  void *callback_data;
+  void *args;
+  size_t args_size;
+  struct tdm_task *pool_next; /* free list link */
+  struct tdm_edge {
+    struct tdm_task *succ;
+    struct tdm_edge *next;
+  } inline_edges[TDM_INLINE_EDGES];
+  _Alignas(16) unsigned char inline_args[TDM_INLINE_ARGS];
+} tdm_task;
+
+typedef struct tdm_edge tdm_edge;
+#define TDM_CLOSED ((tdm_edge *)(uintptr_t)1)
+
+/* ---- data handles ----------------------------------------------------- */
+
+#define TDM_HANDLE_MAGIC 0x54444d48u /* "TDMH" */
+#define TDM_HANDLE_DEAD 0x64656164u  /* "dead" */
+
+enum tdm_handle_kind { TDM_HANDLE_VECTOR = 1, TDM_HANDLE_MATRIX = 2 };
+
+struct tdm_handle {
+  _Atomic uint32_t magic;
+  /* References: one while registered (then one while in quarantine), one
+   * per task naming the handle, until that task is freed. The struct is
+   * freed when they are all gone. */
+  _Atomic int32_t refs;
+  uint8_t kind;
+  tdm_runtime *rt;
+  tdm_buffer buf;
+  tdm_spinlock lock; /* guards everything below */
+  /* Dependency state: the tasks whose writes are the current contents
+   * (normally one; several after an unpartition) and the readers of those
+   * contents. A reader waits for the writers; a writer waits for both. */
+  tdm_taskvec writers;
+  tdm_taskvec readers;
+  tdm_task *acquired;    /* the host acquisition node, if any */
+  unsigned unsubmitted;  /* created tasks naming this handle */
+  tdm_handle *parent;    /* tile of a partitioned matrix */
+  tdm_handle **tiles;    /* when partitioned */
+  size_t tile_rows, tile_cols;
+  /* Every handle not yet freed is on the runtime's list (handles_lock). */
+  tdm_handle *all_prev, *all_next;
+  tdm_handle *quarantine_next;
+};
+
+/* ---- workers and runtime ---------------------------------------------- */
+
+typedef struct tdm_worker {
+  tdm_deque deque; /* first: its fields are cache-line aligned */
+  tdm_runtime *rt;
+  unsigned id;
+  pthread_t thread;
+  bool started;
+  uint64_t rng;
+  /* Free tasks this worker may hand out without locking. */
+  tdm_task *free_tasks;
+  unsigned nfree;
+} tdm_worker;
+
+struct tdm_runtime {
+  tdm_config cfg;
+  char *synthetic; /* cfg.synthetic_topology points here */
+  hwloc_topology_t topo;
+  bool bind;
+  tdm_worker_plan plan;
+  unsigned nworkers;
+  tdm_worker *workers;
+
+  /* Tasks submitted from threads that are not workers of this runtime,
+   * or released there: a lock-free LIFO (Treiber stack) that workers empty
+   * at once with an exchange, which is immune to ABA. */
+  _Alignas(TDM_CACHE_LINE) _Atomic(tdm_task *) inject;
+
+  /* Parking. A worker that found no work registers in nsleeping, checks
+   * the queues once more, and waits on park_cond; whoever makes work
+   * available checks nsleeping after publishing it and wakes one sleeper,
+   * claiming it (so a burst of pushes wakes each sleeper once). Both sides
+   * use seq_cst so that one of them sees the other (Dekker). */
+  _Alignas(TDM_CACHE_LINE) _Atomic int nsleeping;
+  int wakeups; /* guarded by park_lock */
+  pthread_mutex_t park_lock;
+  pthread_cond_t park_cond;
+  _Atomic bool stop;
+
+  /* Tasks submitted and not finished; wait_all waits for 0. */
+  _Alignas(TDM_CACHE_LINE) _Atomic int64_t inflight;
+  _Atomic int nwaiters;
+  pthread_mutex_t wait_lock; /* for all blocking waits */
+  pthread_cond_t wait_cond;
+
+  _Atomic bool closing; /* destroy has begun */
+
+  /* Task pool: slabs, and a shared free list for non-worker threads and
+   * for balancing the workers' lists. */
+  tdm_spinlock pool_lock;
+  tdm_task *pool_free;
+  void **slabs;
+  size_t nslabs, slabs_cap;
+
+  /* Explicit-dependency graph edits (rare) are serialised. */
+  pthread_mutex_t deps_lock;
+
+  /* Every handle not yet freed (for destroy), and the recently
+   * unregistered ones, kept alive so that a stale use is detected. */
+  pthread_mutex_t handles_lock;
+  tdm_handle *all_handles;
+  tdm_handle *quarantine_head, *quarantine_tail;
+  size_t nquarantine;
+
+  bool mutexes_ready;
+};
+
+/* The worker the calling thread is, or NULL. */
+extern _Thread_local tdm_worker *tdm__self;
+
+static inline tdm_worker *tdm__self_in(const tdm_runtime *rt) {
+  tdm_worker *w = tdm__self;
+  return (w && w->rt == rt) ? w : NULL;
+}
+
+/* worker.c */
+void *tdm__worker_main(void *arg);
+/* Makes a ready task runnable: on the calling worker's deque, or on the
+ * injection stack for other threads; wakes a sleeper if any. */
+void tdm__schedule(tdm_runtime *rt, tdm_task *t);
+void tdm__wake_all(tdm_runtime *rt);
+
+/* task.c */
+tdm_task *tdm__task_alloc(tdm_runtime *rt);
+void tdm__task_unref(tdm_task *t);
+static inline void tdm__task_ref(tdm_task *t) {
+  /* relaxed: taking a reference needs no ordering, only releasing does */
+  atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+}
+void tdm__task_execute(tdm_worker *w, tdm_task *t);
+/* Finishes t: releases successors, wakes waiters, drops the runtime's
+ * reference. Used for codelet tasks and host acquisitions alike. */
+void tdm__task_finish(tdm_task *t);
+/* Blocks until t reaches `state` (READY or DONE). */
+void tdm__task_wait_state(tdm_task *t, uint32_t state);
+void tdm__pool_destroy(tdm_runtime *rt);
+tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what);
+
+/* Submits t (created, all checks done but those needing handle locks).
+ * Used for codelet tasks and host acquisitions alike. */
+tdm_status tdm__task_submit(tdm_task *t);
+
+/* data.c */
+/* Checks that h can be named by a task of rt (magic, runtime); logs why
+ * not. Checks needing the handle's lock are made at submission. */
+tdm_status tdm__handle_check(tdm_runtime *rt, const tdm_handle *h,
+                             const char *what);
+/* Locks n distinct handles in address order (no deadlock between
+ * submitters); sorts hs in place. */
+void tdm__handles_lock(tdm_handle **hs, unsigned n);
+void tdm__handles_unlock(tdm_handle **hs, unsigned n);
+void tdm__handles_destroy(tdm_runtime *rt);
+/* Releases every handle the host still holds (at destroy). */
+void tdm__release_acquisitions(tdm_runtime *rt);
+static inline void tdm__handle_ref(tdm_handle *h) {
+  /* relaxed: as for tasks */
+  atomic_fetch_add_explicit(&h->refs, 1, memory_order_relaxed);
+}
+void tdm__handle_unref(tdm_handle *h);
+
+/* backends/cpu */
+void tdm__cpu_run(const tdm_task *t);
+
+#endif

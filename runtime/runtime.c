@@ -1,0 +1,272 @@
+/* Runtime lifecycle: configuration, creation (topology, workers), waiting
+ * for everything, destruction. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+void tdm_config_init(tdm_config *config) {
+  if (!config)
+    return;
+  memset(config, 0, sizeof *config);
+  config->struct_size = sizeof *config;
+  config->nworkers = 0;
+  config->bind_workers = 1;
+  config->spin_rounds = 2048;
+  config->log_level = TDM_LOG_WARNING;
+}
+
+/* Reads an unsigned environment variable into *out; leaves *out alone and
+ * warns when it is malformed. */
+static void env_unsigned(tdm_runtime *rt, const char *name, unsigned max,
+                         unsigned *out) {
+  const char *s = getenv(name);
+  if (!s || !*s)
+    return;
+  char *end;
+  errno = 0;
+  unsigned long v = strtoul(s, &end, 10);
+  if (errno || *end || s[0] == '-' || v > max) {
+    tdm__log(rt, TDM_LOG_WARNING, "ignoring %s=\"%s\": expected an integer in [0, %u]",
+             name, s, max);
+    return;
+  }
+  *out = (unsigned)v;
+}
+
+static void apply_env(tdm_runtime *rt) {
+  const char *s = getenv("TANDEM_LOG_LEVEL");
+  if (s && *s) {
+    static const char *const names[] = {"error", "warning", "info", "debug"};
+    unsigned i;
+    for (i = 0; i < 4; i++)
+      if (!strcasecmp(s, names[i]))
+        break;
+    if (i < 4)
+      rt->cfg.log_level = (tdm_log_level)i;
+    else
+      tdm__log(rt, TDM_LOG_WARNING,
+               "ignoring TANDEM_LOG_LEVEL=\"%s\": expected error, warning, info or debug", s);
+  }
+  env_unsigned(rt, "TANDEM_NWORKERS", 4096, &rt->cfg.nworkers);
+  unsigned bind = rt->cfg.bind_workers != 0;
+  env_unsigned(rt, "TANDEM_BIND", 1, &bind);
+  rt->cfg.bind_workers = (int)bind;
+  env_unsigned(rt, "TANDEM_SPIN", 1u << 30, &rt->cfg.spin_rounds);
+  s = getenv("TANDEM_SYNTHETIC_TOPOLOGY");
+  if (s && *s)
+    rt->cfg.synthetic_topology = s;
+}
+
+static tdm_status init_sync(tdm_runtime *rt) {
+  int err;
+  if ((err = pthread_mutex_init(&rt->park_lock, NULL)))
+    goto fail;
+  if ((err = pthread_cond_init(&rt->park_cond, NULL)))
+    goto fail1;
+  if ((err = pthread_mutex_init(&rt->wait_lock, NULL)))
+    goto fail2;
+  if ((err = pthread_cond_init(&rt->wait_cond, NULL)))
+    goto fail3;
+  if ((err = pthread_mutex_init(&rt->deps_lock, NULL)))
+    goto fail4;
+  if ((err = pthread_mutex_init(&rt->handles_lock, NULL)))
+    goto fail5;
+  rt->mutexes_ready = true;
+  return TDM_OK;
+fail5:
+  pthread_mutex_destroy(&rt->deps_lock);
+fail4:
+  pthread_cond_destroy(&rt->wait_cond);
+fail3:
+  pthread_mutex_destroy(&rt->wait_lock);
+fail2:
+  pthread_cond_destroy(&rt->park_cond);
+fail1:
+  pthread_mutex_destroy(&rt->park_lock);
+fail:
+  tdm__log(rt, TDM_LOG_ERROR, "pthread mutex/condition init failed: %s", strerror(err));
+  return TDM_ERR_SYSTEM;
+}
+
+static void destroy_sync(tdm_runtime *rt) {
+  if (!rt->mutexes_ready)
+    return;
+  pthread_mutex_destroy(&rt->handles_lock);
+  pthread_mutex_destroy(&rt->deps_lock);
+  pthread_cond_destroy(&rt->wait_cond);
+  pthread_mutex_destroy(&rt->wait_lock);
+  pthread_cond_destroy(&rt->park_cond);
+  pthread_mutex_destroy(&rt->park_lock);
+}
+
+/* Stops and joins the workers that were started, frees everything. */
+static void teardown(tdm_runtime *rt) {
+  if (rt->workers) {
+    atomic_store(&rt->stop, true);
+    tdm__wake_all(rt);
+    for (unsigned i = 0; i < rt->nworkers; i++) {
+      tdm_worker *w = &rt->workers[i];
+      if (w->started) {
+        int err = pthread_join(w->thread, NULL);
+        if (err)
+          tdm__log(rt, TDM_LOG_ERROR, "pthread_join(worker %u): %s", i, strerror(err));
+      }
+    }
+  }
+  tdm__handles_destroy(rt);
+  if (rt->workers) {
+    for (unsigned i = 0; i < rt->nworkers; i++)
+      tdm_deque_destroy(&rt->workers[i].deque);
+    free(rt->workers);
+  }
+  tdm__pool_destroy(rt);
+  tdm__plan_free(&rt->plan);
+  if (rt->topo)
+    hwloc_topology_destroy(rt->topo);
+  destroy_sync(rt);
+  free(rt->synthetic);
+  free(rt);
+}
+
+static tdm_status start_workers(tdm_runtime *rt) {
+  rt->workers = calloc(rt->nworkers, sizeof *rt->workers);
+  if (!rt->workers)
+    return TDM_ERR_NO_MEMORY;
+  for (unsigned i = 0; i < rt->nworkers; i++) {
+    tdm_worker *w = &rt->workers[i];
+    w->rt = rt;
+    w->id = i;
+    w->rng = 0x9e3779b97f4a7c15ull * (i + 1);
+    if (tdm_deque_init(&w->deque, 256)) {
+      /* the deques after this one were zeroed by calloc: give them a ring
+       * so that teardown can destroy all of them alike */
+      for (unsigned j = i; j < rt->nworkers; j++)
+        tdm_deque_init(&rt->workers[j].deque, 0);
+      return TDM_ERR_NO_MEMORY;
+    }
+  }
+  for (unsigned i = 0; i < rt->nworkers; i++) {
+    tdm_worker *w = &rt->workers[i];
+    int err = pthread_create(&w->thread, NULL, tdm__worker_main, w);
+    if (err) {
+      tdm__log(rt, TDM_LOG_ERROR, "could not start worker %u: %s", i, strerror(err));
+      return TDM_ERR_SYSTEM;
+    }
+    w->started = true;
+  }
+  return TDM_OK;
+}
+
+tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
+  if (!out)
+    return TDM_ERR_INVALID_ARG;
+  *out = NULL;
+  tdm_config defaults;
+  tdm_config_init(&defaults);
+  if (!config)
+    config = &defaults;
+  /* fields up to flags exist since version 0.1: a smaller struct_size
+   * means an uninitialised config */
+  if (config->struct_size < offsetof(tdm_config, flags) + sizeof(unsigned))
+    return TDM_ERR_INVALID_ARG;
+  if (config->flags != 0) {
+    tdm_runtime tmp = {.cfg = *config};
+    tdm__log(&tmp, TDM_LOG_ERROR, "tdm_runtime_create: config flags must be 0");
+    return TDM_ERR_INVALID_ARG;
+  }
+
+  tdm_runtime *rt = calloc(1, sizeof *rt);
+  if (!rt)
+    return TDM_ERR_NO_MEMORY;
+  rt->cfg = defaults;
+  memcpy(&rt->cfg, config, config->struct_size < sizeof rt->cfg ? config->struct_size : sizeof rt->cfg);
+  rt->cfg.struct_size = sizeof rt->cfg;
+  if (!rt->cfg.ignore_env)
+    apply_env(rt);
+  if (rt->cfg.synthetic_topology) {
+    rt->synthetic = strdup(rt->cfg.synthetic_topology);
+    if (!rt->synthetic) {
+      free(rt);
+      return TDM_ERR_NO_MEMORY;
+    }
+    rt->cfg.synthetic_topology = rt->synthetic;
+  }
+  tdm_status st = init_sync(rt);
+  if (st) {
+    free(rt->synthetic);
+    free(rt);
+    return st;
+  }
+  st = tdm__topology_load(rt, rt->synthetic, &rt->topo);
+  if (st)
+    goto fail;
+  st = tdm__plan_workers(rt, rt->topo, rt->cfg.nworkers, &rt->plan);
+  if (st)
+    goto fail;
+  rt->nworkers = rt->plan.nworkers;
+  rt->bind = rt->cfg.bind_workers && !rt->synthetic &&
+             hwloc_topology_is_thissystem(rt->topo);
+  st = start_workers(rt);
+  if (st)
+    goto fail;
+  tdm__log(rt, TDM_LOG_INFO, "runtime started: %u workers on %u usable cores%s",
+           rt->nworkers, rt->plan.ncores, rt->bind ? ", bound" : "");
+  *out = rt;
+  return TDM_OK;
+fail:
+  teardown(rt);
+  return st;
+}
+
+tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what) {
+  if (tdm__self_in(rt)) {
+    tdm__log(rt, TDM_LOG_ERROR,
+             "%s called from a task of the same runtime: it could deadlock", what);
+    return TDM_ERR_IN_TASK;
+  }
+  return TDM_OK;
+}
+
+tdm_status tdm_wait_all(tdm_runtime *rt) {
+  if (!rt)
+    return TDM_ERR_INVALID_ARG;
+  tdm_status st = tdm__check_blocking(rt, "tdm_wait_all");
+  if (st)
+    return st;
+  /* acquire: the finished tasks' writes are visible to the caller */
+  if (atomic_load_explicit(&rt->inflight, memory_order_acquire) == 0)
+    return TDM_OK;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
+  /* seq_cst: pairs with the finisher's seq_cst decrement (Dekker) */
+  atomic_fetch_add(&rt->nwaiters, 1);
+  while (atomic_load(&rt->inflight) != 0)
+    TDM_PTHREAD(rt, pthread_cond_wait(&rt->wait_cond, &rt->wait_lock));
+  atomic_fetch_sub(&rt->nwaiters, 1);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
+  return TDM_OK;
+}
+
+void tdm_runtime_destroy(tdm_runtime *rt) {
+  if (!rt)
+    return;
+  if (tdm__check_blocking(rt, "tdm_runtime_destroy"))
+    return;
+  atomic_store(&rt->closing, true);
+  tdm__release_acquisitions(rt); /* tasks may wait for them */
+  tdm_wait_all(rt);
+  tdm__log(rt, TDM_LOG_INFO, "runtime stopping");
+  teardown(rt);
+}
+
+unsigned tdm_runtime_nworkers(const tdm_runtime *rt) {
+  return rt ? rt->nworkers : 0;
+}
+
+int tdm_worker_id(const tdm_runtime *rt) {
+  tdm_worker *w = rt ? tdm__self_in(rt) : NULL;
+  return w ? (int)w->id : -1;
+}

@@ -1,0 +1,680 @@
+/*
+ * Tasks: memory, submission, the dependency graph, completion, waiting.
+ *
+ * Dependency tracking. Each handle remembers the tasks whose writes make its
+ * current contents (writers) and the tasks that read those contents since
+ * (readers). A task submitted with R waits for the writers and joins the
+ * readers; with W or RW it waits for writers and readers, then becomes the
+ * only writer. This gives read-after-write, write-after-read and
+ * write-after-write in submission order, and lets readers of one version
+ * run together. Explicit dependencies (tdm_task_depends_on) add edges.
+ *
+ * Submission runs in three phases so that nothing is half-done on error:
+ *  1. lock the task's handles in address order; check them; collect the
+ *     predecessors (taking a reference on each) and allocate every edge
+ *     and array slot the next phases need. Any failure returns here, with
+ *     nothing changed.
+ *  2. commit: update each handle's writers/readers; unlock.
+ *  3. link: push one edge on each predecessor's successor list, unless the
+ *     predecessor has finished meanwhile.
+ * The task's pending count starts at 1 for the submitter and gains one per
+ * edge linked, so it cannot start before phase 3 ends; the submitter's
+ * final decrement schedules it if every predecessor has already finished.
+ *
+ * Edges. A successor list is a lock-free LIFO of edges that live in the
+ * successor task (inline for up to TDM_INLINE_EDGES predecessors). A
+ * finishing task swaps TDM_CLOSED into its list head, then walks the edges
+ * and decrements each successor's pending count; the one that reaches zero
+ * schedules it. The next link is read before the decrement: once released,
+ * the successor (and the edge inside it) may run, finish and be freed.
+ *
+ * Memory. Tasks come from slabs of TDM_SLAB_TASKS. A worker keeps its own
+ * free list (no locking); other threads and overflowing workers use the
+ * runtime's shared list under a spinlock, in batches.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TDM_SLAB_TASKS 256
+#define TDM_WORKER_CACHE_MAX 1024
+#define TDM_BATCH 128
+
+/* ---- pool ------------------------------------------------------------- */
+
+/* Allocates a slab, links it into a list, returns the list (NULL when out
+ * of memory). Called with pool_lock held. */
+static tdm_task *new_slab(tdm_runtime *rt) {
+  if (rt->nslabs == rt->slabs_cap) {
+    size_t cap = rt->slabs_cap ? 2 * rt->slabs_cap : 16;
+    void **slabs = realloc(rt->slabs, cap * sizeof *slabs);
+    if (!slabs)
+      return NULL;
+    rt->slabs = slabs;
+    rt->slabs_cap = cap;
+  }
+  tdm_task *slab = malloc(TDM_SLAB_TASKS * sizeof *slab);
+  if (!slab)
+    return NULL;
+  rt->slabs[rt->nslabs++] = slab;
+  for (unsigned i = 0; i + 1 < TDM_SLAB_TASKS; i++)
+    slab[i].pool_next = &slab[i + 1];
+  slab[TDM_SLAB_TASKS - 1].pool_next = NULL;
+  return slab;
+}
+
+/* Takes up to `max` tasks from the shared list (or a new slab). */
+static tdm_task *take_batch(tdm_runtime *rt, unsigned max, unsigned *n) {
+  tdm__spin_lock(&rt->pool_lock);
+  tdm_task *list = rt->pool_free;
+  if (!list)
+    list = rt->pool_free = new_slab(rt);
+  unsigned k = 0;
+  tdm_task *last = NULL;
+  for (tdm_task *t = list; t && k < max; t = t->pool_next) {
+    last = t;
+    k++;
+  }
+  if (last) {
+    rt->pool_free = last->pool_next;
+    last->pool_next = NULL;
+  }
+  tdm__spin_unlock(&rt->pool_lock);
+  *n = k;
+  return k ? list : NULL;
+}
+
+static void pool_put(tdm_runtime *rt, tdm_task *t) {
+  tdm_worker *w = tdm__self_in(rt);
+  if (!w) {
+    tdm__spin_lock(&rt->pool_lock);
+    t->pool_next = rt->pool_free;
+    rt->pool_free = t;
+    tdm__spin_unlock(&rt->pool_lock);
+    return;
+  }
+  t->pool_next = w->free_tasks;
+  w->free_tasks = t;
+  if (++w->nfree < TDM_WORKER_CACHE_MAX)
+    return;
+  /* Give a batch back so that the submitting threads find it. */
+  tdm_task *first = w->free_tasks, *last = first;
+  for (unsigned i = 1; i < TDM_BATCH; i++)
+    last = last->pool_next;
+  w->free_tasks = last->pool_next;
+  w->nfree -= TDM_BATCH;
+  tdm__spin_lock(&rt->pool_lock);
+  last->pool_next = rt->pool_free;
+  rt->pool_free = first;
+  tdm__spin_unlock(&rt->pool_lock);
+}
+
+tdm_task *tdm__task_alloc(tdm_runtime *rt) {
+  tdm_worker *w = tdm__self_in(rt);
+  tdm_task *t;
+  if (w) {
+    if (!w->free_tasks)
+      w->free_tasks = take_batch(rt, TDM_BATCH, &w->nfree);
+    t = w->free_tasks;
+    if (!t)
+      return NULL;
+    w->free_tasks = t->pool_next;
+    w->nfree--;
+  } else {
+    unsigned n;
+    t = take_batch(rt, 1, &n);
+    if (!t)
+      return NULL;
+  }
+  atomic_init(&t->pending, 1);
+  atomic_init(&t->refs, 1);
+  atomic_init(&t->state, TDM_TS_CREATED);
+  atomic_init(&t->waiters, 0);
+  atomic_init(&t->succ_head, NULL);
+  t->kind = TDM_TASK_CODELET;
+  t->nbuf = 0;
+  t->user_ref = false;
+  t->rt = rt;
+  t->cl = NULL;
+  t->edges = t->inline_edges;
+  tdm__taskvec_init(&t->deps);
+  t->callback = NULL;
+  t->callback_data = NULL;
+  t->args = NULL;
+  t->args_size = 0;
+  t->pool_next = NULL;
+  return t;
+}
+
+void tdm__pool_destroy(tdm_runtime *rt) {
+  for (size_t i = 0; i < rt->nslabs; i++)
+    free(rt->slabs[i]);
+  free(rt->slabs);
+  rt->slabs = NULL;
+  rt->nslabs = rt->slabs_cap = 0;
+  rt->pool_free = NULL;
+}
+
+void tdm__task_unref(tdm_task *t) {
+  /* acq_rel: the last owner sees every other owner's writes before freeing */
+  if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+    return;
+  for (unsigned i = 0; i < t->nbuf; i++)
+    tdm__handle_unref(t->handles[i]);
+  for (unsigned i = 0; i < t->deps.n; i++)
+    tdm__task_unref(t->deps.items[i]);
+  tdm__taskvec_free(&t->deps);
+  if (t->args != t->inline_args)
+    free(t->args);
+  if (t->edges != t->inline_edges)
+    free(t->edges);
+  pool_put(t->rt, t);
+}
+
+/* ---- creation --------------------------------------------------------- */
+
+static tdm_status bad(tdm_runtime *rt, tdm_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static tdm_status bad(tdm_runtime *rt, tdm_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  tdm__vlog(rt->cfg.log_fn, rt->cfg.log_data, rt->cfg.log_level, TDM_LOG_ERROR, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+/* Drops the "created task names this handle" counts. */
+static void forget_unsubmitted(tdm_task *t) {
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    tdm_handle *h = t->handles[i];
+    tdm__spin_lock(&h->lock);
+    h->unsubmitted--;
+    tdm__spin_unlock(&h->lock);
+  }
+}
+
+static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
+                             bool user_ref, tdm_task **out, const char *what) {
+  if (!rt)
+    return TDM_ERR_INVALID_ARG;
+  if (!desc || !desc->codelet)
+    return bad(rt, TDM_ERR_INVALID_ARG, "%s: NULL task description or codelet", what);
+  const tdm_codelet *cl = desc->codelet;
+  const char *name = cl->name ? cl->name : "(unnamed)";
+  if (cl->nbuffers > TDM_MAX_BUFFERS) {
+    tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s has %u buffers, at most %d allowed",
+             what, name, cl->nbuffers, TDM_MAX_BUFFERS);
+    return TDM_ERR_TOO_MANY_BUFFERS;
+  }
+  if (desc->args_size && !desc->args)
+    return bad(rt, TDM_ERR_INVALID_ARG, "%s: args_size > 0 but args is NULL (codelet %s)",
+               what, name);
+  for (unsigned i = 0; i < cl->nbuffers; i++) {
+    if (cl->modes[i] != TDM_R && cl->modes[i] != TDM_W && cl->modes[i] != TDM_RW) {
+      tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s, buffer %u: invalid access mode %d",
+               what, name, i, (int)cl->modes[i]);
+      return TDM_ERR_INVALID_MODE;
+    }
+    tdm_status st = tdm__handle_check(rt, desc->handles[i], what);
+    if (st)
+      return st;
+  }
+  tdm_task *t = tdm__task_alloc(rt);
+  if (!t)
+    return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for task %s", what, name);
+  if (desc->args_size > TDM_INLINE_ARGS) {
+    t->args = malloc(desc->args_size);
+    if (!t->args) {
+      t->nbuf = 0;
+      tdm__task_unref(t);
+      return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for the arguments of %s",
+                 what, name);
+    }
+  } else if (desc->args_size) {
+    t->args = t->inline_args;
+  }
+  if (desc->args_size)
+    memcpy(t->args, desc->args, desc->args_size);
+  t->args_size = desc->args_size;
+  t->cl = cl;
+  t->nbuf = (uint8_t)cl->nbuffers;
+  for (unsigned i = 0; i < cl->nbuffers; i++) {
+    t->handles[i] = desc->handles[i];
+    t->modes[i] = (uint8_t)cl->modes[i];
+    tdm__handle_ref(t->handles[i]);
+  }
+  t->callback = desc->callback;
+  t->callback_data = desc->callback_data;
+  t->user_ref = user_ref;
+  if (user_ref)
+    for (unsigned i = 0; i < t->nbuf; i++) {
+      tdm_handle *h = t->handles[i];
+      tdm__spin_lock(&h->lock);
+      h->unsubmitted++;
+      tdm__spin_unlock(&h->lock);
+    }
+  *out = t;
+  return TDM_OK;
+}
+
+/* ---- submission ------------------------------------------------------- */
+
+/* Predecessors gathered in phase 1, each with a reference held. */
+typedef struct {
+  tdm_task **items;
+  unsigned n, cap;
+  tdm_task *local[32];
+} pred_list;
+
+static int preds_add(pred_list *p, tdm_task *t) {
+  /* acquire: if it has finished, its effects are visible and no edge is
+   * needed */
+  if (atomic_load_explicit(&t->state, memory_order_acquire) == TDM_TS_DONE)
+    return 0;
+  if (p->n == p->cap) {
+    unsigned cap = p->cap * 2;
+    tdm_task **items = p->items == p->local ? malloc(cap * sizeof *items)
+                                            : realloc(p->items, cap * sizeof *items);
+    if (!items)
+      return -1;
+    if (p->items == p->local)
+      memcpy(items, p->local, sizeof p->local);
+    p->items = items;
+    p->cap = cap;
+  }
+  tdm__task_ref(t);
+  p->items[p->n++] = t;
+  return 0;
+}
+
+static void preds_drop(pred_list *p) {
+  for (unsigned i = 0; i < p->n; i++)
+    tdm__task_unref(p->items[i]);
+  if (p->items != p->local)
+    free(p->items);
+}
+
+/* Makes room for one more reader, first dropping readers that finished. */
+static int reserve_reader(tdm_handle *h) {
+  tdm_taskvec *r = &h->readers;
+  if (r->n < r->cap)
+    return 0;
+  unsigned k = 0;
+  for (unsigned i = 0; i < r->n; i++) {
+    tdm_task *x = r->items[i];
+    if (atomic_load_explicit(&x->state, memory_order_relaxed) == TDM_TS_DONE)
+      tdm__task_unref(x);
+    else
+      r->items[k++] = x;
+  }
+  r->n = k;
+  if (r->n < r->cap)
+    return 0;
+  /* grow by pushing a placeholder and taking it back */
+  if (tdm__taskvec_push(r, NULL))
+    return -1;
+  r->n--;
+  return 0;
+}
+
+static void clear_refs(tdm_taskvec *v) {
+  for (unsigned i = 0; i < v->n; i++)
+    tdm__task_unref(v->items[i]);
+  v->n = 0;
+}
+
+static void task_ready(tdm_task *t) {
+  if (t->kind == TDM_TASK_ACQUIRE) {
+    atomic_store(&t->state, TDM_TS_READY);
+    /* seq_cst above pairs with the waiter's seq_cst increment (Dekker) */
+    if (atomic_load(&t->waiters)) {
+      tdm_runtime *rt = t->rt;
+      TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
+      TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
+      TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
+    }
+    return;
+  }
+  atomic_store_explicit(&t->state, TDM_TS_READY, memory_order_relaxed);
+  tdm__schedule(t->rt, t);
+}
+
+static void release_pending(tdm_task *t) {
+  /* acq_rel: the releasing predecessors' writes happen before the task
+   * runs on whichever thread drops the count to zero */
+  if (atomic_fetch_sub_explicit(&t->pending, 1, memory_order_acq_rel) == 1)
+    task_ready(t);
+}
+
+static void link_edge(tdm_task *pred, tdm_task *succ, tdm_edge *e) {
+  e->succ = succ;
+  /* count the edge first: pred may finish as soon as it is visible */
+  atomic_fetch_add_explicit(&succ->pending, 1, memory_order_relaxed);
+  tdm_edge *head = atomic_load_explicit(&pred->succ_head, memory_order_acquire);
+  do {
+    if (head == TDM_CLOSED) {
+      /* pred finished: its writes are visible (acquire), no wait needed.
+       * Cannot reach zero: the submitter still holds one count. */
+      atomic_fetch_sub_explicit(&succ->pending, 1, memory_order_relaxed);
+      return;
+    }
+    e->next = head;
+    /* release: the edge's contents are visible to the finishing pred;
+     * acquire on failure: see TDM_CLOSED's happens-before as above */
+  } while (!atomic_compare_exchange_weak_explicit(
+      &pred->succ_head, &head, e, memory_order_release, memory_order_acquire));
+}
+
+static void dec_inflight(tdm_runtime *rt) {
+  /* seq_cst: pairs with wait_all's seq_cst increment of nwaiters */
+  if (atomic_fetch_sub(&rt->inflight, 1) == 1 && atomic_load(&rt->nwaiters) > 0) {
+    TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
+    TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
+  }
+}
+
+/* Distinct handles of t with their combined modes, sorted by address. */
+static unsigned unique_handles(const tdm_task *t, tdm_handle **hs, unsigned *modes) {
+  unsigned n = 0;
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    unsigned j;
+    for (j = 0; j < n; j++)
+      if (hs[j] == t->handles[i])
+        break;
+    if (j == n) {
+      hs[n] = t->handles[i];
+      modes[n++] = 0;
+    }
+    modes[j] |= t->modes[i];
+  }
+  /* insertion sort by address, carrying the modes */
+  for (unsigned i = 1; i < n; i++)
+    for (unsigned j = i; j > 0 && (uintptr_t)hs[j - 1] > (uintptr_t)hs[j]; j--) {
+      tdm_handle *h = hs[j];
+      hs[j] = hs[j - 1];
+      hs[j - 1] = h;
+      unsigned m = modes[j];
+      modes[j] = modes[j - 1];
+      modes[j - 1] = m;
+    }
+  return n;
+}
+
+tdm_status tdm__task_submit(tdm_task *t) {
+  tdm_runtime *rt = t->rt;
+  const char *name = t->cl && t->cl->name ? t->cl->name : "(unnamed)";
+  /* Count the task before looking at `closing`: destroy sets closing and
+   * then waits for inflight, so either it waits for us or we see it
+   * closing (seq_cst on both sides). */
+  atomic_fetch_add(&rt->inflight, 1);
+  if (atomic_load(&rt->closing) && !tdm__self_in(rt)) {
+    dec_inflight(rt);
+    tdm__log(rt, TDM_LOG_ERROR, "submit of %s refused: the runtime is being destroyed",
+             name);
+    return TDM_ERR_SHUTTING_DOWN;
+  }
+
+  tdm_status st = TDM_OK;
+  pred_list preds = {.items = preds.local, .n = 0, .cap = 32};
+  tdm_handle *hs[TDM_MAX_BUFFERS];
+  unsigned modes[TDM_MAX_BUFFERS];
+  unsigned nh = unique_handles(t, hs, modes);
+
+  /* Explicit dependencies: all must have been submitted. Tasks the user
+   * holds may be reached by tdm_task_depends_on's search, so their
+   * dependency list is read and emptied under deps_lock. */
+  if (t->user_ref)
+    TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
+  for (unsigned i = 0; i < t->deps.n; i++)
+    if (atomic_load(&t->deps.items[i]->state) == TDM_TS_CREATED) {
+      st = TDM_ERR_DEP_NOT_SUBMITTED;
+      tdm__log(rt, TDM_LOG_ERROR,
+               "submit of %s refused: it depends on a task not submitted yet", name);
+      goto unlock_deps;
+    }
+  for (unsigned i = 0; i < t->deps.n; i++)
+    if (preds_add(&preds, t->deps.items[i])) {
+      st = TDM_ERR_NO_MEMORY;
+      goto unlock_deps;
+    }
+
+  /* Phase 1: check and reserve under the handles' locks. */
+  tdm__handles_lock(hs, nh);
+  for (unsigned i = 0; i < nh && !st; i++) {
+    tdm_handle *h = hs[i];
+    if (atomic_load_explicit(&h->magic, memory_order_relaxed) != TDM_HANDLE_MAGIC) {
+      st = TDM_ERR_STALE_HANDLE;
+      tdm__log(rt, TDM_LOG_ERROR, "submit of %s refused: a handle was unregistered", name);
+    } else if (h->tiles) {
+      st = TDM_ERR_PARTITIONED;
+      tdm__log(rt, TDM_LOG_ERROR,
+               "submit of %s refused: a handle is partitioned (use its tiles)", name);
+    } else {
+      for (unsigned k = 0; k < h->writers.n && !st; k++)
+        if (preds_add(&preds, h->writers.items[k]))
+          st = TDM_ERR_NO_MEMORY;
+      if (modes[i] & TDM_W) {
+        for (unsigned k = 0; k < h->readers.n && !st; k++)
+          if (preds_add(&preds, h->readers.items[k]))
+            st = TDM_ERR_NO_MEMORY;
+      } else if (!st && reserve_reader(h)) {
+        st = TDM_ERR_NO_MEMORY;
+      }
+    }
+  }
+  if (!st && preds.n > TDM_INLINE_EDGES) {
+    t->edges = malloc(preds.n * sizeof *t->edges);
+    if (!t->edges) {
+      t->edges = t->inline_edges;
+      st = TDM_ERR_NO_MEMORY;
+    }
+  }
+  if (st) {
+    if (st == TDM_ERR_NO_MEMORY)
+      tdm__log(rt, TDM_LOG_ERROR, "submit of %s: out of memory", name);
+    tdm__handles_unlock(hs, nh);
+    goto unlock_deps;
+  }
+
+  /* Phase 2: commit. From here on nothing can fail. */
+  atomic_store(&t->state, TDM_TS_SUBMITTED);
+  tdm__task_ref(t); /* the runtime's, until it finishes */
+  for (unsigned i = 0; i < nh; i++) {
+    tdm_handle *h = hs[i];
+    tdm__task_ref(t);
+    if (modes[i] & TDM_W) {
+      clear_refs(&h->writers);
+      clear_refs(&h->readers);
+      h->writers.items[h->writers.n++] = t; /* inline room: cannot fail */
+    } else {
+      h->readers.items[h->readers.n++] = t; /* reserved above */
+    }
+    if (t->user_ref)
+      h->unsubmitted--;
+  }
+  tdm__handles_unlock(hs, nh);
+  clear_refs(&t->deps);
+  tdm__taskvec_free(&t->deps);
+  if (t->user_ref)
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
+
+  /* A host acquisition is not work: wait_all does not wait for it. */
+  if (t->kind == TDM_TASK_ACQUIRE)
+    dec_inflight(rt);
+
+  /* Phase 3: link. */
+  for (unsigned i = 0; i < preds.n; i++)
+    link_edge(preds.items[i], t, &t->edges[i]);
+  preds_drop(&preds);
+  release_pending(t);
+  return TDM_OK;
+
+unlock_deps:
+  if (t->user_ref)
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
+  preds_drop(&preds);
+  dec_inflight(rt);
+  return st;
+}
+
+/* ---- completion ------------------------------------------------------- */
+
+void tdm__task_finish(tdm_task *t) {
+  tdm_runtime *rt = t->rt;
+  /* acq_rel: our writes (the task's results) are released to successors;
+   * acquire the edges they pushed */
+  tdm_edge *e = atomic_exchange_explicit(&t->succ_head, TDM_CLOSED, memory_order_acq_rel);
+  atomic_store(&t->state, TDM_TS_DONE);
+  while (e) {
+    tdm_edge *next = e->next; /* before the successor can be freed */
+    release_pending(e->succ);
+    e = next;
+  }
+  /* seq_cst (the store of state above) pairs with the waiter's increment */
+  if (atomic_load(&t->waiters)) {
+    TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
+    TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
+  }
+  if (t->kind == TDM_TASK_CODELET)
+    dec_inflight(rt);
+  tdm__task_unref(t);
+}
+
+void tdm__task_execute(tdm_worker *w, tdm_task *t) {
+  (void)w;
+  tdm__cpu_run(t);
+  if (t->callback)
+    t->callback(t->callback_data);
+  tdm__task_finish(t);
+}
+
+void tdm__task_wait_state(tdm_task *t, uint32_t state) {
+  tdm_runtime *rt = t->rt;
+  /* acquire: the task's effects are visible once we see its state */
+  if (atomic_load_explicit(&t->state, memory_order_acquire) >= state)
+    return;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
+  atomic_fetch_add(&t->waiters, 1);
+  while (atomic_load(&t->state) < state)
+    TDM_PTHREAD(rt, pthread_cond_wait(&rt->wait_cond, &rt->wait_lock));
+  atomic_fetch_sub(&t->waiters, 1);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
+}
+
+/* ---- public API ------------------------------------------------------- */
+
+tdm_status tdm_submit(tdm_runtime *rt, const tdm_task_desc *desc) {
+  tdm_task *t;
+  tdm_status st = task_build(rt, desc, false, &t, "tdm_submit");
+  if (st)
+    return st;
+  st = tdm__task_submit(t);
+  tdm__task_unref(t); /* the builder's reference; the runtime holds its own */
+  return st;
+}
+
+tdm_status tdm_task_create(tdm_runtime *rt, const tdm_task_desc *desc, tdm_task **out) {
+  if (!out)
+    return rt ? bad(rt, TDM_ERR_INVALID_ARG, "%s: out is NULL", "tdm_task_create")
+              : TDM_ERR_INVALID_ARG;
+  *out = NULL;
+  return task_build(rt, desc, true, out, "tdm_task_create");
+}
+
+/* Does `from` depend, through created tasks' explicit dependencies, on
+ * `target`? Called with deps_lock held. Depth-first, iterative. */
+static bool reaches(tdm_task *from, tdm_task *target) {
+  tdm_taskvec stack;
+  tdm__taskvec_init(&stack);
+  bool found = false;
+  if (tdm__taskvec_push(&stack, from))
+    return true; /* out of memory: refuse, as a cycle would be */
+  while (stack.n && !found) {
+    tdm_task *x = stack.items[--stack.n];
+    if (x == target) {
+      found = true;
+      break;
+    }
+    /* only created tasks can lie on a cycle: a submitted task depends
+     * only on tasks submitted before it */
+    if (atomic_load(&x->state) != TDM_TS_CREATED)
+      continue;
+    for (unsigned i = 0; i < x->deps.n; i++)
+      if (tdm__taskvec_push(&stack, x->deps.items[i])) {
+        found = true;
+        break;
+      }
+  }
+  tdm__taskvec_free(&stack);
+  return found;
+}
+
+tdm_status tdm_task_depends_on(tdm_task *task, tdm_task *pred) {
+  if (!task || !pred)
+    return task ? bad(task->rt, TDM_ERR_INVALID_ARG, "%s: NULL task",
+                      "tdm_task_depends_on")
+                : TDM_ERR_INVALID_ARG;
+  tdm_runtime *rt = task->rt;
+  if (pred->rt != rt)
+    return bad(rt, TDM_ERR_WRONG_RUNTIME, "%s: the tasks belong to different runtimes",
+               "tdm_task_depends_on");
+  tdm_status st = TDM_OK;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
+  if (atomic_load(&task->state) != TDM_TS_CREATED) {
+    st = TDM_ERR_ALREADY_SUBMITTED;
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_task_depends_on: the task was already submitted");
+  } else if (reaches(pred, task)) {
+    st = TDM_ERR_CYCLE;
+    tdm__log(rt, TDM_LOG_ERROR,
+             "tdm_task_depends_on: refused, the dependency would form a cycle");
+  } else if (tdm__taskvec_push(&task->deps, pred)) {
+    st = TDM_ERR_NO_MEMORY;
+  } else {
+    tdm__task_ref(pred);
+  }
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
+  return st;
+}
+
+tdm_status tdm_task_submit(tdm_task *task) {
+  if (!task)
+    return TDM_ERR_INVALID_ARG;
+  if (atomic_load(&task->state) != TDM_TS_CREATED)
+    return bad(task->rt, TDM_ERR_ALREADY_SUBMITTED, "%s: task already submitted",
+               "tdm_task_submit");
+  return tdm__task_submit(task);
+}
+
+tdm_status tdm_task_wait(tdm_task *task) {
+  if (!task)
+    return TDM_ERR_INVALID_ARG;
+  tdm_status st = tdm__check_blocking(task->rt, "tdm_task_wait");
+  if (st)
+    return st;
+  if (atomic_load(&task->state) == TDM_TS_CREATED)
+    return bad(task->rt, TDM_ERR_INVALID_ARG, "%s: the task was never submitted",
+               "tdm_task_wait");
+  tdm__task_wait_state(task, TDM_TS_DONE);
+  return TDM_OK;
+}
+
+void tdm_task_release(tdm_task *task) {
+  if (!task)
+    return;
+  tdm_runtime *rt = task->rt;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
+  bool created = atomic_load(&task->state) == TDM_TS_CREATED;
+  if (created) {
+    /* discarded unsubmitted: it no longer holds its handles or deps;
+     * state DONE lets tasks that named it as a dependency be submitted */
+    clear_refs(&task->deps);
+    atomic_store(&task->state, TDM_TS_DONE);
+  }
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
+  if (created)
+    forget_unsubmitted(task);
+  tdm__task_unref(task);
+}

@@ -1,0 +1,201 @@
+/*
+ * Topology: which cores the workers run on and whom each worker steals from.
+ *
+ * The usable cores are the cores of the hwloc topology that have at least
+ * one PU in the allowed cpuset (hwloc removes what the cgroup forbids) and,
+ * on the real machine, in the process' affinity mask (taskset). One worker
+ * runs per usable core unless the configuration asks for a number; extra
+ * workers are spread round-robin over the cores.
+ *
+ * Steal order: a thief first tries victims that share the deepest hwloc
+ * ancestor with it (same core, then same L2, L3, NUMA node, package...),
+ * because the data their tasks touch is likely in a cache it shares. Victims
+ * at the same distance form a group; within a group the thief starts at a
+ * random member so that thieves spread out.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+tdm_status tdm__topology_load(const tdm_runtime *rt, const char *synthetic,
+                              hwloc_topology_t *out) {
+  hwloc_topology_t topo;
+  *out = NULL;
+  if (hwloc_topology_init(&topo) < 0) {
+    tdm__log(rt, TDM_LOG_ERROR, "hwloc_topology_init failed");
+    return TDM_ERR_TOPOLOGY;
+  }
+  if (synthetic && hwloc_topology_set_synthetic(topo, synthetic) < 0) {
+    tdm__log(rt, TDM_LOG_ERROR, "invalid synthetic topology \"%s\"", synthetic);
+    hwloc_topology_destroy(topo);
+    return TDM_ERR_TOPOLOGY;
+  }
+  if (hwloc_topology_load(topo) < 0) {
+    tdm__log(rt, TDM_LOG_ERROR, "hwloc_topology_load failed");
+    hwloc_topology_destroy(topo);
+    return TDM_ERR_TOPOLOGY;
+  }
+  *out = topo;
+  return TDM_OK;
+}
+
+/* The cpuset the workers may use: allowed by hwloc and, on this machine,
+ * by the process' binding. */
+static hwloc_bitmap_t usable_cpuset(const tdm_runtime *rt, hwloc_topology_t topo) {
+  hwloc_bitmap_t set = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(topo));
+  if (!set)
+    return NULL;
+  if (hwloc_topology_is_thissystem(topo)) {
+    hwloc_bitmap_t bound = hwloc_bitmap_alloc();
+    if (!bound) {
+      hwloc_bitmap_free(set);
+      return NULL;
+    }
+    if (hwloc_get_cpubind(topo, bound, HWLOC_CPUBIND_PROCESS) == 0 &&
+        !hwloc_bitmap_iszero(bound)) {
+      if (hwloc_bitmap_and(set, set, bound) < 0) {
+        hwloc_bitmap_free(bound);
+        hwloc_bitmap_free(set);
+        return NULL;
+      }
+    } else {
+      tdm__log(rt, TDM_LOG_INFO,
+               "process CPU binding unknown: using every allowed CPU");
+    }
+    hwloc_bitmap_free(bound);
+  }
+  return set;
+}
+
+void tdm__plan_free(tdm_worker_plan *p) {
+  if (p->cpusets)
+    for (unsigned i = 0; i < p->nworkers; i++)
+      hwloc_bitmap_free(p->cpusets[i]);
+  if (p->victims)
+    for (unsigned i = 0; i < p->nworkers; i++)
+      free(p->victims[i]);
+  if (p->group_end)
+    for (unsigned i = 0; i < p->nworkers; i++)
+      free(p->group_end[i]);
+  free(p->cpusets);
+  free(p->core_of);
+  free(p->victims);
+  free(p->group_end);
+  free(p->ngroups);
+  memset(p, 0, sizeof *p);
+}
+
+/* Sorting victims: by closeness, descending, then by index. */
+typedef struct {
+  unsigned worker;
+  int closeness;
+} victim_key;
+
+static int cmp_victims(const void *a, const void *b) {
+  const victim_key *x = a, *y = b;
+  if (x->closeness != y->closeness)
+    return x->closeness > y->closeness ? -1 : 1;
+  return x->worker < y->worker ? -1 : (x->worker > y->worker);
+}
+
+tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
+                             unsigned nworkers, tdm_worker_plan *p) {
+  memset(p, 0, sizeof *p);
+  hwloc_bitmap_t usable = usable_cpuset(rt, topo);
+  if (!usable)
+    return TDM_ERR_NO_MEMORY;
+
+  /* Cores (or PUs where the machine reports no cores) with a usable PU. */
+  hwloc_obj_type_t type = HWLOC_OBJ_CORE;
+  int n = hwloc_get_nbobjs_by_type(topo, type);
+  if (n <= 0) {
+    type = HWLOC_OBJ_PU;
+    n = hwloc_get_nbobjs_by_type(topo, type);
+  }
+  hwloc_obj_t *cores = n > 0 ? calloc((size_t)n, sizeof *cores) : NULL;
+  hwloc_bitmap_t *core_sets = n > 0 ? calloc((size_t)n, sizeof *core_sets) : NULL;
+  tdm_status st = TDM_OK;
+  unsigned ncores = 0;
+  if (n > 0 && (!cores || !core_sets)) {
+    st = TDM_ERR_NO_MEMORY;
+    goto out;
+  }
+  for (int i = 0; i < n; i++) {
+    hwloc_obj_t c = hwloc_get_obj_by_type(topo, type, (unsigned)i);
+    if (!c || !c->cpuset || !hwloc_bitmap_intersects(c->cpuset, usable))
+      continue;
+    hwloc_bitmap_t s = hwloc_bitmap_alloc();
+    if (!s || hwloc_bitmap_and(s, c->cpuset, usable) < 0) {
+      hwloc_bitmap_free(s);
+      st = TDM_ERR_NO_MEMORY;
+      goto out;
+    }
+    cores[ncores] = c;
+    core_sets[ncores++] = s;
+  }
+  if (ncores == 0) {
+    tdm__log(rt, TDM_LOG_ERROR, "no usable CPU core found in the topology");
+    st = TDM_ERR_TOPOLOGY;
+    goto out;
+  }
+  if (nworkers == 0)
+    nworkers = ncores;
+
+  p->nworkers = nworkers;
+  p->ncores = ncores;
+  p->cpusets = calloc(nworkers, sizeof *p->cpusets);
+  p->core_of = calloc(nworkers, sizeof *p->core_of);
+  p->victims = calloc(nworkers, sizeof *p->victims);
+  p->group_end = calloc(nworkers, sizeof *p->group_end);
+  p->ngroups = calloc(nworkers, sizeof *p->ngroups);
+  victim_key *keys = calloc(nworkers, sizeof *keys);
+  if (!p->cpusets || !p->core_of || !p->victims || !p->group_end || !p->ngroups ||
+      !keys) {
+    free(keys);
+    st = TDM_ERR_NO_MEMORY;
+    goto out;
+  }
+  for (unsigned w = 0; w < nworkers; w++) {
+    p->core_of[w] = w % ncores;
+    p->cpusets[w] = hwloc_bitmap_dup(core_sets[w % ncores]);
+    p->victims[w] = calloc(nworkers, sizeof(unsigned));
+    p->group_end[w] = calloc(nworkers, sizeof(unsigned));
+    if (!p->cpusets[w] || !p->victims[w] || !p->group_end[w]) {
+      free(keys);
+      st = TDM_ERR_NO_MEMORY;
+      goto out;
+    }
+  }
+  for (unsigned w = 0; w < nworkers; w++) {
+    unsigned nk = 0;
+    hwloc_obj_t mine = cores[p->core_of[w]];
+    for (unsigned v = 0; v < nworkers; v++) {
+      if (v == w)
+        continue;
+      hwloc_obj_t theirs = cores[p->core_of[v]];
+      hwloc_obj_t common =
+          mine == theirs ? mine : hwloc_get_common_ancestor_obj(topo, mine, theirs);
+      keys[nk].worker = v;
+      keys[nk++].closeness = common ? common->depth : 0;
+    }
+    qsort(keys, nk, sizeof *keys, cmp_victims);
+    unsigned g = 0;
+    for (unsigned k = 0; k < nk; k++) {
+      p->victims[w][k] = keys[k].worker;
+      if (k + 1 == nk || keys[k + 1].closeness != keys[k].closeness)
+        p->group_end[w][g++] = k + 1;
+    }
+    p->ngroups[w] = g;
+  }
+  free(keys);
+out:
+  for (unsigned i = 0; i < ncores; i++)
+    hwloc_bitmap_free(core_sets[i]);
+  free(core_sets);
+  free(cores);
+  hwloc_bitmap_free(usable);
+  if (st)
+    tdm__plan_free(p);
+  return st;
+}

@@ -1,0 +1,100 @@
+/* Small shared pieces: status strings, logging, the spinlock's slow path,
+ * growable task arrays. */
+#include "internal.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+const char *tdm_strerror(tdm_status status) {
+  switch (status) {
+#define XX(name, value, msg)                                                   \
+  case TDM_##name:                                                             \
+    return msg;
+    TDM_STATUS_MAP(XX)
+#undef XX
+  }
+  return "unknown status";
+}
+
+const char *tdm_status_name(tdm_status status) {
+  switch (status) {
+#define XX(name, value, msg)                                                   \
+  case TDM_##name:                                                             \
+    return #name;
+    TDM_STATUS_MAP(XX)
+#undef XX
+  }
+  return "UNKNOWN";
+}
+
+void tdm__vlog(tdm_log_fn fn, void *data, tdm_log_level max,
+               tdm_log_level level, const char *fmt, va_list ap) {
+  if (!fn || level > max)
+    return;
+  char msg[1024];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  fn(data, level, msg);
+}
+
+void tdm__log(const tdm_runtime *rt, tdm_log_level level, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  tdm__vlog(rt->cfg.log_fn, rt->cfg.log_data, rt->cfg.log_level, level, fmt, ap);
+  va_end(ap);
+}
+
+void tdm__spin_lock_slow(tdm_spinlock *l) {
+  for (unsigned spins = 0;; spins++) {
+    /* relaxed: test before test-and-set, to spin on a shared cache line */
+    while (atomic_load_explicit(&l->locked, memory_order_relaxed)) {
+      if (spins++ < 64)
+        tdm__cpu_relax();
+      else
+        sched_yield(); /* the holder may have been preempted */
+    }
+    /* acquire: as in tdm__spin_lock */
+    if (!atomic_exchange_explicit(&l->locked, 1, memory_order_acquire))
+      return;
+  }
+}
+
+void tdm__taskvec_init(tdm_taskvec *v) {
+  v->items = v->inline_items;
+  v->n = 0;
+  v->cap = 2;
+}
+
+int tdm__taskvec_push(tdm_taskvec *v, tdm_task *t) {
+  if (v->n == v->cap) {
+    unsigned cap = v->cap * 2;
+    tdm_task **items;
+    if (v->items == v->inline_items) {
+      items = malloc(cap * sizeof(*items));
+      if (items)
+        for (unsigned i = 0; i < v->n; i++)
+          items[i] = v->items[i];
+    } else {
+      items = realloc(v->items, cap * sizeof(*items));
+    }
+    if (!items)
+      return -1;
+    v->items = items;
+    v->cap = cap;
+  }
+  v->items[v->n++] = t;
+  return 0;
+}
+
+void tdm__taskvec_free(tdm_taskvec *v) {
+  if (v->items != v->inline_items)
+    free(v->items);
+  tdm__taskvec_init(v);
+}
+
+void tdm__taskvec_move(tdm_taskvec *dst, tdm_taskvec *src) {
+  *dst = *src;
+  if (src->items == src->inline_items)
+    dst->items = dst->inline_items;
+  tdm__taskvec_init(src);
+}

@@ -1,0 +1,200 @@
+/*
+ * Workers: where ready tasks wait, how idle workers find them, and how they
+ * sleep.
+ *
+ * Queues. Each worker owns a Chase–Lev deque (deque.h). A task made ready by
+ * a worker (a successor it released, a task submitted from inside a task)
+ * goes to that worker's deque: the owner pops the newest (its data is warm
+ * in cache), thieves steal the oldest. A task made ready by any other thread
+ * goes to the runtime's injection stack, a lock-free LIFO that workers empty
+ * in one exchange: the worker that empties it runs the oldest task and
+ * pushes the others on its deque, where the other workers can steal them.
+ *
+ * Finding work, in order: own deque, injection stack, then stealing, nearest
+ * victims first (topology.c). A worker that finds nothing polls for
+ * cfg.spin_rounds rounds (tens of microseconds: tasks often come in bursts)
+ * and then parks on a condition variable, so an idle runtime burns no CPU.
+ *
+ * Waking. A parking worker increments nsleeping, then looks at every queue
+ * once more before it waits; a thread that makes work available publishes
+ * it, then reads nsleeping. With seq_cst on both sides (a Dekker pattern),
+ * either the parking worker sees the work or the publisher sees the
+ * sleeper. The publisher then claims one sleeper (decrements nsleeping and
+ * posts a wakeup under park_lock), so a burst of pushes wakes each sleeper
+ * once, not once per push; the cost of publishing while nobody sleeps is
+ * one fence and one load.
+ */
+#include "internal.h"
+
+#include <string.h>
+
+_Thread_local tdm_worker *tdm__self;
+
+static void wake_one(tdm_runtime *rt) {
+  /* seq_cst: the work we published must be visible before we read
+   * nsleeping (pairs with the fence in park) */
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&rt->nsleeping, memory_order_relaxed) <= 0)
+    return;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->park_lock));
+  if (atomic_load_explicit(&rt->nsleeping, memory_order_relaxed) > 0) {
+    atomic_fetch_sub_explicit(&rt->nsleeping, 1, memory_order_relaxed);
+    rt->wakeups++;
+    TDM_PTHREAD(rt, pthread_cond_signal(&rt->park_cond));
+  }
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->park_lock));
+}
+
+void tdm__wake_all(tdm_runtime *rt) {
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->park_lock));
+  TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->park_cond));
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->park_lock));
+}
+
+/* Pushes the chain first .. (its last pool_next link) on the injection
+ * stack. */
+static void inject_chain(tdm_runtime *rt, tdm_task *first) {
+  tdm_task *last = first;
+  while (last->pool_next)
+    last = last->pool_next;
+  tdm_task *head = atomic_load_explicit(&rt->inject, memory_order_relaxed);
+  do {
+    last->pool_next = head;
+    /* release: the tasks' contents are visible to the worker that takes
+     * the stack */
+  } while (!atomic_compare_exchange_weak_explicit(
+      &rt->inject, &head, first, memory_order_release, memory_order_relaxed));
+}
+
+void tdm__schedule(tdm_runtime *rt, tdm_task *t) {
+  tdm_worker *w = tdm__self_in(rt);
+  if (!w || tdm_deque_push(&w->deque, t) != 0) {
+    /* not a worker of rt, or its deque could not grow */
+    t->pool_next = NULL;
+    inject_chain(rt, t);
+  }
+  wake_one(rt);
+}
+
+static tdm_task *take_injected(tdm_worker *w) {
+  tdm_runtime *rt = w->rt;
+  /* relaxed: a cheap look before the exchange */
+  if (!atomic_load_explicit(&rt->inject, memory_order_relaxed))
+    return NULL;
+  /* acquire: pairs with the release CAS in inject_chain */
+  tdm_task *t = atomic_exchange_explicit(&rt->inject, NULL, memory_order_acquire);
+  if (!t)
+    return NULL;
+  /* The stack holds the newest first: push all but the oldest, which we
+   * run now. */
+  unsigned pushed = 0;
+  while (t->pool_next) {
+    tdm_task *next = t->pool_next;
+    if (tdm_deque_push(&w->deque, t) != 0) {
+      inject_chain(rt, t); /* out of memory: leave the rest for later */
+      t = NULL;
+      break;
+    }
+    pushed++;
+    t = next;
+  }
+  if (pushed)
+    wake_one(rt);
+  return t;
+}
+
+static uint64_t next_random(tdm_worker *w) {
+  /* xorshift64 (Marsaglia, 2003) */
+  uint64_t x = w->rng;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return w->rng = x;
+}
+
+static tdm_task *steal(tdm_worker *w) {
+  tdm_runtime *rt = w->rt;
+  const tdm_worker_plan *p = &rt->plan;
+  const unsigned *victims = p->victims[w->id];
+  unsigned start = 0;
+  for (unsigned g = 0; g < p->ngroups[w->id]; g++) {
+    unsigned end = p->group_end[w->id][g];
+    unsigned n = end - start;
+    unsigned r = (unsigned)(next_random(w) % n);
+    for (unsigned k = 0; k < n; k++) {
+      unsigned v = victims[start + (r + k) % n];
+      tdm_task *t = tdm_deque_steal(&rt->workers[v].deque);
+      if (t)
+        return t;
+    }
+    start = end;
+  }
+  return NULL;
+}
+
+static tdm_task *find_work(tdm_worker *w) {
+  tdm_task *t = tdm_deque_pop(&w->deque);
+  if (!t)
+    t = take_injected(w);
+  if (!t)
+    t = steal(w);
+  return t;
+}
+
+static bool any_work(tdm_runtime *rt) {
+  if (atomic_load(&rt->inject))
+    return true;
+  for (unsigned i = 0; i < rt->nworkers; i++)
+    if (tdm_deque_size(&rt->workers[i].deque) > 0)
+      return true;
+  return false;
+}
+
+static void park(tdm_worker *w) {
+  tdm_runtime *rt = w->rt;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->park_lock));
+  atomic_fetch_add_explicit(&rt->nsleeping, 1, memory_order_relaxed);
+  /* seq_cst: nsleeping is visible before we look at the queues (pairs
+   * with the fence in wake_one) */
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load(&rt->stop) || any_work(rt)) {
+    atomic_fetch_sub_explicit(&rt->nsleeping, 1, memory_order_relaxed);
+  } else {
+    while (rt->wakeups == 0 && !atomic_load(&rt->stop))
+      TDM_PTHREAD(rt, pthread_cond_wait(&rt->park_cond, &rt->park_lock));
+    if (rt->wakeups > 0)
+      rt->wakeups--; /* the waker already took us off nsleeping */
+    else
+      atomic_fetch_sub_explicit(&rt->nsleeping, 1, memory_order_relaxed);
+  }
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->park_lock));
+}
+
+void *tdm__worker_main(void *arg) {
+  tdm_worker *w = arg;
+  tdm_runtime *rt = w->rt;
+  tdm__self = w;
+  if (rt->bind &&
+      hwloc_set_cpubind(rt->topo, rt->plan.cpusets[w->id], HWLOC_CPUBIND_THREAD) < 0) {
+    char buf[128];
+    hwloc_bitmap_snprintf(buf, sizeof buf, rt->plan.cpusets[w->id]);
+    tdm__log(rt, TDM_LOG_WARNING, "worker %u: could not bind to cpuset %s; running unbound",
+             w->id, buf);
+  }
+  for (;;) {
+    tdm_task *t = find_work(w);
+    for (unsigned i = 0; !t && i < rt->cfg.spin_rounds; i++) {
+      tdm__cpu_relax();
+      t = find_work(w);
+    }
+    if (t) {
+      tdm__task_execute(w, t);
+      continue;
+    }
+    if (atomic_load(&rt->stop))
+      break;
+    park(w);
+  }
+  tdm__self = NULL;
+  return NULL;
+}
