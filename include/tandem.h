@@ -195,7 +195,8 @@ typedef enum tdm_access {
 } tdm_access;
 
 /**
- * What a task function sees of one buffer. A vector has ny = 1 and ld = nx.
+ * What a task function sees of one buffer. A vector is a column: ny = 1 and
+ * ld = 1.
  * A matrix is stored by rows: element (r, c) is at
  * (char *)ptr + (r * ld + c) * elem_size, with nx rows and ny columns.
  */

@@ -188,7 +188,7 @@ static tdm_status do_register(tdm_runtime *rt, uint8_t kind, const tdm_buffer *b
 
 tdm_status tdm_register_vector(tdm_runtime *rt, void *ptr, size_t count,
                                size_t elem_size, tdm_handle **out) {
-  tdm_buffer b = {.ptr = ptr, .elem_size = elem_size, .nx = count, .ny = 1, .ld = count};
+  tdm_buffer b = {.ptr = ptr, .elem_size = elem_size, .nx = count, .ny = 1, .ld = 1};
   return do_register(rt, TDM_HANDLE_VECTOR, &b, out, "tdm_register_vector");
 }
 

@@ -1,0 +1,95 @@
+/* Helpers shared by the tests. */
+#ifndef TDM_TEST_COMMON_H
+#define TDM_TEST_COMMON_H
+
+#include <setjmp.h> /* cmocka needs these first */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tandem.h"
+
+/* Captures the log of a runtime. */
+typedef struct test_log {
+  pthread_mutex_t lock;
+  unsigned count;       /* messages received */
+  unsigned errors;      /* of level TDM_LOG_ERROR */
+  char last[1024];      /* the last message */
+} test_log;
+
+static void test_log_fn(void *data, tdm_log_level level, const char *msg) {
+  test_log *l = data;
+  pthread_mutex_lock(&l->lock);
+  l->count++;
+  if (level == TDM_LOG_ERROR)
+    l->errors++;
+  snprintf(l->last, sizeof l->last, "%s", msg);
+  pthread_mutex_unlock(&l->lock);
+  if (getenv("TDM_TEST_VERBOSE"))
+    fprintf(stderr, "[tandem %d] %s\n", (int)level, msg);
+}
+
+static inline unsigned test_log_count(test_log *l) {
+  pthread_mutex_lock(&l->lock);
+  unsigned n = l->count;
+  pthread_mutex_unlock(&l->lock);
+  return n;
+}
+
+static inline unsigned test_log_errors(test_log *l) {
+  pthread_mutex_lock(&l->lock);
+  unsigned n = l->errors;
+  pthread_mutex_unlock(&l->lock);
+  return n;
+}
+
+/* A runtime with `nworkers` workers (0: one per core), unbound (tests
+ * often ask for more workers than cores), logging into *log if not NULL. */
+static inline tdm_runtime *test_runtime(unsigned nworkers, test_log *log) {
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = nworkers;
+  cfg.bind_workers = 0;
+  cfg.ignore_env = 1;
+  if (log) {
+    memset(log, 0, sizeof *log);
+    pthread_mutex_init(&log->lock, NULL);
+    cfg.log_fn = test_log_fn;
+    cfg.log_data = log;
+    cfg.log_level = TDM_LOG_DEBUG;
+  }
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  assert_non_null(rt);
+  return rt;
+}
+
+static inline double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline void sleep_ms(unsigned ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Waits until *flag becomes nonzero or `timeout` seconds pass; returns the
+ * flag. */
+static inline int wait_flag(_Atomic int *flag, double timeout) {
+  double end = now_s() + timeout;
+  while (!atomic_load(flag) && now_s() < end)
+    sleep_ms(1);
+  return atomic_load(flag);
+}
+
+#endif

@@ -1,0 +1,285 @@
+/* Dependency semantics: each hazard is ordered, readers overlap, explicit
+ * dependencies order unrelated tasks, tasks may submit tasks, waiting for
+ * one task and for all. */
+#include "common.h"
+
+/* A cell that tasks read and write, with a record of what they saw. */
+typedef struct {
+  _Atomic int value;
+  _Atomic int seen[8];
+} cell;
+
+typedef struct {
+  cell *c;
+  int slot;     /* where to record what was read */
+  int write;    /* value to write, if a writer */
+  unsigned ms;  /* how long to take */
+} op;
+
+static void do_write(const tdm_buffer *b, const void *args, size_t n) {
+  (void)n;
+  const op *o = args;
+  cell *c = b[0].ptr;
+  sleep_ms(o->ms);
+  atomic_store(&c->value, o->write);
+}
+
+static void do_read(const tdm_buffer *b, const void *args, size_t n) {
+  (void)n;
+  const op *o = args;
+  cell *c = b[0].ptr;
+  int before = atomic_load(&c->value);
+  sleep_ms(o->ms);
+  /* a reader that sees the value change under it was not protected */
+  atomic_store(&c->seen[o->slot], atomic_load(&c->value) == before ? before : -1);
+}
+
+static const tdm_codelet cl_write = {"write", do_write, 1, {TDM_W}};
+static const tdm_codelet cl_rw = {"rw", do_write, 1, {TDM_RW}};
+static const tdm_codelet cl_read = {"read", do_read, 1, {TDM_R}};
+
+static void submit_op(tdm_runtime *rt, const tdm_codelet *cl, tdm_handle *h, op o) {
+  tdm_task_desc d = {.codelet = cl, .handles = {h}, .args = &o, .args_size = sizeof o};
+  assert_int_equal(tdm_submit(rt, &d), TDM_OK);
+}
+
+static void test_read_after_write(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(4, NULL);
+  cell c = {0};
+  tdm_handle *h;
+  assert_int_equal(tdm_register_vector(rt, &c, 1, sizeof c, &h), TDM_OK);
+  /* a slow writer, then a reader: the reader must see the write */
+  submit_op(rt, &cl_write, h, (op){&c, 0, 42, 50});
+  submit_op(rt, &cl_read, h, (op){&c, 0, 0, 0});
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(atomic_load(&c.seen[0]), 42);
+  tdm_runtime_destroy(rt);
+}
+
+static void test_write_after_read(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(4, NULL);
+  cell c = {.value = 7};
+  tdm_handle *h;
+  assert_int_equal(tdm_register_vector(rt, &c, 1, sizeof c, &h), TDM_OK);
+  /* slow readers, then a writer: the readers must see 7 throughout */
+  submit_op(rt, &cl_read, h, (op){&c, 0, 0, 50});
+  submit_op(rt, &cl_read, h, (op){&c, 1, 0, 30});
+  submit_op(rt, &cl_write, h, (op){&c, 0, 9, 0});
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(atomic_load(&c.seen[0]), 7);
+  assert_int_equal(atomic_load(&c.seen[1]), 7);
+  assert_int_equal(atomic_load(&c.value), 9);
+  tdm_runtime_destroy(rt);
+}
+
+static void test_write_after_write(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(4, NULL);
+  cell c = {0};
+  tdm_handle *h;
+  assert_int_equal(tdm_register_vector(rt, &c, 1, sizeof c, &h), TDM_OK);
+  /* a slow W, a fast W, a slow RW, a fast W: the last submitted wins */
+  submit_op(rt, &cl_write, h, (op){&c, 0, 1, 40});
+  submit_op(rt, &cl_write, h, (op){&c, 0, 2, 0});
+  submit_op(rt, &cl_rw, h, (op){&c, 0, 3, 30});
+  submit_op(rt, &cl_write, h, (op){&c, 0, 4, 0});
+  assert_int_equal(tdm_handle_unregister(h), TDM_OK); /* waits */
+  assert_int_equal(atomic_load(&c.value), 4);
+  tdm_runtime_destroy(rt);
+}
+
+/* Readers of the same version run at the same time: each waits (up to a
+ * generous timeout) until the other has started. */
+typedef struct {
+  _Atomic int started;
+  _Atomic int overlapped;
+} meet;
+
+static void meet_reader(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b;
+  (void)n;
+  meet *m = *(meet *const *)args;
+  atomic_fetch_add(&m->started, 1);
+  double end = now_s() + 10.0;
+  while (atomic_load(&m->started) < 2 && now_s() < end)
+    sleep_ms(1);
+  if (atomic_load(&m->started) >= 2)
+    atomic_fetch_add(&m->overlapped, 1);
+}
+
+static void test_readers_overlap(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(2, NULL);
+  int x = 0;
+  meet m = {0};
+  meet *pm = &m;
+  tdm_handle *h;
+  assert_int_equal(tdm_register_vector(rt, &x, 1, sizeof x, &h), TDM_OK);
+  static const tdm_codelet cl = {"meet", meet_reader, 1, {TDM_R}};
+  tdm_task_desc d = {.codelet = &cl, .handles = {h}, .args = &pm, .args_size = sizeof pm};
+  assert_int_equal(tdm_submit(rt, &d), TDM_OK);
+  assert_int_equal(tdm_submit(rt, &d), TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(atomic_load(&m.overlapped), 2);
+  tdm_runtime_destroy(rt);
+}
+
+/* An explicit dependency orders tasks that share no data. */
+static _Atomic int flag_a;
+static _Atomic int b_saw;
+static void task_a(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b; (void)args; (void)n;
+  sleep_ms(50);
+  atomic_store(&flag_a, 1);
+}
+static void task_b(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b; (void)args; (void)n;
+  atomic_store(&b_saw, atomic_load(&flag_a));
+}
+
+static void test_explicit_dependency(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(4, NULL);
+  static const tdm_codelet ca = {"a", task_a, 0, {0}}, cb = {"b", task_b, 0, {0}};
+  tdm_task *a, *b;
+  atomic_store(&flag_a, 0);
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &ca}, &a), TDM_OK);
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cb}, &b), TDM_OK);
+  assert_int_equal(tdm_task_depends_on(b, a), TDM_OK);
+  /* b cannot go before a is submitted */
+  assert_int_equal(tdm_task_submit(b), TDM_ERR_DEP_NOT_SUBMITTED);
+  assert_int_equal(tdm_task_submit(a), TDM_OK);
+  assert_int_equal(tdm_task_submit(b), TDM_OK);
+  assert_int_equal(tdm_task_wait(b), TDM_OK);
+  assert_int_equal(atomic_load(&b_saw), 1);
+  /* a dependency on a finished task is already satisfied */
+  tdm_task *c;
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cb}, &c), TDM_OK);
+  assert_int_equal(tdm_task_depends_on(c, a), TDM_OK);
+  assert_int_equal(tdm_task_submit(c), TDM_OK);
+  assert_int_equal(tdm_task_wait(c), TDM_OK);
+  tdm_task_release(a);
+  tdm_task_release(b);
+  tdm_task_release(c);
+  tdm_runtime_destroy(rt);
+}
+
+/* Tasks that submit tasks: a binary tree of depth 12 built from inside
+ * tasks, each leaf adding one. */
+typedef struct {
+  tdm_runtime *rt;
+  _Atomic long *leaves;
+  int depth;
+} tree_args;
+
+static void tree(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b;
+  (void)n;
+  tree_args a = *(const tree_args *)args;
+  if (a.depth == 0) {
+    atomic_fetch_add(a.leaves, 1);
+    return;
+  }
+  static const tdm_codelet cl = {"tree", tree, 0, {0}};
+  a.depth--;
+  /* no cmocka assertion on a worker thread: a failed submit shows as
+   * missing leaves */
+  for (int i = 0; i < 2; i++)
+    tdm_submit(a.rt, &(tdm_task_desc){.codelet = &cl, .args = &a, .args_size = sizeof a});
+}
+
+static void test_nested_submission(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(0, NULL);
+  _Atomic long leaves = 0;
+  tree_args a = {rt, &leaves, 12};
+  static const tdm_codelet cl = {"tree", tree, 0, {0}};
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl, .args = &a,
+                                                    .args_size = sizeof a}),
+                   TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(atomic_load(&leaves), 1 << 12);
+  tdm_runtime_destroy(rt);
+}
+
+/* The callback runs after the task and before its successors. */
+static _Atomic int order[3];
+static _Atomic int order_n;
+static void mark_task(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b; (void)n;
+  order[atomic_fetch_add(&order_n, 1)] = *(const int *)args;
+}
+static void mark_cb(void *data) { order[atomic_fetch_add(&order_n, 1)] = (int)(intptr_t)data; }
+
+static void test_callback_and_task_wait(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(4, NULL);
+  int x;
+  tdm_handle *h;
+  assert_int_equal(tdm_register_vector(rt, &x, 1, sizeof x, &h), TDM_OK);
+  static const tdm_codelet cl = {"mark", mark_task, 1, {TDM_RW}};
+  int one = 1, three = 3;
+  tdm_task *t1, *t2;
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl, .handles = {h},
+      .args = &one, .args_size = sizeof one, .callback = mark_cb, .callback_data = (void *)2}, &t1), TDM_OK);
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl, .handles = {h},
+      .args = &three, .args_size = sizeof three}, &t2), TDM_OK);
+  assert_int_equal(tdm_task_submit(t1), TDM_OK);
+  assert_int_equal(tdm_task_submit(t2), TDM_OK);
+  assert_int_equal(tdm_task_wait(t2), TDM_OK);
+  assert_int_equal(atomic_load(&order_n), 3);
+  assert_int_equal(order[0], 1);
+  assert_int_equal(order[1], 2);
+  assert_int_equal(order[2], 3);
+  tdm_task_release(t1);
+  tdm_task_release(t2);
+  tdm_runtime_destroy(rt);
+}
+
+/* Arguments are copied at submit: changing the caller's copy afterwards
+ * has no effect; large arguments too. */
+typedef struct { char bytes[300]; } big;
+static void check_big(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b;
+  const big *g = args;
+  int *ok = b[0].ptr;
+  *ok = n == sizeof(big) && g->bytes[0] == 'a' && g->bytes[299] == 'z';
+}
+
+static void test_args_copied(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(2, NULL);
+  int ok = 0;
+  tdm_handle *h;
+  assert_int_equal(tdm_register_vector(rt, &ok, 1, sizeof ok, &h), TDM_OK);
+  static const tdm_codelet cl = {"big", check_big, 1, {TDM_W}};
+  /* hold the handle so the task cannot start before we scribble */
+  assert_int_equal(tdm_handle_acquire(h, TDM_RW), TDM_OK);
+  big g;
+  memset(&g, 'a', sizeof g);
+  g.bytes[299] = 'z';
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl, .handles = {h},
+                                                    .args = &g, .args_size = sizeof g}),
+                   TDM_OK);
+  memset(&g, 0, sizeof g);
+  assert_int_equal(tdm_handle_release(h), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h), TDM_OK);
+  assert_int_equal(ok, 1);
+  tdm_runtime_destroy(rt);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_read_after_write),
+      cmocka_unit_test(test_write_after_read),
+      cmocka_unit_test(test_write_after_write),
+      cmocka_unit_test(test_readers_overlap),
+      cmocka_unit_test(test_explicit_dependency),
+      cmocka_unit_test(test_nested_submission),
+      cmocka_unit_test(test_callback_and_task_wait),
+      cmocka_unit_test(test_args_copied),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,311 @@
+/* Every bad input returns its own status and logs a message; nothing
+ * crashes and nothing leaks (the sanitizer runs check the latter). */
+#include "common.h"
+
+static void noop(const tdm_buffer *b, const void *a, size_t n) { (void)b; (void)a; (void)n; }
+static const tdm_codelet cl_r = {"r", noop, 1, {TDM_R}};
+static const tdm_codelet cl_none = {"none", noop, 0, {0}};
+
+/* Expects `call` to return `status` and to log one more error. */
+#define EXPECT_ERR(log, status, call)                                          \
+  do {                                                                         \
+    unsigned before_ = test_log_errors(log);                                   \
+    assert_int_equal((call), (status));                                        \
+    assert_true(test_log_errors(log) > before_);                               \
+  } while (0)
+
+static void test_status_table(void **state) {
+  (void)state;
+  static const tdm_status all[] = {
+#define XX(name, value, msg) TDM_##name,
+      TDM_STATUS_MAP(XX)
+#undef XX
+  };
+  size_t n = sizeof all / sizeof all[0];
+  for (size_t i = 0; i < n; i++) {
+    assert_string_not_equal(tdm_strerror(all[i]), "unknown status");
+    for (size_t j = 0; j < i; j++) {
+      assert_int_not_equal(all[i], all[j]);
+      assert_string_not_equal(tdm_strerror(all[i]), tdm_strerror(all[j]));
+      assert_string_not_equal(tdm_status_name(all[i]), tdm_status_name(all[j]));
+    }
+  }
+  assert_string_equal(tdm_strerror((tdm_status)12345), "unknown status");
+  assert_string_equal(tdm_status_name(TDM_ERR_CYCLE), "ERR_CYCLE");
+}
+
+static void test_bad_config(void **state) {
+  (void)state;
+  tdm_runtime *rt = (tdm_runtime *)1;
+  assert_int_equal(tdm_runtime_create(NULL, NULL), TDM_ERR_INVALID_ARG);
+  tdm_config cfg;
+  memset(&cfg, 0, sizeof cfg); /* never initialised: struct_size 0 */
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_INVALID_ARG);
+  assert_null(rt);
+  test_log log;
+  memset(&log, 0, sizeof log);
+  pthread_mutex_init(&log.lock, NULL);
+  tdm_config_init(&cfg);
+  cfg.flags = 1;
+  cfg.log_fn = test_log_fn;
+  cfg.log_data = &log;
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_runtime_create(&cfg, &rt));
+}
+
+static void test_null_pointers(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = test_runtime(2, &log);
+  int x;
+  tdm_handle *h;
+  assert_int_equal(tdm_submit(NULL, &(tdm_task_desc){.codelet = &cl_none}), TDM_ERR_INVALID_ARG);
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_submit(rt, NULL));
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_submit(rt, &(tdm_task_desc){0}));
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_r}));
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG,
+             tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_none, .args_size = 4}));
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_register_vector(rt, NULL, 4, 4, &h));
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_register_vector(rt, &x, 0, 4, &h));
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_register_vector(rt, &x, 1, 4, NULL));
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_register_matrix(rt, &x, 1, 1, 2, 4, &h));
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl_none}, NULL));
+  assert_int_equal(tdm_register_vector(NULL, &x, 1, 4, &h), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_handle_unregister(NULL), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_handle_acquire(NULL, TDM_R), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_handle_release(NULL), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_task_submit(NULL), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_task_wait(NULL), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_task_depends_on(NULL, NULL), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_wait_all(NULL), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_matrix_partition(NULL, 1, 1, 0), TDM_ERR_INVALID_ARG);
+  assert_null(tdm_matrix_tile(NULL, 0, 0));
+  tdm_runtime_destroy(rt);
+}
+
+static void test_too_many_buffers_and_bad_modes(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = test_runtime(2, &log);
+  int x;
+  tdm_handle *h;
+  assert_int_equal(tdm_register_vector(rt, &x, 1, sizeof x, &h), TDM_OK);
+  tdm_codelet many = {"many", noop, TDM_MAX_BUFFERS + 1, {TDM_R}};
+  EXPECT_ERR(&log, TDM_ERR_TOO_MANY_BUFFERS,
+             tdm_submit(rt, &(tdm_task_desc){.codelet = &many, .handles = {h}}));
+  tdm_codelet bad_mode = {"bad", noop, 1, {(tdm_access)0}};
+  EXPECT_ERR(&log, TDM_ERR_INVALID_MODE,
+             tdm_submit(rt, &(tdm_task_desc){.codelet = &bad_mode, .handles = {h}}));
+  bad_mode.modes[0] = (tdm_access)7;
+  EXPECT_ERR(&log, TDM_ERR_INVALID_MODE,
+             tdm_submit(rt, &(tdm_task_desc){.codelet = &bad_mode, .handles = {h}}));
+  EXPECT_ERR(&log, TDM_ERR_INVALID_MODE, tdm_handle_acquire(h, (tdm_access)9));
+  assert_int_equal(tdm_handle_unregister(h), TDM_OK);
+  tdm_runtime_destroy(rt);
+}
+
+static void test_foreign_and_stale_handles(void **state) {
+  (void)state;
+  test_log log, log2;
+  tdm_runtime *rt = test_runtime(2, &log), *other = test_runtime(1, &log2);
+  int x, y;
+  tdm_handle *h, *foreign;
+  assert_int_equal(tdm_register_vector(rt, &x, 1, sizeof x, &h), TDM_OK);
+  assert_int_equal(tdm_register_vector(other, &y, 1, sizeof y, &foreign), TDM_OK);
+  EXPECT_ERR(&log, TDM_ERR_WRONG_RUNTIME,
+             tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_r, .handles = {foreign}}));
+  tdm_task *t1, *t2;
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl_none}, &t1), TDM_OK);
+  assert_int_equal(tdm_task_create(other, &(tdm_task_desc){.codelet = &cl_none}, &t2), TDM_OK);
+  EXPECT_ERR(&log, TDM_ERR_WRONG_RUNTIME, tdm_task_depends_on(t1, t2));
+  tdm_task_release(t1);
+  tdm_task_release(t2);
+
+  assert_int_equal(tdm_handle_unregister(h), TDM_OK);
+  EXPECT_ERR(&log, TDM_ERR_STALE_HANDLE,
+             tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_r, .handles = {h}}));
+  EXPECT_ERR(&log, TDM_ERR_STALE_HANDLE, tdm_handle_unregister(h));
+  EXPECT_ERR(&log, TDM_ERR_STALE_HANDLE, tdm_handle_acquire(h, TDM_R));
+  tdm_buffer b;
+  EXPECT_ERR(&log, TDM_ERR_STALE_HANDLE, tdm_handle_buffer(h, &b));
+  tdm_runtime_destroy(rt);
+  tdm_runtime_destroy(other);
+}
+
+/* A handle unregistered while a created task names it: the task's
+ * submission then fails. And unregister refused while it is in use. */
+static void test_unregister_busy_handle(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = test_runtime(2, &log);
+  float m[16];
+  tdm_handle *h, *mat;
+  assert_int_equal(tdm_register_vector(rt, m, 16, sizeof(float), &h), TDM_OK);
+  assert_int_equal(tdm_register_matrix(rt, m, 4, 4, 4, sizeof(float), &mat), TDM_OK);
+  /* named by a created, unsubmitted task */
+  tdm_task *t;
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl_r, .handles = {h}}, &t),
+                   TDM_OK);
+  EXPECT_ERR(&log, TDM_ERR_BUSY, tdm_handle_unregister(h));
+  tdm_task_release(t); /* discarded: the handle is free again */
+  /* acquired by the host */
+  assert_int_equal(tdm_handle_acquire(h, TDM_R), TDM_OK);
+  EXPECT_ERR(&log, TDM_ERR_BUSY, tdm_handle_unregister(h));
+  EXPECT_ERR(&log, TDM_ERR_BUSY, tdm_handle_acquire(h, TDM_R));
+  assert_int_equal(tdm_handle_release(h), TDM_OK);
+  EXPECT_ERR(&log, TDM_ERR_NOT_ACQUIRED, tdm_handle_release(h));
+  assert_int_equal(tdm_handle_unregister(h), TDM_OK);
+  /* partitioned, and a tile */
+  assert_int_equal(tdm_matrix_partition(mat, 2, 2, 0), TDM_OK);
+  EXPECT_ERR(&log, TDM_ERR_BUSY, tdm_handle_unregister(mat));
+  EXPECT_ERR(&log, TDM_ERR_BUSY, tdm_handle_unregister(tdm_matrix_tile(mat, 1, 1)));
+  EXPECT_ERR(&log, TDM_ERR_PARTITIONED,
+             tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_r, .handles = {mat}}));
+  EXPECT_ERR(&log, TDM_ERR_PARTITIONED, tdm_matrix_partition(mat, 2, 2, 0));
+  tdm_handle *tile = tdm_matrix_tile(mat, 0, 0);
+  assert_int_equal(tdm_matrix_unpartition(mat, 0), TDM_OK);
+  EXPECT_ERR(&log, TDM_ERR_NOT_PARTITIONED, tdm_matrix_unpartition(mat, 0));
+  EXPECT_ERR(&log, TDM_ERR_STALE_HANDLE,
+             tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_r, .handles = {tile}}));
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_matrix_partition(mat, 0, 2, 0));
+  assert_int_equal(tdm_handle_unregister(mat), TDM_OK);
+  tdm_runtime_destroy(rt);
+}
+
+static void test_cycles_refused(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = test_runtime(2, &log);
+  tdm_task *a, *b, *c;
+  tdm_task_desc d = {.codelet = &cl_none};
+  assert_int_equal(tdm_task_create(rt, &d, &a), TDM_OK);
+  assert_int_equal(tdm_task_create(rt, &d, &b), TDM_OK);
+  assert_int_equal(tdm_task_create(rt, &d, &c), TDM_OK);
+  EXPECT_ERR(&log, TDM_ERR_CYCLE, tdm_task_depends_on(a, a));
+  assert_int_equal(tdm_task_depends_on(b, a), TDM_OK);
+  assert_int_equal(tdm_task_depends_on(c, b), TDM_OK);
+  EXPECT_ERR(&log, TDM_ERR_CYCLE, tdm_task_depends_on(a, b));
+  EXPECT_ERR(&log, TDM_ERR_CYCLE, tdm_task_depends_on(a, c));
+  /* the refused edges were not added: submission in order works */
+  assert_int_equal(tdm_task_submit(a), TDM_OK);
+  EXPECT_ERR(&log, TDM_ERR_ALREADY_SUBMITTED, tdm_task_submit(a));
+  EXPECT_ERR(&log, TDM_ERR_ALREADY_SUBMITTED, tdm_task_depends_on(a, c));
+  EXPECT_ERR(&log, TDM_ERR_DEP_NOT_SUBMITTED, tdm_task_submit(c));
+  assert_int_equal(tdm_task_submit(b), TDM_OK);
+  assert_int_equal(tdm_task_submit(c), TDM_OK);
+  assert_int_equal(tdm_task_wait(c), TDM_OK);
+  tdm_task *never;
+  assert_int_equal(tdm_task_create(rt, &d, &never), TDM_OK);
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_task_wait(never));
+  tdm_task_release(never);
+  tdm_task_release(a);
+  tdm_task_release(b);
+  tdm_task_release(c);
+  tdm_runtime_destroy(rt);
+}
+
+/* Blocking calls from a task are refused. */
+typedef struct {
+  tdm_runtime *rt;
+  tdm_handle *h;
+  _Atomic int wait_all, acquire, unregister, destroy_logged;
+} in_task;
+
+static void blocking_inside(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b; (void)n;
+  in_task *s = *(in_task *const *)args;
+  atomic_store(&s->wait_all, tdm_wait_all(s->rt));
+  atomic_store(&s->acquire, tdm_handle_acquire(s->h, TDM_R));
+  atomic_store(&s->unregister, tdm_handle_unregister(s->h));
+  tdm_runtime_destroy(s->rt); /* refused, logged, returns */
+  atomic_store(&s->destroy_logged, 1);
+}
+
+static void test_blocking_calls_in_task(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = test_runtime(2, &log);
+  int x;
+  in_task s = {.rt = rt};
+  in_task *ps = &s;
+  assert_int_equal(tdm_register_vector(rt, &x, 1, sizeof x, &s.h), TDM_OK);
+  static const tdm_codelet cl = {"blocking", blocking_inside, 0, {0}};
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl, .args = &ps, .args_size = sizeof ps}),
+                   TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(s.wait_all, TDM_ERR_IN_TASK);
+  assert_int_equal(s.acquire, TDM_ERR_IN_TASK);
+  assert_int_equal(s.unregister, TDM_ERR_IN_TASK);
+  assert_int_equal(s.destroy_logged, 1);
+  assert_true(test_log_errors(&log) >= 4);
+  tdm_runtime_destroy(rt);
+}
+
+/* Submissions from other threads are refused once destroy has begun;
+ * tasks already running may still submit, and their children run. */
+typedef struct {
+  tdm_runtime *rt;
+  _Atomic int release, child_ran, child_status;
+} closing;
+
+static void child(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b; (void)n;
+  atomic_store(&(*(closing *const *)args)->child_ran, 1);
+}
+
+static void gate(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b; (void)n;
+  closing *c = *(closing *const *)args;
+  wait_flag(&c->release, 30.0);
+  static const tdm_codelet cl = {"child", child, 0, {0}};
+  atomic_store(&c->child_status,
+               tdm_submit(c->rt, &(tdm_task_desc){.codelet = &cl, .args = &c, .args_size = sizeof c}));
+}
+
+static void *destroyer(void *arg) {
+  tdm_runtime_destroy(arg);
+  return NULL;
+}
+
+static void test_submit_after_destroy_began(void **state) {
+  (void)state;
+  test_log log;
+  closing c = {.rt = test_runtime(2, &log), .child_status = 99};
+  closing *pc = &c;
+  static const tdm_codelet cl = {"gate", gate, 0, {0}};
+  assert_int_equal(tdm_submit(c.rt, &(tdm_task_desc){.codelet = &cl, .args = &pc, .args_size = sizeof pc}),
+                   TDM_OK);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, destroyer, c.rt), 0);
+  /* destroy is waiting for the gate task: our submissions start failing */
+  tdm_status st = TDM_OK;
+  double end = now_s() + 30.0;
+  while (st == TDM_OK && now_s() < end) {
+    st = tdm_submit(c.rt, &(tdm_task_desc){.codelet = &cl_none});
+    if (st == TDM_OK)
+      sleep_ms(1);
+  }
+  assert_int_equal(st, TDM_ERR_SHUTTING_DOWN);
+  assert_true(test_log_errors(&log) >= 1);
+  int x;
+  tdm_handle *h;
+  assert_int_equal(tdm_register_vector(c.rt, &x, 1, sizeof x, &h), TDM_ERR_SHUTTING_DOWN);
+  atomic_store(&c.release, 1);
+  pthread_join(th, NULL);
+  assert_int_equal(c.child_status, TDM_OK);
+  assert_int_equal(c.child_ran, 1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_status_table),
+      cmocka_unit_test(test_bad_config),
+      cmocka_unit_test(test_null_pointers),
+      cmocka_unit_test(test_too_many_buffers_and_bad_modes),
+      cmocka_unit_test(test_foreign_and_stale_handles),
+      cmocka_unit_test(test_unregister_busy_handle),
+      cmocka_unit_test(test_cycles_refused),
+      cmocka_unit_test(test_blocking_calls_in_task),
+      cmocka_unit_test(test_submit_after_destroy_began),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

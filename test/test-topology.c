@@ -1,0 +1,169 @@
+/* Worker placement and steal order on synthetic hwloc topologies, so that
+ * they do not depend on the test machine; the process' affinity mask is
+ * respected on the real one. */
+#include "common.h"
+
+#include "internal.h"
+
+#include <sched.h>
+
+static tdm_runtime dummy; /* tdm__log needs a runtime; no callback set */
+
+static void plan(const char *synthetic, unsigned nworkers, hwloc_topology_t *topo,
+                 tdm_worker_plan *p) {
+  assert_int_equal(tdm__topology_load(&dummy, synthetic, topo), TDM_OK);
+  assert_int_equal(tdm__plan_workers(&dummy, *topo, nworkers, p), TDM_OK);
+}
+
+/* Victims of worker w, group by group, as "1|2 3|4 5 6 7". */
+static void victims_str(const tdm_worker_plan *p, unsigned w, char *out, size_t size) {
+  size_t len = 0;
+  unsigned k = 0;
+  out[0] = 0;
+  for (unsigned g = 0; g < p->ngroups[w]; g++) {
+    if (g)
+      len += (size_t)snprintf(out + len, size - len, "|");
+    for (unsigned first = 1; k < p->group_end[w][g]; k++, first = 0)
+      len += (size_t)snprintf(out + len, size - len, "%s%u", first ? "" : " ",
+                              p->victims[w][k]);
+  }
+}
+
+static void test_two_packages_shared_l2(void **state) {
+  (void)state;
+  hwloc_topology_t topo;
+  tdm_worker_plan p;
+  /* 2 packages x (1 L3 x 2 L2 x 2 cores) x 2 PUs: 8 cores, 16 PUs */
+  plan("pack:2 l3:1 l2:2 core:2 pu:2", 0, &topo, &p);
+  assert_int_equal(p.ncores, 8);
+  assert_int_equal(p.nworkers, 8);
+  char s[128];
+  victims_str(&p, 0, s, sizeof s);
+  assert_string_equal(s, "1|2 3|4 5 6 7");
+  victims_str(&p, 5, s, sizeof s);
+  assert_string_equal(s, "4|6 7|0 1 2 3");
+  /* each worker on its own core, with both of its PUs */
+  for (unsigned w = 0; w < 8; w++) {
+    assert_int_equal(p.core_of[w], w);
+    assert_int_equal(hwloc_bitmap_weight(p.cpusets[w]), 2);
+    assert_true(hwloc_bitmap_isset(p.cpusets[w], 2 * w));
+    assert_true(hwloc_bitmap_isset(p.cpusets[w], 2 * w + 1));
+  }
+  tdm__plan_free(&p);
+  hwloc_topology_destroy(topo);
+}
+
+static void test_numa_nodes_group_victims(void **state) {
+  (void)state;
+  hwloc_topology_t topo;
+  tdm_worker_plan p;
+  /* 1 package, 2 NUMA nodes of 3 cores */
+  plan("pack:1 numa:2 core:3 pu:1", 0, &topo, &p);
+  assert_int_equal(p.nworkers, 6);
+  char s[128];
+  victims_str(&p, 1, s, sizeof s);
+  assert_string_equal(s, "0 2|3 4 5");
+  victims_str(&p, 4, s, sizeof s);
+  assert_string_equal(s, "3 5|0 1 2");
+  tdm__plan_free(&p);
+  hwloc_topology_destroy(topo);
+}
+
+static void test_more_workers_than_cores(void **state) {
+  (void)state;
+  hwloc_topology_t topo;
+  tdm_worker_plan p;
+  plan("pack:1 core:2 pu:1", 5, &topo, &p);
+  assert_int_equal(p.nworkers, 5);
+  /* round-robin: workers 0, 2, 4 on core 0; 1, 3 on core 1 */
+  assert_int_equal(p.core_of[4], 0);
+  assert_int_equal(p.core_of[3], 1);
+  char s[64];
+  victims_str(&p, 0, s, sizeof s);
+  assert_string_equal(s, "2 4|1 3");
+  tdm__plan_free(&p);
+  hwloc_topology_destroy(topo);
+}
+
+static void test_bad_synthetic_topology(void **state) {
+  (void)state;
+  hwloc_topology_t topo;
+  assert_int_equal(tdm__topology_load(&dummy, "pack:x nonsense", &topo), TDM_ERR_TOPOLOGY);
+  assert_null(topo);
+  /* through the public API: a clear status and a log message */
+  test_log log;
+  memset(&log, 0, sizeof log);
+  pthread_mutex_init(&log.lock, NULL);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.synthetic_topology = "not a topology";
+  cfg.log_fn = test_log_fn;
+  cfg.log_data = &log;
+  tdm_runtime *rt;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_TOPOLOGY);
+  assert_null(rt);
+  assert_true(test_log_errors(&log) >= 1);
+}
+
+/* A runtime on a synthetic machine: 8 workers, unbound, running tasks. */
+static void count_task(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b; (void)n;
+  atomic_fetch_add(*(_Atomic int *const *)args, 1);
+}
+
+static void test_runtime_on_synthetic_machine(void **state) {
+  (void)state;
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.synthetic_topology = "pack:2 core:4 pu:1";
+  tdm_runtime *rt;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  assert_int_equal(tdm_runtime_nworkers(rt), 8);
+  _Atomic int n = 0, *pn = &n;
+  static const tdm_codelet cl = {"count", count_task, 0, {0}};
+  for (int i = 0; i < 1000; i++)
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl, .args = &pn,
+                                                      .args_size = sizeof pn}), TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(atomic_load(&n), 1000);
+  tdm_runtime_destroy(rt);
+}
+
+/* taskset: with the process bound to one CPU, the runtime plans one
+ * worker, on that CPU. */
+static void test_affinity_mask_respected(void **state) {
+  (void)state;
+  cpu_set_t old, one;
+  assert_int_equal(sched_getaffinity(0, sizeof old, &old), 0);
+  int cpu = -1;
+  for (int i = 0; i < CPU_SETSIZE && cpu < 0; i++)
+    if (CPU_ISSET(i, &old))
+      cpu = i;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  tdm_runtime *rt;
+  tdm_status st = tdm_runtime_create(&cfg, &rt);
+  assert_int_equal(sched_setaffinity(0, sizeof old, &old), 0);
+  assert_int_equal(st, TDM_OK);
+  assert_int_equal(tdm_runtime_nworkers(rt), 1);
+  assert_true(hwloc_bitmap_isset(rt->plan.cpusets[0], (unsigned)cpu));
+  tdm_runtime_destroy(rt);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_two_packages_shared_l2),
+      cmocka_unit_test(test_numa_nodes_group_victims),
+      cmocka_unit_test(test_more_workers_than_cores),
+      cmocka_unit_test(test_bad_synthetic_topology),
+      cmocka_unit_test(test_runtime_on_synthetic_machine),
+      cmocka_unit_test(test_affinity_mask_respected),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
