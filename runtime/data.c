@@ -220,7 +220,9 @@ tdm_status tdm_handle_buffer(const tdm_handle *h, tdm_buffer *out) {
 static int copy_refs(tdm_taskvec *dst, const tdm_taskvec *src) {
   for (unsigned i = 0; i < src->n; i++) {
     tdm_task *t = src->items[i];
-    if (atomic_load_explicit(&t->state, memory_order_relaxed) == TDM_TS_DONE)
+    /* acquire: a finished task needs no edge, but its writes must be
+     * visible to the tasks that will not wait for it */
+    if (atomic_load_explicit(&t->state, memory_order_acquire) == TDM_TS_DONE)
       continue; /* finished: nothing to wait for */
     if (tdm__taskvec_push(dst, t))
       return -1;

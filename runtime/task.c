@@ -303,7 +303,9 @@ static int reserve_reader(tdm_handle *h) {
   unsigned k = 0;
   for (unsigned i = 0; i < r->n; i++) {
     tdm_task *x = r->items[i];
-    if (atomic_load_explicit(&x->state, memory_order_relaxed) == TDM_TS_DONE)
+    /* acquire: as in preds_add, dropping a finished reader must not drop
+     * the ordering its finish provides */
+    if (atomic_load_explicit(&x->state, memory_order_acquire) == TDM_TS_DONE)
       tdm__task_unref(x);
     else
       r->items[k++] = x;

@@ -41,7 +41,8 @@ tdm_status tdm__topology_load(const tdm_runtime *rt, const char *synthetic,
 }
 
 /* The cpuset the workers may use: allowed by hwloc and, on this machine,
- * by the process' binding. */
+ * by the binding of the thread creating the runtime (taskset), which the
+ * workers would otherwise inherit. */
 static hwloc_bitmap_t usable_cpuset(const tdm_runtime *rt, hwloc_topology_t topo) {
   hwloc_bitmap_t set = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(topo));
   if (!set)
@@ -52,7 +53,7 @@ static hwloc_bitmap_t usable_cpuset(const tdm_runtime *rt, hwloc_topology_t topo
       hwloc_bitmap_free(set);
       return NULL;
     }
-    if (hwloc_get_cpubind(topo, bound, HWLOC_CPUBIND_PROCESS) == 0 &&
+    if (hwloc_get_cpubind(topo, bound, HWLOC_CPUBIND_THREAD) == 0 &&
         !hwloc_bitmap_iszero(bound)) {
       if (hwloc_bitmap_and(set, set, bound) < 0) {
         hwloc_bitmap_free(bound);

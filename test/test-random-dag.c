@@ -50,6 +50,28 @@ static void run_step(const tdm_buffer *b, const void *args, size_t n) {
   apply(s, bufs);
 }
 
+/* A codelet for every (nbuf, modes) combination drawn; code is the modes
+ * as base-3 digits, first buffer most significant. Filled before any task
+ * runs: codelets are read by the workers. */
+static tdm_codelet cls[4][81];
+
+static void init_codelets(void) {
+  static const tdm_access mode_of[3] = {TDM_R, TDM_W, TDM_RW};
+  for (unsigned nbuf = 1; nbuf <= 4; nbuf++) {
+    unsigned ncodes = 1;
+    for (unsigned i = 0; i < nbuf; i++)
+      ncodes *= 3;
+    for (unsigned code = 0; code < ncodes; code++) {
+      tdm_codelet *cl = &cls[nbuf - 1][code];
+      cl->name = "step";
+      cl->cpu_fn = run_step;
+      cl->nbuffers = nbuf;
+      for (unsigned i = 0, c = code; i < nbuf; i++, c /= 3)
+        cl->modes[nbuf - 1 - i] = mode_of[c % 3];
+    }
+  }
+}
+
 static void one_seed(tdm_runtime *rt, uint64_t seed) {
   static uint64_t data[NHANDLES][WORDS], ref[NHANDLES][WORDS];
   for (int h = 0; h < NHANDLES; h++)
@@ -59,8 +81,6 @@ static void one_seed(tdm_runtime *rt, uint64_t seed) {
   for (int h = 0; h < NHANDLES; h++)
     assert_int_equal(tdm_register_vector(rt, data[h], WORDS, sizeof(uint64_t), &hs[h]), TDM_OK);
 
-  /* codelets for every (nbuf, modes) combination we draw */
-  static tdm_codelet cls[4][81];
   static const unsigned mode_of[3] = {TDM_R, TDM_W, TDM_RW};
   uint64_t rng = seed;
   for (int t = 0; t < NTASKS; t++) {
@@ -79,13 +99,7 @@ static void one_seed(tdm_runtime *rt, uint64_t seed) {
       bufs[i] = ref[h];
       code = code * 3 + (m < 3 ? 0 : m - 2);
     }
-    tdm_codelet *cl = &cls[s.nbuf - 1][code];
-    cl->name = "step";
-    cl->cpu_fn = run_step;
-    cl->nbuffers = s.nbuf;
-    for (unsigned i = 0; i < s.nbuf; i++)
-      cl->modes[i] = (tdm_access)s.modes[i];
-    d.codelet = cl;
+    d.codelet = &cls[s.nbuf - 1][code];
     d.args = &s;
     d.args_size = sizeof s;
     assert_int_equal(tdm_submit(rt, &d), TDM_OK);
@@ -121,5 +135,6 @@ int main(void) {
       cmocka_unit_test(test_random_dag_matches_sequential),
       cmocka_unit_test(test_random_dag_default_workers),
   };
+  init_codelets();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
