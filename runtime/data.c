@@ -425,7 +425,7 @@ tdm_status tdm_handle_acquire(tdm_handle *h, tdm_access mode) {
     h->acquired = t;
   tdm__spin_unlock(&h->lock);
   if (!st) {
-    st = tdm__task_submit(t);
+    st = tdm__task_submit(t, false);
     if (st) {
       tdm__spin_lock(&h->lock);
       h->acquired = NULL;

@@ -118,7 +118,10 @@ enum tdm_task_state {
 
 #define TDM_INLINE_EDGES 4
 
+/* Laid out so that a task without buffers or arguments touches two cache
+ * lines: what every task uses comes first. */
 typedef struct tdm_task {
+  /* -- line 0 -- */
   /* Predecessors not yet finished, plus one held by the submitter until
    * all edges are in place, so the task cannot start half-linked. */
   _Atomic int32_t pending;
@@ -130,12 +133,10 @@ typedef struct tdm_task {
   _Atomic uint32_t waiters;
   uint8_t kind;
   uint8_t nbuf;
-  uint8_t modes[TDM_MAX_BUFFERS];
   bool user_ref;
+  uint8_t modes[TDM_MAX_BUFFERS];
   tdm_runtime *rt;
   const tdm_codelet *cl;
-  tdm_handle *handles[TDM_MAX_BUFFERS];
-
   /* Successors: a lock-free list of edges pushed by the tasks that depend
    * on this one. Finishing swaps in TDM_CLOSED: a dependent that then
    * finds TDM_CLOSED knows this task has finished and does not wait. */
@@ -144,14 +145,19 @@ typedef struct tdm_task {
    * it is linked, so that linking cannot fail half-way. */
   struct tdm_edge *edges;
 
-  /* Explicit dependencies while created (references held). */
-  tdm_taskvec deps;
-
+  /* -- line 1 -- */
   tdm_task_callback callback;
   void *callback_data;
   void *args;
   size_t args_size;
-  struct tdm_task *pool_next; /* free list link */
+  struct tdm_task *pool_next;  /* free list and injection stack link */
+  struct tdm_task *batch_next; /* shared pool: next batch */
+  /* Explicit dependencies while created (references held); allocated on
+   * first use, NULL otherwise. */
+  tdm_taskvec *deps;
+
+  /* -- the rest, used by tasks that have buffers, arguments, edges -- */
+  _Alignas(TDM_CACHE_LINE) tdm_handle *handles[TDM_MAX_BUFFERS];
   struct tdm_edge {
     struct tdm_task *succ;
     struct tdm_edge *next;
@@ -206,7 +212,12 @@ typedef struct tdm_worker {
   /* Free tasks this worker may hand out without locking. */
   tdm_task *free_tasks;
   unsigned nfree;
+  /* Tasks finished here and not yet subtracted from rt->inflight. */
+  unsigned unflushed;
 } tdm_worker;
+
+/* Finished tasks a worker counts before it updates rt->inflight. */
+#define TDM_FLUSH_BATCH 32
 
 struct tdm_runtime {
   tdm_config cfg;
@@ -233,18 +244,23 @@ struct tdm_runtime {
   pthread_cond_t park_cond;
   _Atomic bool stop;
 
-  /* Tasks submitted and not finished; wait_all waits for 0. */
+  /* Tasks submitted and not finished, less those finished on workers and
+   * not yet flushed (TDM_FLUSH_BATCH); wait_all waits for 0. */
   _Alignas(TDM_CACHE_LINE) _Atomic int64_t inflight;
-  _Atomic int nwaiters;
+
+  /* Read on every submit or idle round, written rarely: a line apart. */
+  _Alignas(TDM_CACHE_LINE) _Atomic int nwaiters; /* threads in wait_all */
+  _Atomic bool closing;                          /* destroy has begun */
   pthread_mutex_t wait_lock; /* for all blocking waits */
   pthread_cond_t wait_cond;
-
-  _Atomic bool closing; /* destroy has begun */
 
   /* Task pool: slabs, and a shared free list for non-worker threads and
    * for balancing the workers' lists. */
   tdm_spinlock pool_lock;
   tdm_task *pool_free;
+  /* The free tasks of threads that are not workers. */
+  _Alignas(TDM_CACHE_LINE) tdm_spinlock ext_lock;
+  tdm_task *ext_free;
   void **slabs;
   size_t nslabs, slabs_cap;
 
@@ -275,6 +291,8 @@ void *tdm__worker_main(void *arg);
  * injection stack for other threads; wakes a sleeper if any. */
 void tdm__schedule(tdm_runtime *rt, tdm_task *t);
 void tdm__wake_all(tdm_runtime *rt);
+/* Subtracts the worker's unflushed finished tasks from rt->inflight. */
+void tdm__flush_finished(tdm_worker *w);
 
 /* task.c */
 tdm_task *tdm__task_alloc(tdm_runtime *rt);
@@ -287,14 +305,17 @@ void tdm__task_execute(tdm_worker *w, tdm_task *t);
 /* Finishes t: releases successors, wakes waiters, drops the runtime's
  * reference. Used for codelet tasks and host acquisitions alike. */
 void tdm__task_finish(tdm_task *t);
+/* Subtracts n from rt->inflight; wakes wait_all at zero. */
+void tdm__sub_inflight(tdm_runtime *rt, int64_t n);
 /* Blocks until t reaches `state` (READY or DONE). */
 void tdm__task_wait_state(tdm_task *t, uint32_t state);
 void tdm__pool_destroy(tdm_runtime *rt);
 tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what);
 
 /* Submits t (created, all checks done but those needing handle locks).
- * Used for codelet tasks and host acquisitions alike. */
-tdm_status tdm__task_submit(tdm_task *t);
+ * Used for codelet tasks and host acquisitions alike. give_ref: the
+ * caller's reference becomes the runtime's (on success only). */
+tdm_status tdm__task_submit(tdm_task *t, bool give_ref);
 
 /* data.c */
 /* Checks that h can be named by a task of rt (magic, runtime); logs why

@@ -43,55 +43,54 @@
 
 /* ---- pool ------------------------------------------------------------- */
 
-/* Allocates a slab, links it into a list, returns the list (NULL when out
- * of memory). Called with pool_lock held. */
-static tdm_task *new_slab(tdm_runtime *rt) {
+/* The shared pool is a stack of batches of exactly TDM_BATCH free tasks
+ * (linked by pool_next; batches by the first task's batch_next), so that
+ * taking or giving back a batch costs O(1) under the lock. */
+
+/* Cuts a new slab into batches on the shared stack. Called with pool_lock
+ * held; returns -1 when out of memory. */
+static int new_slab(tdm_runtime *rt) {
   if (rt->nslabs == rt->slabs_cap) {
     size_t cap = rt->slabs_cap ? 2 * rt->slabs_cap : 16;
     void **slabs = realloc(rt->slabs, cap * sizeof *slabs);
     if (!slabs)
-      return NULL;
+      return -1;
     rt->slabs = slabs;
     rt->slabs_cap = cap;
   }
-  tdm_task *slab = malloc(TDM_SLAB_TASKS * sizeof *slab);
+  tdm_task *slab = aligned_alloc(TDM_CACHE_LINE, TDM_SLAB_TASKS * sizeof *slab);
   if (!slab)
-    return NULL;
+    return -1;
   rt->slabs[rt->nslabs++] = slab;
-  for (unsigned i = 0; i + 1 < TDM_SLAB_TASKS; i++)
-    slab[i].pool_next = &slab[i + 1];
-  slab[TDM_SLAB_TASKS - 1].pool_next = NULL;
-  return slab;
+  for (unsigned i = 0; i < TDM_SLAB_TASKS; i++)
+    slab[i].pool_next = (i + 1) % TDM_BATCH ? &slab[i + 1] : NULL;
+  for (unsigned i = 0; i < TDM_SLAB_TASKS; i += TDM_BATCH) {
+    slab[i].batch_next = rt->pool_free;
+    rt->pool_free = &slab[i];
+  }
+  return 0;
 }
 
-/* Takes up to `max` tasks from the shared list (or a new slab). */
-static tdm_task *take_batch(tdm_runtime *rt, unsigned max, unsigned *n) {
+/* Takes a batch of TDM_BATCH tasks from the shared stack (or a new slab);
+ * NULL when out of memory. */
+static tdm_task *take_batch(tdm_runtime *rt) {
   tdm__spin_lock(&rt->pool_lock);
-  tdm_task *list = rt->pool_free;
-  if (!list)
-    list = rt->pool_free = new_slab(rt);
-  unsigned k = 0;
-  tdm_task *last = NULL;
-  for (tdm_task *t = list; t && k < max; t = t->pool_next) {
-    last = t;
-    k++;
-  }
-  if (last) {
-    rt->pool_free = last->pool_next;
-    last->pool_next = NULL;
-  }
+  if (!rt->pool_free)
+    new_slab(rt);
+  tdm_task *batch = rt->pool_free;
+  if (batch)
+    rt->pool_free = batch->batch_next;
   tdm__spin_unlock(&rt->pool_lock);
-  *n = k;
-  return k ? list : NULL;
+  return batch;
 }
 
 static void pool_put(tdm_runtime *rt, tdm_task *t) {
   tdm_worker *w = tdm__self_in(rt);
   if (!w) {
-    tdm__spin_lock(&rt->pool_lock);
-    t->pool_next = rt->pool_free;
-    rt->pool_free = t;
-    tdm__spin_unlock(&rt->pool_lock);
+    tdm__spin_lock(&rt->ext_lock);
+    t->pool_next = rt->ext_free;
+    rt->ext_free = t;
+    tdm__spin_unlock(&rt->ext_lock);
     return;
   }
   t->pool_next = w->free_tasks;
@@ -104,8 +103,9 @@ static void pool_put(tdm_runtime *rt, tdm_task *t) {
     last = last->pool_next;
   w->free_tasks = last->pool_next;
   w->nfree -= TDM_BATCH;
+  last->pool_next = NULL;
   tdm__spin_lock(&rt->pool_lock);
-  last->pool_next = rt->pool_free;
+  first->batch_next = rt->pool_free;
   rt->pool_free = first;
   tdm__spin_unlock(&rt->pool_lock);
 }
@@ -114,16 +114,34 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   tdm_worker *w = tdm__self_in(rt);
   tdm_task *t;
   if (w) {
-    if (!w->free_tasks)
-      w->free_tasks = take_batch(rt, TDM_BATCH, &w->nfree);
+    if (!w->free_tasks) {
+      w->free_tasks = take_batch(rt);
+      w->nfree = w->free_tasks ? TDM_BATCH : 0;
+    }
     t = w->free_tasks;
     if (!t)
       return NULL;
     w->free_tasks = t->pool_next;
     w->nfree--;
   } else {
-    unsigned n;
-    t = take_batch(rt, 1, &n);
+    /* Other threads share a cache of their own, refilled in batches, so
+     * that a thread submitting many tasks seldom touches the lock the
+     * workers use. */
+    tdm__spin_lock(&rt->ext_lock);
+    if (!rt->ext_free)
+      rt->ext_free = take_batch(rt);
+    t = rt->ext_free;
+    if (t) {
+      tdm_task *next = rt->ext_free = t->pool_next;
+      /* The free tasks were last written by the workers that ran them:
+       * fetch the next one's two hot lines for writing while this one is
+       * filled, instead of stalling on both misses in turn. */
+      if (next) {
+        __builtin_prefetch(next, 1);
+        __builtin_prefetch((char *)next + TDM_CACHE_LINE, 1);
+      }
+    }
+    tdm__spin_unlock(&rt->ext_lock);
     if (!t)
       return NULL;
   }
@@ -138,7 +156,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->rt = rt;
   t->cl = NULL;
   t->edges = t->inline_edges;
-  tdm__taskvec_init(&t->deps);
+  t->deps = NULL;
   t->callback = NULL;
   t->callback_data = NULL;
   t->args = NULL;
@@ -154,6 +172,18 @@ void tdm__pool_destroy(tdm_runtime *rt) {
   rt->slabs = NULL;
   rt->nslabs = rt->slabs_cap = 0;
   rt->pool_free = NULL;
+  rt->ext_free = NULL;
+}
+
+/* Drops the explicit dependency list and the references it holds. */
+static void drop_deps(tdm_task *t) {
+  if (!t->deps)
+    return;
+  for (unsigned i = 0; i < t->deps->n; i++)
+    tdm__task_unref(t->deps->items[i]);
+  tdm__taskvec_free(t->deps);
+  free(t->deps);
+  t->deps = NULL;
 }
 
 void tdm__task_unref(tdm_task *t) {
@@ -162,9 +192,7 @@ void tdm__task_unref(tdm_task *t) {
     return;
   for (unsigned i = 0; i < t->nbuf; i++)
     tdm__handle_unref(t->handles[i]);
-  for (unsigned i = 0; i < t->deps.n; i++)
-    tdm__task_unref(t->deps.items[i]);
-  tdm__taskvec_free(&t->deps);
+  drop_deps(t);
   if (t->args != t->inline_args)
     free(t->args);
   if (t->edges != t->inline_edges)
@@ -368,9 +396,9 @@ static void link_edge(tdm_task *pred, tdm_task *succ, tdm_edge *e) {
       &pred->succ_head, &head, e, memory_order_release, memory_order_acquire));
 }
 
-static void dec_inflight(tdm_runtime *rt) {
+void tdm__sub_inflight(tdm_runtime *rt, int64_t n) {
   /* seq_cst: pairs with wait_all's seq_cst increment of nwaiters */
-  if (atomic_fetch_sub(&rt->inflight, 1) == 1 && atomic_load(&rt->nwaiters) > 0) {
+  if (atomic_fetch_sub(&rt->inflight, n) == n && atomic_load(&rt->nwaiters) > 0) {
     TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
     TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
     TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
@@ -404,7 +432,7 @@ static unsigned unique_handles(const tdm_task *t, tdm_handle **hs, unsigned *mod
   return n;
 }
 
-tdm_status tdm__task_submit(tdm_task *t) {
+tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   tdm_runtime *rt = t->rt;
   const char *name = t->cl && t->cl->name ? t->cl->name : "(unnamed)";
   /* Count the task before looking at `closing`: destroy sets closing and
@@ -412,14 +440,17 @@ tdm_status tdm__task_submit(tdm_task *t) {
    * closing (seq_cst on both sides). */
   atomic_fetch_add(&rt->inflight, 1);
   if (atomic_load(&rt->closing) && !tdm__self_in(rt)) {
-    dec_inflight(rt);
+    tdm__sub_inflight(rt, 1);
     tdm__log(rt, TDM_LOG_ERROR, "submit of %s refused: the runtime is being destroyed",
              name);
     return TDM_ERR_SHUTTING_DOWN;
   }
 
   tdm_status st = TDM_OK;
-  pred_list preds = {.items = preds.local, .n = 0, .cap = 32};
+  pred_list preds; /* no initialiser: it would zero the local array */
+  preds.items = preds.local;
+  preds.n = 0;
+  preds.cap = sizeof preds.local / sizeof preds.local[0];
   tdm_handle *hs[TDM_MAX_BUFFERS];
   unsigned modes[TDM_MAX_BUFFERS];
   unsigned nh = unique_handles(t, hs, modes);
@@ -429,15 +460,16 @@ tdm_status tdm__task_submit(tdm_task *t) {
    * dependency list is read and emptied under deps_lock. */
   if (t->user_ref)
     TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
-  for (unsigned i = 0; i < t->deps.n; i++)
-    if (atomic_load(&t->deps.items[i]->state) == TDM_TS_CREATED) {
+  unsigned ndeps = t->deps ? t->deps->n : 0;
+  for (unsigned i = 0; i < ndeps; i++)
+    if (atomic_load(&t->deps->items[i]->state) == TDM_TS_CREATED) {
       st = TDM_ERR_DEP_NOT_SUBMITTED;
       tdm__log(rt, TDM_LOG_ERROR,
                "submit of %s refused: it depends on a task not submitted yet", name);
       goto unlock_deps;
     }
-  for (unsigned i = 0; i < t->deps.n; i++)
-    if (preds_add(&preds, t->deps.items[i])) {
+  for (unsigned i = 0; i < ndeps; i++)
+    if (preds_add(&preds, t->deps->items[i])) {
       st = TDM_ERR_NO_MEMORY;
       goto unlock_deps;
     }
@@ -481,8 +513,10 @@ tdm_status tdm__task_submit(tdm_task *t) {
   }
 
   /* Phase 2: commit. From here on nothing can fail. */
-  atomic_store(&t->state, TDM_TS_SUBMITTED);
-  tdm__task_ref(t); /* the runtime's, until it finishes */
+  /* release: a task that names t as a dependency sees it submitted */
+  atomic_store_explicit(&t->state, TDM_TS_SUBMITTED, memory_order_release);
+  if (!give_ref)
+    tdm__task_ref(t); /* the runtime's, until it finishes */
   for (unsigned i = 0; i < nh; i++) {
     tdm_handle *h = hs[i];
     tdm__task_ref(t);
@@ -497,16 +531,21 @@ tdm_status tdm__task_submit(tdm_task *t) {
       h->unsubmitted--;
   }
   tdm__handles_unlock(hs, nh);
-  clear_refs(&t->deps);
-  tdm__taskvec_free(&t->deps);
+  drop_deps(t);
   if (t->user_ref)
     TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
 
   /* A host acquisition is not work: wait_all does not wait for it. */
   if (t->kind == TDM_TASK_ACQUIRE)
-    dec_inflight(rt);
+    tdm__sub_inflight(rt, 1);
 
   /* Phase 3: link. */
+  if (preds.n == 0) {
+    /* nothing to wait for, and nobody else can see the count: no atomic */
+    preds_drop(&preds);
+    task_ready(t);
+    return TDM_OK;
+  }
   for (unsigned i = 0; i < preds.n; i++)
     link_edge(preds.items[i], t, &t->edges[i]);
   preds_drop(&preds);
@@ -517,7 +556,7 @@ unlock_deps:
   if (t->user_ref)
     TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
   preds_drop(&preds);
-  dec_inflight(rt);
+  tdm__sub_inflight(rt, 1);
   return st;
 }
 
@@ -540,8 +579,17 @@ void tdm__task_finish(tdm_task *t) {
     TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
     TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
   }
-  if (t->kind == TDM_TASK_CODELET)
-    dec_inflight(rt);
+  if (t->kind == TDM_TASK_CODELET) {
+    /* Workers count their finished tasks locally and subtract them from
+     * inflight in batches; inflight stays above zero meanwhile, which
+     * only delays wait_all: an idle worker flushes as soon as a thread
+     * waits, and always before it parks (worker.c). */
+    tdm_worker *w = tdm__self_in(rt);
+    if (!w)
+      tdm__sub_inflight(rt, 1);
+    else if (++w->unflushed >= TDM_FLUSH_BATCH)
+      tdm__flush_finished(w);
+  }
   tdm__task_unref(t);
 }
 
@@ -573,8 +621,10 @@ tdm_status tdm_submit(tdm_runtime *rt, const tdm_task_desc *desc) {
   tdm_status st = task_build(rt, desc, false, &t, "tdm_submit");
   if (st)
     return st;
-  st = tdm__task_submit(t);
-  tdm__task_unref(t); /* the builder's reference; the runtime holds its own */
+  st = tdm__task_submit(t, true); /* the builder's reference becomes the
+                                    runtime's */
+  if (st)
+    tdm__task_unref(t);
   return st;
 }
 
@@ -584,6 +634,13 @@ tdm_status tdm_task_create(tdm_runtime *rt, const tdm_task_desc *desc, tdm_task 
               : TDM_ERR_INVALID_ARG;
   *out = NULL;
   return task_build(rt, desc, true, out, "tdm_task_create");
+}
+
+static tdm_taskvec *new_taskvec(void) {
+  tdm_taskvec *v = malloc(sizeof *v);
+  if (v)
+    tdm__taskvec_init(v);
+  return v;
 }
 
 /* Does `from` depend, through created tasks' explicit dependencies, on
@@ -604,8 +661,8 @@ static bool reaches(tdm_task *from, tdm_task *target) {
      * only on tasks submitted before it */
     if (atomic_load(&x->state) != TDM_TS_CREATED)
       continue;
-    for (unsigned i = 0; i < x->deps.n; i++)
-      if (tdm__taskvec_push(&stack, x->deps.items[i])) {
+    for (unsigned i = 0; x->deps && i < x->deps->n; i++)
+      if (tdm__taskvec_push(&stack, x->deps->items[i])) {
         found = true;
         break;
       }
@@ -632,7 +689,8 @@ tdm_status tdm_task_depends_on(tdm_task *task, tdm_task *pred) {
     st = TDM_ERR_CYCLE;
     tdm__log(rt, TDM_LOG_ERROR,
              "tdm_task_depends_on: refused, the dependency would form a cycle");
-  } else if (tdm__taskvec_push(&task->deps, pred)) {
+  } else if ((!task->deps && !(task->deps = new_taskvec())) ||
+             tdm__taskvec_push(task->deps, pred)) {
     st = TDM_ERR_NO_MEMORY;
   } else {
     tdm__task_ref(pred);
@@ -647,7 +705,7 @@ tdm_status tdm_task_submit(tdm_task *task) {
   if (atomic_load(&task->state) != TDM_TS_CREATED)
     return bad(task->rt, TDM_ERR_ALREADY_SUBMITTED, "%s: task already submitted",
                "tdm_task_submit");
-  return tdm__task_submit(task);
+  return tdm__task_submit(task, false);
 }
 
 tdm_status tdm_task_wait(tdm_task *task) {
@@ -672,7 +730,7 @@ void tdm_task_release(tdm_task *task) {
   if (created) {
     /* discarded unsubmitted: it no longer holds its handles or deps;
      * state DONE lets tasks that named it as a dependency be submitted */
-    clear_refs(&task->deps);
+    drop_deps(task);
     atomic_store(&task->state, TDM_TS_DONE);
   }
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));

@@ -26,15 +26,21 @@
  */
 #include "internal.h"
 
+#include <sched.h>
+
+/* Idle rounds polled with pause instructions before polling with
+ * sched_yield (cfg.spin_rounds in all before parking). */
+#define TDM_SPIN_PAUSE_ROUNDS 64
 #include <string.h>
 
 _Thread_local tdm_worker *tdm__self;
 
-static void wake_one(tdm_runtime *rt) {
-  /* seq_cst: the work we published must be visible before we read
-   * nsleeping (pairs with the fence in park) */
-  atomic_thread_fence(memory_order_seq_cst);
-  if (atomic_load_explicit(&rt->nsleeping, memory_order_relaxed) <= 0)
+/* Wakes a sleeper if there is one. The caller has published work with a
+ * seq_cst operation (or fence) just before: then either this load sees the
+ * sleeper, or the sleeper's last look at the queues sees the work (it
+ * registers in nsleeping with seq_cst before looking: see park). */
+static void wake_if_sleeping(tdm_runtime *rt) {
+  if (atomic_load(&rt->nsleeping) <= 0)
     return;
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->park_lock));
   if (atomic_load_explicit(&rt->nsleeping, memory_order_relaxed) > 0) {
@@ -43,6 +49,12 @@ static void wake_one(tdm_runtime *rt) {
     TDM_PTHREAD(rt, pthread_cond_signal(&rt->park_cond));
   }
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->park_lock));
+}
+
+static void wake_one(tdm_runtime *rt) {
+  /* seq_cst: orders the (release) publication before the load */
+  atomic_thread_fence(memory_order_seq_cst);
+  wake_if_sleeping(rt);
 }
 
 void tdm__wake_all(tdm_runtime *rt) {
@@ -60,20 +72,22 @@ static void inject_chain(tdm_runtime *rt, tdm_task *first) {
   tdm_task *head = atomic_load_explicit(&rt->inject, memory_order_relaxed);
   do {
     last->pool_next = head;
-    /* release: the tasks' contents are visible to the worker that takes
-     * the stack */
+    /* seq_cst: releases the tasks' contents to the worker that takes the
+     * stack, and serves as the publication wake_if_sleeping needs */
   } while (!atomic_compare_exchange_weak_explicit(
-      &rt->inject, &head, first, memory_order_release, memory_order_relaxed));
+      &rt->inject, &head, first, memory_order_seq_cst, memory_order_relaxed));
 }
 
 void tdm__schedule(tdm_runtime *rt, tdm_task *t) {
   tdm_worker *w = tdm__self_in(rt);
-  if (!w || tdm_deque_push(&w->deque, t) != 0) {
-    /* not a worker of rt, or its deque could not grow */
-    t->pool_next = NULL;
-    inject_chain(rt, t);
+  if (w && tdm_deque_push(&w->deque, t) == 0) {
+    wake_one(rt);
+    return;
   }
-  wake_one(rt);
+  /* not a worker of rt, or its deque could not grow */
+  t->pool_next = NULL;
+  inject_chain(rt, t);
+  wake_if_sleeping(rt);
 }
 
 static tdm_task *take_injected(tdm_worker *w) {
@@ -103,6 +117,12 @@ static tdm_task *take_injected(tdm_worker *w) {
   return t;
 }
 
+void tdm__flush_finished(tdm_worker *w) {
+  unsigned n = w->unflushed;
+  w->unflushed = 0;
+  tdm__sub_inflight(w->rt, n);
+}
+
 static uint64_t next_random(tdm_worker *w) {
   /* xorshift64 (Marsaglia, 2003) */
   uint64_t x = w->rng;
@@ -122,8 +142,10 @@ static tdm_task *steal(tdm_worker *w) {
     unsigned n = end - start;
     unsigned r = (unsigned)(next_random(w) % n);
     for (unsigned k = 0; k < n; k++) {
-      unsigned v = victims[start + (r + k) % n];
-      tdm_task *t = tdm_deque_steal(&rt->workers[v].deque);
+      tdm_deque *d = &rt->workers[victims[start + (r + k) % n]].deque;
+      if (tdm_deque_size(d) == 0)
+        continue; /* cheap look; steal's fence only when worth it */
+      tdm_task *t = tdm_deque_steal(d);
       if (t)
         return t;
     }
@@ -133,7 +155,10 @@ static tdm_task *steal(tdm_worker *w) {
 }
 
 static tdm_task *find_work(tdm_worker *w) {
-  tdm_task *t = tdm_deque_pop(&w->deque);
+  tdm_task *t = NULL;
+  /* a look at the size first: pop costs a full fence even when empty */
+  if (tdm_deque_size(&w->deque) > 0)
+    t = tdm_deque_pop(&w->deque);
   if (!t)
     t = take_injected(w);
   if (!t)
@@ -153,9 +178,9 @@ static bool any_work(tdm_runtime *rt) {
 static void park(tdm_worker *w) {
   tdm_runtime *rt = w->rt;
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->park_lock));
-  atomic_fetch_add_explicit(&rt->nsleeping, 1, memory_order_relaxed);
-  /* seq_cst: nsleeping is visible before we look at the queues (pairs
-   * with the fence in wake_one) */
+  /* seq_cst (and the fence): nsleeping is visible before we look at the
+   * queues; pairs with the publication before wake_if_sleeping */
+  atomic_fetch_add(&rt->nsleeping, 1);
   atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load(&rt->stop) || any_work(rt)) {
     atomic_fetch_sub_explicit(&rt->nsleeping, 1, memory_order_relaxed);
@@ -183,14 +208,29 @@ void *tdm__worker_main(void *arg) {
   }
   for (;;) {
     tdm_task *t = find_work(w);
+    /* Idle: poll with a growing pause between looks (polling hard would
+     * steal cache lines from the threads that are producing work), then
+     * poll giving the core away between looks, as a worker may share its
+     * core with a thread that is submitting (on a 2-core machine this is
+     * what lets the submitter keep up), then park. */
     for (unsigned i = 0; !t && i < rt->cfg.spin_rounds; i++) {
-      tdm__cpu_relax();
+      if (i >= TDM_SPIN_PAUSE_ROUNDS)
+        sched_yield();
+      else
+        for (unsigned k = 0, n = 1 + i / 8; k < n; k++)
+          tdm__cpu_relax();
       t = find_work(w);
+      /* seq_cst: pairs with wait_all's increment (Dekker): a waiter that
+       * arrived sees our flush, or we see it */
+      if (!t && w->unflushed && atomic_load(&rt->nwaiters))
+        tdm__flush_finished(w);
     }
     if (t) {
       tdm__task_execute(w, t);
       continue;
     }
+    if (w->unflushed)
+      tdm__flush_finished(w);
     if (atomic_load(&rt->stop))
       break;
     park(w);

@@ -1,0 +1,333 @@
+/*
+ * bench-core: the cost of Tandem's core, side by side with OpenMP tasks
+ * (GCC's libgomp) in the same process, on the same number of threads.
+ *
+ *  (a) independent empty tasks submitted from one thread
+ *  (b) a chain of tasks on one read-write handle
+ *  (c) fan-out/fan-in: one writer, then F readers, repeated
+ *  (d) a stencil of width = worker count and 1000 steps, where each task
+ *      reads its left, own and right neighbour of the previous step, swept
+ *      over task sizes to find the minimum effective task granularity at
+ *      50% efficiency (METG), as defined by Task Bench (Slaughter et al.,
+ *      "Task Bench: A Parameterized Benchmark for Evaluating Parallel
+ *      Runtime Performance", SC 2020): the smallest average task duration
+ *      (wall time x cores / tasks) at which the run still reaches 50% of
+ *      the peak rate of useful work.
+ *
+ * Every figure is the median of REPS runs; Tandem and OpenMP alternate
+ * within each repetition, and the Tandem/OpenMP ratio is the median of the
+ * per-repetition ratios (below 1: Tandem is faster).
+ *
+ * usage: bench-core [--quick]   (--quick: fewer tasks, for a smoke run)
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tandem.h"
+
+#define REPS 5
+
+static int quick;
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void pause_ms(int ms) {
+  struct timespec ts = {0, ms * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  double tmp[64];
+  memcpy(tmp, v, (size_t)n * sizeof *v);
+  qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
+  return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+}
+
+/* ---- task bodies ------------------------------------------------------- */
+
+static void empty_fn(const tdm_buffer *b, const void *a, size_t n) {
+  (void)b;
+  (void)a;
+  (void)n;
+}
+
+/* Task Bench's compute kernel, in spirit: a dependent chain of
+ * multiply-adds that the compiler cannot remove. */
+static double busy(long iters, double x) {
+  for (long i = 0; i < iters; i++)
+    x = x * 0.999999 + 0.000001;
+  return x;
+}
+
+static void stencil_fn(const tdm_buffer *b, const void *a, size_t n) {
+  (void)n;
+  long iters = *(const long *)a;
+  double in = *(double *)b[0].ptr + *(double *)b[1].ptr + *(double *)b[2].ptr;
+  *(double *)b[3].ptr = busy(iters, in / 3.0);
+}
+
+/* ---- the workloads ------------------------------------------------------ */
+
+static double tdm_independent(tdm_runtime *rt, long n) {
+  static const tdm_codelet cl = {"empty", empty_fn, 0, {0}};
+  tdm_task_desc d = {.codelet = &cl};
+  double t0 = now();
+  for (long i = 0; i < n; i++)
+    tdm_submit(rt, &d);
+  tdm_wait_all(rt);
+  return now() - t0;
+}
+
+static double omp_independent(int nthreads, long n) {
+  double t0 = now();
+#pragma omp parallel num_threads(nthreads)
+#pragma omp single
+  for (long i = 0; i < n; i++) {
+#pragma omp task
+    empty_fn(NULL, NULL, 0);
+  }
+  return now() - t0;
+}
+
+static double tdm_chain(tdm_runtime *rt, long n) {
+  static const tdm_codelet cl = {"link", empty_fn, 1, {TDM_RW}};
+  double x = 0;
+  tdm_handle *h;
+  tdm_register_vector(rt, &x, 1, sizeof x, &h);
+  tdm_task_desc d = {.codelet = &cl, .handles = {h}};
+  double t0 = now();
+  for (long i = 0; i < n; i++)
+    tdm_submit(rt, &d);
+  tdm_wait_all(rt);
+  double t = now() - t0;
+  tdm_handle_unregister(h);
+  return t;
+}
+
+static double omp_chain(int nthreads, long n) {
+  double x = 0;
+  double t0 = now();
+#pragma omp parallel num_threads(nthreads)
+#pragma omp single
+  for (long i = 0; i < n; i++) {
+#pragma omp task depend(inout : x)
+    empty_fn(NULL, &x, 0);
+  }
+  return now() - t0;
+}
+
+#define FAN 64
+
+static double tdm_fan(tdm_runtime *rt, long rounds) {
+  static const tdm_codelet w = {"fan-in", empty_fn, 1, {TDM_W}};
+  static const tdm_codelet r = {"fan-out", empty_fn, 1, {TDM_R}};
+  double x = 0;
+  tdm_handle *h;
+  tdm_register_vector(rt, &x, 1, sizeof x, &h);
+  tdm_task_desc dw = {.codelet = &w, .handles = {h}}, dr = {.codelet = &r, .handles = {h}};
+  double t0 = now();
+  for (long k = 0; k < rounds; k++) {
+    tdm_submit(rt, &dw);
+    for (int i = 0; i < FAN; i++)
+      tdm_submit(rt, &dr);
+  }
+  tdm_wait_all(rt);
+  double t = now() - t0;
+  tdm_handle_unregister(h);
+  return t;
+}
+
+static double omp_fan(int nthreads, long rounds) {
+  double x = 0;
+  double t0 = now();
+#pragma omp parallel num_threads(nthreads)
+#pragma omp single
+  for (long k = 0; k < rounds; k++) {
+#pragma omp task depend(out : x)
+    empty_fn(NULL, &x, 0);
+    for (int i = 0; i < FAN; i++) {
+#pragma omp task depend(in : x)
+      empty_fn(NULL, &x, 0);
+    }
+  }
+  return now() - t0;
+}
+
+#define STEPS 1000
+#define MAXW 256
+
+static double grid[2][MAXW];
+
+static double tdm_stencil(tdm_runtime *rt, int width, long iters) {
+  static const tdm_codelet cl = {"stencil", stencil_fn, 4, {TDM_R, TDM_R, TDM_R, TDM_W}};
+  tdm_handle *h[2][MAXW];
+  for (int p = 0; p < 2; p++)
+    for (int i = 0; i < width; i++) {
+      grid[p][i] = 1.0;
+      tdm_register_vector(rt, &grid[p][i], 1, sizeof(double), &h[p][i]);
+    }
+  double t0 = now();
+  for (int t = 1; t <= STEPS; t++) {
+    int cur = t % 2, prev = 1 - cur;
+    for (int i = 0; i < width; i++) {
+      int l = i > 0 ? i - 1 : i, r = i + 1 < width ? i + 1 : i;
+      tdm_task_desc d = {.codelet = &cl,
+                         .handles = {h[prev][l], h[prev][i], h[prev][r], h[cur][i]},
+                         .args = &iters,
+                         .args_size = sizeof iters};
+      tdm_submit(rt, &d);
+    }
+  }
+  tdm_wait_all(rt);
+  double t = now() - t0;
+  for (int p = 0; p < 2; p++)
+    for (int i = 0; i < width; i++)
+      tdm_handle_unregister(h[p][i]);
+  return t;
+}
+
+static double omp_stencil(int nthreads, int width, long iters) {
+  for (int p = 0; p < 2; p++)
+    for (int i = 0; i < width; i++)
+      grid[p][i] = 1.0;
+  double t0 = now();
+#pragma omp parallel num_threads(nthreads)
+#pragma omp single
+  for (int t = 1; t <= STEPS; t++) {
+    int cur = t % 2, prev = 1 - cur;
+    for (int i = 0; i < width; i++) {
+      int l = i > 0 ? i - 1 : i, r = i + 1 < width ? i + 1 : i;
+#pragma omp task depend(in : grid[prev][l], grid[prev][i], grid[prev][r]) \
+    depend(out : grid[cur][i]) firstprivate(cur, prev, l, r, i)
+      grid[cur][i] = busy(iters, (grid[prev][l] + grid[prev][i] + grid[prev][r]) / 3.0);
+    }
+  }
+  return now() - t0;
+}
+
+/* ---- driver ------------------------------------------------------------- */
+
+typedef double (*tdm_run)(tdm_runtime *, long);
+typedef double (*omp_run)(int, long);
+
+static void side_by_side(const char *name, tdm_runtime *rt, int nthreads, tdm_run tr,
+                         omp_run orun, long n, long ntasks) {
+  double tt[REPS], to[REPS], ratio[REPS];
+  tr(rt, n / 10); /* warm-up: pools, thread wake-up */
+  orun(nthreads, n / 10);
+  for (int r = 0; r < REPS; r++) {
+    tt[r] = tr(rt, n) / (double)ntasks * 1e9;
+    pause_ms(20);
+    to[r] = orun(nthreads, n) / (double)ntasks * 1e9;
+    pause_ms(20);
+    ratio[r] = tt[r] / to[r];
+  }
+  printf("%-28s %9ld %12.0f %12.0f %10.2f\n", name, ntasks, median(tt, REPS),
+         median(to, REPS), median(ratio, REPS));
+  fflush(stdout);
+}
+
+/* METG(50%) of one system from its sweep: the smallest granularity with
+ * efficiency >= 0.5, interpolated in log space with the next smaller size
+ * (Task Bench reports it the same way). */
+static double metg(const double *gran, const double *eff, int n) {
+  double best = NAN;
+  for (int k = 0; k < n; k++) {
+    if (eff[k] < 0.5)
+      continue;
+    double g = gran[k];
+    if (k + 1 < n && eff[k + 1] < 0.5) {
+      double f = (eff[k] - 0.5) / (eff[k] - eff[k + 1]);
+      g = exp(log(gran[k]) + f * (log(gran[k + 1]) - log(gran[k])));
+    }
+    if (isnan(best) || g < best)
+      best = g;
+  }
+  return best;
+}
+
+static void stencil_sweep(tdm_runtime *rt, int nthreads) {
+  int width = nthreads;
+  long ntasks = (long)STEPS * width;
+  enum { NK = 16 };
+  long iters[NK];
+  int nk = 0;
+  for (long it = 1L << 18; it >= 16 && nk < NK; it /= 2)
+    iters[nk++] = it;
+  double tt[NK][REPS], to[NK][REPS];
+  tdm_stencil(rt, width, 64); /* warm-up */
+  omp_stencil(nthreads, width, 64);
+  for (int k = 0; k < nk; k++)
+    for (int r = 0; r < REPS; r++) {
+      tt[k][r] = tdm_stencil(rt, width, iters[k]);
+      pause_ms(10);
+      to[k][r] = omp_stencil(nthreads, width, iters[k]);
+      pause_ms(10);
+    }
+  /* Peak useful rate: the best iterations per second per core seen. */
+  double peak = 0;
+  for (int k = 0; k < nk; k++)
+    for (int r = 0; r < REPS; r++) {
+      double work = (double)iters[k] * (double)ntasks / nthreads;
+      if (work / tt[k][r] > peak)
+        peak = work / tt[k][r];
+      if (work / to[k][r] > peak)
+        peak = work / to[k][r];
+    }
+  double gt[NK], et[NK], go[NK], eo[NK];
+  printf("\n(d) stencil, width %d, %d steps (%ld tasks); medians of %d runs\n", width,
+         STEPS, ntasks, REPS);
+  printf("%10s | %14s %8s | %14s %8s\n", "iterations", "Tandem gran us", "eff",
+         "OpenMP gran us", "eff");
+  for (int k = 0; k < nk; k++) {
+    double mt = median(tt[k], REPS), mo = median(to[k], REPS);
+    double ideal = (double)iters[k] * (double)ntasks / nthreads / peak;
+    gt[k] = mt * nthreads / (double)ntasks * 1e6;
+    go[k] = mo * nthreads / (double)ntasks * 1e6;
+    et[k] = ideal / mt;
+    eo[k] = ideal / mo;
+    printf("%10ld | %14.2f %8.2f | %14.2f %8.2f\n", iters[k], gt[k], et[k], go[k], eo[k]);
+  }
+  double mt = metg(gt, et, nk), mo = metg(go, eo, nk);
+  printf("METG(50%%): Tandem %.2f us, OpenMP %.2f us, ratio Tandem/OpenMP %.2f\n", mt, mo,
+         mt / mo);
+}
+
+int main(int argc, char **argv) {
+  quick = argc > 1 && !strcmp(argv[1], "--quick");
+  tdm_runtime *rt;
+  tdm_status st = tdm_runtime_create(NULL, &rt);
+  if (st) {
+    fprintf(stderr, "tdm_runtime_create: %s\n", tdm_strerror(st));
+    return 1;
+  }
+  int nthreads = (int)tdm_runtime_nworkers(rt);
+  long scale = quick ? 10 : 1;
+  printf("bench-core: %d workers / %d OpenMP threads; medians of %d runs\n", nthreads,
+         nthreads, REPS);
+  printf("%-28s %9s %12s %12s %10s\n", "workload", "tasks", "Tandem ns/t", "OpenMP ns/t",
+         "ratio");
+  side_by_side("(a) independent empty tasks", rt, nthreads, tdm_independent, omp_independent,
+               1000000 / scale, 1000000 / scale);
+  side_by_side("(b) chain on one handle", rt, nthreads, tdm_chain, omp_chain, 200000 / scale,
+               200000 / scale);
+  side_by_side("(c) fan-out/fan-in x64", rt, nthreads, tdm_fan, omp_fan, 2000 / scale,
+               2000 / scale * (FAN + 1));
+  if (!quick)
+    stencil_sweep(rt, nthreads);
+  tdm_runtime_destroy(rt);
+  return 0;
+}
