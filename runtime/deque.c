@@ -4,6 +4,10 @@
 
 #include <stdlib.h>
 
+#if defined(__SANITIZE_THREAD__)
+_Atomic int tdm__tsan_fence_word;
+#endif
+
 static tdm_ring *ring_new(int64_t capacity) {
   tdm_ring *r = malloc(sizeof(*r) + (size_t)capacity * sizeof(r->slots[0]));
   if (!r)
@@ -80,7 +84,7 @@ void *tdm_deque_pop(tdm_deque *d) {
   atomic_store_explicit(&d->bottom, b, memory_order_relaxed);
   /* seq_cst: the store of bottom must be visible before we read top, or a
    * thief and the owner could both take the last item */
-  atomic_thread_fence(memory_order_seq_cst);
+  tdm__fence_seq_cst();
   int64_t t = atomic_load_explicit(&d->top, memory_order_relaxed);
   void *item = NULL;
   if (t <= b) {
@@ -103,7 +107,7 @@ void *tdm_deque_steal(tdm_deque *d) {
   int64_t t = atomic_load_explicit(&d->top, memory_order_acquire);
   /* seq_cst: orders the load of top before the load of bottom (pairs with
    * the fence in pop) */
-  atomic_thread_fence(memory_order_seq_cst);
+  tdm__fence_seq_cst();
   /* acquire: pairs with the release store in push, so the item is visible */
   int64_t b = atomic_load_explicit(&d->bottom, memory_order_acquire);
   if (t >= b)

@@ -25,6 +25,18 @@
 
 #define TDM_CACHE_LINE 64
 
+/* A sequentially consistent fence. ThreadSanitizer does not model fences
+ * (GCC refuses them under -fsanitize=thread); in such builds only, a seq_cst
+ * read-modify-write of one shared word stands in: it orders the same way
+ * and ThreadSanitizer sees the synchronisation. */
+#if defined(__SANITIZE_THREAD__)
+extern _Atomic int tdm__tsan_fence_word;
+#define tdm__fence_seq_cst()                                                   \
+  ((void)atomic_fetch_add_explicit(&tdm__tsan_fence_word, 0, memory_order_seq_cst))
+#else
+#define tdm__fence_seq_cst() atomic_thread_fence(memory_order_seq_cst)
+#endif
+
 typedef struct tdm_ring {
   int64_t mask; /* capacity - 1; capacity is a power of two */
   struct tdm_ring *retired_next;

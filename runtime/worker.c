@@ -53,7 +53,7 @@ static void wake_if_sleeping(tdm_runtime *rt) {
 
 static void wake_one(tdm_runtime *rt) {
   /* seq_cst: orders the (release) publication before the load */
-  atomic_thread_fence(memory_order_seq_cst);
+  tdm__fence_seq_cst();
   wake_if_sleeping(rt);
 }
 
@@ -181,7 +181,7 @@ static void park(tdm_worker *w) {
   /* seq_cst (and the fence): nsleeping is visible before we look at the
    * queues; pairs with the publication before wake_if_sleeping */
   atomic_fetch_add(&rt->nsleeping, 1);
-  atomic_thread_fence(memory_order_seq_cst);
+  tdm__fence_seq_cst();
   if (atomic_load(&rt->stop) || any_work(rt)) {
     atomic_fetch_sub_explicit(&rt->nsleeping, 1, memory_order_relaxed);
   } else {
