@@ -527,9 +527,12 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
     } else {
       h->readers.items[h->readers.n++] = t; /* reserved above */
     }
-    if (t->user_ref)
-      h->unsubmitted--;
   }
+  /* undo task_build's count, once per buffer as it was made (a handle
+   * named twice counts twice); every one of these handles is locked */
+  if (t->user_ref)
+    for (unsigned i = 0; i < t->nbuf; i++)
+      t->handles[i]->unsubmitted--;
   tdm__handles_unlock(hs, nh);
   drop_deps(t);
   if (t->user_ref)

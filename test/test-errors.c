@@ -147,6 +147,14 @@ static void test_unregister_busy_handle(void **state) {
                    TDM_OK);
   EXPECT_ERR(&log, TDM_ERR_BUSY, tdm_handle_unregister(h));
   tdm_task_release(t); /* discarded: the handle is free again */
+  /* a created task naming the handle twice, then submitted: free again */
+  static const tdm_codelet cl_twice = {"twice", noop, 2, {TDM_R, TDM_RW}};
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl_twice, .handles = {h, h}}, &t),
+                   TDM_OK);
+  EXPECT_ERR(&log, TDM_ERR_BUSY, tdm_handle_unregister(h));
+  assert_int_equal(tdm_task_submit(t), TDM_OK);
+  assert_int_equal(tdm_task_wait(t), TDM_OK);
+  tdm_task_release(t);
   /* acquired by the host */
   assert_int_equal(tdm_handle_acquire(h, TDM_R), TDM_OK);
   EXPECT_ERR(&log, TDM_ERR_BUSY, tdm_handle_unregister(h));
