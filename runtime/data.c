@@ -414,7 +414,10 @@ tdm_status tdm_handle_acquire(tdm_handle *h, tdm_access mode) {
   t->nbuf = 1;
   t->handles[0] = h;
   t->modes[0] = (uint8_t)mode;
-  tdm__handle_ref(h);
+  if (h->parent) { /* as in task_build */
+    t->tile_mask = 1;
+    tdm__handle_ref(h);
+  }
 
   tdm__spin_lock(&h->lock);
   if (h->acquired)

@@ -133,6 +133,7 @@ typedef struct tdm_task {
   _Atomic uint32_t waiters;
   uint8_t kind;
   uint8_t nbuf;
+  uint8_t tile_mask; /* buffers that are tiles (held by reference) */
   bool user_ref;
   uint8_t modes[TDM_MAX_BUFFERS];
   tdm_runtime *rt;
@@ -177,9 +178,9 @@ enum tdm_handle_kind { TDM_HANDLE_VECTOR = 1, TDM_HANDLE_MATRIX = 2 };
 
 struct tdm_handle {
   _Atomic uint32_t magic;
-  /* References: one while registered (then one while in quarantine), one
-   * per task naming the handle, until that task is freed. The struct is
-   * freed when they are all gone. */
+  /* References: one while registered (then one while in quarantine), and
+   * for a tile one per task naming it, until that task is freed. The
+   * struct is freed when they are all gone. */
   _Atomic int32_t refs;
   uint8_t kind;
   tdm_runtime *rt;

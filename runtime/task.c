@@ -11,15 +11,16 @@
  *
  * Submission runs in three phases so that nothing is half-done on error:
  *  1. lock the task's handles in address order; check them; collect the
- *     predecessors (taking a reference on each) and allocate every edge
- *     and array slot the next phases need. Any failure returns here, with
- *     nothing changed.
- *  2. commit: update each handle's writers/readers; unlock.
- *  3. link: push one edge on each predecessor's successor list, unless the
- *     predecessor has finished meanwhile.
+ *     predecessors and allocate every edge and array slot the next phases
+ *     need. Any failure returns here, with nothing changed.
+ *  2. link: push one edge on each predecessor's successor list, unless the
+ *     predecessor has finished meanwhile. The locked handles' lists keep
+ *     the predecessors alive: no reference is taken.
+ *  3. commit: update each handle's writers/readers; unlock.
  * The task's pending count starts at 1 for the submitter and gains one per
- * edge linked, so it cannot start before phase 3 ends; the submitter's
- * final decrement schedules it if every predecessor has already finished.
+ * edge linked, so it cannot start before the submitter is done; the
+ * submitter's final decrement schedules it if every predecessor has
+ * already finished.
  *
  * Edges. A successor list is a lock-free LIFO of edges that live in the
  * successor task (inline for up to TDM_INLINE_EDGES predecessors). A
@@ -152,6 +153,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   atomic_init(&t->succ_head, NULL);
   t->kind = TDM_TASK_CODELET;
   t->nbuf = 0;
+  t->tile_mask = 0;
   t->user_ref = false;
   t->rt = rt;
   t->cl = NULL;
@@ -191,7 +193,8 @@ void tdm__task_unref(tdm_task *t) {
   if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
     return;
   for (unsigned i = 0; i < t->nbuf; i++)
-    tdm__handle_unref(t->handles[i]);
+    if (t->tile_mask & (1u << i))
+      tdm__handle_unref(t->handles[i]);
   drop_deps(t);
   if (t->args != t->inline_args)
     free(t->args);
@@ -270,7 +273,14 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   for (unsigned i = 0; i < cl->nbuffers; i++) {
     t->handles[i] = desc->handles[i];
     t->modes[i] = (uint8_t)cl->modes[i];
-    tdm__handle_ref(t->handles[i]);
+    /* A task holds a tile, which unpartition does not wait for, but not a
+     * registered handle: unregister waits for the handle's tasks, and a
+     * finished task no longer touches its handles (the mask tells which
+     * are tiles without reading the handle then). */
+    if (t->handles[i]->parent) {
+      t->tile_mask |= (uint8_t)(1u << i);
+      tdm__handle_ref(t->handles[i]);
+    }
   }
   t->callback = desc->callback;
   t->callback_data = desc->callback_data;
@@ -288,7 +298,9 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
 
 /* ---- submission ------------------------------------------------------- */
 
-/* Predecessors gathered in phase 1, each with a reference held. */
+/* Predecessors gathered in phase 1. No references are taken: they stay
+ * alive, held by the locked handles' lists or by the task's explicit
+ * dependency list, until they are linked. */
 typedef struct {
   tdm_task **items;
   unsigned n, cap;
@@ -311,14 +323,11 @@ static int preds_add(pred_list *p, tdm_task *t) {
     p->items = items;
     p->cap = cap;
   }
-  tdm__task_ref(t);
   p->items[p->n++] = t;
   return 0;
 }
 
-static void preds_drop(pred_list *p) {
-  for (unsigned i = 0; i < p->n; i++)
-    tdm__task_unref(p->items[i]);
+static void preds_free(pred_list *p) {
   if (p->items != p->local)
     free(p->items);
 }
@@ -512,9 +521,14 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
     goto unlock_deps;
   }
 
-  /* Phase 2: commit. From here on nothing can fail. */
+  /* Phase 2: link, still under the locks. From here on nothing can fail.
+   * The submitter's pending count keeps t from starting meanwhile. */
   /* release: a task that names t as a dependency sees it submitted */
   atomic_store_explicit(&t->state, TDM_TS_SUBMITTED, memory_order_release);
+  for (unsigned i = 0; i < preds.n; i++)
+    link_edge(preds.items[i], t, &t->edges[i]);
+
+  /* Phase 3: commit. */
   if (!give_ref)
     tdm__task_ref(t); /* the runtime's, until it finishes */
   for (unsigned i = 0; i < nh; i++) {
@@ -542,23 +556,17 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   if (t->kind == TDM_TASK_ACQUIRE)
     tdm__sub_inflight(rt, 1);
 
-  /* Phase 3: link. */
-  if (preds.n == 0) {
-    /* nothing to wait for, and nobody else can see the count: no atomic */
-    preds_drop(&preds);
-    task_ready(t);
-    return TDM_OK;
-  }
-  for (unsigned i = 0; i < preds.n; i++)
-    link_edge(preds.items[i], t, &t->edges[i]);
-  preds_drop(&preds);
-  release_pending(t);
+  if (preds.n == 0)
+    task_ready(t); /* nobody else can see the count: no atomic needed */
+  else
+    release_pending(t);
+  preds_free(&preds);
   return TDM_OK;
 
 unlock_deps:
   if (t->user_ref)
     TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
-  preds_drop(&preds);
+  preds_free(&preds);
   tdm__sub_inflight(rt, 1);
   return st;
 }
