@@ -315,6 +315,11 @@ tdm_handle *tdm_matrix_tile(const tdm_handle *h, size_t i, size_t j) {
   return h->tiles[i * h->tile_cols + j];
 }
 
+static int cmp_address(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)*(tdm_handle *const *)a, y = (uintptr_t)*(tdm_handle *const *)b;
+  return (x > y) - (x < y);
+}
+
 tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
   static const char what[] = "tdm_matrix_unpartition";
   tdm_runtime *rt = runtime_of(h);
@@ -340,14 +345,7 @@ tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
     return hbad(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
   locks[0] = h;
   memcpy(locks + 1, tiles, n * sizeof *tiles);
-  /* tdm__handles_lock sorts with insertion sort: fine for the tile
-   * counts of real programs, which are at most thousands */
-  for (size_t i = 1; i <= n; i++)
-    for (size_t j = i; j > 0 && (uintptr_t)locks[j - 1] > (uintptr_t)locks[j]; j--) {
-      tdm_handle *x = locks[j];
-      locks[j] = locks[j - 1];
-      locks[j - 1] = x;
-    }
+  qsort(locks, n + 1, sizeof *locks, cmp_address);
   for (size_t i = 0; i <= n; i++)
     tdm__spin_lock(&locks[i]->lock);
 

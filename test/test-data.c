@@ -168,6 +168,29 @@ static void test_partition_keeps_order(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* Many tiles: 4096 of 4 x 4, one task each, joined back. */
+static void test_many_tiles(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(0, NULL);
+  enum { N = 256, T = 4 };
+  int *m = calloc(N * N, sizeof *m);
+  assert_non_null(m);
+  tdm_handle *h;
+  assert_int_equal(tdm_register_matrix(rt, m, N, N, N, sizeof(int), &h), TDM_OK);
+  assert_int_equal(tdm_matrix_partition(h, T, T, 0), TDM_OK);
+  for (size_t i = 0; i < N / T; i++)
+    for (size_t j = 0; j < N / T; j++)
+      submit(rt, &cl_add, tdm_matrix_tile(h, i, j), 0, (int)(i * 1000 + j));
+  assert_int_equal(tdm_matrix_unpartition(h, 0), TDM_OK);
+  submit(rt, &cl_add, h, 0, 1);
+  assert_int_equal(tdm_handle_unregister(h), TDM_OK);
+  for (int r = 0; r < N; r++)
+    for (int c = 0; c < N; c++)
+      assert_int_equal(m[r * N + c], (r / T) * 1000 + c / T + 1);
+  free(m);
+  tdm_runtime_destroy(rt);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_acquire_waits_for_writers),
@@ -176,6 +199,7 @@ int main(void) {
       cmocka_unit_test(test_unregister_waits),
       cmocka_unit_test(test_uneven_tiles),
       cmocka_unit_test(test_partition_keeps_order),
+      cmocka_unit_test(test_many_tiles),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
