@@ -299,10 +299,14 @@ tdm_status tdm_matrix_tiles(const tdm_handle *h, size_t *tile_rows_out,
   tdm_status st = tdm__handle_check(rt, h, "tdm_matrix_tiles");
   if (st)
     return st;
-  if (!h->tiles)
-    return hbad(rt, TDM_ERR_NOT_PARTITIONED, "tdm_matrix_tiles", "not partitioned");
+  tdm_handle *mh = (tdm_handle *)h; /* the lock is not part of the value */
+  tdm__spin_lock(&mh->lock);
+  bool partitioned = h->tiles != NULL;
   *tile_rows_out = h->tile_rows;
   *tile_cols_out = h->tile_cols;
+  tdm__spin_unlock(&mh->lock);
+  if (!partitioned)
+    return hbad(rt, TDM_ERR_NOT_PARTITIONED, "tdm_matrix_tiles", "not partitioned");
   return TDM_OK;
 }
 
@@ -310,9 +314,12 @@ tdm_handle *tdm_matrix_tile(const tdm_handle *h, size_t i, size_t j) {
   tdm_runtime *rt = runtime_of(h);
   if (!rt || tdm__handle_check(rt, h, "tdm_matrix_tile"))
     return NULL;
-  if (!h->tiles || i >= h->tile_rows || j >= h->tile_cols)
-    return NULL;
-  return h->tiles[i * h->tile_cols + j];
+  tdm_handle *mh = (tdm_handle *)h, *tile = NULL;
+  tdm__spin_lock(&mh->lock);
+  if (h->tiles && i < h->tile_rows && j < h->tile_cols)
+    tile = h->tiles[i * h->tile_cols + j];
+  tdm__spin_unlock(&mh->lock);
+  return tile;
 }
 
 static int cmp_address(const void *a, const void *b) {
