@@ -120,9 +120,11 @@ typedef struct tdm_config {
   /** Nonzero (default): bind each worker to its core. Environment:
    * TANDEM_BIND=0|1. Binding is never done on a synthetic topology. */
   int bind_workers;
-  /** Rounds an idle worker polls for work before it parks (default 2048,
-   * some tens of microseconds). 0 parks at once. Environment: TANDEM_SPIN. */
-  unsigned spin_rounds;
+  /** Microseconds an idle worker keeps looking for work before it parks
+   * (default 50). Longer helps fine-grained work that comes in bursts;
+   * shorter burns less CPU between sparse tasks. 0 parks at once.
+   * Environment: TANDEM_SPIN_US. */
+  unsigned spin_us;
   /** Log callback and its first argument; NULL (default): no log. */
   tdm_log_fn log_fn;
   void *log_data;

@@ -15,7 +15,7 @@ void tdm_config_init(tdm_config *config) {
   config->struct_size = sizeof *config;
   config->nworkers = 0;
   config->bind_workers = 1;
-  config->spin_rounds = 2048;
+  config->spin_us = 50;
   config->log_level = TDM_LOG_WARNING;
 }
 
@@ -55,7 +55,7 @@ static void apply_env(tdm_runtime *rt) {
   unsigned bind = rt->cfg.bind_workers != 0;
   env_unsigned(rt, "TANDEM_BIND", 1, &bind);
   rt->cfg.bind_workers = (int)bind;
-  env_unsigned(rt, "TANDEM_SPIN", 1u << 30, &rt->cfg.spin_rounds);
+  env_unsigned(rt, "TANDEM_SPIN_US", 10u * 1000 * 1000, &rt->cfg.spin_us);
   s = getenv("TANDEM_SYNTHETIC_TOPOLOGY");
   if (s && *s)
     rt->cfg.synthetic_topology = s;

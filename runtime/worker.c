@@ -12,8 +12,9 @@
  *
  * Finding work, in order: own deque, injection stack, then stealing, nearest
  * victims first (topology.c). A worker that finds nothing polls for
- * cfg.spin_rounds rounds (tens of microseconds: tasks often come in bursts)
- * and then parks on a condition variable, so an idle runtime burns no CPU.
+ * cfg.spin_us microseconds (tasks often come in bursts, and waking a
+ * parked thread costs tens of microseconds) and then parks on a condition
+ * variable, so an idle runtime burns no CPU.
  *
  * Waking. A parking worker increments nsleeping, then looks at every queue
  * once more before it waits; a thread that makes work available publishes
@@ -27,10 +28,17 @@
 #include "internal.h"
 
 #include <sched.h>
+#include <time.h>
 
-/* Idle rounds polled with pause instructions before polling with
- * sched_yield (cfg.spin_rounds in all before parking). */
+/* Idle rounds polled with pause instructions (a few microseconds) before
+ * polling with sched_yield, until cfg.spin_us have passed. */
 #define TDM_SPIN_PAUSE_ROUNDS 64
+
+static uint64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts); /* cannot fail with this clock */
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 #include <string.h>
 
 _Thread_local tdm_worker *tdm__self;
@@ -212,13 +220,21 @@ void *tdm__worker_main(void *arg) {
      * steal cache lines from the threads that are producing work), then
      * poll giving the core away between looks, as a worker may share its
      * core with a thread that is submitting (on a 2-core machine this is
-     * what lets the submitter keep up), then park. */
-    for (unsigned i = 0; !t && i < rt->cfg.spin_rounds; i++) {
-      if (i >= TDM_SPIN_PAUSE_ROUNDS)
-        sched_yield();
-      else
+     * what lets the submitter keep up), and park once cfg.spin_us have
+     * passed. */
+    uint64_t deadline = 0;
+    for (unsigned i = 0; !t && rt->cfg.spin_us; i++) {
+      if (i < TDM_SPIN_PAUSE_ROUNDS) {
         for (unsigned k = 0, n = 1 + i / 8; k < n; k++)
           tdm__cpu_relax();
+      } else {
+        uint64_t now = monotonic_ns();
+        if (!deadline)
+          deadline = now + 1000ull * rt->cfg.spin_us;
+        else if (now >= deadline)
+          break;
+        sched_yield();
+      }
       t = find_work(w);
       /* seq_cst: pairs with wait_all's increment (Dekker): a waiter that
        * arrived sees our flush, or we see it */
