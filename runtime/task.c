@@ -312,6 +312,13 @@ static int preds_add(pred_list *p, tdm_task *t) {
    * needed */
   if (atomic_load_explicit(&t->state, memory_order_acquire) == TDM_TS_DONE)
     return 0;
+  /* The same predecessor often comes through several handles (a stencil
+   * point wrote one neighbour and read another): one edge is enough. The
+   * scan is bounded so that a writer after thousands of readers stays
+   * linear; duplicates past it are harmless. */
+  for (unsigned i = 0; i < p->n && i < 16; i++)
+    if (p->items[i] == t)
+      return 0;
   if (p->n == p->cap) {
     unsigned cap = p->cap * 2;
     tdm_task **items = p->items == p->local ? malloc(cap * sizeof *items)
