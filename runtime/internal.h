@@ -287,6 +287,12 @@ static inline tdm_worker *tdm__self_in(const tdm_runtime *rt) {
 }
 
 /* worker.c */
+/* One round of polling while idle or waiting: for the first rounds a short
+ * growing pause (polling hard would steal the cache lines of the threads
+ * producing work), then sched_yield (a worker may share its core with a
+ * submitting thread; yielding lets that thread run). Returns false, time
+ * to block, once spin_us have passed; *deadline starts at 0. */
+bool tdm__idle_step(unsigned round, uint64_t *deadline, unsigned spin_us);
 void *tdm__worker_main(void *arg);
 /* Makes a ready task runnable: on the calling worker's deque, or on the
  * injection stack for other threads; wakes a sleeper if any. */

@@ -237,16 +237,23 @@ tdm_status tdm_wait_all(tdm_runtime *rt) {
   tdm_status st = tdm__check_blocking(rt, "tdm_wait_all");
   if (st)
     return st;
-  /* acquire: the finished tasks' writes are visible to the caller */
-  if (atomic_load_explicit(&rt->inflight, memory_order_acquire) == 0)
-    return TDM_OK;
-  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
-  /* seq_cst: pairs with the finisher's seq_cst decrement (Dekker) */
+  /* Announce the wait first: idle workers then flush their counts of
+   * finished tasks at once (worker.c). seq_cst: pairs with their check. */
   atomic_fetch_add(&rt->nwaiters, 1);
-  while (atomic_load(&rt->inflight) != 0)
-    TDM_PTHREAD(rt, pthread_cond_wait(&rt->wait_cond, &rt->wait_lock));
+  /* Poll a little before blocking: short work then costs no wake-up.
+   * acquire: the finished tasks' writes are visible to the caller. */
+  uint64_t deadline = 0;
+  for (unsigned i = 0; atomic_load_explicit(&rt->inflight, memory_order_acquire) != 0 &&
+                       tdm__idle_step(i, &deadline, rt->cfg.spin_us);
+       i++)
+    ;
+  if (atomic_load(&rt->inflight) != 0) {
+    TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
+    while (atomic_load(&rt->inflight) != 0)
+      TDM_PTHREAD(rt, pthread_cond_wait(&rt->wait_cond, &rt->wait_lock));
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
+  }
   atomic_fetch_sub(&rt->nwaiters, 1);
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
   return TDM_OK;
 }
 

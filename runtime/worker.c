@@ -31,7 +31,7 @@
 #include <time.h>
 
 /* Idle rounds polled with pause instructions (a few microseconds) before
- * polling with sched_yield, until cfg.spin_us have passed. */
+ * polling with sched_yield. */
 #define TDM_SPIN_PAUSE_ROUNDS 64
 
 static uint64_t monotonic_ns(void) {
@@ -39,7 +39,23 @@ static uint64_t monotonic_ns(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts); /* cannot fail with this clock */
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
-#include <string.h>
+
+bool tdm__idle_step(unsigned round, uint64_t *deadline, unsigned spin_us) {
+  if (!spin_us)
+    return false;
+  if (round < TDM_SPIN_PAUSE_ROUNDS) {
+    for (unsigned k = 0, n = 1 + round / 8; k < n; k++)
+      tdm__cpu_relax();
+    return true;
+  }
+  uint64_t now = monotonic_ns();
+  if (!*deadline)
+    *deadline = now + 1000ull * spin_us;
+  else if (now >= *deadline)
+    return false;
+  sched_yield();
+  return true;
+}
 
 _Thread_local tdm_worker *tdm__self;
 
@@ -223,18 +239,7 @@ void *tdm__worker_main(void *arg) {
      * what lets the submitter keep up), and park once cfg.spin_us have
      * passed. */
     uint64_t deadline = 0;
-    for (unsigned i = 0; !t && rt->cfg.spin_us; i++) {
-      if (i < TDM_SPIN_PAUSE_ROUNDS) {
-        for (unsigned k = 0, n = 1 + i / 8; k < n; k++)
-          tdm__cpu_relax();
-      } else {
-        uint64_t now = monotonic_ns();
-        if (!deadline)
-          deadline = now + 1000ull * rt->cfg.spin_us;
-        else if (now >= deadline)
-          break;
-        sched_yield();
-      }
+    for (unsigned i = 0; !t && tdm__idle_step(i, &deadline, rt->cfg.spin_us); i++) {
       t = find_work(w);
       /* seq_cst: pairs with wait_all's increment (Dekker): a waiter that
        * arrived sees our flush, or we see it */

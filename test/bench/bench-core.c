@@ -13,6 +13,9 @@
  *      Runtime Performance", SC 2020): the smallest average task duration
  *      (wall time x cores / tasks) at which the run still reaches 50% of
  *      the peak rate of useful work.
+ *  (e) sparse work, as in a desktop application: one small task every
+ *      5 ms for 1 s; the CPU time the process burns meanwhile (percent of
+ *      one core) and the round trip of each task (submit + wait).
  *
  * Every figure is the median of REPS runs; Tandem and OpenMP alternate
  * within each repetition, and the Tandem/OpenMP ratio is the median of the
@@ -218,6 +221,74 @@ static double omp_stencil(int nthreads, int width, long iters) {
   return now() - t0;
 }
 
+/* ---- sparse work: CPU burnt between tasks -------------------------------- */
+
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define SPARSE_TASKS 200
+
+/* Returns the CPU percentage; *rtt_us gets the mean round trip. */
+static double tdm_sparse(tdm_runtime *rt, double *rtt_us) {
+  static const tdm_codelet cl = {"sparse", stencil_fn, 4, {TDM_R, TDM_R, TDM_R, TDM_W}};
+  double x[4] = {1, 1, 1, 0};
+  long iters = 1000;
+  tdm_handle *h[4];
+  for (int i = 0; i < 4; i++)
+    tdm_register_vector(rt, &x[i], 1, sizeof(double), &h[i]);
+  tdm_task_desc d = {.codelet = &cl, .handles = {h[0], h[1], h[2], h[3]}, .args = &iters,
+                     .args_size = sizeof iters};
+  double c0 = cpu_now(), t0 = now(), rtt = 0;
+  for (int k = 0; k < SPARSE_TASKS; k++) {
+    double s = now();
+    tdm_submit(rt, &d);
+    tdm_wait_all(rt);
+    rtt += now() - s;
+    pause_ms(5);
+  }
+  double cpu = (cpu_now() - c0) / (now() - t0) * 100;
+  for (int i = 0; i < 4; i++)
+    tdm_handle_unregister(h[i]);
+  *rtt_us = rtt / SPARSE_TASKS * 1e6;
+  return cpu;
+}
+
+static double omp_sparse(int nthreads, double *rtt_us) {
+  double x[4] = {1, 1, 1, 0};
+  double c0 = cpu_now(), t0 = now(), rtt = 0;
+  for (int k = 0; k < SPARSE_TASKS; k++) {
+    double s = now();
+#pragma omp parallel num_threads(nthreads)
+#pragma omp single
+    {
+#pragma omp task depend(in : x[0], x[1], x[2]) depend(out : x[3])
+      x[3] = busy(1000, (x[0] + x[1] + x[2]) / 3.0);
+    }
+    rtt += now() - s;
+    pause_ms(5);
+  }
+  *rtt_us = rtt / SPARSE_TASKS * 1e6;
+  return (cpu_now() - c0) / (now() - t0) * 100;
+}
+
+static void sparse(tdm_runtime *rt, int nthreads) {
+  double ct[3], co[3], rt_t[3], rt_o[3];
+  for (int r = 0; r < 3; r++) {
+    ct[r] = tdm_sparse(rt, &rt_t[r]);
+    pause_ms(50);
+    co[r] = omp_sparse(nthreads, &rt_o[r]);
+    pause_ms(50);
+  }
+  printf("\n(e) sparse work: one task every 5 ms for %d tasks; medians of 3 runs\n",
+         SPARSE_TASKS);
+  printf("%-28s %12s %12s\n", "", "Tandem", "OpenMP");
+  printf("%-28s %11.1f%% %11.1f%%\n", "CPU burnt (% of one core)", median(ct, 3), median(co, 3));
+  printf("%-28s %12.1f %12.1f\n", "round trip per task (us)", median(rt_t, 3), median(rt_o, 3));
+}
+
 /* ---- driver ------------------------------------------------------------- */
 
 typedef double (*tdm_run)(tdm_runtime *, long);
@@ -326,8 +397,10 @@ int main(int argc, char **argv) {
                200000 / scale);
   side_by_side("(c) fan-out/fan-in x64", rt, nthreads, tdm_fan, omp_fan, 2000 / scale,
                2000 / scale * (FAN + 1));
-  if (!quick)
+  if (!quick) {
     stencil_sweep(rt, nthreads);
+    sparse(rt, nthreads);
+  }
   tdm_runtime_destroy(rt);
   return 0;
 }
