@@ -60,12 +60,6 @@ static tdm_runtime *runtime_of(const tdm_handle *h) {
 }
 
 void tdm__handles_lock(tdm_handle **hs, unsigned n) {
-  for (unsigned i = 1; i < n; i++)
-    for (unsigned j = i; j > 0 && (uintptr_t)hs[j - 1] > (uintptr_t)hs[j]; j--) {
-      tdm_handle *x = hs[j];
-      hs[j] = hs[j - 1];
-      hs[j - 1] = x;
-    }
   for (unsigned i = 0; i < n; i++)
     tdm__spin_lock(&hs[i]->lock);
 }
@@ -353,7 +347,7 @@ tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
   locks[0] = h;
   memcpy(locks + 1, tiles, n * sizeof *tiles);
   qsort(locks, n + 1, sizeof *locks, cmp_address);
-  for (size_t i = 0; i <= n; i++)
+  for (size_t i = 0; i <= n; i++) /* in address order, as tdm__handles_lock */
     tdm__spin_lock(&locks[i]->lock);
 
   tdm_taskvec writers, readers;

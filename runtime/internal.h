@@ -308,7 +308,7 @@ static inline void tdm__task_ref(tdm_task *t) {
   /* relaxed: taking a reference needs no ordering, only releasing does */
   atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
 }
-void tdm__task_execute(tdm_worker *w, tdm_task *t);
+void tdm__task_execute(tdm_task *t);
 /* Finishes t: releases successors, wakes waiters, drops the runtime's
  * reference. Used for codelet tasks and host acquisitions alike. */
 void tdm__task_finish(tdm_task *t);
@@ -329,8 +329,8 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref);
  * not. Checks needing the handle's lock are made at submission. */
 tdm_status tdm__handle_check(tdm_runtime *rt, const tdm_handle *h,
                              const char *what);
-/* Locks n distinct handles in address order (no deadlock between
- * submitters); sorts hs in place. */
+/* Locks n distinct handles, sorted by address: every thread locks in
+ * that order, so submitters cannot deadlock. */
 void tdm__handles_lock(tdm_handle **hs, unsigned n);
 void tdm__handles_unlock(tdm_handle **hs, unsigned n);
 void tdm__handles_destroy(tdm_runtime *rt);

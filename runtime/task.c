@@ -370,16 +370,20 @@ static void clear_refs(tdm_taskvec *v) {
   v->n = 0;
 }
 
+/* Wakes every thread blocked in a wait (they share one condition and
+ * each checks its own condition again). */
+static void wake_waiters(tdm_runtime *rt) {
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
+  TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
+}
+
 static void task_ready(tdm_task *t) {
   if (t->kind == TDM_TASK_ACQUIRE) {
     atomic_store(&t->state, TDM_TS_READY);
     /* seq_cst above pairs with the waiter's seq_cst increment (Dekker) */
-    if (atomic_load(&t->waiters)) {
-      tdm_runtime *rt = t->rt;
-      TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
-      TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
-      TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
-    }
+    if (atomic_load(&t->waiters))
+      wake_waiters(t->rt);
     return;
   }
   atomic_store_explicit(&t->state, TDM_TS_READY, memory_order_relaxed);
@@ -414,11 +418,8 @@ static void link_edge(tdm_task *pred, tdm_task *succ, tdm_edge *e) {
 
 void tdm__sub_inflight(tdm_runtime *rt, int64_t n) {
   /* seq_cst: pairs with wait_all's seq_cst increment of nwaiters */
-  if (atomic_fetch_sub(&rt->inflight, n) == n && atomic_load(&rt->nwaiters) > 0) {
-    TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
-    TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
-    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
-  }
+  if (atomic_fetch_sub(&rt->inflight, n) == n && atomic_load(&rt->nwaiters) > 0)
+    wake_waiters(rt);
 }
 
 /* Distinct handles of t with their combined modes, sorted by address. */
@@ -592,11 +593,8 @@ void tdm__task_finish(tdm_task *t) {
     e = next;
   }
   /* seq_cst (the store of state above) pairs with the waiter's increment */
-  if (atomic_load(&t->waiters)) {
-    TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
-    TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
-    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
-  }
+  if (atomic_load(&t->waiters))
+    wake_waiters(rt);
   if (t->kind == TDM_TASK_CODELET) {
     /* Workers count their finished tasks locally and subtract them from
      * inflight in batches; inflight stays above zero meanwhile, which
@@ -611,8 +609,7 @@ void tdm__task_finish(tdm_task *t) {
   tdm__task_unref(t);
 }
 
-void tdm__task_execute(tdm_worker *w, tdm_task *t) {
-  (void)w;
+void tdm__task_execute(tdm_task *t) {
   tdm__cpu_run(t);
   if (t->callback)
     t->callback(t->callback_data);

@@ -247,7 +247,7 @@ void *tdm__worker_main(void *arg) {
         tdm__flush_finished(w);
     }
     if (t) {
-      tdm__task_execute(w, t);
+      tdm__task_execute(t);
       continue;
     }
     if (w->unflushed)
