@@ -106,7 +106,8 @@ void tdm__plan_free(tdm_worker_plan *plan);
 
 enum tdm_task_kind {
   TDM_TASK_CODELET = 0, /* runs on a worker */
-  TDM_TASK_ACQUIRE = 1  /* a host acquisition: becomes ready, never queued */
+  TDM_TASK_ACQUIRE = 1, /* a host acquisition: becomes ready, never queued */
+  TDM_TASK_FREE = 2     /* in the pool */
 };
 
 enum tdm_task_state {

@@ -63,8 +63,10 @@ static int new_slab(tdm_runtime *rt) {
   if (!slab)
     return -1;
   rt->slabs[rt->nslabs++] = slab;
-  for (unsigned i = 0; i < TDM_SLAB_TASKS; i++)
+  for (unsigned i = 0; i < TDM_SLAB_TASKS; i++) {
+    slab[i].kind = TDM_TASK_FREE;
     slab[i].pool_next = (i + 1) % TDM_BATCH ? &slab[i + 1] : NULL;
+  }
   for (unsigned i = 0; i < TDM_SLAB_TASKS; i += TDM_BATCH) {
     slab[i].batch_next = rt->pool_free;
     rt->pool_free = &slab[i];
@@ -87,6 +89,7 @@ static tdm_task *take_batch(tdm_runtime *rt) {
 
 static void pool_put(tdm_runtime *rt, tdm_task *t) {
   tdm_worker *w = tdm__self_in(rt);
+  t->kind = TDM_TASK_FREE;
   if (!w) {
     tdm__spin_lock(&rt->ext_lock);
     t->pool_next = rt->ext_free;
@@ -167,15 +170,38 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   return t;
 }
 
+/* Frees what a task owns outside its slab (not the references it holds:
+ * at destroy every task goes at once). */
+static void free_task_memory(tdm_task *t) {
+  if (t->deps) {
+    tdm__taskvec_free(t->deps);
+    free(t->deps);
+    t->deps = NULL;
+  }
+  if (t->args != t->inline_args)
+    free(t->args);
+  if (t->edges != t->inline_edges)
+    free(t->edges);
+}
+
 void tdm__pool_destroy(tdm_runtime *rt) {
-  for (size_t i = 0; i < rt->nslabs; i++)
-    free(rt->slabs[i]);
+  /* Tasks still referenced (by a handle that was never unregistered, or
+   * by the application) own heap memory: free it with the slabs. */
+  for (size_t i = 0; i < rt->nslabs; i++) {
+    tdm_task *slab = rt->slabs[i];
+    for (unsigned k = 0; k < TDM_SLAB_TASKS; k++)
+      if (slab[k].kind != TDM_TASK_FREE)
+        free_task_memory(&slab[k]);
+    free(slab);
+  }
   free(rt->slabs);
   rt->slabs = NULL;
   rt->nslabs = rt->slabs_cap = 0;
   rt->pool_free = NULL;
   rt->ext_free = NULL;
 }
+
+static void free_task_memory(tdm_task *t);
 
 /* Drops the explicit dependency list and the references it holds. */
 static void drop_deps(tdm_task *t) {
@@ -196,10 +222,7 @@ void tdm__task_unref(tdm_task *t) {
     if (t->tile_mask & (1u << i))
       tdm__handle_unref(t->handles[i]);
   drop_deps(t);
-  if (t->args != t->inline_args)
-    free(t->args);
-  if (t->edges != t->inline_edges)
-    free(t->edges);
+  free_task_memory(t);
   pool_put(t->rt, t);
 }
 

@@ -45,10 +45,25 @@ static void cycle(unsigned nworkers) {
   for (int i = 0; i < 5; i++)
     assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_add, .handles = {h}}),
                      TDM_OK);
-  /* handle left registered on purpose: destroy must wait and free it */
+  /* a task with arguments too large to live inside it stays referenced as
+   * the handle's last writer */
+  char big[200] = {0};
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_add, .handles = {h},
+                                                    .args = big, .args_size = sizeof big}),
+                   TDM_OK);
+  /* tasks the application created and never released nor submitted, one
+   * with an explicit dependency list */
+  tdm_task *a, *b;
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl_add, .handles = {h}}, &a),
+                   TDM_OK);
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl_add, .handles = {h}}, &b),
+                   TDM_OK);
+  assert_int_equal(tdm_task_depends_on(b, a), TDM_OK);
+  /* handle left registered, tasks left unreleased, on purpose: destroy
+   * must wait for the submitted work and free everything */
   tdm_runtime_destroy(rt);
-  assert_int_equal(v[0], 5);
-  assert_int_equal(v[3], 5);
+  assert_int_equal(v[0], 6);
+  assert_int_equal(v[3], 6);
 }
 
 static void test_create_destroy_1000_cycles(void **state) {
