@@ -168,6 +168,30 @@ static void test_partition_keeps_order(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* A tile can be acquired like any handle; its matrix cannot be joined
+ * back meanwhile. */
+static void test_acquire_tile(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(2, NULL);
+  int m[4 * 4] = {0};
+  tdm_handle *h;
+  assert_int_equal(tdm_register_matrix(rt, m, 4, 4, 4, sizeof(int), &h), TDM_OK);
+  assert_int_equal(tdm_matrix_partition(h, 2, 2, 0), TDM_OK);
+  tdm_handle *t = tdm_matrix_tile(h, 1, 0);
+  submit(rt, &cl_fill, t, 30, 7);
+  assert_int_equal(tdm_handle_acquire(t, TDM_RW), TDM_OK);
+  assert_int_equal(m[2 * 4 + 0], 7);
+  assert_int_equal(m[3 * 4 + 1], 7);
+  assert_int_equal(tdm_matrix_unpartition(h, 0), TDM_ERR_BUSY);
+  m[2 * 4 + 0] = 8;
+  assert_int_equal(tdm_handle_release(t), TDM_OK);
+  assert_int_equal(tdm_matrix_unpartition(h, 0), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h), TDM_OK);
+  assert_int_equal(m[2 * 4 + 0], 8);
+  assert_int_equal(m[0], 0);
+  tdm_runtime_destroy(rt);
+}
+
 /* Many tiles: 4096 of 4 x 4, one task each, joined back. */
 static void test_many_tiles(void **state) {
   (void)state;
@@ -199,6 +223,7 @@ int main(void) {
       cmocka_unit_test(test_unregister_waits),
       cmocka_unit_test(test_uneven_tiles),
       cmocka_unit_test(test_partition_keeps_order),
+      cmocka_unit_test(test_acquire_tile),
       cmocka_unit_test(test_many_tiles),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
