@@ -167,10 +167,12 @@ TDM_API tdm_status tdm_runtime_create(const tdm_config *config,
  * from threads other than the runtime's own workers fail with
  * TDM_ERR_SHUTTING_DOWN; tasks already submitted run to completion, and the
  * tasks they submit are accepted and run too, so a running graph is never
- * cut. Then the workers stop and every task and handle of the runtime is
- * freed: the registered memory stays the application's and holds the result
- * of every task. Pointers to tasks and handles of the runtime must not be
- * used afterwards. NULL is accepted. Must not be called from a task of the
+ * cut; a handle the host still holds acquired is released first, with a
+ * warning in the log. Then the workers stop and every task and handle of the
+ * runtime is freed, including tasks created and never released: the
+ * registered memory stays the application's and holds the result of every
+ * task. Pointers to tasks and handles of the runtime must not be used
+ * afterwards. NULL is accepted. Must not be called from a task of the
  * same runtime (it then logs an error and returns without destroying);
  * must not be called twice or concurrently with itself.
  */
