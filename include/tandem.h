@@ -383,7 +383,8 @@ TDM_API tdm_status tdm_task_submit(tdm_task *task);
 TDM_API tdm_status tdm_task_wait(tdm_task *task);
 
 /** Gives back the reference from tdm_task_create. A task released before
- * being submitted is discarded. NULL is accepted. Any thread. */
+ * being submitted is discarded, and tasks that named it in
+ * tdm_task_depends_on no longer wait for it. NULL is accepted. Any thread. */
 TDM_API void tdm_task_release(tdm_task *task);
 
 /** Blocks until every task submitted to the runtime, and every task those
