@@ -160,6 +160,15 @@ static void test_explicit_dependency(void **state) {
   assert_int_equal(tdm_task_depends_on(c, a), TDM_OK);
   assert_int_equal(tdm_task_submit(c), TDM_OK);
   assert_int_equal(tdm_task_wait(c), TDM_OK);
+  /* a dependency on a task discarded unsubmitted no longer holds back */
+  tdm_task *gone, *d;
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &ca}, &gone), TDM_OK);
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cb}, &d), TDM_OK);
+  assert_int_equal(tdm_task_depends_on(d, gone), TDM_OK);
+  tdm_task_release(gone);
+  assert_int_equal(tdm_task_submit(d), TDM_OK);
+  assert_int_equal(tdm_task_wait(d), TDM_OK);
+  tdm_task_release(d);
   tdm_task_release(a);
   tdm_task_release(b);
   tdm_task_release(c);
