@@ -72,7 +72,7 @@ void tdm__handles_unlock(tdm_handle **hs, unsigned n) {
 /* ---- allocation and freeing -------------------------------------------- */
 
 static tdm_handle *handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *buf) {
-  tdm_handle *h = calloc(1, sizeof *h);
+  tdm_handle *h = tdm__calloc(rt, 1, sizeof *h);
   if (!h)
     return NULL;
   atomic_init(&h->magic, TDM_HANDLE_MAGIC);
@@ -211,14 +211,14 @@ tdm_status tdm_handle_buffer(const tdm_handle *h, tdm_buffer *out) {
 
 /* ---- partitioning ------------------------------------------------------ */
 
-static int copy_refs(tdm_taskvec *dst, const tdm_taskvec *src) {
+static int copy_refs(tdm_runtime *rt, tdm_taskvec *dst, const tdm_taskvec *src) {
   for (unsigned i = 0; i < src->n; i++) {
     tdm_task *t = src->items[i];
     /* acquire: a finished task needs no edge, but its writes must be
      * visible to the tasks that will not wait for it */
     if (atomic_load_explicit(&t->state, memory_order_acquire) == TDM_TS_DONE)
       continue; /* finished: nothing to wait for */
-    if (tdm__taskvec_push(dst, t))
+    if (tdm__taskvec_push(rt, dst, t))
       return -1;
     tdm__task_ref(t);
   }
@@ -239,7 +239,7 @@ tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_col
                 "needs a matrix, nonzero tile sizes and flags 0");
   size_t ni = (h->buf.nx + tile_rows - 1) / tile_rows;
   size_t nj = (h->buf.ny + tile_cols - 1) / tile_cols;
-  tdm_handle **tiles = calloc(ni * nj, sizeof *tiles);
+  tdm_handle **tiles = tdm__calloc(rt, ni * nj, sizeof *tiles);
   if (!tiles)
     return hbad(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
 
@@ -264,7 +264,7 @@ tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_col
       }
       tile->parent = h;
       tiles[i * nj + j] = tile;
-      if (copy_refs(&tile->writers, &h->writers) || copy_refs(&tile->readers, &h->readers))
+      if (copy_refs(rt, &tile->writers, &h->writers) || copy_refs(rt, &tile->readers, &h->readers))
         st = hbad(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
     }
   if (!st) {
@@ -341,7 +341,7 @@ tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
   if (!tiles)
     return hbad(rt, TDM_ERR_NOT_PARTITIONED, what, "not partitioned");
 
-  tdm_handle **locks = malloc((n + 1) * sizeof *locks);
+  tdm_handle **locks = tdm__malloc(rt, (n + 1) * sizeof *locks);
   if (!locks)
     return hbad(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
   locks[0] = h;
@@ -360,7 +360,7 @@ tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
     if (t->acquired || t->tiles || t->unsubmitted)
       st = hbad(rt, TDM_ERR_BUSY, what,
                 "a tile is acquired, partitioned or named by an unsubmitted task");
-    else if (copy_refs(&writers, &t->writers) || copy_refs(&readers, &t->readers))
+    else if (copy_refs(rt, &writers, &t->writers) || copy_refs(rt, &readers, &t->readers))
       st = hbad(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
   }
   if (!st) {

@@ -52,10 +52,24 @@ typedef struct tdm_taskvec {
 } tdm_taskvec;
 
 void tdm__taskvec_init(tdm_taskvec *v);
-int tdm__taskvec_push(tdm_taskvec *v, struct tdm_task *t);
+int tdm__taskvec_push(tdm_runtime *rt, tdm_taskvec *v, struct tdm_task *t);
 void tdm__taskvec_free(tdm_taskvec *v);
 /* Moves src's contents to dst (which must be empty); src becomes empty. */
 void tdm__taskvec_move(tdm_taskvec *dst, tdm_taskvec *src);
+
+/* ---- memory ------------------------------------------------------------ */
+
+/* The allocations a running runtime makes go through these, so that tests
+ * can make one of them fail (tdm__fail_allocation) and check that every
+ * call then reports TDM_ERR_NO_MEMORY cleanly, as SQLite's fault-injection
+ * seams do. */
+void *tdm__malloc(tdm_runtime *rt, size_t size);
+void *tdm__calloc(tdm_runtime *rt, size_t n, size_t size);
+void *tdm__realloc(tdm_runtime *rt, void *p, size_t size);
+void *tdm__aligned_alloc(tdm_runtime *rt, size_t align, size_t size);
+/* Test seam: the allocation after the next `n` ones fails (n = 0: the next
+ * one); a negative n disarms. */
+void tdm__fail_allocation(tdm_runtime *rt, long n);
 
 /* ---- logging ---------------------------------------------------------- */
 
@@ -277,6 +291,7 @@ struct tdm_runtime {
   size_t nquarantine;
 
   bool mutexes_ready;
+  _Atomic long alloc_countdown; /* see tdm__fail_allocation; -1: off */
 };
 
 /* The worker the calling thread is, or NULL. */

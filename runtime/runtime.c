@@ -182,6 +182,7 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   tdm_runtime *rt = calloc(1, sizeof *rt);
   if (!rt)
     return TDM_ERR_NO_MEMORY;
+  atomic_init(&rt->alloc_countdown, -1);
   rt->cfg = defaults;
   memcpy(&rt->cfg, config, config->struct_size < sizeof rt->cfg ? config->struct_size : sizeof rt->cfg);
   rt->cfg.struct_size = sizeof rt->cfg;

@@ -53,13 +53,13 @@
 static int new_slab(tdm_runtime *rt) {
   if (rt->nslabs == rt->slabs_cap) {
     size_t cap = rt->slabs_cap ? 2 * rt->slabs_cap : 16;
-    void **slabs = realloc(rt->slabs, cap * sizeof *slabs);
+    void **slabs = tdm__realloc(rt, rt->slabs, cap * sizeof *slabs);
     if (!slabs)
       return -1;
     rt->slabs = slabs;
     rt->slabs_cap = cap;
   }
-  tdm_task *slab = aligned_alloc(TDM_CACHE_LINE, TDM_SLAB_TASKS * sizeof *slab);
+  tdm_task *slab = tdm__aligned_alloc(rt, TDM_CACHE_LINE, TDM_SLAB_TASKS * sizeof *slab);
   if (!slab)
     return -1;
   rt->slabs[rt->nslabs++] = slab;
@@ -278,7 +278,7 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   if (!t)
     return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for task %s", what, name);
   if (desc->args_size > TDM_INLINE_ARGS) {
-    t->args = malloc(desc->args_size);
+    t->args = tdm__malloc(rt, desc->args_size);
     if (!t->args) {
       t->nbuf = 0;
       tdm__task_unref(t);
@@ -344,8 +344,8 @@ static int preds_add(pred_list *p, tdm_task *t) {
       return 0;
   if (p->n == p->cap) {
     unsigned cap = p->cap * 2;
-    tdm_task **items = p->items == p->local ? malloc(cap * sizeof *items)
-                                            : realloc(p->items, cap * sizeof *items);
+    tdm_task **items = p->items == p->local ? tdm__malloc(t->rt, cap * sizeof *items)
+                                            : tdm__realloc(t->rt, p->items, cap * sizeof *items);
     if (!items)
       return -1;
     if (p->items == p->local)
@@ -381,7 +381,7 @@ static int reserve_reader(tdm_handle *h) {
   if (r->n < r->cap)
     return 0;
   /* grow by pushing a placeholder and taking it back */
-  if (tdm__taskvec_push(r, NULL))
+  if (tdm__taskvec_push(h->rt, r, NULL))
     return -1;
   r->n--;
   return 0;
@@ -539,7 +539,7 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
     }
   }
   if (!st && preds.n > TDM_INLINE_EDGES) {
-    t->edges = malloc(preds.n * sizeof *t->edges);
+    t->edges = tdm__malloc(rt, preds.n * sizeof *t->edges);
     if (!t->edges) {
       t->edges = t->inline_edges;
       st = TDM_ERR_NO_MEMORY;
@@ -679,36 +679,33 @@ tdm_status tdm_task_create(tdm_runtime *rt, const tdm_task_desc *desc, tdm_task 
   return task_build(rt, desc, true, out, "tdm_task_create");
 }
 
-static tdm_taskvec *new_taskvec(void) {
-  tdm_taskvec *v = malloc(sizeof *v);
+static tdm_taskvec *new_taskvec(tdm_runtime *rt) {
+  tdm_taskvec *v = tdm__malloc(rt, sizeof *v);
   if (v)
     tdm__taskvec_init(v);
   return v;
 }
 
 /* Does `from` depend, through created tasks' explicit dependencies, on
- * `target`? Called with deps_lock held. Depth-first, iterative. */
-static bool reaches(tdm_task *from, tdm_task *target) {
+ * `target`? 1: yes, 0: no, -1: out of memory. Called with deps_lock held.
+ * Depth-first, iterative. */
+static int reaches(tdm_runtime *rt, tdm_task *from, tdm_task *target) {
   tdm_taskvec stack;
   tdm__taskvec_init(&stack);
-  bool found = false;
-  if (tdm__taskvec_push(&stack, from))
-    return true; /* out of memory: refuse, as a cycle would be */
+  int found = tdm__taskvec_push(rt, &stack, from) ? -1 : 0;
   while (stack.n && !found) {
     tdm_task *x = stack.items[--stack.n];
     if (x == target) {
-      found = true;
+      found = 1;
       break;
     }
     /* only created tasks can lie on a cycle: a submitted task depends
      * only on tasks submitted before it */
     if (atomic_load(&x->state) != TDM_TS_CREATED)
       continue;
-    for (unsigned i = 0; x->deps && i < x->deps->n; i++)
-      if (tdm__taskvec_push(&stack, x->deps->items[i])) {
-        found = true;
-        break;
-      }
+    for (unsigned i = 0; x->deps && i < x->deps->n && !found; i++)
+      if (tdm__taskvec_push(rt, &stack, x->deps->items[i]))
+        found = -1;
   }
   tdm__taskvec_free(&stack);
   return found;
@@ -724,17 +721,19 @@ tdm_status tdm_task_depends_on(tdm_task *task, tdm_task *pred) {
     return bad(rt, TDM_ERR_WRONG_RUNTIME, "%s: the tasks belong to different runtimes",
                "tdm_task_depends_on");
   tdm_status st = TDM_OK;
+  int reach = 0;
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
   if (atomic_load(&task->state) != TDM_TS_CREATED) {
     st = TDM_ERR_ALREADY_SUBMITTED;
     tdm__log(rt, TDM_LOG_ERROR, "tdm_task_depends_on: the task was already submitted");
-  } else if (reaches(pred, task)) {
+  } else if ((reach = reaches(rt, pred, task)) > 0) {
     st = TDM_ERR_CYCLE;
     tdm__log(rt, TDM_LOG_ERROR,
              "tdm_task_depends_on: refused, the dependency would form a cycle");
-  } else if ((!task->deps && !(task->deps = new_taskvec())) ||
-             tdm__taskvec_push(task->deps, pred)) {
+  } else if (reach < 0 || (!task->deps && !(task->deps = new_taskvec(rt))) ||
+             tdm__taskvec_push(rt, task->deps, pred)) {
     st = TDM_ERR_NO_MEMORY;
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_task_depends_on: out of memory");
   } else {
     tdm__task_ref(pred);
   }

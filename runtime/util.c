@@ -65,17 +65,17 @@ void tdm__taskvec_init(tdm_taskvec *v) {
   v->cap = 2;
 }
 
-int tdm__taskvec_push(tdm_taskvec *v, tdm_task *t) {
+int tdm__taskvec_push(tdm_runtime *rt, tdm_taskvec *v, tdm_task *t) {
   if (v->n == v->cap) {
     unsigned cap = v->cap * 2;
     tdm_task **items;
     if (v->items == v->inline_items) {
-      items = malloc(cap * sizeof(*items));
+      items = tdm__malloc(rt, cap * sizeof(*items));
       if (items)
         for (unsigned i = 0; i < v->n; i++)
           items[i] = v->items[i];
     } else {
-      items = realloc(v->items, cap * sizeof(*items));
+      items = tdm__realloc(rt, v->items, cap * sizeof(*items));
     }
     if (!items)
       return -1;
@@ -97,4 +97,35 @@ void tdm__taskvec_move(tdm_taskvec *dst, tdm_taskvec *src) {
   if (src->items == src->inline_items)
     dst->items = dst->inline_items;
   tdm__taskvec_init(src);
+}
+
+static bool injected_failure(tdm_runtime *rt) {
+  /* relaxed: a test seam; the countdown is armed before the calls it
+   * is meant to affect, from the same thread */
+  if (atomic_load_explicit(&rt->alloc_countdown, memory_order_relaxed) < 0)
+    return false;
+  if (atomic_fetch_sub_explicit(&rt->alloc_countdown, 1, memory_order_relaxed) != 0)
+    return false;
+  tdm__log(rt, TDM_LOG_DEBUG, "allocation failure injected");
+  return true;
+}
+
+void tdm__fail_allocation(tdm_runtime *rt, long n) {
+  atomic_store_explicit(&rt->alloc_countdown, n < 0 ? -1 : n, memory_order_relaxed);
+}
+
+void *tdm__malloc(tdm_runtime *rt, size_t size) {
+  return injected_failure(rt) ? NULL : malloc(size);
+}
+
+void *tdm__calloc(tdm_runtime *rt, size_t n, size_t size) {
+  return injected_failure(rt) ? NULL : calloc(n, size);
+}
+
+void *tdm__realloc(tdm_runtime *rt, void *p, size_t size) {
+  return injected_failure(rt) ? NULL : realloc(p, size);
+}
+
+void *tdm__aligned_alloc(tdm_runtime *rt, size_t align, size_t size) {
+  return injected_failure(rt) ? NULL : aligned_alloc(align, size);
 }
