@@ -18,11 +18,15 @@
  * queued; the host thread waits for that, and releasing the handle
  * finishes the node, which releases the tasks submitted after it.
  *
- * Lifetime. A handle is referenced by its registration and by every task
- * naming it. Unregistering waits for the handle's tasks, marks it dead and
- * moves the registration's reference to a quarantine of the last
- * TDM_QUARANTINE handles, so that using a stale handle is reported
- * (TDM_ERR_STALE_HANDLE) rather than touching freed memory.
+ * Lifetime. A handle is referenced by its registration. Unregistering
+ * waits for the handle's tasks, marks it dead and moves that reference to a
+ * quarantine of the last TDM_QUARANTINE handles, so that using a stale
+ * handle is reported (TDM_ERR_STALE_HANDLE) rather than touching freed
+ * memory. Tasks do not reference registered handles (every task naming one
+ * has finished when unregister returns, and a finished task no longer
+ * touches its handles), which keeps the handle's cache line out of the
+ * workers' hands. Tiles are different: unpartition does not wait, so each
+ * task naming a tile holds a reference on it until the task is freed.
  */
 #include "internal.h"
 

@@ -29,9 +29,17 @@
  * schedules it. The next link is read before the decrement: once released,
  * the successor (and the edge inside it) may run, finish and be freed.
  *
+ * Counting. rt->inflight counts the tasks submitted and not finished, for
+ * tdm_wait_all. Workers subtract the tasks they finish in batches of
+ * TDM_FLUSH_BATCH, and at once when they go idle while a thread waits or
+ * before they park, so that a busy runtime does not bounce that counter's
+ * cache line between cores on every task.
+ *
  * Memory. Tasks come from slabs of TDM_SLAB_TASKS. A worker keeps its own
- * free list (no locking); other threads and overflowing workers use the
- * runtime's shared list under a spinlock, in batches.
+ * free list (no locking); other threads share a cache of their own; both
+ * refill from, and workers give back to, the runtime's shared stack of
+ * batches under a spinlock. At destroy the slabs go at once, after freeing
+ * what live tasks own outside them.
  */
 #include "internal.h"
 
