@@ -516,15 +516,14 @@ tdm_status tdm_handle_unregister(tdm_handle *h) {
 void tdm__release_acquisitions(tdm_runtime *rt) {
   for (;;) {
     tdm_handle *found = NULL;
+    /* No handle lock is taken under handles_lock: submitters take them in
+     * the other order (freeing a task may free a tile). */
     TDM_PTHREAD(rt, pthread_mutex_lock(&rt->handles_lock));
-    for (tdm_handle *h = rt->all_handles; h && !found; h = h->all_next) {
-      tdm__spin_lock(&h->lock);
-      if (h->acquired) {
+    for (tdm_handle *h = rt->all_handles; h && !found; h = h->all_next)
+      if (atomic_load(&h->acquired)) {
         found = h;
         tdm__handle_ref(h);
       }
-      tdm__spin_unlock(&h->lock);
-    }
     TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->handles_lock));
     if (!found)
       return;

@@ -206,7 +206,10 @@ struct tdm_handle {
    * contents. A reader waits for the writers; a writer waits for both. */
   tdm_taskvec writers;
   tdm_taskvec readers;
-  tdm_task *acquired;    /* the host acquisition node, if any */
+  /* The host acquisition node, if any. Written under `lock`; atomic so
+   * that destroy can scan handles without taking their locks (it holds
+   * handles_lock, which submitters take while holding handle locks). */
+  _Atomic(tdm_task *) acquired;
   unsigned unsubmitted;  /* created tasks naming this handle */
   tdm_handle *parent;    /* tile of a partitioned matrix */
   tdm_handle **tiles;    /* when partitioned */
