@@ -76,7 +76,8 @@ extern "C" {
   XX(ERR_PARTITIONED, -14, "handle is partitioned: use its tiles")             \
   XX(ERR_NOT_ACQUIRED, -15, "handle is not acquired by the host")              \
   XX(ERR_TOPOLOGY, -16, "machine topology could not be discovered (see the log)") \
-  XX(ERR_NOT_PARTITIONED, -17, "handle is not partitioned")
+  XX(ERR_NOT_PARTITIONED, -17, "handle is not partitioned")                   \
+  XX(ERR_NO_OPENCL, -18, "OpenCL is not available: no loader, no platform or a broken one (see the log)")
 
 typedef enum tdm_status {
 #define TDM__STATUS_ENUM(name, value, msg) TDM_##name = (value),

@@ -12,7 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages="gcc g++ libc6-dev meson ninja-build pkg-config libhwloc-dev libcmocka-dev"
+# To build: a C compiler, meson, hwloc, cmocka, the OpenCL headers and ICD
+# loader (opened at run time). To test: also PoCL, an OpenCL implementation
+# on the CPU that the tests use as a real OpenCL device.
+packages="gcc g++ libc6-dev meson ninja-build pkg-config libhwloc-dev libcmocka-dev ocl-icd-opencl-dev"
+test_packages="pocl-opencl-icd"
 
 install_missing() {
   local missing=""
@@ -45,6 +49,9 @@ run_tests() {
   meson test -C "$dir" --print-errorlogs
 }
 
+case "${1:-}" in
+  test | asan | tsan) packages="$packages $test_packages" ;;
+esac
 install_missing
 case "${1:-}" in
   demo)
