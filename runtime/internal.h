@@ -104,6 +104,12 @@ typedef struct tdm_worker_plan {
   unsigned **victims;
   unsigned **group_end;
   unsigned *ngroups;
+  /* CPU kinds (hybrid chips: efficiency and performance cores), from
+   * hwloc's cpukinds, ranked as hwloc ranks them: 0 is the most energy
+   * efficient. kind_of[w] is the kind of worker w's core; nkinds is 1
+   * where the machine reports no kinds. */
+  unsigned nkinds;
+  unsigned *kind_of;
 } tdm_worker_plan;
 
 /* Loads the topology of this machine or a synthetic one (desc != NULL).

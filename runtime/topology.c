@@ -12,6 +12,10 @@
  * because the data their tasks touch is likely in a cache it shares. Victims
  * at the same distance form a group; within a group the thief starts at a
  * random member so that thieves spread out.
+ *
+ * CPU kinds: on hybrid chips hwloc reports kinds of cores (efficiency and
+ * performance cores) with an efficiency rank; each worker records the kind
+ * of its core, so that scheduling can treat kinds as worker classes.
  */
 #include "internal.h"
 
@@ -84,6 +88,7 @@ void tdm__plan_free(tdm_worker_plan *p) {
   free(p->victims);
   free(p->group_end);
   free(p->ngroups);
+  free(p->kind_of);
   memset(p, 0, sizeof *p);
 }
 
@@ -150,9 +155,10 @@ tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
   p->victims = calloc(nworkers, sizeof *p->victims);
   p->group_end = calloc(nworkers, sizeof *p->group_end);
   p->ngroups = calloc(nworkers, sizeof *p->ngroups);
+  p->kind_of = calloc(nworkers, sizeof *p->kind_of);
   victim_key *keys = calloc(nworkers, sizeof *keys);
   if (!p->cpusets || !p->core_of || !p->victims || !p->group_end || !p->ngroups ||
-      !keys) {
+      !p->kind_of || !keys) {
     free(keys);
     st = TDM_ERR_NO_MEMORY;
     goto out;
@@ -168,6 +174,15 @@ tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
       goto out;
     }
   }
+  /* CPU kinds: hwloc lists them by increasing efficiency rank. A core in
+   * no kind, or in several (hwloc returns -1), counts as kind 0. */
+  int nkinds = hwloc_cpukinds_get_nr(topo, 0);
+  p->nkinds = nkinds > 0 ? (unsigned)nkinds : 1;
+  for (unsigned w = 0; w < nworkers && nkinds > 1; w++) {
+    int k = hwloc_cpukinds_get_by_cpuset(topo, p->cpusets[w], 0);
+    p->kind_of[w] = k > 0 ? (unsigned)k : 0;
+  }
+
   for (unsigned w = 0; w < nworkers; w++) {
     unsigned nk = 0;
     hwloc_obj_t mine = cores[p->core_of[w]];

@@ -85,6 +85,38 @@ static void test_more_workers_than_cores(void **state) {
   hwloc_topology_destroy(topo);
 }
 
+/* A hybrid chip: 2 performance cores and 4 efficiency cores, declared to
+ * hwloc as CPU kinds; workers record the kind of their core. */
+static void test_cpu_kinds(void **state) {
+  (void)state;
+  hwloc_topology_t topo;
+  assert_int_equal(tdm__topology_load(&dummy, "pack:1 core:6 pu:1", &topo), TDM_OK);
+  hwloc_bitmap_t p_cores = hwloc_bitmap_alloc(), e_cores = hwloc_bitmap_alloc();
+  hwloc_bitmap_set_range(p_cores, 0, 1);
+  hwloc_bitmap_set_range(e_cores, 2, 5);
+  assert_int_equal(hwloc_cpukinds_register(topo, e_cores, 0, 0, NULL, 0), 0);
+  assert_int_equal(hwloc_cpukinds_register(topo, p_cores, 1, 0, NULL, 0), 0);
+  tdm_worker_plan p;
+  assert_int_equal(tdm__plan_workers(&dummy, topo, 0, &p), TDM_OK);
+  assert_int_equal(p.nworkers, 6);
+  assert_int_equal(p.nkinds, 2);
+  /* kind 0 is the most energy-efficient: the E cores */
+  for (unsigned w = 0; w < 6; w++)
+    assert_int_equal(p.kind_of[w], w < 2 ? 1 : 0);
+  tdm__plan_free(&p);
+  /* without kinds: one kind */
+  hwloc_topology_t plain;
+  assert_int_equal(tdm__topology_load(&dummy, "pack:1 core:3 pu:1", &plain), TDM_OK);
+  assert_int_equal(tdm__plan_workers(&dummy, plain, 0, &p), TDM_OK);
+  assert_int_equal(p.nkinds, 1);
+  assert_int_equal(p.kind_of[2], 0);
+  tdm__plan_free(&p);
+  hwloc_bitmap_free(p_cores);
+  hwloc_bitmap_free(e_cores);
+  hwloc_topology_destroy(plain);
+  hwloc_topology_destroy(topo);
+}
+
 static void test_bad_synthetic_topology(void **state) {
   (void)state;
   hwloc_topology_t topo;
@@ -161,6 +193,7 @@ int main(void) {
       cmocka_unit_test(test_two_packages_shared_l2),
       cmocka_unit_test(test_numa_nodes_group_victims),
       cmocka_unit_test(test_more_workers_than_cores),
+      cmocka_unit_test(test_cpu_kinds),
       cmocka_unit_test(test_bad_synthetic_topology),
       cmocka_unit_test(test_runtime_on_synthetic_machine),
       cmocka_unit_test(test_affinity_mask_respected),
