@@ -238,9 +238,14 @@ tdm_status tdm__discover_opencl(const tdm_runtime *rt, const char *path,
              recs[i].vendor, recs[i].platform_name, tdm__device_class_name(recs[i].cls),
              recs[i].reason, recs[i].duplicate_of >= 0 ? " (duplicate)" : "");
   }
+  if (!count) {
+    free(recs);
+    tdm__log(rt, TDM_LOG_INFO, "OpenCL: no device on any platform; running on the CPU cores only");
+    return TDM_ERR_NO_OPENCL;
+  }
   *out = recs;
   *n = count;
-  return count ? TDM_OK : TDM_ERR_NO_OPENCL;
+  return TDM_OK;
 }
 
 #endif
