@@ -141,6 +141,11 @@ typedef struct tdm_config {
   int ignore_env;
   /** Must be 0 for now. */
   unsigned flags;
+  /** Path of an hwloc XML topology (as written by `lstopo machine.xml`)
+   * used instead of the real machine, like synthetic_topology (which must
+   * then be NULL); it carries CPU kinds too. Workers are not bound. NULL
+   * (default): the real machine. Environment: TANDEM_TOPOLOGY_XML. */
+  const char *topology_xml;
 } tdm_config;
 
 /** Fills *config with the defaults listed above. Any thread. */

@@ -112,10 +112,11 @@ typedef struct tdm_worker_plan {
   unsigned *kind_of;
 } tdm_worker_plan;
 
-/* Loads the topology of this machine or a synthetic one (desc != NULL).
+/* Loads the topology of this machine, a synthetic one (synthetic != NULL)
+ * or an XML one (xml != NULL).
  * Returns TDM_OK or TDM_ERR_TOPOLOGY (logged). */
 tdm_status tdm__topology_load(const tdm_runtime *rt, const char *synthetic,
-                              hwloc_topology_t *out);
+                              const char *xml, hwloc_topology_t *out);
 /* nworkers 0: one per usable core. Returns TDM_OK, TDM_ERR_TOPOLOGY (no
  * usable core) or TDM_ERR_NO_MEMORY. */
 tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
@@ -247,6 +248,7 @@ typedef struct tdm_worker {
 struct tdm_runtime {
   tdm_config cfg;
   char *synthetic; /* cfg.synthetic_topology points here */
+  char *xml;       /* cfg.topology_xml points here */
   hwloc_topology_t topo;
   bool bind;
   tdm_worker_plan plan;

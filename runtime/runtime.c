@@ -59,6 +59,9 @@ static void apply_env(tdm_runtime *rt) {
   s = getenv("TANDEM_SYNTHETIC_TOPOLOGY");
   if (s && *s)
     rt->cfg.synthetic_topology = s;
+  s = getenv("TANDEM_TOPOLOGY_XML");
+  if (s && *s)
+    rt->cfg.topology_xml = s;
 }
 
 static tdm_status init_sync(tdm_runtime *rt) {
@@ -129,6 +132,7 @@ static void teardown(tdm_runtime *rt) {
     hwloc_topology_destroy(rt->topo);
   destroy_sync(rt);
   free(rt->synthetic);
+  free(rt->xml);
   free(rt);
 }
 
@@ -188,28 +192,38 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   rt->cfg.struct_size = sizeof rt->cfg;
   if (!rt->cfg.ignore_env)
     apply_env(rt);
-  if (rt->cfg.synthetic_topology) {
-    rt->synthetic = strdup(rt->cfg.synthetic_topology);
-    if (!rt->synthetic) {
-      free(rt);
-      return TDM_ERR_NO_MEMORY;
-    }
-    rt->cfg.synthetic_topology = rt->synthetic;
+  if (rt->cfg.synthetic_topology && rt->cfg.topology_xml) {
+    tdm__log(rt, TDM_LOG_ERROR,
+             "tdm_runtime_create: synthetic_topology and topology_xml both set");
+    free(rt);
+    return TDM_ERR_INVALID_ARG;
+  }
+  /* copies: the config is only read during the call */
+  rt->synthetic = rt->cfg.synthetic_topology ? strdup(rt->cfg.synthetic_topology) : NULL;
+  rt->xml = rt->cfg.topology_xml ? strdup(rt->cfg.topology_xml) : NULL;
+  rt->cfg.synthetic_topology = rt->synthetic;
+  rt->cfg.topology_xml = rt->xml;
+  if ((rt->cfg.synthetic_topology && !rt->synthetic) || (rt->cfg.topology_xml && !rt->xml)) {
+    free(rt->synthetic);
+    free(rt->xml);
+    free(rt);
+    return TDM_ERR_NO_MEMORY;
   }
   tdm_status st = init_sync(rt);
   if (st) {
     free(rt->synthetic);
+    free(rt->xml);
     free(rt);
     return st;
   }
-  st = tdm__topology_load(rt, rt->synthetic, &rt->topo);
+  st = tdm__topology_load(rt, rt->synthetic, rt->xml, &rt->topo);
   if (st)
     goto fail;
   st = tdm__plan_workers(rt, rt->topo, rt->cfg.nworkers, &rt->plan);
   if (st)
     goto fail;
   rt->nworkers = rt->plan.nworkers;
-  rt->bind = rt->cfg.bind_workers && !rt->synthetic &&
+  rt->bind = rt->cfg.bind_workers && !rt->synthetic && !rt->xml &&
              hwloc_topology_is_thissystem(rt->topo);
   st = start_workers(rt);
   if (st)

@@ -23,7 +23,7 @@
 #include <string.h>
 
 tdm_status tdm__topology_load(const tdm_runtime *rt, const char *synthetic,
-                              hwloc_topology_t *out) {
+                              const char *xml, hwloc_topology_t *out) {
   hwloc_topology_t topo;
   *out = NULL;
   if (hwloc_topology_init(&topo) < 0) {
@@ -32,6 +32,11 @@ tdm_status tdm__topology_load(const tdm_runtime *rt, const char *synthetic,
   }
   if (synthetic && hwloc_topology_set_synthetic(topo, synthetic) < 0) {
     tdm__log(rt, TDM_LOG_ERROR, "invalid synthetic topology \"%s\"", synthetic);
+    hwloc_topology_destroy(topo);
+    return TDM_ERR_TOPOLOGY;
+  }
+  if (xml && hwloc_topology_set_xml(topo, xml) < 0) {
+    tdm__log(rt, TDM_LOG_ERROR, "cannot read the XML topology \"%s\"", xml);
     hwloc_topology_destroy(topo);
     return TDM_ERR_TOPOLOGY;
   }

@@ -9,9 +9,11 @@
 
 static tdm_runtime dummy; /* tdm__log needs a runtime; no callback set */
 
+static void count_task(const tdm_buffer *b, const void *args, size_t n);
+
 static void plan(const char *synthetic, unsigned nworkers, hwloc_topology_t *topo,
                  tdm_worker_plan *p) {
-  assert_int_equal(tdm__topology_load(&dummy, synthetic, topo), TDM_OK);
+  assert_int_equal(tdm__topology_load(&dummy, synthetic, NULL, topo), TDM_OK);
   assert_int_equal(tdm__plan_workers(&dummy, *topo, nworkers, p), TDM_OK);
 }
 
@@ -90,7 +92,7 @@ static void test_more_workers_than_cores(void **state) {
 static void test_cpu_kinds(void **state) {
   (void)state;
   hwloc_topology_t topo;
-  assert_int_equal(tdm__topology_load(&dummy, "pack:1 core:6 pu:1", &topo), TDM_OK);
+  assert_int_equal(tdm__topology_load(&dummy, "pack:1 core:6 pu:1", NULL, &topo), TDM_OK);
   hwloc_bitmap_t p_cores = hwloc_bitmap_alloc(), e_cores = hwloc_bitmap_alloc();
   hwloc_bitmap_set_range(p_cores, 0, 1);
   hwloc_bitmap_set_range(e_cores, 2, 5);
@@ -106,7 +108,7 @@ static void test_cpu_kinds(void **state) {
   tdm__plan_free(&p);
   /* without kinds: one kind */
   hwloc_topology_t plain;
-  assert_int_equal(tdm__topology_load(&dummy, "pack:1 core:3 pu:1", &plain), TDM_OK);
+  assert_int_equal(tdm__topology_load(&dummy, "pack:1 core:3 pu:1", NULL, &plain), TDM_OK);
   assert_int_equal(tdm__plan_workers(&dummy, plain, 0, &p), TDM_OK);
   assert_int_equal(p.nkinds, 1);
   assert_int_equal(p.kind_of[2], 0);
@@ -117,10 +119,71 @@ static void test_cpu_kinds(void **state) {
   hwloc_topology_destroy(topo);
 }
 
+/* Recorded machines, as hwloc XML (test/topologies/). */
+static void test_xml_two_socket_numa_server(void **state) {
+  (void)state;
+  hwloc_topology_t topo;
+  tdm_worker_plan p;
+  assert_int_equal(tdm__topology_load(&dummy, NULL, TDM_TOPOLOGY_DIR "/two-socket-numa.xml", &topo),
+                   TDM_OK);
+  assert_int_equal(tdm__plan_workers(&dummy, topo, 0, &p), TDM_OK);
+  /* 2 packages x 8 cores, 2 PUs each: one worker per core, on both PUs */
+  assert_int_equal(p.ncores, 16);
+  assert_int_equal(p.nworkers, 16);
+  assert_int_equal(hwloc_bitmap_weight(p.cpusets[9]), 2);
+  assert_int_equal(p.nkinds, 1);
+  char s[128];
+  victims_str(&p, 0, s, sizeof s);
+  assert_string_equal(s, "1 2 3 4 5 6 7|8 9 10 11 12 13 14 15"); /* own socket first */
+  victims_str(&p, 12, s, sizeof s);
+  assert_string_equal(s, "8 9 10 11 13 14 15|0 1 2 3 4 5 6 7");
+  tdm__plan_free(&p);
+  hwloc_topology_destroy(topo);
+}
+
+static void test_xml_hybrid_laptop(void **state) {
+  (void)state;
+  hwloc_topology_t topo;
+  tdm_worker_plan p;
+  assert_int_equal(tdm__topology_load(&dummy, NULL, TDM_TOPOLOGY_DIR "/hybrid-laptop.xml", &topo),
+                   TDM_OK);
+  assert_int_equal(tdm__plan_workers(&dummy, topo, 0, &p), TDM_OK);
+  /* 4 performance and 8 efficiency cores, the kinds recorded in the XML */
+  assert_int_equal(p.nworkers, 12);
+  assert_int_equal(p.nkinds, 2);
+  for (unsigned w = 0; w < 12; w++)
+    assert_int_equal(p.kind_of[w], w < 4 ? 1 : 0);
+  tdm__plan_free(&p);
+  hwloc_topology_destroy(topo);
+  /* through the public API: 12 workers, not bound, running tasks */
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.topology_xml = TDM_TOPOLOGY_DIR "/hybrid-laptop.xml";
+  tdm_runtime *rt;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  assert_int_equal(tdm_runtime_nworkers(rt), 12);
+  assert_false(rt->bind);
+  _Atomic int n = 0, *pn = &n;
+  static const tdm_codelet cl = {"count", count_task, 0, {0}};
+  for (int i = 0; i < 100; i++)
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl, .args = &pn,
+                                                      .args_size = sizeof pn}), TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(atomic_load(&n), 100);
+  tdm_runtime_destroy(rt);
+  /* a missing file, and both kinds of topology at once, are refused */
+  cfg.topology_xml = "/nonexistent/machine.xml";
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_TOPOLOGY);
+  cfg.topology_xml = TDM_TOPOLOGY_DIR "/hybrid-laptop.xml";
+  cfg.synthetic_topology = "pack:1 core:2 pu:1";
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_INVALID_ARG);
+}
+
 static void test_bad_synthetic_topology(void **state) {
   (void)state;
   hwloc_topology_t topo;
-  assert_int_equal(tdm__topology_load(&dummy, "pack:x nonsense", &topo), TDM_ERR_TOPOLOGY);
+  assert_int_equal(tdm__topology_load(&dummy, "pack:x nonsense", NULL, &topo), TDM_ERR_TOPOLOGY);
   assert_null(topo);
   /* through the public API: a clear status and a log message */
   test_log log;
@@ -194,6 +257,8 @@ int main(void) {
       cmocka_unit_test(test_numa_nodes_group_victims),
       cmocka_unit_test(test_more_workers_than_cores),
       cmocka_unit_test(test_cpu_kinds),
+      cmocka_unit_test(test_xml_two_socket_numa_server),
+      cmocka_unit_test(test_xml_hybrid_laptop),
       cmocka_unit_test(test_bad_synthetic_topology),
       cmocka_unit_test(test_runtime_on_synthetic_machine),
       cmocka_unit_test(test_affinity_mask_respected),
