@@ -133,12 +133,8 @@ void tdm__handles_destroy(tdm_runtime *rt) {
 }
 
 static void drop_state(tdm_handle *h) {
-  for (unsigned i = 0; i < h->writers.n; i++)
-    tdm__task_unref(h->writers.items[i]);
-  for (unsigned i = 0; i < h->readers.n; i++)
-    tdm__task_unref(h->readers.items[i]);
-  tdm__taskvec_free(&h->writers);
-  tdm__taskvec_free(&h->readers);
+  tdm__taskvec_release(&h->writers);
+  tdm__taskvec_release(&h->readers);
 }
 
 /* Marks h dead and parks its registration reference in the quarantine.
@@ -380,12 +376,8 @@ tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
     tdm__spin_unlock(&locks[i]->lock);
   free(locks);
   if (st) {
-    for (unsigned i = 0; i < writers.n; i++)
-      tdm__task_unref(writers.items[i]);
-    for (unsigned i = 0; i < readers.n; i++)
-      tdm__task_unref(readers.items[i]);
-    tdm__taskvec_free(&writers);
-    tdm__taskvec_free(&readers);
+    tdm__taskvec_release(&writers);
+    tdm__taskvec_release(&readers);
     return st;
   }
   for (size_t k = 0; k < n; k++) {
@@ -503,12 +495,8 @@ tdm_status tdm_handle_unregister(tdm_handle *h) {
     tdm__task_wait_state(writers.items[i], TDM_TS_DONE);
   for (unsigned i = 0; i < readers.n; i++)
     tdm__task_wait_state(readers.items[i], TDM_TS_DONE);
-  for (unsigned i = 0; i < writers.n; i++)
-    tdm__task_unref(writers.items[i]);
-  for (unsigned i = 0; i < readers.n; i++)
-    tdm__task_unref(readers.items[i]);
-  tdm__taskvec_free(&writers);
-  tdm__taskvec_free(&readers);
+  tdm__taskvec_release(&writers);
+  tdm__taskvec_release(&readers);
   quarantine(h);
   return TDM_OK;
 }

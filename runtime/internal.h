@@ -54,6 +54,8 @@ typedef struct tdm_taskvec {
 void tdm__taskvec_init(tdm_taskvec *v);
 int tdm__taskvec_push(tdm_runtime *rt, tdm_taskvec *v, struct tdm_task *t);
 void tdm__taskvec_free(tdm_taskvec *v);
+/* Drops the references v holds (task.c) and frees its storage. */
+void tdm__taskvec_release(tdm_taskvec *v);
 /* Moves src's contents to dst (which must be empty); src becomes empty. */
 void tdm__taskvec_move(tdm_taskvec *dst, tdm_taskvec *src);
 

@@ -211,13 +211,23 @@ void tdm__pool_destroy(tdm_runtime *rt) {
 
 static void free_task_memory(tdm_task *t);
 
+/* Drops the references a task array holds; keeps its storage. */
+static void clear_refs(tdm_taskvec *v) {
+  for (unsigned i = 0; i < v->n; i++)
+    tdm__task_unref(v->items[i]);
+  v->n = 0;
+}
+
+void tdm__taskvec_release(tdm_taskvec *v) {
+  clear_refs(v);
+  tdm__taskvec_free(v);
+}
+
 /* Drops the explicit dependency list and the references it holds. */
 static void drop_deps(tdm_task *t) {
   if (!t->deps)
     return;
-  for (unsigned i = 0; i < t->deps->n; i++)
-    tdm__task_unref(t->deps->items[i]);
-  tdm__taskvec_free(t->deps);
+  tdm__taskvec_release(t->deps);
   free(t->deps);
   t->deps = NULL;
 }
@@ -395,11 +405,6 @@ static int reserve_reader(tdm_handle *h) {
   return 0;
 }
 
-static void clear_refs(tdm_taskvec *v) {
-  for (unsigned i = 0; i < v->n; i++)
-    tdm__task_unref(v->items[i]);
-  v->n = 0;
-}
 
 /* Wakes every thread blocked in a wait (they share one condition and
  * each checks its own condition again). */
