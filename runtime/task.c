@@ -256,12 +256,13 @@ static tdm_status bad(tdm_runtime *rt, tdm_status st, const char *fmt, ...) {
   return st;
 }
 
-/* Drops the "created task names this handle" counts. */
-static void forget_unsubmitted(tdm_task *t) {
+/* Adds delta (+1 or -1) to the "created tasks naming this handle" count of
+ * each of t's buffers: unregister refuses a handle while it is not 0. */
+static void count_unsubmitted(tdm_task *t, int delta) {
   for (unsigned i = 0; i < t->nbuf; i++) {
     tdm_handle *h = t->handles[i];
     tdm__spin_lock(&h->lock);
-    h->unsubmitted--;
+    h->unsubmitted += (unsigned)delta;
     tdm__spin_unlock(&h->lock);
   }
 }
@@ -327,12 +328,7 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   t->callback_data = desc->callback_data;
   t->user_ref = user_ref;
   if (user_ref)
-    for (unsigned i = 0; i < t->nbuf; i++) {
-      tdm_handle *h = t->handles[i];
-      tdm__spin_lock(&h->lock);
-      h->unsubmitted++;
-      tdm__spin_unlock(&h->lock);
-    }
+    count_unsubmitted(t, +1);
   *out = t;
   return TDM_OK;
 }
@@ -790,6 +786,6 @@ void tdm_task_release(tdm_task *task) {
   }
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
   if (created)
-    forget_unsubmitted(task);
+    count_unsubmitted(task, -1);
   tdm__task_unref(task);
 }
