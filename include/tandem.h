@@ -110,6 +110,13 @@ typedef enum tdm_log_level {
 typedef void (*tdm_log_fn)(void *user_data, tdm_log_level level,
                            const char *message);
 
+/** How the devices used treat memory (tdm_config.device_memory). */
+typedef enum tdm_device_memory {
+  TDM_MEMORY_AS_REPORTED = 0, /**< as classified (default) */
+  TDM_MEMORY_SHARED = 1,      /**< as an integrated GPU: no copies */
+  TDM_MEMORY_SEPARATE = 2     /**< as a discrete GPU: copies */
+} tdm_device_memory;
+
 typedef struct tdm_config {
   /** sizeof(tdm_config) as the caller was compiled; set by tdm_config_init.
    * Lets the structure grow at its end without breaking old callers. */
@@ -146,6 +153,34 @@ typedef struct tdm_config {
    * then be NULL); it carries CPU kinds too. Workers are not bound. NULL
    * (default): the real machine. Environment: TANDEM_TOPOLOGY_XML. */
   const char *topology_xml;
+  /** Which OpenCL devices the runtime uses, as a comma-separated list of
+   * terms; a device is used when any term selects it:
+   *   all          every GPU and accelerator (the default, also NULL or "")
+   *   gpu          integrated and discrete GPUs
+   *   integrated   integrated GPUs (they share the host's memory)
+   *   discrete     discrete GPUs (memory of their own)
+   *   accelerator  other OpenCL devices (FPGA, DSP...)
+   *   cpu          OpenCL CPU devices (such as PoCL)
+   *   N            device number N, as tdm_runtime_device and tandem-info
+   *                number them
+   *   none         no device, and OpenCL is not even loaded: CPU cores only
+   * OpenCL CPU devices run on the cores the CPU workers already use, so
+   * "all" leaves them out: only "cpu", their number or opencl_cpu_devices
+   * admits them. A device seen through two platforms is used once; a
+   * device on which no OpenCL context can be created is not used.
+   * An unknown term makes tdm_runtime_create fail with TDM_ERR_INVALID_ARG.
+   * Environment: TANDEM_DEVICES. */
+  const char *devices;
+  /** Nonzero: also admit OpenCL CPU devices (default 0). Environment:
+   * TANDEM_OPENCL_CPU=0|1. */
+  int opencl_cpu_devices;
+  /** How the used devices treat memory (for testing both code paths on
+   * one device). Environment: TANDEM_DEVICE_MEMORY=reported|integrated|
+   * discrete. */
+  tdm_device_memory device_memory;
+  /** File name or path of the OpenCL ICD loader, opened at run time.
+   * NULL (default): "libOpenCL.so.1". Environment: TANDEM_OPENCL_LIBRARY. */
+  const char *opencl_library;
 } tdm_config;
 
 /** Fills *config with the defaults listed above. Any thread. */
@@ -154,15 +189,19 @@ TDM_API void tdm_config_init(tdm_config *config);
 typedef struct tdm_runtime tdm_runtime;
 
 /**
- * Creates a runtime: discovers the machine with hwloc, starts the workers
- * and returns it in *out. `config` may be NULL for the defaults; it is read
+ * Creates a runtime: discovers the machine with hwloc and its OpenCL
+ * devices (unless config->devices is "none"), chooses the devices to use,
+ * starts the workers and returns it in *out. Where OpenCL is missing or
+ * broken the runtime runs on the CPU cores, and says why in the log. `config` may be NULL for the defaults; it is read
  * during the call only (strings are copied). TANDEM_* environment variables
  * override the config fields they name unless config->ignore_env is set; a
  * malformed variable is ignored with a warning in the log.
  *
  * Returns TDM_OK, TDM_ERR_INVALID_ARG (out NULL, struct_size too small,
- * flags not 0), TDM_ERR_TOPOLOGY, TDM_ERR_SYSTEM (a thread could not be
- * started) or TDM_ERR_NO_MEMORY; on error *out is set to NULL.
+ * flags not 0, an unknown term in devices, a bad device_memory),
+ * TDM_ERR_TOPOLOGY, TDM_ERR_SYSTEM (a thread could not be started) or
+ * TDM_ERR_NO_MEMORY; on error *out is set to NULL. A missing OpenCL is not
+ * an error.
  * Any thread.
  */
 TDM_API tdm_status tdm_runtime_create(const tdm_config *config,
@@ -184,12 +223,180 @@ TDM_API tdm_status tdm_runtime_create(const tdm_config *config,
  */
 TDM_API void tdm_runtime_destroy(tdm_runtime *rt);
 
-/** Number of worker threads the runtime runs. Any thread. */
+/** Number of workers: one thread per CPU core (tdm_runtime_ncpu_workers),
+ * numbered first, then one logical worker per OpenCL device used, which
+ * is not a thread and holds no CPU core. Any thread. */
 TDM_API unsigned tdm_runtime_nworkers(const tdm_runtime *rt);
+
+/** Number of CPU worker threads (workers 0 .. n-1). Any thread. */
+TDM_API unsigned tdm_runtime_ncpu_workers(const tdm_runtime *rt);
 
 /** Index of the calling worker of `rt` in [0, nworkers), or -1 when the
  * calling thread is not a worker of `rt`. Any thread. */
 TDM_API int tdm_worker_id(const tdm_runtime *rt);
+
+/* ------------------------------------------------------------------------ */
+/* The machine as the runtime sees it                                       */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Each query fills a structure whose first field, struct_size, the caller
+ * sets to sizeof the structure as it was compiled (so that structures can
+ * grow at their end). Strings point into the runtime and stay valid until
+ * it is destroyed; "" means unknown. Every query returns TDM_OK, or
+ * TDM_ERR_INVALID_ARG for a NULL argument, a struct_size too small or an
+ * index out of range. Any thread.
+ */
+
+/** What the processor side of the machine is (hwloc's view). */
+typedef struct tdm_machine_info {
+  size_t struct_size;
+  /** "this machine", "synthetic topology <description>" or "XML topology
+   * <path>". */
+  const char *topology_source;
+  const char *cpu_model;
+  /** Counts in the whole machine. */
+  unsigned packages, numa_nodes, cores, pus;
+  /** Cores and hardware threads (PUs) the process may use: allowed by the
+   * cgroup cpuset and in the affinity mask of the thread that created the
+   * runtime. usable_cpus lists their OS numbers, e.g. "0-3,8". */
+  unsigned usable_cores, usable_pus;
+  const char *usable_cpus;
+  /** Memory of all NUMA nodes, in bytes (0: unknown). */
+  uint64_t memory_bytes;
+  /** Size of one data cache of each level (0: none) and how many there are. */
+  uint64_t l1d_bytes, l2_bytes, l3_bytes;
+  unsigned l1d_count, l2_count, l3_count;
+  /** Kinds of CPU cores (1 unless the chip is hybrid); see tdm_cpu_kind_info. */
+  unsigned cpu_kinds;
+  /** Workers: CPU threads, and logical workers of the devices used. */
+  unsigned cpu_workers, device_workers;
+  /** OpenCL: TDM_OK when a loader with at least one platform was found,
+   * else TDM_ERR_NO_OPENCL; opencl_summary says what was found, or why
+   * nothing was. */
+  tdm_status opencl_status;
+  const char *opencl_summary;
+  unsigned opencl_platforms, opencl_devices;
+  /** The device selection in force (config and environment applied). */
+  const char *devices;
+  int opencl_cpu_devices;
+  tdm_device_memory device_memory;
+} tdm_machine_info;
+
+TDM_API tdm_status tdm_runtime_machine(const tdm_runtime *rt, tdm_machine_info *info);
+
+/** A kind of CPU core. Hybrid chips have several (performance and
+ * efficiency cores); kinds are numbered as hwloc ranks them, from the most
+ * energy-efficient (0) to the most powerful. CPU workers are numbered kind
+ * by kind, the most powerful kind first. */
+typedef struct tdm_cpu_kind_info {
+  size_t struct_size;
+  /** hwloc's efficiency rank (higher: faster core), -1 when unknown. */
+  int efficiency;
+  /** The kind's name as the system reports it (e.g. "IntelCore",
+   * "IntelAtom"), or "". */
+  const char *name;
+  /** Usable cores of this kind, and the ids of the workers on them
+   * (e.g. "0-3"). */
+  unsigned cores;
+  unsigned workers;
+  const char *worker_ids;
+} tdm_cpu_kind_info;
+
+TDM_API tdm_status tdm_runtime_cpu_kind(const tdm_runtime *rt, unsigned kind,
+                                        tdm_cpu_kind_info *info);
+
+typedef enum tdm_worker_type {
+  TDM_WORKER_CPU = 0,   /**< a thread bound to one core */
+  TDM_WORKER_DEVICE = 1 /**< the logical worker of an OpenCL device */
+} tdm_worker_type;
+
+typedef struct tdm_worker_info {
+  size_t struct_size;
+  tdm_worker_type type;
+  /** CPU workers: the kind of its core, the core's logical number in
+   * the topology, and the OS numbers of the CPUs it runs on. Device
+   * workers: kind 0, core -1, cpus "". */
+  unsigned cpu_kind;
+  int core;
+  const char *cpus;
+  /** OS number of the NUMA node of its core, or nearest to its device;
+   * -1 when unknown. */
+  int numa_node;
+  /** Device workers: the device number; CPU workers: -1. */
+  int device;
+} tdm_worker_info;
+
+TDM_API tdm_status tdm_runtime_worker(const tdm_runtime *rt, unsigned worker,
+                                      tdm_worker_info *info);
+
+typedef struct tdm_platform_info {
+  size_t struct_size;
+  const char *name, *vendor, *version;
+  unsigned devices;
+} tdm_platform_info;
+
+TDM_API tdm_status tdm_runtime_platform(const tdm_runtime *rt, unsigned platform,
+                                        tdm_platform_info *info);
+
+/** What an OpenCL device is. The rules, in order: a device of type CPU is
+ * a CPU device; a GPU reporting host-unified memory, or fine-grained system
+ * SVM, is integrated; any other GPU is discrete; anything else is an
+ * accelerator. */
+typedef enum tdm_device_class {
+  TDM_DEVICE_UNKNOWN = 0,
+  TDM_DEVICE_INTEGRATED_GPU = 1, /**< a GPU sharing the host's memory */
+  TDM_DEVICE_DISCRETE_GPU = 2,   /**< a GPU with memory of its own */
+  TDM_DEVICE_CPU = 3,            /**< an OpenCL device on the CPU cores */
+  TDM_DEVICE_ACCELERATOR = 4     /**< anything else */
+} tdm_device_class;
+
+/** "integrated GPU", "discrete GPU", "CPU device", "accelerator" or
+ * "unknown". Any thread. */
+TDM_API const char *tdm_device_class_name(tdm_device_class c);
+
+/** An OpenCL device found on the machine, used or not. Devices are
+ * numbered platform by platform, in the order OpenCL lists them. */
+typedef struct tdm_device_info {
+  size_t struct_size;
+  unsigned platform; /**< its platform's number */
+  const char *name, *vendor, *driver_version;
+  const char *opencl_version; /**< e.g. "OpenCL 3.0 ..." */
+  tdm_device_class device_class;
+  const char *class_reason;   /**< which rule classified it */
+  /** 1: the device works on the host's memory without copies (integrated
+   * GPU, CPU device), 0: data is copied to its memory. memory_reason says
+   * whether this is what the device reports or forced by device_memory. */
+  int shared_memory;
+  const char *memory_reason;
+  unsigned compute_units, clock_mhz;
+  uint64_t global_mem_bytes, max_alloc_bytes, local_mem_bytes;
+  int fp64;                 /**< double precision supported */
+  int host_unified_memory;  /**< as the device reports it */
+  uint64_t svm_capabilities; /**< CL_DEVICE_SVM_CAPABILITIES bits */
+  /** PCI address (cl_khr_pci_bus_info) and UUID (cl_khr_device_uuid),
+   * where the driver offers them. */
+  int has_pci;
+  unsigned pci_domain, pci_bus, pci_device, pci_function;
+  int has_uuid;
+  uint8_t uuid[16];
+  /** The device this one duplicates (the same hardware seen through
+   * another platform), or -1. */
+  int duplicate_of;
+  /** OS number of the nearest NUMA node, and the OS numbers of the CPUs
+   * near it; -1 and "" when unknown (hwloc knows it for AMD and NVIDIA
+   * devices on Linux). */
+  int numa_node;
+  const char *near_cpus;
+  /** 1 when the runtime uses it; `usage` says why or why not. */
+  int used;
+  const char *usage;
+  /** Its worker's id when used, else -1. */
+  int worker;
+} tdm_device_info;
+
+TDM_API tdm_status tdm_runtime_device(const tdm_runtime *rt, unsigned device,
+                                      tdm_device_info *info);
 
 /* ------------------------------------------------------------------------ */
 /* Data                                                                     */

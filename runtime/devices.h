@@ -16,16 +16,6 @@
 
 #include "tandem.h"
 
-typedef enum tdm_device_class {
-  TDM_CLASS_UNKNOWN = 0,
-  TDM_CLASS_INTEGRATED_GPU, /* a GPU sharing host memory: zero-copy */
-  TDM_CLASS_DISCRETE_GPU,   /* a GPU with memory of its own: copies */
-  TDM_CLASS_CPU_DEVICE,     /* an OpenCL device on the CPU cores (PoCL...) */
-  TDM_CLASS_ACCELERATOR     /* anything else (FPGA, DSP, custom) */
-} tdm_device_class;
-
-const char *tdm__device_class_name(tdm_device_class c);
-
 /* Device types, as OpenCL's CL_DEVICE_TYPE_* bits (same values). */
 #define TDM_CL_TYPE_CPU (1u << 1)
 #define TDM_CL_TYPE_GPU (1u << 2)
@@ -38,8 +28,8 @@ typedef struct tdm_device_record {
   char platform_name[128];
   char name[128];
   char vendor[128];
-  char driver_version[64];
-  char version[64]; /* "OpenCL 3.0 ..." */
+  char driver_version[128];
+  char version[128]; /* "OpenCL 3.0 ..." */
   uint64_t type;    /* TDM_CL_TYPE_* bits */
   unsigned compute_units;
   unsigned clock_mhz;
@@ -55,13 +45,55 @@ typedef struct tdm_device_record {
   uint8_t uuid[16];
   bool context_ok;   /* a context could be created on it */
 
+  /* Locality (hwloc's OpenCL helpers): nearest NUMA node's OS index and
+   * the CPUs near the device, -1 and "" when unknown. */
+  int numa_node;
+  char near_cpus[64];
+
   /* Set by tdm__classify_device. */
   tdm_device_class cls;
   char reason[160];
   /* Set by tdm__dedupe_devices: index of the record this one is the same
    * physical device as, or -1. */
   int duplicate_of;
+
+  /* Set by tdm__select_devices (and by the context probe of a selected
+   * device, which may un-use it). */
+  bool used;
+  char usage[256];
+  bool shared_memory;
+  char memory_reason[160];
+  int worker; /* its worker when used, else -1 */
 } tdm_device_record;
+
+typedef struct tdm_platform_record {
+  char name[128];
+  char vendor[128];
+  char version[128];
+  unsigned ndevices;
+} tdm_platform_record;
+
+/* A parsed tdm_config.devices (see tandem.h). */
+#define TDM_MAX_DEVICE_INDEX 256
+typedef struct tdm_device_selection {
+  bool none;
+  unsigned classes; /* bit (1 << tdm_device_class) per class named */
+  uint64_t indices[TDM_MAX_DEVICE_INDEX / 64];
+  bool admit_cpu; /* tdm_config.opencl_cpu_devices */
+  tdm_device_memory memory;
+  const char *text; /* as given, for messages */
+} tdm_device_selection;
+
+/* Parses `text` (NULL or "": "all") into *sel, other fields untouched.
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG with the offending term copied
+ * into bad. */
+tdm_status tdm__parse_devices(const char *text, tdm_device_selection *sel, char *bad,
+                              size_t bad_size);
+
+/* Decides for each classified and deduplicated record whether it is used
+ * (used, usage) and how it treats memory (shared_memory, memory_reason).
+ * A pure function of the records and the selection. */
+void tdm__select_devices(tdm_device_record *d, unsigned n, const tdm_device_selection *sel);
 
 /* Sets d->cls and d->reason from what the device reports. */
 void tdm__classify_device(tdm_device_record *d);
@@ -71,14 +103,24 @@ void tdm__classify_device(tdm_device_record *d);
  * first. */
 void tdm__dedupe_devices(tdm_device_record *d, unsigned n);
 
-/* Loads the OpenCL loader (path NULL: "libOpenCL.so.1", or the environment
- * variable TANDEM_OPENCL_LIBRARY) and enumerates every device of every
- * platform into *out (malloc'd, *n records, classified and deduplicated).
- * Where the loader is missing or broken, or no platform exists, returns
- * TDM_ERR_NO_OPENCL with *out NULL and *n 0, having logged why; a device
- * whose context cannot be created is kept with context_ok false and
- * logged. */
-tdm_status tdm__discover_opencl(const tdm_runtime *rt, const char *path,
-                                tdm_device_record **out, unsigned *n);
+/* The runtime's OpenCL state (opencl.c). */
+typedef struct tdm_opencl tdm_opencl;
+
+/* Opens the OpenCL loader (path NULL: "libOpenCL.so.1") and records every
+ * platform and device in rt->platforms and rt->devices, classified,
+ * deduplicated, with their locality in rt->topo; creates no context. Sets
+ * rt->opencl_summary. Returns TDM_OK, TDM_ERR_NO_OPENCL (no loader, not a
+ * loader, no platform, no device: logged, nothing recorded) or
+ * TDM_ERR_NO_MEMORY. */
+tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path);
+
+/* Creates and keeps an OpenCL context on device i (a selected one). On
+ * failure the device is marked unused with the reason, logged, and
+ * false is returned. */
+bool tdm__opencl_activate(tdm_runtime *rt, unsigned i);
+
+/* Releases the contexts and forgets the loader's entry points (the loader
+ * itself stays loaded: unloading an ICD is not safe). */
+void tdm__opencl_close(tdm_runtime *rt);
 
 #endif

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 
 #include "deque.h"
+#include "devices.h"
 
 /* ---- small utilities -------------------------------------------------- */
 
@@ -98,8 +99,10 @@ void tdm__vlog(tdm_log_fn fn, void *data, tdm_log_level max,
 typedef struct tdm_worker_plan {
   unsigned nworkers;
   unsigned ncores;          /* usable cores found */
+  hwloc_bitmap_t usable;    /* the PUs they have that the process may use */
   hwloc_bitmap_t *cpusets;  /* per worker: where to bind (owned) */
   unsigned *core_of;        /* per worker: index of its core in [0,ncores) */
+  unsigned *core_logical;   /* per worker: hwloc logical index of its core */
   /* Victims of worker w: victims[w][0 .. nworkers-2], nearest first.
    * group_end[w][k] is the end (exclusive) of the k-th group of equally
    * near victims; ngroups[w] groups. */
@@ -124,6 +127,9 @@ tdm_status tdm__topology_load(const tdm_runtime *rt, const char *synthetic,
 tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
                              unsigned nworkers, tdm_worker_plan *plan);
 void tdm__plan_free(tdm_worker_plan *plan);
+/* OS index of the one NUMA node whose CPUs intersect `set`, or -1 when
+ * none or several do. */
+int tdm__nearest_numa(hwloc_topology_t topo, hwloc_const_cpuset_t set);
 
 /* ---- tasks ------------------------------------------------------------ */
 
@@ -303,6 +309,24 @@ struct tdm_runtime {
   tdm_handle *quarantine_head, *quarantine_tail;
   size_t nquarantine;
 
+  /* OpenCL devices (devices.h, opencl.c): what was found, what is used.
+   * Device worker k (worker id nworkers + k) drives device_of[k]. */
+  struct tdm_opencl *cl;
+  tdm_platform_record *platforms;
+  unsigned nplatforms;
+  tdm_device_record *devices;
+  unsigned ndevices;
+  tdm_status opencl_status;
+  char opencl_summary[256];
+  tdm_device_selection selection;
+  char *devices_text; /* cfg.devices points here */
+  char *opencl_library; /* cfg.opencl_library points here */
+  unsigned ndevice_workers;
+  unsigned *device_of;
+
+  /* What tdm_runtime_machine and friends report (machine.c). */
+  struct tdm_machine *machine;
+
   bool mutexes_ready;
   _Atomic long alloc_countdown; /* see tdm__fail_allocation; -1: off */
 };
@@ -370,6 +394,11 @@ static inline void tdm__handle_ref(tdm_handle *h) {
   atomic_fetch_add_explicit(&h->refs, 1, memory_order_relaxed);
 }
 void tdm__handle_unref(tdm_handle *h);
+
+/* machine.c: describes the machine once the workers are planned and the
+ * devices chosen; frees that description. */
+tdm_status tdm__machine_describe(tdm_runtime *rt);
+void tdm__machine_free(tdm_runtime *rt);
 
 /* backends/cpu */
 void tdm__cpu_run(const tdm_task *t);

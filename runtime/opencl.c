@@ -2,57 +2,92 @@
  * OpenCL discovery through the ICD loader, opened at run time.
  *
  * Tandem never links libOpenCL: it dlopen()s it and looks up the handful
- * of entry points discovery needs, so that a program built with Tandem
- * starts on a machine without the loader, without any ICD, or with a
- * broken one, and runs on its CPU cores. Every failure is logged with the
- * reason. The loader stays loaded for the rest of the process once it was
- * opened: unloading an ICD (PoCL and its LLVM among them) is not safe.
+ * of entry points it needs, so that a program built with Tandem starts on
+ * a machine without the loader, without any ICD, or with a broken one, and
+ * runs on its CPU cores. Every failure is logged with the reason. The
+ * loader stays loaded for the rest of the process once it was opened:
+ * unloading an ICD (PoCL and its LLVM among them) is not safe.
  */
 #include "devices.h"
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #ifndef TDM_HAVE_OPENCL
 
-tdm_status tdm__discover_opencl(const tdm_runtime *rt, const char *path,
-                                tdm_device_record **out, unsigned *n) {
+tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
   (void)path;
-  *out = NULL;
-  *n = 0;
-  tdm__log(rt, TDM_LOG_INFO, "OpenCL: Tandem was built without the OpenCL headers");
+  snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
+           "Tandem was built without the OpenCL headers: CPU cores only");
+  tdm__log(rt, TDM_LOG_INFO, "OpenCL: %s", rt->opencl_summary);
   return TDM_ERR_NO_OPENCL;
+}
+
+bool tdm__opencl_activate(tdm_runtime *rt, unsigned i) {
+  (void)rt;
+  (void)i;
+  return false;
+}
+
+void tdm__opencl_close(tdm_runtime *rt) {
+  (void)rt;
 }
 
 #else
 
+/* hwloc's OpenCL helpers (hwloc/opencl.h, inline functions) call
+ * clGetDeviceInfo by name, which would link Tandem to the loader. The name
+ * is routed to the entry point found with dlsym instead, through a
+ * thread-local pointer set around each use of the helpers. */
+#define clGetDeviceInfo tdm__hwloc_cl_get_device_info
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <CL/cl_ext.h>
 #include <dlfcn.h>
+#include <hwloc/opencl.h>
 
-typedef struct {
+typedef cl_int (*get_device_info_fn)(cl_device_id, cl_device_info, size_t, void *, size_t *);
+
+static _Thread_local get_device_info_fn hwloc_get_device_info;
+
+cl_int tdm__hwloc_cl_get_device_info(cl_device_id dev, cl_device_info param, size_t size,
+                                     void *value, size_t *ret) {
+  return hwloc_get_device_info ? hwloc_get_device_info(dev, param, size, value, ret)
+                               : CL_INVALID_OPERATION;
+}
+
+typedef struct cl_api {
   cl_int (*GetPlatformIDs)(cl_uint, cl_platform_id *, cl_uint *);
   cl_int (*GetPlatformInfo)(cl_platform_id, cl_platform_info, size_t, void *, size_t *);
   cl_int (*GetDeviceIDs)(cl_platform_id, cl_device_type, cl_uint, cl_device_id *, cl_uint *);
-  cl_int (*GetDeviceInfo)(cl_device_id, cl_device_info, size_t, void *, size_t *);
+  get_device_info_fn GetDeviceInfo;
   cl_context (*CreateContext)(const cl_context_properties *, cl_uint, const cl_device_id *,
                               void(CL_CALLBACK *)(const char *, const void *, size_t, void *),
                               void *, cl_int *);
   cl_int (*ReleaseContext)(cl_context);
 } cl_api;
 
-static tdm_status load_api(const tdm_runtime *rt, const char *path, cl_api *api) {
-  if (!path)
-    path = getenv("TANDEM_OPENCL_LIBRARY");
+/* The runtime's OpenCL state: entry points, and per device record its
+ * platform, its id and, once activated, its context. */
+struct tdm_opencl {
+  cl_api api;
+  cl_platform_id *platform_of;
+  cl_device_id *ids;
+  cl_context *contexts;
+};
+
+static tdm_status load_api(tdm_runtime *rt, const char *path, cl_api *api) {
   if (!path || !*path)
     path = "libOpenCL.so.1";
   void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char *why = dlerror();
-    tdm__log(rt, TDM_LOG_INFO, "OpenCL: cannot load %s (%s); running on the CPU cores only",
-             path, why ? why : "unknown reason");
+    snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
+             "cannot load the OpenCL loader %s (%s): CPU cores only", path,
+             why ? why : "unknown reason");
+    tdm__log(rt, TDM_LOG_INFO, "OpenCL: %s", rt->opencl_summary);
     return TDM_ERR_NO_OPENCL;
   }
   struct {
@@ -69,9 +104,9 @@ static tdm_status load_api(const tdm_runtime *rt, const char *path, cl_api *api)
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
     *syms[i].slot = dlsym(lib, syms[i].name);
     if (!*syms[i].slot) {
-      tdm__log(rt, TDM_LOG_WARNING,
-               "OpenCL: %s has no %s: not an OpenCL loader; running on the CPU cores only",
-               path, syms[i].name);
+      snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
+               "%s has no %s: not an OpenCL loader; CPU cores only", path, syms[i].name);
+      tdm__log(rt, TDM_LOG_WARNING, "OpenCL: %s", rt->opencl_summary);
       dlclose(lib); /* nothing was initialised through it */
       return TDM_ERR_NO_OPENCL;
     }
@@ -79,12 +114,41 @@ static tdm_status load_api(const tdm_runtime *rt, const char *path, cl_api *api)
   return TDM_OK;
 }
 
+/* Platform info when p is given, device info otherwise. */
+static cl_int query(const cl_api *api, cl_platform_id p, cl_device_id d, cl_uint param,
+                    size_t size, void *value, size_t *ret) {
+  return p ? api->GetPlatformInfo(p, param, size, value, ret)
+           : api->GetDeviceInfo(d, param, size, value, ret);
+}
+
+/* A string property of a platform or device, cut to fit `size` bytes when
+ * longer (OpenCL refuses to return a string into too small a buffer). */
+static void cl_string(const cl_api *api, cl_platform_id p, cl_device_id d, cl_uint param,
+                      char *buf, size_t size) {
+  size_t len = 0;
+  buf[0] = 0;
+  if (query(api, p, d, param, 0, NULL, &len) != CL_SUCCESS || len == 0)
+    return;
+  char *all = len > size ? malloc(len) : buf;
+  if (!all)
+    return;
+  if (query(api, p, d, param, len, all, NULL) != CL_SUCCESS)
+    all[0] = 0;
+  if (all != buf) {
+    memcpy(buf, all, size - 1);
+    free(all);
+  }
+  buf[size - 1] = 0;
+}
+
 static void info_str(const cl_api *api, cl_device_id dev, cl_device_info param, char *buf,
                      size_t size) {
-  buf[0] = 0;
-  if (api->GetDeviceInfo(dev, param, size, buf, NULL) != CL_SUCCESS)
-    buf[0] = 0;
-  buf[size - 1] = 0;
+  cl_string(api, NULL, dev, param, buf, size);
+}
+
+static void platform_str(const cl_api *api, cl_platform_id p, cl_platform_info param,
+                         char *buf, size_t size) {
+  cl_string(api, p, NULL, param, buf, size);
 }
 
 /* Reads a scalar of `size` bytes into *out; leaves it alone on error. */
@@ -111,8 +175,8 @@ static bool has_extension(const cl_api *api, cl_device_id dev, const char *ext) 
   return found;
 }
 
-static void fill_record(const tdm_runtime *rt, const cl_api *api, cl_platform_id plat,
-                        cl_device_id dev, tdm_device_record *d) {
+static void fill_record(const tdm_runtime *rt, const cl_api *api, cl_device_id dev,
+                        tdm_device_record *d) {
   cl_device_type type = 0;
   cl_uint cu = 0, clock = 0;
   cl_ulong gmem = 0, maxalloc = 0, lmem = 0;
@@ -155,21 +219,56 @@ static void fill_record(const tdm_runtime *rt, const cl_api *api, cl_platform_id
   }
   if (has_extension(api, dev, "cl_khr_device_uuid"))
     d->has_uuid = info_val(api, dev, CL_DEVICE_UUID_KHR, d->uuid, sizeof d->uuid);
-  cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)plat, 0};
-  cl_int err = CL_SUCCESS;
-  cl_context ctx = api->CreateContext(props, 1, &dev, NULL, NULL, &err);
-  d->context_ok = ctx && err == CL_SUCCESS;
-  if (ctx)
-    api->ReleaseContext(ctx);
-  if (!d->context_ok)
-    tdm__log(rt, TDM_LOG_WARNING, "OpenCL: no context on %s (error %d): device skipped",
-             d->name, (int)err);
 }
 
-tdm_status tdm__discover_opencl(const tdm_runtime *rt, const char *path,
-                                tdm_device_record **out, unsigned *n) {
-  *out = NULL;
-  *n = 0;
+/* Where the device sits: hwloc's helpers know it for AMD and NVIDIA
+ * devices (by their PCI address) on Linux, on this machine's topology. */
+static void locate(tdm_runtime *rt, const cl_api *api, cl_device_id dev,
+                   tdm_device_record *d) {
+  d->numa_node = -1;
+  d->near_cpus[0] = 0;
+  if (!hwloc_topology_is_thissystem(rt->topo))
+    return;
+  unsigned dom, bus, slot, fn;
+  hwloc_get_device_info = api->GetDeviceInfo;
+  hwloc_bitmap_t set = NULL;
+  if (hwloc_opencl_get_device_pci_busid(dev, &dom, &bus, &slot, &fn) == 0 &&
+      (set = hwloc_bitmap_alloc()) && hwloc_opencl_get_device_cpuset(rt->topo, dev, set) == 0 &&
+      !hwloc_bitmap_iszero(set)) {
+    d->numa_node = tdm__nearest_numa(rt->topo, set);
+    if (hwloc_bitmap_list_snprintf(d->near_cpus, sizeof d->near_cpus, set) < 0)
+      d->near_cpus[0] = 0;
+  }
+  hwloc_get_device_info = NULL;
+  hwloc_bitmap_free(set);
+}
+
+static void no_opencl(tdm_runtime *rt, const char *why, int err) {
+  snprintf(rt->opencl_summary, sizeof rt->opencl_summary, "%s (error %d): CPU cores only", why,
+           err);
+  tdm__log(rt, TDM_LOG_INFO, "OpenCL: %s", rt->opencl_summary);
+}
+
+/* Grows the runtime's arrays by `more` device slots. */
+static bool grow_devices(tdm_runtime *rt, unsigned more) {
+  tdm_opencl *cl = rt->cl;
+  unsigned n = rt->ndevices + more;
+  tdm_device_record *d = realloc(rt->devices, n * sizeof *d);
+  if (d)
+    rt->devices = d;
+  cl_platform_id *p = realloc(cl->platform_of, n * sizeof *p);
+  if (p)
+    cl->platform_of = p;
+  cl_device_id *ids = realloc(cl->ids, n * sizeof *ids);
+  if (ids)
+    cl->ids = ids;
+  cl_context *ctx = realloc(cl->contexts, n * sizeof *ctx);
+  if (ctx)
+    cl->contexts = ctx;
+  return d && p && ids && ctx;
+}
+
+tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
   cl_api api;
   tdm_status st = load_api(rt, path, &api);
   if (st)
@@ -178,74 +277,109 @@ tdm_status tdm__discover_opencl(const tdm_runtime *rt, const char *path,
   cl_int err = api.GetPlatformIDs(0, NULL, &nplat);
   if (err != CL_SUCCESS || nplat == 0) {
     /* -1001 is CL_PLATFORM_NOT_FOUND_KHR: the loader found no ICD */
-    tdm__log(rt, TDM_LOG_INFO,
-             "OpenCL: no platform (clGetPlatformIDs: error %d, %u platforms); "
-             "running on the CPU cores only",
-             (int)err, (unsigned)nplat);
+    no_opencl(rt, "the OpenCL loader found no platform", err);
     return TDM_ERR_NO_OPENCL;
   }
   cl_platform_id *plats = calloc(nplat, sizeof *plats);
-  if (!plats)
-    return TDM_ERR_NO_MEMORY;
+  rt->platforms = calloc(nplat, sizeof *rt->platforms);
+  rt->cl = calloc(1, sizeof *rt->cl);
+  if (!plats || !rt->platforms || !rt->cl) {
+    free(plats);
+    return TDM_ERR_NO_MEMORY; /* the caller's teardown frees the rest */
+  }
+  rt->cl->api = api;
   err = api.GetPlatformIDs(nplat, plats, NULL);
   if (err != CL_SUCCESS) {
     free(plats);
-    tdm__log(rt, TDM_LOG_WARNING, "OpenCL: clGetPlatformIDs failed: error %d", (int)err);
+    no_opencl(rt, "clGetPlatformIDs failed", err);
     return TDM_ERR_NO_OPENCL;
   }
-  tdm_device_record *recs = NULL;
-  unsigned count = 0;
+  rt->nplatforms = nplat;
   for (cl_uint p = 0; p < nplat; p++) {
-    char pname[128] = "";
-    if (api.GetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof pname, pname, NULL) != CL_SUCCESS)
-      pname[0] = 0;
-    pname[sizeof pname - 1] = 0;
+    tdm_platform_record *pr = &rt->platforms[p];
+    platform_str(&api, plats[p], CL_PLATFORM_NAME, pr->name, sizeof pr->name);
+    platform_str(&api, plats[p], CL_PLATFORM_VENDOR, pr->vendor, sizeof pr->vendor);
+    platform_str(&api, plats[p], CL_PLATFORM_VERSION, pr->version, sizeof pr->version);
     cl_uint ndev = 0;
     err = api.GetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &ndev);
     if (err != CL_SUCCESS || ndev == 0) {
-      tdm__log(rt, TDM_LOG_INFO, "OpenCL: platform %s has no device (error %d)", pname,
+      tdm__log(rt, TDM_LOG_INFO, "OpenCL: platform %s has no device (error %d)", pr->name,
                (int)err);
       continue;
     }
-    cl_device_id *devs = calloc(ndev, sizeof *devs);
-    tdm_device_record *grown = devs ? realloc(recs, (count + ndev) * sizeof *recs) : NULL;
-    if (!grown) {
-      free(devs);
-      free(recs);
+    if (!grow_devices(rt, ndev)) {
       free(plats);
       return TDM_ERR_NO_MEMORY;
     }
-    recs = grown;
-    if (api.GetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, ndev, devs, NULL) != CL_SUCCESS) {
-      free(devs);
+    cl_device_id *ids = rt->cl->ids + rt->ndevices;
+    err = api.GetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, ndev, ids, NULL);
+    if (err != CL_SUCCESS) {
+      tdm__log(rt, TDM_LOG_WARNING, "OpenCL: cannot list the devices of %s (error %d)",
+               pr->name, (int)err);
       continue;
     }
     for (cl_uint i = 0; i < ndev; i++) {
-      tdm_device_record *d = &recs[count++];
+      unsigned k = rt->ndevices++;
+      tdm_device_record *d = &rt->devices[k];
       memset(d, 0, sizeof *d);
       d->platform = p;
       d->index = i;
-      memcpy(d->platform_name, pname, sizeof pname);
-      fill_record(rt, &api, plats[p], devs[i], d);
+      memcpy(d->platform_name, pr->name, sizeof d->platform_name);
+      rt->cl->platform_of[k] = plats[p];
+      rt->cl->contexts[k] = NULL;
+      fill_record(rt, &api, ids[i], d);
+      locate(rt, &api, ids[i], d);
       tdm__classify_device(d);
     }
-    free(devs);
+    pr->ndevices = ndev;
   }
   free(plats);
-  tdm__dedupe_devices(recs, count);
-  for (unsigned i = 0; i < count; i++) {
-    tdm__log(rt, TDM_LOG_INFO, "OpenCL: device %u: %s (%s) on %s: %s, %s%s", i, recs[i].name,
-             recs[i].vendor, recs[i].platform_name, tdm__device_class_name(recs[i].cls),
-             recs[i].reason, recs[i].duplicate_of >= 0 ? " (duplicate)" : "");
-  }
-  if (!count) {
-    free(recs);
-    tdm__log(rt, TDM_LOG_INFO, "OpenCL: no device on any platform; running on the CPU cores only");
+  tdm__dedupe_devices(rt->devices, rt->ndevices);
+  if (!rt->ndevices) {
+    no_opencl(rt, "no device on any OpenCL platform", 0);
     return TDM_ERR_NO_OPENCL;
   }
-  *out = recs;
-  *n = count;
+  snprintf(rt->opencl_summary, sizeof rt->opencl_summary, "%u platform%s, %u device%s",
+           rt->nplatforms, rt->nplatforms == 1 ? "" : "s", rt->ndevices,
+           rt->ndevices == 1 ? "" : "s");
   return TDM_OK;
+}
+
+bool tdm__opencl_activate(tdm_runtime *rt, unsigned i) {
+  tdm_opencl *cl = rt->cl;
+  tdm_device_record *d = &rt->devices[i];
+  cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)cl->platform_of[i],
+                                   0};
+  cl_int err = CL_SUCCESS;
+  cl_context ctx = cl->api.CreateContext(props, 1, &cl->ids[i], NULL, NULL, &err);
+  if (ctx && err == CL_SUCCESS) {
+    cl->contexts[i] = ctx;
+    return true;
+  }
+  if (ctx)
+    cl->api.ReleaseContext(ctx);
+  d->used = false;
+  snprintf(d->usage, sizeof d->usage,
+           "not used: no OpenCL context could be created on it (error %d)", (int)err);
+  tdm__log(rt, TDM_LOG_WARNING, "OpenCL: device %u (%s): %s", i, d->name, d->usage);
+  return false;
+}
+
+void tdm__opencl_close(tdm_runtime *rt) {
+  tdm_opencl *cl = rt->cl;
+  if (!cl)
+    return;
+  for (unsigned i = 0; cl->contexts && i < rt->ndevices; i++)
+    if (cl->contexts[i]) {
+      cl_int err = cl->api.ReleaseContext(cl->contexts[i]);
+      if (err != CL_SUCCESS)
+        tdm__log(rt, TDM_LOG_WARNING, "OpenCL: clReleaseContext: error %d", (int)err);
+    }
+  free(cl->platform_of);
+  free(cl->ids);
+  free(cl->contexts);
+  free(cl);
+  rt->cl = NULL;
 }
 
 #endif

@@ -62,6 +62,119 @@ static void apply_env(tdm_runtime *rt) {
   s = getenv("TANDEM_TOPOLOGY_XML");
   if (s && *s)
     rt->cfg.topology_xml = s;
+  s = getenv("TANDEM_DEVICES");
+  if (s && *s) {
+    tdm_device_selection sel;
+    char bad[64];
+    if (tdm__parse_devices(s, &sel, bad, sizeof bad) == TDM_OK)
+      rt->cfg.devices = s;
+    else
+      tdm__log(rt, TDM_LOG_WARNING,
+               "ignoring TANDEM_DEVICES=\"%s\": \"%s\" is not all, gpu, integrated, discrete, "
+               "accelerator, cpu, a device number or none (alone)",
+               s, bad);
+  }
+  unsigned admit = rt->cfg.opencl_cpu_devices != 0;
+  env_unsigned(rt, "TANDEM_OPENCL_CPU", 1, &admit);
+  rt->cfg.opencl_cpu_devices = (int)admit;
+  s = getenv("TANDEM_DEVICE_MEMORY");
+  if (s && *s) {
+    static const char *const names[] = {"reported", "integrated", "discrete"};
+    unsigned i;
+    for (i = 0; i < 3; i++)
+      if (!strcasecmp(s, names[i]))
+        break;
+    if (i < 3)
+      rt->cfg.device_memory = (tdm_device_memory)i;
+    else
+      tdm__log(rt, TDM_LOG_WARNING,
+               "ignoring TANDEM_DEVICE_MEMORY=\"%s\": expected reported, integrated or discrete",
+               s);
+  }
+  s = getenv("TANDEM_OPENCL_LIBRARY");
+  if (s && *s)
+    rt->cfg.opencl_library = s;
+}
+
+/* The config's strings are only valid during tdm_runtime_create: the
+ * runtime keeps copies, and cfg points at them. */
+static tdm_status copy_strings(tdm_runtime *rt) {
+  struct {
+    const char **field;
+    char **copy;
+  } strs[] = {
+      {&rt->cfg.synthetic_topology, &rt->synthetic},
+      {&rt->cfg.topology_xml, &rt->xml},
+      {&rt->cfg.devices, &rt->devices_text},
+      {&rt->cfg.opencl_library, &rt->opencl_library},
+  };
+  for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+    if (!*strs[i].field)
+      continue;
+    *strs[i].copy = strdup(*strs[i].field);
+    *strs[i].field = *strs[i].copy;
+    if (!*strs[i].copy)
+      return TDM_ERR_NO_MEMORY;
+  }
+  return TDM_OK;
+}
+
+static void free_strings(tdm_runtime *rt) {
+  free(rt->synthetic);
+  free(rt->xml);
+  free(rt->devices_text);
+  free(rt->opencl_library);
+}
+
+/* Checks the device fields of the config (after the environment). */
+static tdm_status check_device_config(tdm_runtime *rt) {
+  if ((unsigned)rt->cfg.device_memory > TDM_MEMORY_SEPARATE) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: device_memory %d is not a tdm_device_memory",
+             (int)rt->cfg.device_memory);
+    return TDM_ERR_INVALID_ARG;
+  }
+  char bad[64];
+  if (tdm__parse_devices(rt->cfg.devices, &rt->selection, bad, sizeof bad)) {
+    tdm__log(rt, TDM_LOG_ERROR,
+             "tdm_runtime_create: devices=\"%s\": \"%s\" is not all, gpu, integrated, "
+             "discrete, accelerator, cpu, a device number or none (alone)",
+             rt->cfg.devices, bad);
+    return TDM_ERR_INVALID_ARG;
+  }
+  rt->selection.admit_cpu = rt->cfg.opencl_cpu_devices != 0;
+  rt->selection.memory = rt->cfg.device_memory;
+  return TDM_OK;
+}
+
+/* Finds the OpenCL devices, chooses those to use, opens a context on each
+ * and gives each a worker id after the CPU workers'. Never fails for want
+ * of OpenCL: the runtime then runs on the CPU cores. */
+static tdm_status setup_devices(tdm_runtime *rt) {
+  rt->opencl_status = TDM_ERR_NO_OPENCL;
+  if (rt->selection.none) {
+    snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
+             "not looked for: devices=\"none\", CPU cores only");
+    return TDM_OK;
+  }
+  tdm_status st = tdm__opencl_discover(rt, rt->cfg.opencl_library);
+  if (st == TDM_ERR_NO_MEMORY)
+    return st;
+  rt->opencl_status = rt->nplatforms ? TDM_OK : TDM_ERR_NO_OPENCL;
+  tdm__select_devices(rt->devices, rt->ndevices, &rt->selection);
+  rt->device_of = rt->ndevices ? calloc(rt->ndevices, sizeof *rt->device_of) : NULL;
+  if (rt->ndevices && !rt->device_of)
+    return TDM_ERR_NO_MEMORY;
+  for (unsigned i = 0; i < rt->ndevices; i++) {
+    tdm_device_record *d = &rt->devices[i];
+    if (d->used && tdm__opencl_activate(rt, i)) {
+      d->worker = (int)(rt->nworkers + rt->ndevice_workers);
+      rt->device_of[rt->ndevice_workers++] = i;
+    }
+    tdm__log(rt, TDM_LOG_INFO, "OpenCL device %u: %s (%s, %s): %s, %s; %s", i, d->name,
+             d->platform_name, tdm_device_class_name(d->cls), d->reason,
+             d->shared_memory ? "shared memory" : "separate memory", d->usage);
+  }
+  return TDM_OK;
 }
 
 static tdm_status init_sync(tdm_runtime *rt) {
@@ -128,11 +241,15 @@ static void teardown(tdm_runtime *rt) {
   }
   tdm__pool_destroy(rt);
   tdm__plan_free(&rt->plan);
+  tdm__machine_free(rt);
+  tdm__opencl_close(rt);
+  free(rt->platforms);
+  free(rt->devices);
+  free(rt->device_of);
   if (rt->topo)
     hwloc_topology_destroy(rt->topo);
   destroy_sync(rt);
-  free(rt->synthetic);
-  free(rt->xml);
+  free_strings(rt);
   free(rt);
 }
 
@@ -178,7 +295,8 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   if (config->struct_size < offsetof(tdm_config, flags) + sizeof(unsigned))
     return TDM_ERR_INVALID_ARG;
   if (config->flags != 0) {
-    tdm_runtime tmp = {.cfg = *config};
+    tdm_runtime tmp = {.cfg = defaults};
+    memcpy(&tmp.cfg, config, config->struct_size < sizeof tmp.cfg ? config->struct_size : sizeof tmp.cfg);
     tdm__log(&tmp, TDM_LOG_ERROR, "tdm_runtime_create: config flags must be 0");
     return TDM_ERR_INVALID_ARG;
   }
@@ -192,30 +310,15 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   rt->cfg.struct_size = sizeof rt->cfg;
   if (!rt->cfg.ignore_env)
     apply_env(rt);
+  tdm_status st = TDM_ERR_INVALID_ARG;
   if (rt->cfg.synthetic_topology && rt->cfg.topology_xml) {
     tdm__log(rt, TDM_LOG_ERROR,
              "tdm_runtime_create: synthetic_topology and topology_xml both set");
-    free(rt);
-    return TDM_ERR_INVALID_ARG;
+    goto fail_early;
   }
-  /* copies: the config is only read during the call */
-  rt->synthetic = rt->cfg.synthetic_topology ? strdup(rt->cfg.synthetic_topology) : NULL;
-  rt->xml = rt->cfg.topology_xml ? strdup(rt->cfg.topology_xml) : NULL;
-  rt->cfg.synthetic_topology = rt->synthetic;
-  rt->cfg.topology_xml = rt->xml;
-  if ((rt->cfg.synthetic_topology && !rt->synthetic) || (rt->cfg.topology_xml && !rt->xml)) {
-    free(rt->synthetic);
-    free(rt->xml);
-    free(rt);
-    return TDM_ERR_NO_MEMORY;
-  }
-  tdm_status st = init_sync(rt);
-  if (st) {
-    free(rt->synthetic);
-    free(rt->xml);
-    free(rt);
-    return st;
-  }
+  if ((st = check_device_config(rt)) || (st = copy_strings(rt)) || (st = init_sync(rt)))
+    goto fail_early;
+  rt->selection.text = rt->cfg.devices ? rt->cfg.devices : "all"; /* the copy */
   st = tdm__topology_load(rt, rt->synthetic, rt->xml, &rt->topo);
   if (st)
     goto fail;
@@ -225,13 +328,17 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   rt->nworkers = rt->plan.nworkers;
   rt->bind = rt->cfg.bind_workers && !rt->synthetic && !rt->xml &&
              hwloc_topology_is_thissystem(rt->topo);
-  st = start_workers(rt);
-  if (st)
+  if ((st = setup_devices(rt)) || (st = tdm__machine_describe(rt)) || (st = start_workers(rt)))
     goto fail;
-  tdm__log(rt, TDM_LOG_INFO, "runtime started: %u workers on %u usable cores%s",
-           rt->nworkers, rt->plan.ncores, rt->bind ? ", bound" : "");
+  tdm__log(rt, TDM_LOG_INFO, "runtime started: %u CPU workers on %u usable cores%s, %u device "
+           "workers", rt->nworkers, rt->plan.ncores, rt->bind ? ", bound" : "",
+           rt->ndevice_workers);
   *out = rt;
   return TDM_OK;
+fail_early:
+  free_strings(rt);
+  free(rt);
+  return st;
 fail:
   teardown(rt);
   return st;
@@ -285,6 +392,10 @@ void tdm_runtime_destroy(tdm_runtime *rt) {
 }
 
 unsigned tdm_runtime_nworkers(const tdm_runtime *rt) {
+  return rt ? rt->nworkers + rt->ndevice_workers : 0;
+}
+
+unsigned tdm_runtime_ncpu_workers(const tdm_runtime *rt) {
   return rt ? rt->nworkers : 0;
 }
 

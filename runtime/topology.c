@@ -16,6 +16,8 @@
  * CPU kinds: on hybrid chips hwloc reports kinds of cores (efficiency and
  * performance cores) with an efficiency rank; each worker records the kind
  * of its core, so that scheduling can treat kinds as worker classes.
+ * Workers are numbered kind by kind, the most powerful kind first, so that
+ * each kind is a range of workers.
  */
 #include "internal.h"
 
@@ -90,10 +92,12 @@ void tdm__plan_free(tdm_worker_plan *p) {
       free(p->group_end[i]);
   free(p->cpusets);
   free(p->core_of);
+  free(p->core_logical);
   free(p->victims);
   free(p->group_end);
   free(p->ngroups);
   free(p->kind_of);
+  hwloc_bitmap_free(p->usable);
   memset(p, 0, sizeof *p);
 }
 
@@ -126,6 +130,7 @@ tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
   }
   hwloc_obj_t *cores = n > 0 ? calloc((size_t)n, sizeof *cores) : NULL;
   hwloc_bitmap_t *core_sets = n > 0 ? calloc((size_t)n, sizeof *core_sets) : NULL;
+  unsigned *core_kind = NULL;
   tdm_status st = TDM_OK;
   unsigned ncores = 0;
   if (n > 0 && (!cores || !core_sets)) {
@@ -150,6 +155,34 @@ tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
     st = TDM_ERR_TOPOLOGY;
     goto out;
   }
+  /* CPU kinds: hwloc lists them by increasing efficiency rank. A core in
+   * no kind, or in several (hwloc returns -1), counts as kind 0. Cores are
+   * then ordered by kind, the most powerful first (a stable insertion
+   * sort: a few hundred cores at most). */
+  int nkinds = hwloc_cpukinds_get_nr(topo, 0);
+  p->nkinds = nkinds > 1 ? (unsigned)nkinds : 1;
+  core_kind = calloc(ncores, sizeof *core_kind);
+  if (!core_kind) {
+    st = TDM_ERR_NO_MEMORY;
+    goto out;
+  }
+  for (unsigned c = 0; c < ncores && nkinds > 1; c++) {
+    int k = hwloc_cpukinds_get_by_cpuset(topo, core_sets[c], 0);
+    core_kind[c] = k > 0 ? (unsigned)k : 0;
+  }
+  for (unsigned c = 1; c < ncores; c++) {
+    hwloc_obj_t o = cores[c];
+    hwloc_bitmap_t s = core_sets[c];
+    unsigned k = core_kind[c], j = c;
+    for (; j > 0 && core_kind[j - 1] < k; j--) {
+      cores[j] = cores[j - 1];
+      core_sets[j] = core_sets[j - 1];
+      core_kind[j] = core_kind[j - 1];
+    }
+    cores[j] = o;
+    core_sets[j] = s;
+    core_kind[j] = k;
+  }
   if (nworkers == 0)
     nworkers = ncores;
 
@@ -157,12 +190,13 @@ tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
   p->ncores = ncores;
   p->cpusets = calloc(nworkers, sizeof *p->cpusets);
   p->core_of = calloc(nworkers, sizeof *p->core_of);
+  p->core_logical = calloc(nworkers, sizeof *p->core_logical);
   p->victims = calloc(nworkers, sizeof *p->victims);
   p->group_end = calloc(nworkers, sizeof *p->group_end);
   p->ngroups = calloc(nworkers, sizeof *p->ngroups);
   p->kind_of = calloc(nworkers, sizeof *p->kind_of);
   victim_key *keys = calloc(nworkers, sizeof *keys);
-  if (!p->cpusets || !p->core_of || !p->victims || !p->group_end || !p->ngroups ||
+  if (!p->cpusets || !p->core_of || !p->core_logical || !p->victims || !p->group_end || !p->ngroups ||
       !p->kind_of || !keys) {
     free(keys);
     st = TDM_ERR_NO_MEMORY;
@@ -170,6 +204,7 @@ tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
   }
   for (unsigned w = 0; w < nworkers; w++) {
     p->core_of[w] = w % ncores;
+    p->core_logical[w] = cores[w % ncores]->logical_index;
     p->cpusets[w] = hwloc_bitmap_dup(core_sets[w % ncores]);
     p->victims[w] = calloc(nworkers, sizeof(unsigned));
     p->group_end[w] = calloc(nworkers, sizeof(unsigned));
@@ -179,14 +214,8 @@ tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
       goto out;
     }
   }
-  /* CPU kinds: hwloc lists them by increasing efficiency rank. A core in
-   * no kind, or in several (hwloc returns -1), counts as kind 0. */
-  int nkinds = hwloc_cpukinds_get_nr(topo, 0);
-  p->nkinds = nkinds > 0 ? (unsigned)nkinds : 1;
-  for (unsigned w = 0; w < nworkers && nkinds > 1; w++) {
-    int k = hwloc_cpukinds_get_by_cpuset(topo, p->cpusets[w], 0);
-    p->kind_of[w] = k > 0 ? (unsigned)k : 0;
-  }
+  for (unsigned w = 0; w < nworkers; w++)
+    p->kind_of[w] = core_kind[w % ncores];
 
   for (unsigned w = 0; w < nworkers; w++) {
     unsigned nk = 0;
@@ -215,8 +244,25 @@ out:
     hwloc_bitmap_free(core_sets[i]);
   free(core_sets);
   free(cores);
-  hwloc_bitmap_free(usable);
-  if (st)
+  free(core_kind);
+  if (st) {
+    hwloc_bitmap_free(usable);
     tdm__plan_free(p);
+  } else {
+    p->usable = usable;
+  }
   return st;
+}
+
+int tdm__nearest_numa(hwloc_topology_t topo, hwloc_const_cpuset_t set) {
+  int found = -1;
+  for (hwloc_obj_t n = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, NULL); n;
+       n = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, n)) {
+    if (!n->cpuset || !hwloc_bitmap_intersects(n->cpuset, set))
+      continue;
+    if (found >= 0)
+      return -1; /* equally near several nodes */
+    found = (int)n->os_index;
+  }
+  return found;
 }

@@ -23,6 +23,8 @@ typedef struct test_log {
   unsigned count;       /* messages received */
   unsigned errors;      /* of level TDM_LOG_ERROR */
   char last[1024];      /* the last message */
+  char all[16384];      /* the first messages, one per line */
+  size_t all_len;
 } test_log;
 
 static void test_log_fn(void *data, tdm_log_level level, const char *msg) {
@@ -32,6 +34,12 @@ static void test_log_fn(void *data, tdm_log_level level, const char *msg) {
   if (level == TDM_LOG_ERROR)
     l->errors++;
   snprintf(l->last, sizeof l->last, "%s", msg);
+  if (l->all_len < sizeof l->all - 1) {
+    int n = snprintf(l->all + l->all_len, sizeof l->all - l->all_len, "%s\n", msg);
+    l->all_len += n > 0 ? (size_t)n : 0;
+    if (l->all_len > sizeof l->all - 1)
+      l->all_len = sizeof l->all - 1;
+  }
   pthread_mutex_unlock(&l->lock);
   if (getenv("TDM_TEST_VERBOSE"))
     fprintf(stderr, "[tandem %d] %s\n", (int)level, msg);
@@ -42,6 +50,14 @@ static inline unsigned test_log_count(test_log *l) {
   unsigned n = l->count;
   pthread_mutex_unlock(&l->lock);
   return n;
+}
+
+/* Whether a message containing `part` was logged. */
+static inline int test_log_has(test_log *l, const char *part) {
+  pthread_mutex_lock(&l->lock);
+  int found = strstr(l->all, part) != NULL;
+  pthread_mutex_unlock(&l->lock);
+  return found;
 }
 
 static inline unsigned test_log_errors(test_log *l) {

@@ -106,6 +106,24 @@ static void test_cpu_kinds(void **state) {
   for (unsigned w = 0; w < 6; w++)
     assert_int_equal(p.kind_of[w], w < 2 ? 1 : 0);
   tdm__plan_free(&p);
+  hwloc_topology_destroy(topo);
+  /* efficiency cores first in the machine's order (as on many ARM chips):
+   * workers are still numbered the most powerful kind first */
+  assert_int_equal(tdm__topology_load(&dummy, "pack:1 core:6 pu:1", NULL, &topo), TDM_OK);
+  hwloc_bitmap_zero(p_cores);
+  hwloc_bitmap_zero(e_cores);
+  hwloc_bitmap_set_range(e_cores, 0, 3);
+  hwloc_bitmap_set_range(p_cores, 4, 5);
+  assert_int_equal(hwloc_cpukinds_register(topo, e_cores, 0, 0, NULL, 0), 0);
+  assert_int_equal(hwloc_cpukinds_register(topo, p_cores, 1, 0, NULL, 0), 0);
+  assert_int_equal(tdm__plan_workers(&dummy, topo, 0, &p), TDM_OK);
+  static const unsigned core[6] = {4, 5, 0, 1, 2, 3};
+  for (unsigned w = 0; w < 6; w++) {
+    assert_int_equal(p.kind_of[w], w < 2 ? 1 : 0);
+    assert_int_equal(p.core_logical[w], core[w]);
+    assert_true(hwloc_bitmap_isset(p.cpusets[w], core[w]));
+  }
+  tdm__plan_free(&p);
   /* without kinds: one kind */
   hwloc_topology_t plain;
   assert_int_equal(tdm__topology_load(&dummy, "pack:1 core:3 pu:1", NULL, &plain), TDM_OK);
@@ -137,8 +155,53 @@ static void test_xml_two_socket_numa_server(void **state) {
   assert_string_equal(s, "1 2 3 4 5 6 7|8 9 10 11 12 13 14 15"); /* own socket first */
   victims_str(&p, 12, s, sizeof s);
   assert_string_equal(s, "8 9 10 11 13 14 15|0 1 2 3 4 5 6 7");
+  /* NUMA locality: a set inside one socket is near that socket's node */
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  hwloc_bitmap_set_range(set, 16, 19);
+  assert_int_equal(tdm__nearest_numa(topo, set), 1);
+  hwloc_bitmap_set_range(set, 0, 1);
+  assert_int_equal(tdm__nearest_numa(topo, set), -1); /* near both */
+  hwloc_bitmap_free(set);
   tdm__plan_free(&p);
   hwloc_topology_destroy(topo);
+
+  /* the machine as the runtime reports it */
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.topology_xml = TDM_TOPOLOGY_DIR "/two-socket-numa.xml";
+  tdm_runtime *rt;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  tdm_machine_info mi = {.struct_size = sizeof mi};
+  assert_int_equal(tdm_runtime_machine(rt, &mi), TDM_OK);
+  assert_non_null(strstr(mi.topology_source, "XML topology "));
+  assert_int_equal(mi.packages, 2);
+  assert_int_equal(mi.numa_nodes, 2);
+  assert_int_equal(mi.cores, 16);
+  assert_int_equal(mi.pus, 32);
+  assert_int_equal(mi.usable_cores, 16);
+  assert_int_equal(mi.usable_pus, 32);
+  assert_string_equal(mi.usable_cpus, "0-31");
+  assert_int_equal(mi.l3_count, 2);
+  assert_int_equal(mi.l2_count, 16);
+  assert_int_equal(mi.cpu_kinds, 1);
+  assert_int_equal(mi.cpu_workers, 16);
+  for (unsigned w = 0; w < 16; w++) {
+    tdm_worker_info wi = {.struct_size = sizeof wi};
+    assert_int_equal(tdm_runtime_worker(rt, w, &wi), TDM_OK);
+    assert_int_equal(wi.type, TDM_WORKER_CPU);
+    assert_int_equal(wi.core, (int)w);
+    assert_int_equal(wi.numa_node, w < 8 ? 0 : 1);
+    char cpus[16];
+    snprintf(cpus, sizeof cpus, "%u-%u", 2 * w, 2 * w + 1);
+    assert_string_equal(wi.cpus, cpus);
+  }
+  tdm_cpu_kind_info ki = {.struct_size = sizeof ki};
+  assert_int_equal(tdm_runtime_cpu_kind(rt, 0, &ki), TDM_OK);
+  assert_int_equal(ki.cores, 16);
+  assert_int_equal(ki.workers, 16);
+  assert_string_equal(ki.worker_ids, "0-15");
+  tdm_runtime_destroy(rt);
 }
 
 static void test_xml_hybrid_laptop(void **state) {
@@ -164,6 +227,28 @@ static void test_xml_hybrid_laptop(void **state) {
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
   assert_int_equal(tdm_runtime_nworkers(rt), 12);
   assert_false(rt->bind);
+  /* the kinds as the runtime reports them: workers grouped by kind */
+  tdm_machine_info mi = {.struct_size = sizeof mi};
+  assert_int_equal(tdm_runtime_machine(rt, &mi), TDM_OK);
+  assert_int_equal(mi.cpu_kinds, 2);
+  static const struct {
+    const char *name, *ids;
+    int efficiency;
+    unsigned cores;
+  } kinds[2] = {{"IntelAtom", "4-11", 0, 8}, {"IntelCore", "0-3", 1, 4}};
+  for (unsigned k = 0; k < 2; k++) {
+    tdm_cpu_kind_info ki = {.struct_size = sizeof ki};
+    assert_int_equal(tdm_runtime_cpu_kind(rt, k, &ki), TDM_OK);
+    assert_string_equal(ki.name, kinds[k].name);
+    assert_string_equal(ki.worker_ids, kinds[k].ids);
+    assert_int_equal(ki.efficiency, kinds[k].efficiency);
+    assert_int_equal(ki.cores, kinds[k].cores);
+    assert_int_equal(ki.workers, kinds[k].cores);
+  }
+  tdm_worker_info wi = {.struct_size = sizeof wi};
+  assert_int_equal(tdm_runtime_worker(rt, 5, &wi), TDM_OK);
+  assert_int_equal(wi.cpu_kind, 0);
+  assert_string_equal(wi.cpus, "5");
   _Atomic int n = 0, *pn = &n;
   static const tdm_codelet cl = {"count", count_task, 0, {0}};
   for (int i = 0; i < 100; i++)

@@ -385,7 +385,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "tdm_runtime_create: %s\n", tdm_strerror(st));
     return 1;
   }
-  int nthreads = (int)tdm_runtime_nworkers(rt);
+  int nthreads = (int)tdm_runtime_ncpu_workers(rt);
   long scale = quick ? 10 : 1;
   printf("bench-core: %d workers / %d OpenMP threads; medians of %d runs\n", nthreads,
          nthreads, REPS);
