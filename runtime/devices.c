@@ -201,7 +201,7 @@ void tdm__select_devices(tdm_device_record *d, unsigned n, const tdm_device_sele
     } else if (by_index || by_class || by_admission) {
       r->used = true;
       if (by_admission && !by_index && !by_class)
-        snprintf(r->usage, sizeof r->usage, "used: CPU devices admitted by opencl_cpu_devices=1");
+        snprintf(r->usage, sizeof r->usage, "used: CPU devices admitted by opencl_cpu_devices=1 (TANDEM_OPENCL_CPU=1)");
       else
         snprintf(r->usage, sizeof r->usage, "used: selected by devices=\"%s\"", sel->text);
     } else if (r->cls == TDM_DEVICE_CPU) {

@@ -13,6 +13,7 @@
 struct tdm_machine {
   tdm_machine_info info;
   char source[512];
+  char cpu_model[128];
   char *usable_cpus;
   tdm_cpu_kind_info *kinds;
   char **kind_workers;
@@ -169,7 +170,12 @@ tdm_status tdm__machine_describe(tdm_runtime *rt) {
   else
     snprintf(m->source, sizeof m->source, "this machine");
   mi->topology_source = m->source;
-  mi->cpu_model = info_of(hwloc_get_obj_by_type(topo, HWLOC_OBJ_PACKAGE, 0), "CPUModel");
+  /* as the processor reports it, without the padding some add */
+  snprintf(m->cpu_model, sizeof m->cpu_model, "%s",
+           info_of(hwloc_get_obj_by_type(topo, HWLOC_OBJ_PACKAGE, 0), "CPUModel"));
+  for (size_t n = strlen(m->cpu_model); n && m->cpu_model[n - 1] == ' '; n--)
+    m->cpu_model[n - 1] = 0;
+  mi->cpu_model = m->cpu_model;
   mi->packages = count(topo, HWLOC_OBJ_PACKAGE);
   mi->numa_nodes = count(topo, HWLOC_OBJ_NUMANODE);
   mi->cores = count(topo, HWLOC_OBJ_CORE);

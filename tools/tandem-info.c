@@ -1,0 +1,567 @@
+/*
+ * tandem-info: prints the machine as Tandem sees it: processor layout,
+ * kinds of cores, workers, OpenCL platforms and devices with their class
+ * and the reason for it, and which devices a runtime would use under the
+ * current configuration (TANDEM_* environment variables) and why the
+ * others are not used.
+ *
+ *   tandem-info          for people
+ *   tandem-info --json   the same as a JSON document (docs/tandem-info.md)
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tandem.h"
+
+/* ---- the runtime's log, kept to be shown ------------------------------- */
+
+typedef struct message {
+  tdm_log_level level;
+  char *text;
+} message;
+
+typedef struct log_store {
+  pthread_mutex_t lock;
+  message *items;
+  size_t n, cap;
+} log_store;
+
+static void keep_log(void *data, tdm_log_level level, const char *text) {
+  log_store *l = data;
+  pthread_mutex_lock(&l->lock);
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 16;
+    message *m = realloc(l->items, cap * sizeof *m);
+    if (!m) {
+      pthread_mutex_unlock(&l->lock);
+      return;
+    }
+    l->items = m;
+    l->cap = cap;
+  }
+  l->items[l->n].level = level;
+  l->items[l->n].text = strdup(text);
+  if (l->items[l->n].text)
+    l->n++;
+  pthread_mutex_unlock(&l->lock);
+}
+
+static const char *level_name(tdm_log_level l) {
+  static const char *const names[] = {"error", "warning", "info", "debug"};
+  return (unsigned)l < 4 ? names[l] : "unknown";
+}
+
+/* ---- small formatting helpers ------------------------------------------ */
+
+/* "1.5 GiB", "512 KiB"... into buf. */
+static const char *bytes(uint64_t n, char *buf, size_t size) {
+  static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)n;
+  unsigned u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, size, "%" PRIu64 " bytes", n);
+  else
+    snprintf(buf, size, v < 10 && v != (double)(uint64_t)v ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+static const char *plural(unsigned n, const char *one, const char *many) {
+  return n == 1 ? one : many;
+}
+
+static const char *memory_mode_name(tdm_device_memory m) {
+  switch (m) {
+  case TDM_MEMORY_SHARED:
+    return "integrated";
+  case TDM_MEMORY_SEPARATE:
+    return "discrete";
+  case TDM_MEMORY_AS_REPORTED:
+    break;
+  }
+  return "reported";
+}
+
+static const char *class_key(tdm_device_class c) {
+  switch (c) {
+  case TDM_DEVICE_INTEGRATED_GPU:
+    return "integrated_gpu";
+  case TDM_DEVICE_DISCRETE_GPU:
+    return "discrete_gpu";
+  case TDM_DEVICE_CPU:
+    return "cpu";
+  case TDM_DEVICE_ACCELERATOR:
+    return "accelerator";
+  case TDM_DEVICE_UNKNOWN:
+    break;
+  }
+  return "unknown";
+}
+
+/* s without its prefix, if it has it. */
+static const char *without(const char *s, const char *prefix) {
+  size_t n = strlen(prefix);
+  return strncmp(s, prefix, n) ? s : s + n;
+}
+
+static void pci_string(const tdm_device_info *d, char *buf, size_t size) {
+  snprintf(buf, size, "%04x:%02x:%02x.%x", d->pci_domain, d->pci_bus, d->pci_device,
+           d->pci_function);
+}
+
+static void uuid_string(const tdm_device_info *d, char *buf, size_t size) {
+  size_t at = 0;
+  for (int i = 0; i < 16 && at + 3 <= size; i++)
+    at += (size_t)snprintf(buf + at, size - at, "%02x", d->uuid[i]);
+}
+
+/* Everything the runtime reports, gathered once. */
+typedef struct view {
+  tdm_machine_info m;
+  tdm_cpu_kind_info *kinds;
+  tdm_worker_info *workers;
+  unsigned nworkers;
+  tdm_platform_info *platforms;
+  tdm_device_info *devices;
+} view;
+
+static int gather(tdm_runtime *rt, view *v) {
+  v->m.struct_size = sizeof v->m;
+  if (tdm_runtime_machine(rt, &v->m))
+    return -1;
+  v->nworkers = tdm_runtime_nworkers(rt);
+  v->kinds = calloc(v->m.cpu_kinds, sizeof *v->kinds);
+  v->workers = calloc(v->nworkers, sizeof *v->workers);
+  v->platforms = calloc(v->m.opencl_platforms + 1, sizeof *v->platforms);
+  v->devices = calloc(v->m.opencl_devices + 1, sizeof *v->devices);
+  if (!v->kinds || !v->workers || !v->platforms || !v->devices)
+    return -1;
+  for (unsigned k = 0; k < v->m.cpu_kinds; k++) {
+    v->kinds[k].struct_size = sizeof v->kinds[k];
+    if (tdm_runtime_cpu_kind(rt, k, &v->kinds[k]))
+      return -1;
+  }
+  for (unsigned w = 0; w < v->nworkers; w++) {
+    v->workers[w].struct_size = sizeof v->workers[w];
+    if (tdm_runtime_worker(rt, w, &v->workers[w]))
+      return -1;
+  }
+  for (unsigned p = 0; p < v->m.opencl_platforms; p++) {
+    v->platforms[p].struct_size = sizeof v->platforms[p];
+    if (tdm_runtime_platform(rt, p, &v->platforms[p]))
+      return -1;
+  }
+  for (unsigned d = 0; d < v->m.opencl_devices; d++) {
+    v->devices[d].struct_size = sizeof v->devices[d];
+    if (tdm_runtime_device(rt, d, &v->devices[d]))
+      return -1;
+  }
+  return 0;
+}
+
+/* ---- for people --------------------------------------------------------- */
+
+static void print_text(const view *v, const log_store *log) {
+  const tdm_machine_info *m = &v->m;
+  char b1[32], b2[32], b3[32];
+  printf("Tandem %d.%d.%d: the machine as Tandem sees it\n\n", TDM_VERSION_MAJOR,
+         TDM_VERSION_MINOR, TDM_VERSION_PATCH);
+
+  printf("Processor (%s)\n", m->topology_source);
+  if (m->cpu_model[0])
+    printf("  Model:      %s\n", m->cpu_model);
+  printf("  Layout:     %u %s, %u memory %s (NUMA), %u %s, %u hardware %s\n", m->packages,
+         plural(m->packages, "package (socket)", "packages (sockets)"), m->numa_nodes,
+         plural(m->numa_nodes, "node", "nodes"), m->cores, plural(m->cores, "core", "cores"),
+         m->pus, plural(m->pus, "thread", "threads"));
+  printf("  Usable:     %u %s, %u hardware %s (CPUs %s): those this process may run on\n",
+         m->usable_cores, plural(m->usable_cores, "core", "cores"), m->usable_pus,
+         plural(m->usable_pus, "thread", "threads"), m->usable_cpus);
+  if (m->memory_bytes)
+    printf("  Memory:     %s\n", bytes(m->memory_bytes, b1, sizeof b1));
+  printf("  Caches:    ");
+  if (m->l1d_count)
+    printf(" L1 data %s x %u", bytes(m->l1d_bytes, b1, sizeof b1), m->l1d_count);
+  if (m->l2_count)
+    printf(", L2 %s x %u", bytes(m->l2_bytes, b2, sizeof b2), m->l2_count);
+  if (m->l3_count)
+    printf(", L3 %s x %u", bytes(m->l3_bytes, b3, sizeof b3), m->l3_count);
+  if (!m->l1d_count && !m->l2_count && !m->l3_count)
+    printf(" unknown");
+  printf("\n");
+  if (m->cpu_kinds <= 1) {
+    printf("  Core kinds: one (all cores alike)\n");
+  } else {
+    printf("  Core kinds: %u (a hybrid chip: performance and efficiency cores)\n",
+           m->cpu_kinds);
+    for (unsigned k = m->cpu_kinds; k-- > 0;)
+      printf("    kind %u %-10s rank %d%s: %u %s, workers %s\n", k,
+             v->kinds[k].name[0] ? v->kinds[k].name : "(unnamed)", v->kinds[k].efficiency,
+             k + 1 == m->cpu_kinds ? " (fastest)" : (k == 0 ? " (most frugal)" : ""),
+             v->kinds[k].cores, plural(v->kinds[k].cores, "core", "cores"),
+             v->kinds[k].worker_ids);
+  }
+
+  printf("\nWorkers: %u on CPU cores (one thread per usable core), %u for OpenCL devices\n",
+         m->cpu_workers, m->device_workers);
+  for (unsigned w = 0; w < v->nworkers; w++) {
+    const tdm_worker_info *wi = &v->workers[w];
+    if (wi->type == TDM_WORKER_CPU) {
+      printf("  worker %-3u CPU     core %d, CPUs %s", w, wi->core, wi->cpus);
+      if (m->cpu_kinds > 1)
+        printf(", kind %u (%s)", wi->cpu_kind, v->kinds[wi->cpu_kind].name);
+      if (wi->numa_node >= 0 && m->numa_nodes > 1)
+        printf(", NUMA node %d", wi->numa_node);
+      printf("\n");
+    } else {
+      printf("  worker %-3u device  device %d (%s); uses no CPU core of its own\n", w,
+             wi->device, v->devices[wi->device].name);
+    }
+  }
+
+  printf("\nOpenCL devices (GPUs and other accelerators): %s\n", m->opencl_summary);
+  printf("  Selection: devices=\"%s\", OpenCL CPU devices %s, device memory %s\n", m->devices,
+         m->opencl_cpu_devices ? "admitted" : "not admitted (TANDEM_OPENCL_CPU=1 admits them)",
+         m->device_memory == TDM_MEMORY_AS_REPORTED
+             ? "as reported"
+             : (m->device_memory == TDM_MEMORY_SHARED ? "treated as integrated"
+                                                      : "treated as discrete"));
+  for (unsigned p = 0; p < m->opencl_platforms; p++) {
+    const tdm_platform_info *pi = &v->platforms[p];
+    printf("  Platform %u: %s (%s), %s; %u %s\n", p, pi->name, pi->vendor, pi->version,
+           pi->devices, plural(pi->devices, "device", "devices"));
+    for (unsigned i = 0; i < m->opencl_devices; i++) {
+      const tdm_device_info *d = &v->devices[i];
+      if (d->platform != p)
+        continue;
+      printf("    Device %u: %s (%s)\n", i, d->name, d->vendor);
+      printf("      Class:    %s: %s\n", tdm_device_class_name(d->device_class),
+             d->class_reason);
+      printf("      Memory:   %s; %s\n", d->shared_memory ? "shared with the host" : "its own",
+             d->memory_reason);
+      printf("      Compute:  %u compute %s at %u MHz; double precision %s\n", d->compute_units,
+             plural(d->compute_units, "unit", "units"), d->clock_mhz, d->fp64 ? "yes" : "no");
+      printf("      Sizes:    %s of memory, at most %s per buffer, %s local memory\n",
+             bytes(d->global_mem_bytes, b1, sizeof b1), bytes(d->max_alloc_bytes, b2, sizeof b2),
+             bytes(d->local_mem_bytes, b3, sizeof b3));
+      char pci[32] = "unknown", uuid[40] = "unknown";
+      if (d->has_pci)
+        pci_string(d, pci, sizeof pci);
+      if (d->has_uuid)
+        uuid_string(d, uuid, sizeof uuid);
+      printf("      Identity: PCI %s, UUID %s", pci, uuid);
+      if (d->duplicate_of >= 0)
+        printf(", the same hardware as device %d", d->duplicate_of);
+      printf("\n");
+      if (d->numa_node >= 0)
+        printf("      Near:     NUMA node %d, CPUs %s\n", d->numa_node, d->near_cpus);
+      else if (d->near_cpus[0])
+        printf("      Near:     CPUs %s\n", d->near_cpus);
+      else
+        printf("      Near:     unknown\n");
+      printf("      Versions: %s; driver %s\n", d->opencl_version, d->driver_version);
+      if (d->used)
+        printf("      Used:     yes, as worker %d (%s)\n", d->worker, without(d->usage, "used: "));
+      else
+        printf("      Used:     no (%s)\n", without(d->usage, "not used: "));
+    }
+  }
+  unsigned warnings = 0;
+  for (size_t i = 0; i < log->n; i++)
+    if (log->items[i].level <= TDM_LOG_WARNING)
+      printf("%s  %s: %s\n", warnings++ ? "" : "\nWarnings\n", level_name(log->items[i].level),
+             log->items[i].text);
+}
+
+/* ---- JSON --------------------------------------------------------------- */
+
+static void json_string(const char *s) {
+  putchar('"');
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    switch (*p) {
+    case '"':
+      fputs("\\\"", stdout);
+      break;
+    case '\\':
+      fputs("\\\\", stdout);
+      break;
+    case '\n':
+      fputs("\\n", stdout);
+      break;
+    case '\t':
+      fputs("\\t", stdout);
+      break;
+    case '\r':
+      fputs("\\r", stdout);
+      break;
+    default:
+      if (*p < 0x20)
+        printf("\\u%04x", *p);
+      else
+        putchar(*p);
+    }
+  }
+  putchar('"');
+}
+
+/* "key": value pairs; `first` says whether a comma is needed. */
+static void key(const char *k, int *first) {
+  printf("%s", *first ? "" : ", ");
+  *first = 0;
+  json_string(k);
+  fputs(": ", stdout);
+}
+
+static void kv_str(const char *k, const char *v, int *first) {
+  key(k, first);
+  json_string(v);
+}
+
+static void kv_u64(const char *k, uint64_t v, int *first) {
+  key(k, first);
+  printf("%" PRIu64, v);
+}
+
+/* An integer that may be unknown (negative): null then. */
+static void kv_opt(const char *k, long long v, int *first) {
+  key(k, first);
+  if (v < 0)
+    fputs("null", stdout);
+  else
+    printf("%lld", v);
+}
+
+static void kv_bool(const char *k, int v, int *first) {
+  key(k, first);
+  fputs(v ? "true" : "false", stdout);
+}
+
+static void print_json(const view *v, const log_store *log) {
+  const tdm_machine_info *m = &v->m;
+  int f = 1;
+  char version[32];
+  snprintf(version, sizeof version, "%d.%d.%d", TDM_VERSION_MAJOR, TDM_VERSION_MINOR,
+           TDM_VERSION_PATCH);
+  printf("{");
+  kv_str("format", "tandem-info", &f);
+  kv_u64("format_version", 1, &f);
+  kv_str("tandem_version", version, &f);
+
+  key("machine", &f);
+  int g = 1;
+  printf("{");
+  kv_str("topology_source", m->topology_source, &g);
+  kv_str("cpu_model", m->cpu_model, &g);
+  kv_u64("packages", m->packages, &g);
+  kv_u64("numa_nodes", m->numa_nodes, &g);
+  kv_u64("cores", m->cores, &g);
+  kv_u64("pus", m->pus, &g);
+  kv_u64("usable_cores", m->usable_cores, &g);
+  kv_u64("usable_pus", m->usable_pus, &g);
+  kv_str("usable_cpus", m->usable_cpus, &g);
+  kv_u64("memory_bytes", m->memory_bytes, &g);
+  key("caches", &g);
+  const struct {
+    const char *name;
+    uint64_t bytes;
+    unsigned count;
+  } caches[] = {{"l1d", m->l1d_bytes, m->l1d_count},
+                {"l2", m->l2_bytes, m->l2_count},
+                {"l3", m->l3_bytes, m->l3_count}};
+  printf("{");
+  for (int c = 0, h = 1; c < 3; c++) {
+    key(caches[c].name, &h);
+    int i = 1;
+    printf("{");
+    kv_u64("bytes", caches[c].bytes, &i);
+    kv_u64("count", caches[c].count, &i);
+    printf("}");
+  }
+  printf("}}");
+
+  key("cpu_kinds", &f);
+  printf("[");
+  for (unsigned k = 0; k < m->cpu_kinds; k++) {
+    int i = 1;
+    printf("%s{", k ? ", " : "");
+    kv_u64("index", k, &i);
+    kv_str("name", v->kinds[k].name, &i);
+    kv_opt("efficiency", v->kinds[k].efficiency, &i);
+    kv_u64("cores", v->kinds[k].cores, &i);
+    kv_u64("workers", v->kinds[k].workers, &i);
+    kv_str("worker_ids", v->kinds[k].worker_ids, &i);
+    printf("}");
+  }
+  printf("]");
+
+  key("workers", &f);
+  printf("[");
+  for (unsigned w = 0; w < v->nworkers; w++) {
+    const tdm_worker_info *wi = &v->workers[w];
+    int i = 1;
+    printf("%s{", w ? ", " : "");
+    kv_u64("id", w, &i);
+    kv_str("type", wi->type == TDM_WORKER_CPU ? "cpu" : "device", &i);
+    kv_u64("cpu_kind", wi->cpu_kind, &i);
+    kv_opt("core", wi->core, &i);
+    kv_str("cpus", wi->cpus, &i);
+    kv_opt("numa_node", wi->numa_node, &i);
+    kv_opt("device", wi->device, &i);
+    printf("}");
+  }
+  printf("]");
+
+  key("selection", &f);
+  g = 1;
+  printf("{");
+  kv_str("devices", m->devices, &g);
+  kv_bool("opencl_cpu_devices", m->opencl_cpu_devices, &g);
+  kv_str("device_memory", memory_mode_name(m->device_memory), &g);
+  printf("}");
+
+  key("opencl", &f);
+  g = 1;
+  printf("{");
+  kv_bool("available", m->opencl_status == TDM_OK, &g);
+  kv_str("summary", m->opencl_summary, &g);
+  key("platforms", &g);
+  printf("[");
+  for (unsigned p = 0; p < m->opencl_platforms; p++) {
+    int i = 1;
+    printf("%s{", p ? ", " : "");
+    kv_u64("index", p, &i);
+    kv_str("name", v->platforms[p].name, &i);
+    kv_str("vendor", v->platforms[p].vendor, &i);
+    kv_str("version", v->platforms[p].version, &i);
+    kv_u64("devices", v->platforms[p].devices, &i);
+    printf("}");
+  }
+  printf("]}");
+
+  key("devices", &f);
+  printf("[");
+  for (unsigned n = 0; n < m->opencl_devices; n++) {
+    const tdm_device_info *d = &v->devices[n];
+    int i = 1;
+    char buf[40];
+    printf("%s{", n ? ", " : "");
+    kv_u64("index", n, &i);
+    kv_u64("platform", d->platform, &i);
+    kv_str("name", d->name, &i);
+    kv_str("vendor", d->vendor, &i);
+    kv_str("driver_version", d->driver_version, &i);
+    kv_str("opencl_version", d->opencl_version, &i);
+    kv_str("class", class_key(d->device_class), &i);
+    kv_str("class_reason", d->class_reason, &i);
+    kv_bool("shared_memory", d->shared_memory, &i);
+    kv_str("memory_reason", d->memory_reason, &i);
+    kv_u64("compute_units", d->compute_units, &i);
+    kv_u64("clock_mhz", d->clock_mhz, &i);
+    kv_u64("global_mem_bytes", d->global_mem_bytes, &i);
+    kv_u64("max_alloc_bytes", d->max_alloc_bytes, &i);
+    kv_u64("local_mem_bytes", d->local_mem_bytes, &i);
+    kv_bool("fp64", d->fp64, &i);
+    kv_bool("host_unified_memory", d->host_unified_memory, &i);
+    kv_u64("svm_capabilities", d->svm_capabilities, &i);
+    key("pci", &i);
+    if (d->has_pci) {
+      pci_string(d, buf, sizeof buf);
+      json_string(buf);
+    } else {
+      fputs("null", stdout);
+    }
+    key("uuid", &i);
+    if (d->has_uuid) {
+      uuid_string(d, buf, sizeof buf);
+      json_string(buf);
+    } else {
+      fputs("null", stdout);
+    }
+    kv_opt("duplicate_of", d->duplicate_of, &i);
+    kv_opt("numa_node", d->numa_node, &i);
+    kv_str("near_cpus", d->near_cpus, &i);
+    kv_bool("used", d->used, &i);
+    kv_str("usage", d->usage, &i);
+    kv_opt("worker", d->worker, &i);
+    printf("}");
+  }
+  printf("]");
+
+  key("log", &f);
+  printf("[");
+  for (size_t n = 0; n < log->n; n++) {
+    int i = 1;
+    printf("%s{", n ? ", " : "");
+    kv_str("level", level_name(log->items[n].level), &i);
+    kv_str("message", log->items[n].text, &i);
+    printf("}");
+  }
+  printf("]}\n");
+}
+
+static void usage(FILE *to) {
+  fprintf(to, "usage: tandem-info [--json]\n"
+              "Prints the machine as Tandem sees it: cores, kinds of cores, workers, OpenCL\n"
+              "devices and which of them a runtime would use. TANDEM_* environment\n"
+              "variables (TANDEM_DEVICES, TANDEM_OPENCL_CPU, TANDEM_NWORKERS...) apply.\n"
+              "  --json   print a JSON document instead (described in docs/tandem-info.md)\n");
+}
+
+int main(int argc, char **argv) {
+  int json = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) {
+      json = 1;
+    } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "tandem-info: unknown argument \"%s\"\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  log_store log = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.log_fn = keep_log;
+  cfg.log_data = &log;
+  cfg.log_level = TDM_LOG_INFO;
+  tdm_runtime *rt = NULL;
+  tdm_status st = tdm_runtime_create(&cfg, &rt);
+  int rc = 0;
+  view v;
+  memset(&v, 0, sizeof v);
+  if (st) {
+    fprintf(stderr, "tandem-info: no runtime could be created: %s (%s)\n", tdm_strerror(st),
+            tdm_status_name(st));
+    for (size_t i = 0; i < log.n; i++)
+      fprintf(stderr, "  %s: %s\n", level_name(log.items[i].level), log.items[i].text);
+    rc = 1;
+  } else if (gather(rt, &v)) {
+    fprintf(stderr, "tandem-info: out of memory\n");
+    rc = 1;
+  } else {
+    pthread_mutex_lock(&log.lock); /* workers may log meanwhile */
+    if (json)
+      print_json(&v, &log);
+    else
+      print_text(&v, &log);
+    pthread_mutex_unlock(&log.lock);
+  }
+  tdm_runtime_destroy(rt);
+  free(v.kinds);
+  free(v.workers);
+  free(v.platforms);
+  free(v.devices);
+  for (size_t i = 0; i < log.n; i++)
+    free(log.items[i].text);
+  free(log.items);
+  return rc;
+}
