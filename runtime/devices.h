@@ -1,7 +1,7 @@
 /*
  * OpenCL devices as Tandem records them, and the rules that classify them.
  *
- * The OpenCL loader is opened at run time (opencl.c), never linked: a
+ * The OpenCL loader is opened at run time (backends/opencl/probe.c), never linked: a
  * program using Tandem starts and runs CPU-only where libOpenCL.so.1 is
  * missing, where no ICD is installed, or where an ICD is broken. Discovery
  * fills one record per device; classification and deduplication are pure
@@ -103,7 +103,7 @@ void tdm__classify_device(tdm_device_record *d);
  * first. */
 void tdm__dedupe_devices(tdm_device_record *d, unsigned n);
 
-/* The runtime's OpenCL state (opencl.c). */
+/* The runtime's OpenCL state (backends/opencl/probe.c). */
 typedef struct tdm_opencl tdm_opencl;
 
 /* Opens the OpenCL loader (path NULL: "libOpenCL.so.1") and records every

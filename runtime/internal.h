@@ -309,7 +309,7 @@ struct tdm_runtime {
   tdm_handle *quarantine_head, *quarantine_tail;
   size_t nquarantine;
 
-  /* OpenCL devices (devices.h, opencl.c): what was found, what is used.
+  /* OpenCL devices (devices.h, backends/opencl/probe.c): what was found, what is used.
    * Device worker k (worker id nworkers + k) drives device_of[k]. */
   struct tdm_opencl *cl;
   tdm_platform_record *platforms;

@@ -7,6 +7,7 @@
 #   tools/dev.sh asan    the test suite under AddressSanitizer + UBSan
 #   tools/dev.sh tsan    the test suite under ThreadSanitizer
 #   tools/dev.sh bench   build, then run the benchmarks in test/bench
+#   tools/dev.sh info    build, then run tandem-info (arguments follow: --json)
 #
 # Build folders: build/ (demo, test, bench), build-asan/, build-tsan/.
 set -euo pipefail
@@ -70,6 +71,11 @@ case "${1:-}" in
   bench)
     setup build
     build/test/bench/bench-core
+    ;;
+  info)
+    setup build
+    shift
+    build/tools/tandem-info "$@"
     ;;
   *)
     sed -n '2,12p' "$0" >&2

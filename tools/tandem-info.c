@@ -185,16 +185,20 @@ static void print_text(const view *v, const log_store *log) {
          plural(m->usable_pus, "thread", "threads"), m->usable_cpus);
   if (m->memory_bytes)
     printf("  Memory:     %s\n", bytes(m->memory_bytes, b1, sizeof b1));
-  printf("  Caches:    ");
-  if (m->l1d_count)
-    printf(" L1 data %s x %u", bytes(m->l1d_bytes, b1, sizeof b1), m->l1d_count);
-  if (m->l2_count)
-    printf(", L2 %s x %u", bytes(m->l2_bytes, b2, sizeof b2), m->l2_count);
-  if (m->l3_count)
-    printf(", L3 %s x %u", bytes(m->l3_bytes, b3, sizeof b3), m->l3_count);
-  if (!m->l1d_count && !m->l2_count && !m->l3_count)
-    printf(" unknown");
-  printf("\n");
+  const struct {
+    const char *name;
+    uint64_t bytes;
+    unsigned count;
+  } caches[] = {{"L1 data", m->l1d_bytes, m->l1d_count},
+                {"L2", m->l2_bytes, m->l2_count},
+                {"L3", m->l3_bytes, m->l3_count}};
+  printf("  Caches:     ");
+  unsigned shown = 0;
+  for (int c = 0; c < 3; c++)
+    if (caches[c].count)
+      printf("%s%s %s x %u", shown++ ? ", " : "", caches[c].name,
+             bytes(caches[c].bytes, b1, sizeof b1), caches[c].count);
+  printf("%s\n", shown ? "" : "unknown");
   if (m->cpu_kinds <= 1) {
     printf("  Core kinds: one (all cores alike)\n");
   } else {

@@ -8,8 +8,7 @@
  * loader stays loaded for the rest of the process once it was opened:
  * unloading an ICD (PoCL and its LLVM among them) is not safe.
  */
-#include "devices.h"
-#include "internal.h"
+#include "../../runtime/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
