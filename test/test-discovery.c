@@ -337,6 +337,115 @@ static void test_query_arguments(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+
+/* ---- a made-up machine, through the real discovery code ------------------ */
+
+#ifdef TDM_FAKE_OPENCL
+#include <dlfcn.h>
+
+static int live_contexts(void) {
+  void *lib = dlopen(TDM_FAKE_OPENCL, RTLD_NOW | RTLD_NOLOAD);
+  assert_non_null(lib);
+  int (*live)(void);
+  *(void **)&live = dlsym(lib, "fake_live_contexts"); /* POSIX's way */
+  assert_non_null(live);
+  int n = live();
+  dlclose(lib);
+  return n;
+}
+
+static tdm_device_info device(tdm_runtime *rt, unsigned i) {
+  tdm_device_info d = {.struct_size = sizeof d};
+  assert_int_equal(tdm_runtime_device(rt, i, &d), TDM_OK);
+  return d;
+}
+
+/* iGPU, dGPU, a GPU without context, the dGPU again, a CPU device, an
+ * empty platform (test/fake-opencl.c). */
+static void test_fake_machine(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = runtime_with(NULL, TDM_FAKE_OPENCL, &log);
+  tdm_machine_info mi = {.struct_size = sizeof mi};
+  assert_int_equal(tdm_runtime_machine(rt, &mi), TDM_OK);
+  assert_int_equal(mi.opencl_status, TDM_OK);
+  assert_string_equal(mi.opencl_summary, "3 platforms, 5 devices");
+  tdm_platform_info p = {.struct_size = sizeof p};
+  assert_int_equal(tdm_runtime_platform(rt, 2, &p), TDM_OK);
+  assert_string_equal(p.name, "Fake Empty Platform");
+  assert_int_equal(p.devices, 0);
+
+  tdm_device_info igpu = device(rt, 0), dgpu = device(rt, 1), broken = device(rt, 2),
+                  again = device(rt, 3), cpu = device(rt, 4);
+  assert_int_equal(igpu.device_class, TDM_DEVICE_INTEGRATED_GPU);
+  assert_true(igpu.shared_memory);
+  assert_int_equal(dgpu.device_class, TDM_DEVICE_DISCRETE_GPU);
+  assert_false(dgpu.shared_memory);
+  assert_true(dgpu.has_pci);
+  assert_int_equal(again.duplicate_of, 1);
+  assert_int_equal(cpu.device_class, TDM_DEVICE_CPU);
+  /* a name longer than the record keeps its first 127 bytes */
+  assert_int_equal(strlen(again.name), 127);
+  assert_memory_equal(again.name, "Fake dGPU seen again", 20);
+  /* used: the iGPU and the dGPU, workers after the CPU worker */
+  assert_true(igpu.used && dgpu.used);
+  assert_int_equal(igpu.worker, 1);
+  assert_int_equal(dgpu.worker, 2);
+  assert_false(broken.used || again.used || cpu.used);
+  assert_int_equal(broken.worker, -1);
+  assert_non_null(strstr(broken.usage, "no OpenCL context could be created on it (error -2)"));
+  assert_true(test_log_has(&log, "Fake broken GPU): not used: no OpenCL context"));
+  assert_int_equal(tdm_runtime_nworkers(rt), 3);
+  assert_int_equal(mi.device_workers, 2);
+  tdm_worker_info w = {.struct_size = sizeof w};
+  assert_int_equal(tdm_runtime_worker(rt, 2, &w), TDM_OK);
+  assert_int_equal(w.type, TDM_WORKER_DEVICE);
+  assert_int_equal(w.device, 1);
+  /* locality: hwloc's helper read the dGPU's (NVIDIA-style) PCI address
+   * through Tandem's loaded entry points; the iGPU reports none */
+  assert_true(dgpu.near_cpus[0] != 0);
+  assert_int_equal(w.numa_node, dgpu.numa_node);
+  if (mi.numa_nodes == 1)
+    assert_true(dgpu.numa_node >= 0);
+  assert_int_equal(igpu.numa_node, -1);
+  assert_string_equal(igpu.near_cpus, "");
+  /* a context per device used, released at destroy */
+  assert_int_equal(live_contexts(), 2);
+  tdm_runtime_destroy(rt);
+  assert_int_equal(live_contexts(), 0);
+}
+
+static void test_fake_machine_selection(void **state) {
+  (void)state;
+  test_log log;
+  static const struct {
+    const char *devices;
+    unsigned used; /* a bit per device */
+  } cases[] = {
+      {"discrete", 1u << 1},     {"integrated", 1u << 0}, {"gpu", 1u << 0 | 1u << 1},
+      {"cpu", 1u << 4},          {"1,4", 1u << 1 | 1u << 4},
+      {"2", 0}, /* selected, but no context: not used */
+      {"3", 0}, /* the duplicate */
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    tdm_runtime *rt = runtime_with(cases[c].devices, TDM_FAKE_OPENCL, &log);
+    unsigned used = 0, next_worker = 1;
+    for (unsigned i = 0; i < 5; i++) {
+      tdm_device_info d = device(rt, i);
+      if (d.used) {
+        used |= 1u << i;
+        assert_int_equal(d.worker, (int)next_worker++); /* in device order */
+      }
+    }
+    if (used != cases[c].used)
+      fail_msg("devices=\"%s\": used %#x, expected %#x", cases[c].devices, used, cases[c].used);
+    assert_int_equal(tdm_runtime_nworkers(rt), next_worker);
+    assert_int_equal(live_contexts(), (int)next_worker - 1);
+    tdm_runtime_destroy(rt);
+  }
+}
+#endif
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_classification),
@@ -349,6 +458,10 @@ int main(void) {
       cmocka_unit_test(test_devices_none),
       cmocka_unit_test(test_bad_device_config),
       cmocka_unit_test(test_query_arguments),
+#ifdef TDM_FAKE_OPENCL
+      cmocka_unit_test(test_fake_machine),
+      cmocka_unit_test(test_fake_machine_selection),
+#endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

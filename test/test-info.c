@@ -305,6 +305,22 @@ static void test_no_loader(void **state) {
   json_free(doc);
 }
 
+#ifdef TDM_FAKE_OPENCL
+/* A made-up machine with GPUs (test/fake-opencl.c): PCI addresses,
+ * duplicates and device workers in the document. */
+static void test_fake_machine(void **state) {
+  (void)state;
+  setenv("TANDEM_OPENCL_LIBRARY", TDM_FAKE_OPENCL, 1);
+  json *doc = check_json_matches_runtime();
+  const json *devs = json_get(doc, "devices");
+  assert_int_equal(devs->n, 5);
+  assert_string_equal(str(devs->items[1], "pci"), "0000:00:00.0");
+  assert_int_equal(opt(devs->items[3], "duplicate_of"), 1);
+  assert_true(logged(doc, "no OpenCL context could be created"));
+  json_free(doc);
+}
+#endif
+
 /* The text output names the same things, and bad arguments are refused. */
 static void test_text_output(void **state) {
   (void)state;
@@ -379,6 +395,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup(test_no_devices, clean_env),
       cmocka_unit_test_setup(test_no_loader, clean_env),
       cmocka_unit_test_setup(test_text_output, clean_env),
+#ifdef TDM_FAKE_OPENCL
+      cmocka_unit_test_setup(test_fake_machine, clean_env),
+#endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
