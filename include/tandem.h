@@ -225,7 +225,9 @@ TDM_API void tdm_runtime_destroy(tdm_runtime *rt);
 
 /** Number of workers: one thread per CPU core (tdm_runtime_ncpu_workers),
  * numbered first, then one logical worker per OpenCL device used, which
- * is not a thread and holds no CPU core. Any thread. */
+ * is not a thread and holds no CPU core (this version runs tasks on the
+ * CPU workers only; device workers receive tasks once the OpenCL backend
+ * runs them). Any thread. */
 TDM_API unsigned tdm_runtime_nworkers(const tdm_runtime *rt);
 
 /** Number of CPU worker threads (workers 0 .. n-1). Any thread. */

@@ -243,8 +243,11 @@ static void locate(tdm_runtime *rt, const cl_api *api, cl_device_id dev,
 }
 
 static void no_opencl(tdm_runtime *rt, const char *why, int err) {
-  snprintf(rt->opencl_summary, sizeof rt->opencl_summary, "%s (error %d): CPU cores only", why,
-           err);
+  if (err)
+    snprintf(rt->opencl_summary, sizeof rt->opencl_summary, "%s (error %d): CPU cores only",
+             why, err);
+  else
+    snprintf(rt->opencl_summary, sizeof rt->opencl_summary, "%s: CPU cores only", why);
   tdm__log(rt, TDM_LOG_INFO, "OpenCL: %s", rt->opencl_summary);
 }
 
