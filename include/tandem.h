@@ -77,7 +77,10 @@ extern "C" {
   XX(ERR_NOT_ACQUIRED, -15, "handle is not acquired by the host")              \
   XX(ERR_TOPOLOGY, -16, "machine topology could not be discovered (see the log)") \
   XX(ERR_NOT_PARTITIONED, -17, "handle is not partitioned")                   \
-  XX(ERR_NO_OPENCL, -18, "OpenCL is not available: no loader, no platform or a broken one (see the log)")
+  XX(ERR_NO_OPENCL, -18, "OpenCL is not available: no loader, no platform or a broken one (see the log)") \
+  XX(ERR_BUILD, -19, "an OpenCL program failed to build (the build log is in the log)") \
+  XX(ERR_NO_DEVICE, -20, "the task can only run on an OpenCL device and no device is used") \
+  XX(ERR_NOT_SUPPORTED, -21, "not supported (see the log)")
 
 typedef enum tdm_status {
 #define TDM__STATUS_ENUM(name, value, msg) TDM_##name = (value),
@@ -400,6 +403,29 @@ typedef struct tdm_device_info {
 TDM_API tdm_status tdm_runtime_device(const tdm_runtime *rt, unsigned device,
                                       tdm_device_info *info);
 
+/** What moved to and from a device, and what ran on it, since the runtime
+ * was created. Bytes count the data the runtime copied; a device sharing
+ * the host's memory moves none. */
+typedef struct tdm_device_counters {
+  size_t struct_size;
+  uint64_t tasks;           /**< tasks run on the device */
+  uint64_t bytes_to_device; /**< host to device */
+  uint64_t bytes_to_host;   /**< device to host */
+  uint64_t copies_to_device, copies_to_host; /**< number of transfers */
+} tdm_device_counters;
+
+/** Counters of a device (numbered as tdm_runtime_device numbers them);
+ * zero for a device the runtime does not use. Any thread; the figures of
+ * a running runtime may be a moment old. */
+TDM_API tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
+                                               tdm_device_counters *counters);
+
+/** Allocates `size` bytes aligned for devices that share the host's memory
+ * (4096 bytes), so that they can use it without copies; NULL when out of
+ * memory or for size 0. Free with tdm_free. Any thread. */
+TDM_API void *tdm_malloc(size_t size);
+TDM_API void tdm_free(void *ptr);
+
 /* ------------------------------------------------------------------------ */
 /* Data                                                                     */
 /* ------------------------------------------------------------------------ */
@@ -523,11 +549,20 @@ typedef void (*tdm_cpu_fn)(const tdm_buffer *bufs, const void *args,
  * What a kind of task does. The codelet is read when tasks using it run:
  * it must outlive them (a static const codelet is the usual case).
  */
+/** An OpenCL variant of a codelet: see <tandem/opencl.h>. */
+struct tdm_opencl_variant;
+
 typedef struct tdm_codelet {
   const char *name;                  /**< for logs and traces; may be NULL */
-  tdm_cpu_fn cpu_fn;                 /**< may be NULL: the task does nothing */
+  /** The CPU variant; may be NULL: the task then runs on a device, or does
+   * nothing when it has no OpenCL variant either. */
+  tdm_cpu_fn cpu_fn;
   unsigned nbuffers;                 /**< <= TDM_MAX_BUFFERS */
   tdm_access modes[TDM_MAX_BUFFERS]; /**< access mode of each buffer */
+  /** The OpenCL variant, or NULL. A task with only this variant runs on
+   * an OpenCL device; with both, on whichever worker (CPU core or device)
+   * is free first. */
+  const struct tdm_opencl_variant *opencl;
 } tdm_codelet;
 
 typedef struct tdm_task tdm_task;

@@ -84,6 +84,7 @@ static tdm_handle *handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *b
   h->kind = kind;
   h->rt = rt;
   h->buf = *buf;
+  h->valid = 1; /* the contents are in host memory */
   tdm__taskvec_init(&h->writers);
   tdm__taskvec_init(&h->readers);
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->handles_lock));
@@ -96,6 +97,7 @@ static tdm_handle *handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *b
 }
 
 static void handle_free_memory(tdm_handle *h) {
+  tdm__handle_forget(h);
   tdm__taskvec_free(&h->writers);
   tdm__taskvec_free(&h->readers);
   free(h->tiles);
@@ -120,6 +122,16 @@ void tdm__handle_unref(tdm_handle *h) {
 
 /* At destroy: every task has finished and the task pool is about to be
  * freed wholesale, so handles are freed without dropping task references. */
+void tdm__handles_home(tdm_runtime *rt) {
+  if (!rt->ndevice_workers)
+    return;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->handles_lock));
+  for (tdm_handle *h = rt->all_handles; h; h = h->all_next)
+    if (atomic_load(&h->magic) == TDM_HANDLE_MAGIC)
+      tdm__handle_home(h, false);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->handles_lock));
+}
+
 void tdm__handles_destroy(tdm_runtime *rt) {
   tdm_handle *h = rt->all_handles;
   while (h) {
@@ -250,6 +262,9 @@ tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_col
     st = hbad(rt, TDM_ERR_PARTITIONED, what, "already partitioned");
   else if (h->acquired)
     st = hbad(rt, TDM_ERR_BUSY, what, "handle is acquired by the host");
+  else if (h->rep)
+    st = hbad(rt, TDM_ERR_NOT_SUPPORTED, what,
+              "the matrix was used on an OpenCL device: partitioning it is not supported yet");
   for (size_t i = 0; i < ni && !st; i++)
     for (size_t j = 0; j < nj && !st; j++) {
       size_t r0 = i * tile_rows, c0 = j * tile_cols;
@@ -435,6 +450,8 @@ tdm_status tdm_handle_acquire(tdm_handle *h, tdm_access mode) {
     return st;
   }
   tdm__task_wait_state(t, TDM_TS_READY);
+  /* the host holds it from here: its contents come home */
+  tdm__handle_home(h, (mode & TDM_W) != 0);
   return TDM_OK;
 }
 
@@ -497,6 +514,9 @@ tdm_status tdm_handle_unregister(tdm_handle *h) {
     tdm__task_wait_state(readers.items[i], TDM_TS_DONE);
   tdm__taskvec_release(&writers);
   tdm__taskvec_release(&readers);
+  /* the latest contents go home, and the device buffers go */
+  tdm__handle_home(h, false);
+  tdm__handle_forget(h);
   quarantine(h);
   return TDM_OK;
 }

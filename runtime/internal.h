@@ -165,6 +165,7 @@ typedef struct tdm_task {
   uint8_t nbuf;
   uint8_t tile_mask; /* buffers that are tiles (held by reference) */
   bool user_ref;
+  bool gpu_ok; /* may run on a device (backends/opencl/device.c) */
   uint8_t modes[TDM_MAX_BUFFERS];
   tdm_runtime *rt;
   const tdm_codelet *cl;
@@ -186,6 +187,8 @@ typedef struct tdm_task {
   /* Explicit dependencies while created (references held); allocated on
    * first use, NULL otherwise. */
   tdm_taskvec *deps;
+  /* While its commands run on a device, or its inputs come home. */
+  void *dx;
 
   /* -- the rest, used by tasks that have buffers, arguments, edges -- */
   _Alignas(TDM_CACHE_LINE) tdm_handle *handles[TDM_MAX_BUFFERS];
@@ -232,6 +235,15 @@ struct tdm_handle {
   /* Every handle not yet freed is on the runtime's list (handles_lock). */
   tdm_handle *all_prev, *all_next;
   tdm_handle *quarantine_next;
+  /* Where the contents are (backends/opencl/device.c), under `lock`:
+   * bit 0 the host, bit 1 + k device worker k's memory; rep[0] the host's
+   * pending fill, rep[1 + k] device k's buffer and pending fill. rep is
+   * NULL until a device first touches the handle. */
+  uint32_t valid;
+  struct tdm_replica {
+    void *mem;  /* cl_mem */
+    void *fill; /* cl_event of the transfer that filled the node, or NULL */
+  } *rep;
 };
 
 /* ---- workers and runtime ---------------------------------------------- */
@@ -323,6 +335,15 @@ struct tdm_runtime {
   char *opencl_library; /* cfg.opencl_library points here */
   unsigned ndevice_workers;
   unsigned *device_of;
+  struct tdm_gpu **gpus; /* device worker k (backends/opencl/device.c) */
+  /* Tasks whose device commands completed, pushed by OpenCL's callbacks
+   * (a Treiber stack through pool_next), finished by CPU workers. */
+  _Alignas(TDM_CACHE_LINE) _Atomic(tdm_task *) completions;
+  /* Ready tasks that a CPU worker or a device may run, whichever is free
+   * first (a FIFO through pool_next). */
+  pthread_mutex_t any_lock;
+  tdm_task *any_head, *any_tail;
+  _Atomic unsigned any_n;
 
   /* What tdm_runtime_machine and friends report (machine.c). */
   struct tdm_machine *machine;
@@ -387,6 +408,8 @@ tdm_status tdm__handle_check(tdm_runtime *rt, const tdm_handle *h,
 void tdm__handles_lock(tdm_handle **hs, unsigned n);
 void tdm__handles_unlock(tdm_handle **hs, unsigned n);
 void tdm__handles_destroy(tdm_runtime *rt);
+/* Brings every registered handle's contents home (at destroy). */
+void tdm__handles_home(tdm_runtime *rt);
 /* Releases every handle the host still holds (at destroy). */
 void tdm__release_acquisitions(tdm_runtime *rt);
 static inline void tdm__handle_ref(tdm_handle *h) {
@@ -399,6 +422,35 @@ void tdm__handle_unref(tdm_handle *h);
  * devices chosen; frees that description. */
 tdm_status tdm__machine_describe(tdm_runtime *rt);
 void tdm__machine_free(tdm_runtime *rt);
+
+/* backends/opencl/device.c */
+typedef struct tdm_gpu tdm_gpu;
+tdm_status tdm__gpus_start(tdm_runtime *rt);
+void tdm__gpus_stop(tdm_runtime *rt);
+/* At submission: builds t's OpenCL program on the devices and decides
+ * whether t may run on one (t->gpu_ok). Returns TDM_OK, or why a task
+ * that can only run on a device cannot (logged). */
+tdm_status tdm__gpu_prepare(tdm_runtime *rt, tdm_task *t, const char *what);
+/* Sends a ready codelet task where it will run. */
+void tdm__place(tdm_runtime *rt, tdm_task *t);
+/* Finishes the tasks whose device commands completed; false if none. */
+bool tdm__gpu_progress(tdm_runtime *rt);
+/* Before a CPU task runs: true when its inputs are on the host; else
+ * their transfers are started and the task is queued again once they
+ * complete. After it ran: its outputs live on the host only. */
+bool tdm__host_ready(tdm_task *t);
+void tdm__host_written(tdm_task *t);
+/* Blocking: brings h's contents home (acquire, unregister, destroy);
+ * will_write: the host is about to write, device copies become stale. */
+void tdm__handle_home(tdm_handle *h, bool will_write);
+/* Releases h's device buffers. */
+void tdm__handle_forget(tdm_handle *h);
+
+/* worker.c: the queue shared by CPU workers and devices */
+void tdm__any_put(tdm_runtime *rt, tdm_task *t);
+tdm_task *tdm__any_take(tdm_runtime *rt, bool for_device);
+/* Wakes a worker to finish completed device tasks (any thread). */
+void tdm__wake_for_completion(tdm_runtime *rt);
 
 /* backends/cpu */
 void tdm__cpu_run(const tdm_task *t);

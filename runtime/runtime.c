@@ -191,8 +191,12 @@ static tdm_status init_sync(tdm_runtime *rt) {
     goto fail4;
   if ((err = pthread_mutex_init(&rt->handles_lock, NULL)))
     goto fail5;
+  if ((err = pthread_mutex_init(&rt->any_lock, NULL)))
+    goto fail6;
   rt->mutexes_ready = true;
   return TDM_OK;
+fail6:
+  pthread_mutex_destroy(&rt->handles_lock);
 fail5:
   pthread_mutex_destroy(&rt->deps_lock);
 fail4:
@@ -211,6 +215,7 @@ fail:
 static void destroy_sync(tdm_runtime *rt) {
   if (!rt->mutexes_ready)
     return;
+  pthread_mutex_destroy(&rt->any_lock);
   pthread_mutex_destroy(&rt->handles_lock);
   pthread_mutex_destroy(&rt->deps_lock);
   pthread_cond_destroy(&rt->wait_cond);
@@ -242,6 +247,7 @@ static void teardown(tdm_runtime *rt) {
   tdm__pool_destroy(rt);
   tdm__plan_free(&rt->plan);
   tdm__machine_free(rt);
+  tdm__gpus_stop(rt);
   tdm__opencl_close(rt);
   free(rt->platforms);
   free(rt->devices);
@@ -328,7 +334,8 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   rt->nworkers = rt->plan.nworkers;
   rt->bind = rt->cfg.bind_workers && !rt->synthetic && !rt->xml &&
              hwloc_topology_is_thissystem(rt->topo);
-  if ((st = setup_devices(rt)) || (st = tdm__machine_describe(rt)) || (st = start_workers(rt)))
+  if ((st = setup_devices(rt)) || (st = tdm__gpus_start(rt)) ||
+      (st = tdm__machine_describe(rt)) || (st = start_workers(rt)))
     goto fail;
   tdm__log(rt, TDM_LOG_INFO, "runtime started: %u CPU workers on %u usable cores%s, %u device "
            "workers", rt->nworkers, rt->plan.ncores, rt->bind ? ", bound" : "",
@@ -387,6 +394,7 @@ void tdm_runtime_destroy(tdm_runtime *rt) {
   atomic_store(&rt->closing, true);
   tdm__release_acquisitions(rt); /* tasks may wait for them */
   tdm_wait_all(rt);
+  tdm__handles_home(rt); /* the application's memory holds every result */
   tdm__log(rt, TDM_LOG_INFO, "runtime stopping");
   teardown(rt);
 }

@@ -175,6 +175,8 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->args = NULL;
   t->args_size = 0;
   t->pool_next = NULL;
+  t->gpu_ok = false;
+  t->dx = NULL;
   return t;
 }
 
@@ -326,6 +328,15 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   }
   t->callback = desc->callback;
   t->callback_data = desc->callback_data;
+  t->gpu_ok = false;
+  t->dx = NULL;
+  if (cl->opencl) {
+    tdm_status st = tdm__gpu_prepare(rt, t, what);
+    if (st) {
+      tdm__task_unref(t);
+      return st;
+    }
+  }
   t->user_ref = user_ref;
   if (user_ref)
     count_unsubmitted(t, +1);
@@ -419,7 +430,7 @@ static void task_ready(tdm_task *t) {
     return;
   }
   atomic_store_explicit(&t->state, TDM_TS_READY, memory_order_relaxed);
-  tdm__schedule(t->rt, t);
+  tdm__place(t->rt, t);
 }
 
 static void release_pending(tdm_task *t) {
@@ -642,7 +653,11 @@ void tdm__task_finish(tdm_task *t) {
 }
 
 void tdm__task_execute(tdm_task *t) {
+  if (t->rt->ndevice_workers && !tdm__host_ready(t))
+    return; /* its inputs are coming home; it is queued again then */
   tdm__cpu_run(t);
+  if (t->rt->ndevice_workers)
+    tdm__host_written(t);
   if (t->callback)
     t->callback(t->callback_data);
   tdm__task_finish(t);

@@ -178,20 +178,59 @@ static tdm_task *steal(tdm_worker *w) {
   return NULL;
 }
 
+void tdm__any_put(tdm_runtime *rt, tdm_task *t) {
+  t->pool_next = NULL;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->any_lock));
+  if (rt->any_tail)
+    rt->any_tail->pool_next = t;
+  else
+    rt->any_head = t;
+  rt->any_tail = t;
+  atomic_fetch_add(&rt->any_n, 1); /* seq_cst: before wake_if_sleeping's look */
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->any_lock));
+  wake_if_sleeping(rt);
+}
+
+tdm_task *tdm__any_take(tdm_runtime *rt, bool for_device) {
+  (void)for_device; /* every task there runs on either kind */
+  if (!atomic_load_explicit(&rt->any_n, memory_order_relaxed))
+    return NULL;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->any_lock));
+  tdm_task *t = rt->any_head;
+  if (t) {
+    rt->any_head = t->pool_next;
+    if (!rt->any_head)
+      rt->any_tail = NULL;
+    atomic_fetch_sub_explicit(&rt->any_n, 1, memory_order_relaxed);
+  }
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->any_lock));
+  return t;
+}
+
+void tdm__wake_for_completion(tdm_runtime *rt) {
+  wake_if_sleeping(rt);
+}
+
 static tdm_task *find_work(tdm_worker *w) {
   tdm_task *t = NULL;
+  tdm_runtime *rt = w->rt;
+  /* finished device tasks first: their successors land on our deque */
+  if (rt->ndevice_workers)
+    tdm__gpu_progress(rt);
   /* a look at the size first: pop costs a full fence even when empty */
   if (tdm_deque_size(&w->deque) > 0)
     t = tdm_deque_pop(&w->deque);
   if (!t)
     t = take_injected(w);
+  if (!t && rt->ndevice_workers)
+    t = tdm__any_take(rt, false);
   if (!t)
     t = steal(w);
   return t;
 }
 
 static bool any_work(tdm_runtime *rt) {
-  if (atomic_load(&rt->inject))
+  if (atomic_load(&rt->inject) || atomic_load(&rt->completions) || atomic_load(&rt->any_n))
     return true;
   for (unsigned i = 0; i < rt->nworkers; i++)
     if (tdm_deque_size(&rt->workers[i].deque) > 0)

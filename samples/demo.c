@@ -105,9 +105,12 @@ int main(void) {
   for (int i = 0; i < NT; i++)
     tdm_register_vector(rt, &sums[i], 1, sizeof(double), &hsum[i]);
 
-  static const tdm_codelet cl_blur = {"blur", blur, 2, {TDM_R, TDM_W}};
-  static const tdm_codelet cl_bright = {"brighten", brighten, 1, {TDM_RW}};
-  static const tdm_codelet cl_sum = {"sum", sum_tile, 2, {TDM_R, TDM_RW}};
+  static const tdm_codelet cl_blur = {.name = "blur", .cpu_fn = blur,
+                                      .nbuffers = 2, .modes = {TDM_R, TDM_W}};
+  static const tdm_codelet cl_bright = {.name = "brighten", .cpu_fn = brighten,
+                                        .nbuffers = 1, .modes = {TDM_RW}};
+  static const tdm_codelet cl_sum = {.name = "sum", .cpu_fn = sum_tile,
+                                     .nbuffers = 2, .modes = {TDM_R, TDM_RW}};
   unsigned ntasks = 0;
   for (int i = 0; i < NT; i++)
     for (int j = 0; j < NT; j++) {

@@ -30,8 +30,9 @@ static void add(const tdm_buffer *b, const void *args, size_t n) {
       ((int *)b[0].ptr)[r * b[0].ld + c] += a->value;
 }
 
-static const tdm_codelet cl_fill = {"fill", fill, 1, {TDM_W}};
-static const tdm_codelet cl_add = {"add", add, 1, {TDM_RW}};
+static const tdm_codelet cl_fill = {.name = "fill", .cpu_fn = fill,
+                                    .nbuffers = 1, .modes = {TDM_W}};
+static const tdm_codelet cl_add = {.name = "add", .cpu_fn = add, .nbuffers = 1, .modes = {TDM_RW}};
 
 static void submit(tdm_runtime *rt, const tdm_codelet *cl, tdm_handle *h, unsigned ms, int v) {
   fill_args a = {ms, v};

@@ -34,9 +34,12 @@ static void do_read(const tdm_buffer *b, const void *args, size_t n) {
   atomic_store(&c->seen[o->slot], atomic_load(&c->value) == before ? before : -1);
 }
 
-static const tdm_codelet cl_write = {"write", do_write, 1, {TDM_W}};
-static const tdm_codelet cl_rw = {"rw", do_write, 1, {TDM_RW}};
-static const tdm_codelet cl_read = {"read", do_read, 1, {TDM_R}};
+static const tdm_codelet cl_write = {.name = "write", .cpu_fn = do_write,
+                                     .nbuffers = 1, .modes = {TDM_W}};
+static const tdm_codelet cl_rw = {.name = "rw", .cpu_fn = do_write,
+                                  .nbuffers = 1, .modes = {TDM_RW}};
+static const tdm_codelet cl_read = {.name = "read", .cpu_fn = do_read,
+                                    .nbuffers = 1, .modes = {TDM_R}};
 
 static void submit_op(tdm_runtime *rt, const tdm_codelet *cl, tdm_handle *h, op o) {
   tdm_task_desc d = {.codelet = cl, .handles = {h}, .args = &o, .args_size = sizeof o};
@@ -117,7 +120,8 @@ static void test_readers_overlap(void **state) {
   meet *pm = &m;
   tdm_handle *h;
   assert_int_equal(tdm_register_vector(rt, &x, 1, sizeof x, &h), TDM_OK);
-  static const tdm_codelet cl = {"meet", meet_reader, 1, {TDM_R}};
+  static const tdm_codelet cl = {.name = "meet", .cpu_fn = meet_reader,
+                                 .nbuffers = 1, .modes = {TDM_R}};
   tdm_task_desc d = {.codelet = &cl, .handles = {h}, .args = &pm, .args_size = sizeof pm};
   assert_int_equal(tdm_submit(rt, &d), TDM_OK);
   assert_int_equal(tdm_submit(rt, &d), TDM_OK);
@@ -142,7 +146,8 @@ static void task_b(const tdm_buffer *b, const void *args, size_t n) {
 static void test_explicit_dependency(void **state) {
   (void)state;
   tdm_runtime *rt = test_runtime(4, NULL);
-  static const tdm_codelet ca = {"a", task_a, 0, {0}}, cb = {"b", task_b, 0, {0}};
+  static const tdm_codelet ca = {.name = "a", .cpu_fn = task_a},
+                           cb = {.name = "b", .cpu_fn = task_b};
   tdm_task *a, *b;
   atomic_store(&flag_a, 0);
   assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &ca}, &a), TDM_OK);
@@ -191,7 +196,7 @@ static void tree(const tdm_buffer *b, const void *args, size_t n) {
     atomic_fetch_add(a.leaves, 1);
     return;
   }
-  static const tdm_codelet cl = {"tree", tree, 0, {0}};
+  static const tdm_codelet cl = {.name = "tree", .cpu_fn = tree};
   a.depth--;
   /* no cmocka assertion on a worker thread: a failed submit shows as
    * missing leaves */
@@ -204,7 +209,7 @@ static void test_nested_submission(void **state) {
   tdm_runtime *rt = test_runtime(0, NULL);
   _Atomic long leaves = 0;
   tree_args a = {rt, &leaves, 12};
-  static const tdm_codelet cl = {"tree", tree, 0, {0}};
+  static const tdm_codelet cl = {.name = "tree", .cpu_fn = tree};
   assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl, .args = &a,
                                                     .args_size = sizeof a}),
                    TDM_OK);
@@ -228,7 +233,8 @@ static void test_callback_and_task_wait(void **state) {
   int x;
   tdm_handle *h;
   assert_int_equal(tdm_register_vector(rt, &x, 1, sizeof x, &h), TDM_OK);
-  static const tdm_codelet cl = {"mark", mark_task, 1, {TDM_RW}};
+  static const tdm_codelet cl = {.name = "mark", .cpu_fn = mark_task,
+                                 .nbuffers = 1, .modes = {TDM_RW}};
   int one = 1, three = 3;
   tdm_task *t1, *t2;
   assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl, .handles = {h},
@@ -263,7 +269,8 @@ static void test_args_copied(void **state) {
   int ok = 0;
   tdm_handle *h;
   assert_int_equal(tdm_register_vector(rt, &ok, 1, sizeof ok, &h), TDM_OK);
-  static const tdm_codelet cl = {"big", check_big, 1, {TDM_W}};
+  static const tdm_codelet cl = {.name = "big", .cpu_fn = check_big,
+                                 .nbuffers = 1, .modes = {TDM_W}};
   /* hold the handle so the task cannot start before we scribble */
   assert_int_equal(tdm_handle_acquire(h, TDM_RW), TDM_OK);
   big g;

@@ -3,8 +3,8 @@
 #include "common.h"
 
 static void noop(const tdm_buffer *b, const void *a, size_t n) { (void)b; (void)a; (void)n; }
-static const tdm_codelet cl_r = {"r", noop, 1, {TDM_R}};
-static const tdm_codelet cl_none = {"none", noop, 0, {0}};
+static const tdm_codelet cl_r = {.name = "r", .cpu_fn = noop, .nbuffers = 1, .modes = {TDM_R}};
+static const tdm_codelet cl_none = {.name = "none", .cpu_fn = noop};
 
 /* Expects `call` to return `status` and to log one more error. */
 #define EXPECT_ERR(log, status, call)                                          \
@@ -89,10 +89,11 @@ static void test_too_many_buffers_and_bad_modes(void **state) {
   int x;
   tdm_handle *h;
   assert_int_equal(tdm_register_vector(rt, &x, 1, sizeof x, &h), TDM_OK);
-  tdm_codelet many = {"many", noop, TDM_MAX_BUFFERS + 1, {TDM_R}};
+  tdm_codelet many = {.name = "many", .cpu_fn = noop,
+                      .nbuffers = TDM_MAX_BUFFERS + 1, .modes = {TDM_R}};
   EXPECT_ERR(&log, TDM_ERR_TOO_MANY_BUFFERS,
              tdm_submit(rt, &(tdm_task_desc){.codelet = &many, .handles = {h}}));
-  tdm_codelet bad_mode = {"bad", noop, 1, {(tdm_access)0}};
+  tdm_codelet bad_mode = {.name = "bad", .cpu_fn = noop, .nbuffers = 1, .modes = {(tdm_access)0}};
   EXPECT_ERR(&log, TDM_ERR_INVALID_MODE,
              tdm_submit(rt, &(tdm_task_desc){.codelet = &bad_mode, .handles = {h}}));
   bad_mode.modes[0] = (tdm_access)7;
@@ -148,7 +149,8 @@ static void test_unregister_busy_handle(void **state) {
   EXPECT_ERR(&log, TDM_ERR_BUSY, tdm_handle_unregister(h));
   tdm_task_release(t); /* discarded: the handle is free again */
   /* a created task naming the handle twice, then submitted: free again */
-  static const tdm_codelet cl_twice = {"twice", noop, 2, {TDM_R, TDM_RW}};
+  static const tdm_codelet cl_twice = {.name = "twice", .cpu_fn = noop,
+                                       .nbuffers = 2, .modes = {TDM_R, TDM_RW}};
   assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl_twice, .handles = {h, h}}, &t),
                    TDM_OK);
   EXPECT_ERR(&log, TDM_ERR_BUSY, tdm_handle_unregister(h));
@@ -236,7 +238,7 @@ static void test_blocking_calls_in_task(void **state) {
   in_task s = {.rt = rt};
   in_task *ps = &s;
   assert_int_equal(tdm_register_vector(rt, &x, 1, sizeof x, &s.h), TDM_OK);
-  static const tdm_codelet cl = {"blocking", blocking_inside, 0, {0}};
+  static const tdm_codelet cl = {.name = "blocking", .cpu_fn = blocking_inside};
   assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl, .args = &ps, .args_size = sizeof ps}),
                    TDM_OK);
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
@@ -264,7 +266,7 @@ static void gate(const tdm_buffer *b, const void *args, size_t n) {
   (void)b; (void)n;
   closing *c = *(closing *const *)args;
   wait_flag(&c->release, 30.0);
-  static const tdm_codelet cl = {"child", child, 0, {0}};
+  static const tdm_codelet cl = {.name = "child", .cpu_fn = child};
   atomic_store(&c->child_status,
                tdm_submit(c->rt, &(tdm_task_desc){.codelet = &cl, .args = &c, .args_size = sizeof c}));
 }
@@ -279,7 +281,7 @@ static void test_submit_after_destroy_began(void **state) {
   test_log log;
   closing c = {.rt = test_runtime(2, &log), .child_status = 99};
   closing *pc = &c;
-  static const tdm_codelet cl = {"gate", gate, 0, {0}};
+  static const tdm_codelet cl = {.name = "gate", .cpu_fn = gate};
   assert_int_equal(tdm_submit(c.rt, &(tdm_task_desc){.codelet = &cl, .args = &pc, .args_size = sizeof pc}),
                    TDM_OK);
   pthread_t th;

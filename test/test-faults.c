@@ -28,8 +28,9 @@ static void look(const tdm_buffer *b, const void *args, size_t n) {
   (void)n;
 }
 
-static const tdm_codelet cl_inc = {"inc", inc, 1, {TDM_RW}};
-static const tdm_codelet cl_look = {"look", look, 1, {TDM_R}};
+static const tdm_codelet cl_inc = {.name = "inc", .cpu_fn = inc, .nbuffers = 1, .modes = {TDM_RW}};
+static const tdm_codelet cl_look = {.name = "look", .cpu_fn = look,
+                                    .nbuffers = 1, .modes = {TDM_R}};
 
 typedef struct {
   unsigned nomem;  /* calls that returned TDM_ERR_NO_MEMORY */

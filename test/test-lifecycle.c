@@ -35,7 +35,8 @@ static void add_one(const tdm_buffer *b, const void *args, size_t n) {
     x[i]++;
 }
 
-static const tdm_codelet cl_add = {"add", add_one, 1, {TDM_RW}};
+static const tdm_codelet cl_add = {.name = "add", .cpu_fn = add_one,
+                                   .nbuffers = 1, .modes = {TDM_RW}};
 
 static void cycle(unsigned nworkers) {
   tdm_runtime *rt = test_runtime(nworkers, NULL);
@@ -106,7 +107,8 @@ static void record(const tdm_buffer *b, const void *args, size_t n) {
 
 static void *feed(void *arg) {
   side *s = arg;
-  static const tdm_codelet cl = {"record", record, 1, {TDM_RW}};
+  static const tdm_codelet cl = {.name = "record", .cpu_fn = record,
+                                 .nbuffers = 1, .modes = {TDM_RW}};
   tdm_handle *h[64];
   for (int i = 0; i < 64; i++)
     if (tdm_register_vector(s->rt, &s->data[i], 1, sizeof(long), &h[i]))

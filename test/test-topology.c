@@ -250,7 +250,7 @@ static void test_xml_hybrid_laptop(void **state) {
   assert_int_equal(wi.cpu_kind, 0);
   assert_string_equal(wi.cpus, "5");
   _Atomic int n = 0, *pn = &n;
-  static const tdm_codelet cl = {"count", count_task, 0, {0}};
+  static const tdm_codelet cl = {.name = "count", .cpu_fn = count_task};
   for (int i = 0; i < 100; i++)
     assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl, .args = &pn,
                                                       .args_size = sizeof pn}), TDM_OK);
@@ -302,7 +302,7 @@ static void test_runtime_on_synthetic_machine(void **state) {
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
   assert_int_equal(tdm_runtime_nworkers(rt), 8);
   _Atomic int n = 0, *pn = &n;
-  static const tdm_codelet cl = {"count", count_task, 0, {0}};
+  static const tdm_codelet cl = {.name = "count", .cpu_fn = count_task};
   for (int i = 0; i < 1000; i++)
     assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl, .args = &pn,
                                                       .args_size = sizeof pn}), TDM_OK);

@@ -41,13 +41,10 @@ void tdm__opencl_close(tdm_runtime *rt) {
  * is routed to the entry point found with dlsym instead, through a
  * thread-local pointer set around each use of the helpers. */
 #define clGetDeviceInfo tdm__hwloc_cl_get_device_info
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
-#include <CL/cl_ext.h>
+#include "cl.h"
+
 #include <dlfcn.h>
 #include <hwloc/opencl.h>
-
-typedef cl_int (*get_device_info_fn)(cl_device_id, cl_device_info, size_t, void *, size_t *);
 
 static _Thread_local get_device_info_fn hwloc_get_device_info;
 
@@ -56,26 +53,6 @@ cl_int tdm__hwloc_cl_get_device_info(cl_device_id dev, cl_device_info param, siz
   return hwloc_get_device_info ? hwloc_get_device_info(dev, param, size, value, ret)
                                : CL_INVALID_OPERATION;
 }
-
-typedef struct cl_api {
-  cl_int (*GetPlatformIDs)(cl_uint, cl_platform_id *, cl_uint *);
-  cl_int (*GetPlatformInfo)(cl_platform_id, cl_platform_info, size_t, void *, size_t *);
-  cl_int (*GetDeviceIDs)(cl_platform_id, cl_device_type, cl_uint, cl_device_id *, cl_uint *);
-  get_device_info_fn GetDeviceInfo;
-  cl_context (*CreateContext)(const cl_context_properties *, cl_uint, const cl_device_id *,
-                              void(CL_CALLBACK *)(const char *, const void *, size_t, void *),
-                              void *, cl_int *);
-  cl_int (*ReleaseContext)(cl_context);
-} cl_api;
-
-/* The runtime's OpenCL state: entry points, and per device record its
- * platform, its id and, once activated, its context. */
-struct tdm_opencl {
-  cl_api api;
-  cl_platform_id *platform_of;
-  cl_device_id *ids;
-  cl_context *contexts;
-};
 
 static tdm_status load_api(tdm_runtime *rt, const char *path, cl_api *api) {
   if (!path || !*path)
@@ -108,6 +85,46 @@ static tdm_status load_api(tdm_runtime *rt, const char *path, cl_api *api) {
       tdm__log(rt, TDM_LOG_WARNING, "OpenCL: %s", rt->opencl_summary);
       dlclose(lib); /* nothing was initialised through it */
       return TDM_ERR_NO_OPENCL;
+    }
+  }
+  /* What running tasks needs. clCreateCommandQueue is deprecated since
+   * OpenCL 2.0 but every loader still has it. */
+  struct {
+    const char *name;
+    void **slot;
+  } run[] = {
+      {"clCreateCommandQueue", (void **)&api->CreateCommandQueue},
+      {"clReleaseCommandQueue", (void **)&api->ReleaseCommandQueue},
+      {"clCreateProgramWithSource", (void **)&api->CreateProgramWithSource},
+      {"clBuildProgram", (void **)&api->BuildProgram},
+      {"clGetProgramBuildInfo", (void **)&api->GetProgramBuildInfo},
+      {"clReleaseProgram", (void **)&api->ReleaseProgram},
+      {"clCreateKernel", (void **)&api->CreateKernel},
+      {"clReleaseKernel", (void **)&api->ReleaseKernel},
+      {"clSetKernelArg", (void **)&api->SetKernelArg},
+      {"clEnqueueNDRangeKernel", (void **)&api->EnqueueNDRangeKernel},
+      {"clCreateBuffer", (void **)&api->CreateBuffer},
+      {"clReleaseMemObject", (void **)&api->ReleaseMemObject},
+      {"clEnqueueWriteBuffer", (void **)&api->EnqueueWriteBuffer},
+      {"clEnqueueReadBuffer", (void **)&api->EnqueueReadBuffer},
+      {"clEnqueueMapBuffer", (void **)&api->EnqueueMapBuffer},
+      {"clEnqueueUnmapMemObject", (void **)&api->EnqueueUnmapMemObject},
+      {"clEnqueueMarkerWithWaitList", (void **)&api->EnqueueMarkerWithWaitList},
+      {"clSetEventCallback", (void **)&api->SetEventCallback},
+      {"clRetainEvent", (void **)&api->RetainEvent},
+      {"clReleaseEvent", (void **)&api->ReleaseEvent},
+      {"clWaitForEvents", (void **)&api->WaitForEvents},
+      {"clGetEventInfo", (void **)&api->GetEventInfo},
+      {"clFlush", (void **)&api->Flush},
+      {"clFinish", (void **)&api->Finish},
+  };
+  api->can_run = true;
+  api->missing = NULL;
+  for (size_t i = 0; i < sizeof run / sizeof run[0]; i++) {
+    *run[i].slot = dlsym(lib, run[i].name);
+    if (!*run[i].slot && api->can_run) {
+      api->can_run = false;
+      api->missing = run[i].name;
     }
   }
   return TDM_OK;
@@ -350,6 +367,13 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
 bool tdm__opencl_activate(tdm_runtime *rt, unsigned i) {
   tdm_opencl *cl = rt->cl;
   tdm_device_record *d = &rt->devices[i];
+  if (!cl->api.can_run) {
+    d->used = false;
+    snprintf(d->usage, sizeof d->usage,
+             "not used: the OpenCL loader lacks %s, which running tasks needs", cl->api.missing);
+    tdm__log(rt, TDM_LOG_WARNING, "OpenCL: device %u (%s): %s", i, d->name, d->usage);
+    return false;
+  }
   cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)cl->platform_of[i],
                                    0};
   cl_int err = CL_SUCCESS;

@@ -85,7 +85,7 @@ static void stencil_fn(const tdm_buffer *b, const void *a, size_t n) {
 /* ---- the workloads ------------------------------------------------------ */
 
 static double tdm_independent(tdm_runtime *rt, long n) {
-  static const tdm_codelet cl = {"empty", empty_fn, 0, {0}};
+  static const tdm_codelet cl = {.name = "empty", .cpu_fn = empty_fn};
   tdm_task_desc d = {.codelet = &cl};
   double t0 = now();
   for (long i = 0; i < n; i++)
@@ -106,7 +106,8 @@ static double omp_independent(int nthreads, long n) {
 }
 
 static double tdm_chain(tdm_runtime *rt, long n) {
-  static const tdm_codelet cl = {"link", empty_fn, 1, {TDM_RW}};
+  static const tdm_codelet cl = {.name = "link", .cpu_fn = empty_fn,
+                                 .nbuffers = 1, .modes = {TDM_RW}};
   double x = 0;
   tdm_handle *h;
   tdm_register_vector(rt, &x, 1, sizeof x, &h);
@@ -135,8 +136,10 @@ static double omp_chain(int nthreads, long n) {
 #define FAN 64
 
 static double tdm_fan(tdm_runtime *rt, long rounds) {
-  static const tdm_codelet w = {"fan-in", empty_fn, 1, {TDM_W}};
-  static const tdm_codelet r = {"fan-out", empty_fn, 1, {TDM_R}};
+  static const tdm_codelet w = {.name = "fan-in", .cpu_fn = empty_fn,
+                                .nbuffers = 1, .modes = {TDM_W}};
+  static const tdm_codelet r = {.name = "fan-out", .cpu_fn = empty_fn,
+                                .nbuffers = 1, .modes = {TDM_R}};
   double x = 0;
   tdm_handle *h;
   tdm_register_vector(rt, &x, 1, sizeof x, &h);
@@ -175,7 +178,8 @@ static double omp_fan(int nthreads, long rounds) {
 static double grid[2][MAXW];
 
 static double tdm_stencil(tdm_runtime *rt, int width, long iters) {
-  static const tdm_codelet cl = {"stencil", stencil_fn, 4, {TDM_R, TDM_R, TDM_R, TDM_W}};
+  static const tdm_codelet cl = {.name = "stencil", .cpu_fn = stencil_fn,
+                                 .nbuffers = 4, .modes = {TDM_R, TDM_R, TDM_R, TDM_W}};
   tdm_handle *h[2][MAXW];
   for (int p = 0; p < 2; p++)
     for (int i = 0; i < width; i++) {
@@ -233,7 +237,8 @@ static double cpu_now(void) {
 
 /* Returns the CPU percentage; *rtt_us gets the mean round trip. */
 static double tdm_sparse(tdm_runtime *rt, double *rtt_us) {
-  static const tdm_codelet cl = {"sparse", stencil_fn, 4, {TDM_R, TDM_R, TDM_R, TDM_W}};
+  static const tdm_codelet cl = {.name = "sparse", .cpu_fn = stencil_fn,
+                                 .nbuffers = 4, .modes = {TDM_R, TDM_R, TDM_R, TDM_W}};
   double x[4] = {1, 1, 1, 0};
   long iters = 1000;
   tdm_handle *h[4];

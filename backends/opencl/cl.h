@@ -1,0 +1,77 @@
+/*
+ * The OpenCL entry points Tandem uses, found with dlsym in the loader
+ * (probe.c), and the runtime's OpenCL state. Internal.
+ */
+#ifndef TDM_BACKEND_CL_H
+#define TDM_BACKEND_CL_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 300
+#endif
+#include <CL/cl.h>
+#include <CL/cl_ext.h>
+
+#include "../../runtime/internal.h"
+
+typedef cl_int (*get_device_info_fn)(cl_device_id, cl_device_info, size_t, void *, size_t *);
+typedef void(CL_CALLBACK *event_callback_fn)(cl_event, cl_int, void *);
+
+typedef struct cl_api {
+  /* discovery: required of a loader */
+  cl_int (*GetPlatformIDs)(cl_uint, cl_platform_id *, cl_uint *);
+  cl_int (*GetPlatformInfo)(cl_platform_id, cl_platform_info, size_t, void *, size_t *);
+  cl_int (*GetDeviceIDs)(cl_platform_id, cl_device_type, cl_uint, cl_device_id *, cl_uint *);
+  get_device_info_fn GetDeviceInfo;
+  cl_context (*CreateContext)(const cl_context_properties *, cl_uint, const cl_device_id *,
+                              void(CL_CALLBACK *)(const char *, const void *, size_t, void *),
+                              void *, cl_int *);
+  cl_int (*ReleaseContext)(cl_context);
+  /* running tasks: a device is used only when the loader has them all */
+  cl_command_queue (*CreateCommandQueue)(cl_context, cl_device_id, cl_command_queue_properties,
+                                         cl_int *);
+  cl_int (*ReleaseCommandQueue)(cl_command_queue);
+  cl_program (*CreateProgramWithSource)(cl_context, cl_uint, const char **, const size_t *,
+                                        cl_int *);
+  cl_int (*BuildProgram)(cl_program, cl_uint, const cl_device_id *, const char *,
+                         void(CL_CALLBACK *)(cl_program, void *), void *);
+  cl_int (*GetProgramBuildInfo)(cl_program, cl_device_id, cl_program_build_info, size_t, void *,
+                                size_t *);
+  cl_int (*ReleaseProgram)(cl_program);
+  cl_kernel (*CreateKernel)(cl_program, const char *, cl_int *);
+  cl_int (*ReleaseKernel)(cl_kernel);
+  cl_int (*SetKernelArg)(cl_kernel, cl_uint, size_t, const void *);
+  cl_int (*EnqueueNDRangeKernel)(cl_command_queue, cl_kernel, cl_uint, const size_t *,
+                                 const size_t *, const size_t *, cl_uint, const cl_event *,
+                                 cl_event *);
+  cl_mem (*CreateBuffer)(cl_context, cl_mem_flags, size_t, void *, cl_int *);
+  cl_int (*ReleaseMemObject)(cl_mem);
+  cl_int (*EnqueueWriteBuffer)(cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void *,
+                               cl_uint, const cl_event *, cl_event *);
+  cl_int (*EnqueueReadBuffer)(cl_command_queue, cl_mem, cl_bool, size_t, size_t, void *, cl_uint,
+                              const cl_event *, cl_event *);
+  void *(*EnqueueMapBuffer)(cl_command_queue, cl_mem, cl_bool, cl_map_flags, size_t, size_t,
+                            cl_uint, const cl_event *, cl_event *, cl_int *);
+  cl_int (*EnqueueUnmapMemObject)(cl_command_queue, cl_mem, void *, cl_uint, const cl_event *,
+                                  cl_event *);
+  cl_int (*EnqueueMarkerWithWaitList)(cl_command_queue, cl_uint, const cl_event *, cl_event *);
+  cl_int (*SetEventCallback)(cl_event, cl_int, event_callback_fn, void *);
+  cl_int (*RetainEvent)(cl_event);
+  cl_int (*ReleaseEvent)(cl_event);
+  cl_int (*WaitForEvents)(cl_uint, const cl_event *);
+  cl_int (*GetEventInfo)(cl_event, cl_event_info, size_t, void *, size_t *);
+  cl_int (*Flush)(cl_command_queue);
+  cl_int (*Finish)(cl_command_queue);
+  bool can_run; /* every entry point above was found */
+  const char *missing; /* the first one that was not */
+} cl_api;
+
+/* The runtime's OpenCL state: entry points, and per device record its
+ * platform, its id and, once activated, its context. */
+struct tdm_opencl {
+  cl_api api;
+  cl_platform_id *platform_of;
+  cl_device_id *ids;
+  cl_context *contexts;
+};
+
+#endif

@@ -1,0 +1,846 @@
+/*
+ * The OpenCL backend: tasks on OpenCL devices, their data on the devices'
+ * memory, and the coherence of that data with the host's.
+ *
+ * Devices. Each device used has a logical worker (no thread): a queue of
+ * tasks placed on it, an in-order compute queue and an in-order transfer
+ * queue (so that the inputs of one task are copied while the kernel before
+ * it runs), and at most `cap` tasks in flight. Whatever thread places a
+ * task, or processes a completion, "pumps" the device: under the device's
+ * lock it enqueues the transfers and the kernel of queued tasks, without
+ * waiting for any of them. Completion arrives through OpenCL event
+ * callbacks, which only push the task on the runtime's completion stack
+ * and wake a CPU worker; CPU workers finish those tasks (releasing their
+ * successors) and pump the device again. No thread ever blocks on a device
+ * operation, except the application's own thread in the calls documented
+ * as blocking (acquire, unregister, destroy) when data must come home.
+ *
+ * Memory nodes. Node 0 is host memory (the application's buffers). A
+ * device with memory of its own (discrete) is node 1 + k for device worker
+ * k, with a buffer per handle made by clCreateBuffer on first use. A device
+ * sharing the host's memory (integrated, CPU device) works on node 0
+ * itself, through a CL_MEM_USE_HOST_PTR buffer over the application's
+ * memory: nothing is copied; after a kernel writes, a map/unmap of the
+ * buffer makes its writes visible to the host where an implementation
+ * caches (no bytes move on such devices).
+ *
+ * Coherence (MSI-like). Each handle has a bitmask of the nodes holding its
+ * current contents; a node filled by a transfer still in flight keeps the
+ * transfer's event, which users of that node wait for. A task reading on
+ * node n gets a valid replica there, copied from the host or, through the
+ * host, from a device that has one; a task writing on node n leaves n the
+ * only valid node. The task graph already orders conflicting accesses, so
+ * the state can be updated when a task's commands are enqueued. A CPU task
+ * whose inputs are not on the host starts their transfers and is queued
+ * again when they complete.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef TDM_HAVE_OPENCL
+#include "../../runtime/internal.h"
+
+/* Built without the OpenCL headers: no device is ever used. */
+tdm_status tdm__gpus_start(tdm_runtime *rt) {
+  (void)rt;
+  return TDM_OK;
+}
+void tdm__gpus_stop(tdm_runtime *rt) {
+  (void)rt;
+}
+tdm_status tdm__gpu_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
+  t->gpu_ok = false;
+  if (!t->cl->opencl || t->cl->cpu_fn)
+    return TDM_OK;
+  tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s has only an OpenCL variant and no device is used",
+           what, t->cl->name ? t->cl->name : "(unnamed)");
+  return TDM_ERR_NO_DEVICE;
+}
+void tdm__place(tdm_runtime *rt, tdm_task *t) {
+  tdm__schedule(rt, t);
+}
+bool tdm__gpu_progress(tdm_runtime *rt) {
+  (void)rt;
+  return false;
+}
+bool tdm__host_ready(tdm_task *t) {
+  (void)t;
+  return true;
+}
+void tdm__host_written(tdm_task *t) {
+  (void)t;
+}
+void tdm__handle_home(tdm_handle *h, bool will_write) {
+  (void)h;
+  (void)will_write;
+}
+void tdm__handle_forget(tdm_handle *h) {
+  (void)h;
+}
+tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
+                                       tdm_device_counters *out) {
+  (void)device;
+  if (!rt || !out || out->struct_size < sizeof *out)
+    return TDM_ERR_INVALID_ARG;
+  tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_device_counters: no device %u", device);
+  return TDM_ERR_INVALID_ARG;
+}
+
+#else
+#include "cl.h"
+
+#include "tandem/opencl.h"
+
+/* ---- per device --------------------------------------------------------- */
+
+typedef struct program {
+  const struct tdm_opencl_variant *variant;
+  cl_program program;
+  cl_kernel kernel;
+  tdm_status status;
+  struct program *next;
+} program;
+
+struct tdm_gpu {
+  tdm_runtime *rt;
+  unsigned k;      /* device worker k */
+  unsigned device; /* its device record */
+  bool shared;     /* works in host memory */
+  cl_context ctx;
+  cl_device_id id;
+  cl_command_queue compute, transfer;
+  pthread_mutex_t lock; /* guards all below */
+  tdm_task *head, *tail; /* tasks placed here, not yet launched */
+  unsigned queued, inflight, cap;
+  program *programs;
+  _Atomic uint64_t tasks, to_device, to_host, copies_to_device, copies_to_host;
+};
+
+/* What a task on a device, or a CPU task waiting for its inputs, keeps
+ * until its commands complete. */
+enum { EXEC_KERNEL, EXEC_FETCH };
+typedef struct exec {
+  int kind;
+  tdm_gpu *gpu;          /* EXEC_KERNEL */
+  cl_event done;         /* EXEC_KERNEL: the last command */
+  _Atomic int outstanding; /* EXEC_FETCH: transfers not yet complete */
+  _Atomic cl_int status;
+} exec;
+
+static const cl_api *api_of(const tdm_runtime *rt) {
+  return &rt->cl->api;
+}
+
+#define CL_CHECK(rt, call, what)                                                          \
+  do {                                                                                    \
+    cl_int cl_err_ = (call);                                                              \
+    if (cl_err_ != CL_SUCCESS)                                                            \
+      tdm__log((rt), TDM_LOG_ERROR, "OpenCL: %s failed: error %d", (what), (int)cl_err_);  \
+  } while (0)
+
+static size_t handle_bytes(const tdm_handle *h) {
+  return h->buf.nx * h->buf.ny * h->buf.elem_size;
+}
+
+/* Contiguous in memory: a vector, or a matrix whose rows follow each other. */
+static bool contiguous(const tdm_handle *h) {
+  return h->kind == TDM_HANDLE_VECTOR || h->buf.ld == h->buf.ny;
+}
+
+static unsigned node_of(const tdm_gpu *g) {
+  return g->shared ? 0 : 1 + g->k;
+}
+
+tdm_status tdm__gpus_start(tdm_runtime *rt) {
+  if (!rt->ndevice_workers)
+    return TDM_OK;
+  const cl_api *api = api_of(rt);
+  rt->gpus = calloc(rt->ndevice_workers, sizeof *rt->gpus);
+  if (!rt->gpus)
+    return TDM_ERR_NO_MEMORY;
+  for (unsigned k = 0; k < rt->ndevice_workers; k++) {
+    tdm_gpu *g = calloc(1, sizeof *g);
+    if (!g)
+      return TDM_ERR_NO_MEMORY;
+    rt->gpus[k] = g;
+    unsigned d = rt->device_of[k];
+    g->rt = rt;
+    g->k = k;
+    g->device = d;
+    g->shared = rt->devices[d].shared_memory;
+    g->ctx = rt->cl->contexts[d];
+    g->id = rt->cl->ids[d];
+    g->cap = 4;
+    int err = pthread_mutex_init(&g->lock, NULL);
+    if (err) {
+      free(g);
+      rt->gpus[k] = NULL;
+      tdm__log(rt, TDM_LOG_ERROR, "pthread_mutex_init: %s", strerror(err));
+      return TDM_ERR_SYSTEM;
+    }
+    cl_int e1 = CL_SUCCESS, e2 = CL_SUCCESS;
+    g->compute = api->CreateCommandQueue(g->ctx, g->id, 0, &e1);
+    g->transfer = api->CreateCommandQueue(g->ctx, g->id, 0, &e2);
+    if (!g->compute || !g->transfer) {
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: device %u (%s): no command queue (error %d)", d,
+               rt->devices[d].name, (int)(e1 ? e1 : e2));
+      return TDM_ERR_SYSTEM;
+    }
+  }
+  return TDM_OK;
+}
+
+void tdm__gpus_stop(tdm_runtime *rt) {
+  if (!rt->gpus)
+    return;
+  const cl_api *api = api_of(rt);
+  for (unsigned k = 0; k < rt->ndevice_workers; k++) {
+    tdm_gpu *g = rt->gpus[k];
+    if (!g)
+      continue;
+    for (program *p = g->programs, *next; p; p = next) {
+      next = p->next;
+      if (p->kernel)
+        api->ReleaseKernel(p->kernel);
+      if (p->program)
+        api->ReleaseProgram(p->program);
+      free(p);
+    }
+    if (g->compute) {
+      CL_CHECK(rt, api->Finish(g->compute), "clFinish");
+      api->ReleaseCommandQueue(g->compute);
+    }
+    if (g->transfer) {
+      CL_CHECK(rt, api->Finish(g->transfer), "clFinish");
+      api->ReleaseCommandQueue(g->transfer);
+    }
+    pthread_mutex_destroy(&g->lock);
+    free(g);
+  }
+  free(rt->gpus);
+  rt->gpus = NULL;
+}
+
+/* ---- programs ----------------------------------------------------------- */
+
+static void log_build_failure(tdm_gpu *g, const program *p, const char *name, cl_int err) {
+  tdm_runtime *rt = g->rt;
+  const cl_api *api = api_of(rt);
+  size_t len = 0;
+  char *log = NULL;
+  if (p->program &&
+      api->GetProgramBuildInfo(p->program, g->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &len) ==
+          CL_SUCCESS &&
+      len && (log = malloc(len + 1)) &&
+      api->GetProgramBuildInfo(p->program, g->id, CL_PROGRAM_BUILD_LOG, len, log, NULL) ==
+          CL_SUCCESS)
+    log[len] = 0;
+  else if (log)
+    log[0] = 0;
+  tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: building kernel %s on device %u (%s) failed "
+           "(error %d); build log:\n%s",
+           name, p->variant->kernel ? p->variant->kernel : "(none)", g->device,
+           rt->devices[g->device].name, (int)err, log && log[0] ? log : "(empty)");
+  free(log);
+}
+
+/* The program of `cl`'s variant on device g, built on first use. Called
+ * with g->lock held. */
+static program *program_of(tdm_gpu *g, const tdm_codelet *cl) {
+  const tdm_opencl_variant *v = cl->opencl;
+  for (program *p = g->programs; p; p = p->next)
+    if (p->variant == v)
+      return p;
+  program *p = calloc(1, sizeof *p);
+  if (!p)
+    return NULL;
+  p->variant = v;
+  p->next = g->programs;
+  g->programs = p;
+  if (v->enqueue) /* the escape hatch needs no program */
+    return p;
+  const cl_api *api = api_of(g->rt);
+  const char *name = cl->name ? cl->name : "(unnamed)";
+  cl_int err = CL_INVALID_VALUE;
+  if (v->source && v->kernel)
+    {
+    const char *src = v->source;
+    p->program = api->CreateProgramWithSource(g->ctx, 1, &src, NULL, &err);
+  }
+  if (p->program)
+    err = api->BuildProgram(p->program, 1, &g->id, v->options, NULL, NULL);
+  if (err == CL_SUCCESS)
+    p->kernel = api->CreateKernel(p->program, v->kernel, &err);
+  if (err != CL_SUCCESS) {
+    log_build_failure(g, p, name, err);
+    p->status = TDM_ERR_BUILD;
+  }
+  return p;
+}
+
+tdm_status tdm__gpu_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
+  const tdm_codelet *cl = t->cl;
+  const char *name = cl->name ? cl->name : "(unnamed)";
+  t->gpu_ok = false;
+  if (!cl->opencl)
+    return TDM_OK;
+  if (!rt->ndevice_workers) {
+    if (cl->cpu_fn)
+      return TDM_OK;
+    tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s has only an OpenCL variant and no device is used",
+             what, name);
+    return TDM_ERR_NO_DEVICE;
+  }
+  for (unsigned i = 0; i < t->nbuf; i++)
+    if (!contiguous(t->handles[i])) {
+      if (cl->cpu_fn)
+        return TDM_OK; /* runs on the CPU */
+      tdm__log(rt, TDM_LOG_ERROR,
+               "%s: codelet %s: buffer %u is a strided matrix (a tile); OpenCL variants take "
+               "contiguous buffers only for now",
+               what, name, i);
+      return TDM_ERR_NOT_SUPPORTED;
+    }
+  tdm_status st = TDM_ERR_BUILD;
+  for (unsigned k = 0; k < rt->ndevice_workers; k++) {
+    tdm_gpu *g = rt->gpus[k];
+    TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+    program *p = program_of(g, cl);
+    tdm_status pst = p ? p->status : TDM_ERR_NO_MEMORY;
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+    if (!pst)
+      st = TDM_OK; /* at least one device can run it */
+    else if (pst == TDM_ERR_NO_MEMORY && st == TDM_ERR_BUILD)
+      st = pst;
+  }
+  if (st == TDM_OK) {
+    t->gpu_ok = true;
+    return TDM_OK;
+  }
+  if (cl->cpu_fn) {
+    tdm__log(rt, TDM_LOG_WARNING, "%s: codelet %s: its OpenCL variant cannot run; the task "
+             "runs on the CPU", what, name);
+    return TDM_OK;
+  }
+  return st;
+}
+
+/* ---- coherence ---------------------------------------------------------- */
+
+static bool replicas(tdm_handle *h) {
+  if (!h->rep)
+    h->rep = calloc(1 + h->rt->ndevice_workers, sizeof *h->rep);
+  return h->rep != NULL;
+}
+
+static void set_fill(tdm_handle *h, unsigned node, cl_event e) {
+  const cl_api *api = api_of(h->rt);
+  if (h->rep[node].fill)
+    api->ReleaseEvent((cl_event)h->rep[node].fill);
+  h->rep[node].fill = e;
+}
+
+/* The buffer of h on device g (made on first use); NULL on failure. */
+static cl_mem mem_of(tdm_handle *h, tdm_gpu *g) {
+  struct tdm_replica *r = &h->rep[1 + g->k];
+  if (r->mem)
+    return (cl_mem)r->mem;
+  const cl_api *api = api_of(h->rt);
+  cl_int err = CL_SUCCESS;
+  cl_mem m = g->shared ? api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
+                                           handle_bytes(h), h->buf.ptr, &err)
+                       : api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE, handle_bytes(h), NULL, &err);
+  if (!m)
+    tdm__log(h->rt, TDM_LOG_ERROR, "OpenCL: device %u: no buffer of %zu bytes (error %d)",
+             g->device, handle_bytes(h), (int)err);
+  r->mem = m;
+  return m;
+}
+
+typedef struct waitlist {
+  cl_event ev[2 * TDM_MAX_BUFFERS];
+  unsigned n;
+} waitlist;
+
+/* Adds e (retained) to w. */
+static void wait_for(const cl_api *api, waitlist *w, cl_event e) {
+  if (e && w->n < sizeof w->ev / sizeof w->ev[0] && api->RetainEvent(e) == CL_SUCCESS)
+    w->ev[w->n++] = e;
+}
+
+static void release_all(const cl_api *api, waitlist *w) {
+  for (unsigned i = 0; i < w->n; i++)
+    api->ReleaseEvent(w->ev[i]);
+  w->n = 0;
+}
+
+/* Makes node `node` of h valid, adding to w the event its users must wait
+ * for. h->lock held. Returns false when a transfer could not be made. */
+static bool make_valid(tdm_handle *h, unsigned node, waitlist *w) {
+  tdm_runtime *rt = h->rt;
+  const cl_api *api = api_of(rt);
+  if (h->valid & (1u << node)) {
+    wait_for(api, w, (cl_event)h->rep[node].fill);
+    return true;
+  }
+  size_t bytes = handle_bytes(h);
+  cl_event e = NULL;
+  cl_int err;
+  if (node == 0) {
+    /* from a device holding it: the lowest valid device node */
+    unsigned src = (unsigned)__builtin_ctz(h->valid);
+    tdm_gpu *g = rt->gpus[src - 1];
+    cl_event after = (cl_event)h->rep[src].fill;
+    err = api->EnqueueReadBuffer(g->transfer, (cl_mem)h->rep[src].mem, CL_FALSE, 0, bytes,
+                                 h->buf.ptr, after ? 1 : 0, after ? &after : NULL, &e);
+    if (err != CL_SUCCESS) {
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: device %u to host, %zu bytes: error %d", g->device,
+               bytes, (int)err);
+      return false;
+    }
+    api->Flush(g->transfer);
+    atomic_fetch_add_explicit(&g->to_host, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->copies_to_host, 1, memory_order_relaxed);
+  } else {
+    tdm_gpu *g = rt->gpus[node - 1];
+    waitlist before = {.n = 0};
+    if (!make_valid(h, 0, &before)) /* through the host */
+      return false;
+    cl_mem m = mem_of(h, g);
+    err = m ? api->EnqueueWriteBuffer(g->transfer, m, CL_FALSE, 0, bytes, h->buf.ptr, before.n,
+                                      before.n ? before.ev : NULL, &e)
+            : CL_MEM_OBJECT_ALLOCATION_FAILURE;
+    release_all(api, &before);
+    if (err != CL_SUCCESS) {
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: host to device %u, %zu bytes: error %d", g->device,
+               bytes, (int)err);
+      return false;
+    }
+    api->Flush(g->transfer);
+    atomic_fetch_add_explicit(&g->to_device, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->copies_to_device, 1, memory_order_relaxed);
+  }
+  h->valid |= 1u << node;
+  set_fill(h, node, e);
+  wait_for(api, w, e);
+  return true;
+}
+
+/* After a write on `node` (finished at event e, or NULL for the host):
+ * node is the only valid one. h->lock held. */
+static void written(tdm_handle *h, unsigned node, cl_event e) {
+  const cl_api *api = api_of(h->rt);
+  h->valid = 1u << node;
+  for (unsigned n = 0; n <= h->rt->ndevice_workers; n++)
+    if (n != node)
+      set_fill(h, n, NULL);
+  if (e && api->RetainEvent(e) == CL_SUCCESS)
+    set_fill(h, node, e);
+  else
+    set_fill(h, node, NULL);
+}
+
+/* ---- completions ---------------------------------------------------------- */
+
+static void CL_CALLBACK on_complete(cl_event e, cl_int status, void *data) {
+  (void)e;
+  tdm_task *t = data;
+  exec *x = t->dx;
+  if (status < 0)
+    atomic_store(&x->status, status);
+  if (x->kind == EXEC_FETCH && atomic_fetch_sub(&x->outstanding, 1) != 1)
+    return;
+  tdm_runtime *rt = t->rt;
+  tdm_task *head = atomic_load_explicit(&rt->completions, memory_order_relaxed);
+  do
+    t->pool_next = head;
+  while (!atomic_compare_exchange_weak(&rt->completions, &head, t));
+  tdm__wake_for_completion(rt);
+}
+
+static void pump(tdm_gpu *g);
+
+bool tdm__gpu_progress(tdm_runtime *rt) {
+  if (!atomic_load_explicit(&rt->completions, memory_order_relaxed))
+    return false;
+  tdm_task *t = atomic_exchange_explicit(&rt->completions, NULL, memory_order_acquire);
+  if (!t)
+    return false;
+  const cl_api *api = api_of(rt);
+  bool pumped[64] = {false};
+  while (t) {
+    tdm_task *next = t->pool_next;
+    exec *x = t->dx;
+    t->dx = NULL;
+    cl_int status = atomic_load(&x->status);
+    const char *name = t->cl->name ? t->cl->name : "(unnamed)";
+    if (x->kind == EXEC_FETCH) {
+      if (status < 0)
+        tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: bringing its inputs home failed "
+                 "(error %d); it runs on what the host has", name, (int)status);
+      free(x);
+      tdm__schedule(rt, t); /* its inputs are home: run it */
+    } else {
+      tdm_gpu *g = x->gpu;
+      if (status < 0)
+        tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u failed (error %d)", name,
+                 g->device, (int)status);
+      api->ReleaseEvent(x->done);
+      free(x);
+      atomic_fetch_add_explicit(&g->tasks, 1, memory_order_relaxed);
+      TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+      g->inflight--;
+      TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+      if (t->callback)
+        t->callback(t->callback_data);
+      tdm__task_finish(t);
+      if (g->k < 64)
+        pumped[g->k] = true;
+      else
+        pump(g);
+    }
+    t = next;
+  }
+  for (unsigned k = 0; k < rt->ndevice_workers && k < 64; k++)
+    if (pumped[k])
+      pump(rt->gpus[k]);
+  return true;
+}
+
+/* ---- running a task on a device ----------------------------------------- */
+
+static cl_int set_args(const cl_api *api, cl_kernel kernel, const tdm_task *t,
+                       const cl_mem *mems) {
+  cl_uint a = 0;
+  cl_int err = CL_SUCCESS;
+  for (unsigned i = 0; i < t->nbuf && err == CL_SUCCESS; i++) {
+    const tdm_buffer *b = &t->handles[i]->buf;
+    err = api->SetKernelArg(kernel, a++, sizeof(cl_mem), &mems[i]);
+    if (t->handles[i]->kind == TDM_HANDLE_VECTOR) {
+      cl_ulong n = b->nx;
+      if (err == CL_SUCCESS)
+        err = api->SetKernelArg(kernel, a++, sizeof n, &n);
+    } else {
+      cl_ulong dims[3] = {b->nx, b->ny, b->ld};
+      for (int d = 0; d < 3 && err == CL_SUCCESS; d++)
+        err = api->SetKernelArg(kernel, a++, sizeof dims[d], &dims[d]);
+    }
+  }
+  if (err == CL_SUCCESS && t->args_size)
+    err = api->SetKernelArg(kernel, a++, t->args_size, t->args);
+  return err;
+}
+
+static void default_work_size(const tdm_buffer *b, bool vector, unsigned *dims, size_t *global) {
+  if (vector) {
+    *dims = 1;
+    global[0] = b->nx;
+  } else {
+    *dims = 2;
+    global[0] = b->ny;
+    global[1] = b->nx;
+  }
+}
+
+/* Enqueues t's transfers and kernel on g; g->lock held. On failure the
+ * task is finished at once (its outputs untouched) with an error logged. */
+static void launch(tdm_gpu *g, tdm_task *t) {
+  tdm_runtime *rt = g->rt;
+  const cl_api *api = api_of(rt);
+  const char *name = t->cl->name ? t->cl->name : "(unnamed)";
+  unsigned node = node_of(g);
+  waitlist w = {.n = 0};
+  cl_mem mems[TDM_MAX_BUFFERS];
+  tdm_buffer bufs[TDM_MAX_BUFFERS];
+  bool ok = true;
+  exec *x = calloc(1, sizeof *x);
+  if (!x) {
+    ok = false;
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: out of memory launching codelet %s", name);
+  }
+  for (unsigned i = 0; i < t->nbuf && ok; i++) {
+    tdm_handle *h = t->handles[i];
+    bufs[i] = h->buf;
+    tdm__spin_lock(&h->lock);
+    ok = replicas(h) && (mems[i] = mem_of(h, g)) != NULL;
+    /* a shared device reads host memory: make the host valid */
+    if (ok && (t->modes[i] & TDM_R))
+      ok = make_valid(h, node, &w);
+    else if (ok)
+      wait_for(api, &w, (cl_event)h->rep[node].fill);
+    tdm__spin_unlock(&h->lock);
+  }
+  cl_event done = NULL;
+  cl_int err = CL_SUCCESS;
+  if (ok) {
+    program *p = program_of(g, t->cl);
+    const tdm_opencl_variant *v = t->cl->opencl;
+    if (!p || p->status) {
+      err = CL_BUILD_PROGRAM_FAILURE;
+    } else if (v->enqueue) {
+      cl_event ready = NULL;
+      err = w.n ? api->EnqueueMarkerWithWaitList(g->compute, w.n, w.ev, &ready) : CL_SUCCESS;
+      if (ready)
+        api->ReleaseEvent(ready);
+      if (err == CL_SUCCESS)
+        err = v->enqueue(g->compute, mems, bufs, t->args, t->args_size, &done);
+    } else {
+      unsigned dims = 0;
+      size_t global[3] = {1, 1, 1}, local[3] = {0, 0, 0};
+      if (v->work_size)
+        v->work_size(bufs, t->args, t->args_size, &dims, global, local);
+      else if (t->nbuf)
+        default_work_size(&bufs[0], t->handles[0]->kind == TDM_HANDLE_VECTOR, &dims, global);
+      else
+        dims = 1;
+      if (dims < 1 || dims > 3)
+        err = CL_INVALID_WORK_DIMENSION;
+      if (err == CL_SUCCESS)
+        err = set_args(api, p->kernel, t, mems);
+      if (err == CL_SUCCESS)
+        err = api->EnqueueNDRangeKernel(g->compute, p->kernel, dims, NULL, global,
+                                        local[0] ? local : NULL, w.n, w.n ? w.ev : NULL, &done);
+    }
+    if (err != CL_SUCCESS) {
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u: enqueue failed (error %d)",
+               name, g->device, (int)err);
+      ok = false;
+    }
+  }
+  release_all(api, &w);
+  if (ok) {
+    /* the new state: written buffers live on this node only; on a shared
+     * device a map/unmap hands the writes to the host */
+    for (unsigned i = 0; i < t->nbuf; i++) {
+      if (!(t->modes[i] & TDM_W))
+        continue;
+      tdm_handle *h = t->handles[i];
+      if (g->shared) {
+        cl_int merr;
+        cl_event mapped = NULL, unmapped = NULL;
+        void *ptr = api->EnqueueMapBuffer(g->compute, mems[i], CL_FALSE,
+                                          CL_MAP_READ | CL_MAP_WRITE, 0, handle_bytes(h), 1,
+                                          &done, &mapped, &merr);
+        if (ptr && api->EnqueueUnmapMemObject(g->compute, mems[i], ptr, 1, &mapped,
+                                              &unmapped) == CL_SUCCESS) {
+          api->ReleaseEvent(done);
+          done = unmapped;
+        } else {
+          tdm__log(rt, TDM_LOG_ERROR, "OpenCL: map of a written buffer failed (error %d)",
+                   (int)merr);
+        }
+        if (mapped)
+          api->ReleaseEvent(mapped);
+      }
+      tdm__spin_lock(&h->lock);
+      written(h, node, done);
+      tdm__spin_unlock(&h->lock);
+    }
+    x->kind = EXEC_KERNEL;
+    x->gpu = g;
+    x->done = done;
+    t->dx = x;
+    g->inflight++;
+    if (api->SetEventCallback(done, CL_COMPLETE, on_complete, t) != CL_SUCCESS) {
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: clSetEventCallback failed: waiting here instead");
+      api->WaitForEvents(1, &done);
+      on_complete(done, CL_COMPLETE, t);
+    }
+    api->Flush(g->compute);
+    return;
+  }
+  free(x);
+  if (done)
+    api->ReleaseEvent(done);
+  /* the task could not run: finish it so that the graph goes on */
+  tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s did not run; its outputs are unchanged", name);
+  t->dx = NULL;
+  if (t->callback)
+    t->callback(t->callback_data);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+  tdm__task_finish(t); /* may place successors here: not under the lock */
+  TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+}
+
+/* Takes a task for g: its own queue first, then a task either kind of
+ * worker may run. g->lock held. */
+static tdm_task *next_for(tdm_gpu *g) {
+  tdm_task *t = g->head;
+  if (t) {
+    g->head = t->pool_next;
+    if (!g->head)
+      g->tail = NULL;
+    g->queued--;
+    return t;
+  }
+  return tdm__any_take(g->rt, true);
+}
+
+static void pump(tdm_gpu *g) {
+  tdm_runtime *rt = g->rt;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+  while (g->inflight < g->cap) {
+    tdm_task *t = next_for(g);
+    if (!t)
+      break;
+    launch(g, t);
+  }
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+}
+
+/* ---- placement ---------------------------------------------------------- */
+
+/* The one place that decides where a ready task goes. For now: a task
+ * with only an OpenCL variant goes to the device with the least work; a
+ * task with both goes to the shared queue that CPU workers and devices
+ * both take from, so that whichever is free first runs it; every other
+ * task to the CPU workers. */
+void tdm__place(tdm_runtime *rt, tdm_task *t) {
+  if (!t->gpu_ok) {
+    tdm__schedule(rt, t);
+    return;
+  }
+  if (t->cl->cpu_fn) {
+    tdm__any_put(rt, t);
+    for (unsigned k = 0; k < rt->ndevice_workers; k++)
+      pump(rt->gpus[k]);
+    return;
+  }
+  tdm_gpu *best = NULL;
+  unsigned best_load = ~0u;
+  for (unsigned k = 0; k < rt->ndevice_workers; k++) {
+    tdm_gpu *g = rt->gpus[k];
+    TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+    program *p = program_of(g, t->cl);
+    unsigned load = g->queued + g->inflight;
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+    if (p && !p->status && load < best_load) {
+      best = g;
+      best_load = load;
+    }
+  }
+  TDM_PTHREAD(rt, pthread_mutex_lock(&best->lock));
+  t->pool_next = NULL;
+  if (best->tail)
+    best->tail->pool_next = t;
+  else
+    best->head = t;
+  best->tail = t;
+  best->queued++;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&best->lock));
+  pump(best);
+}
+
+/* ---- the host side ------------------------------------------------------ */
+
+bool tdm__host_ready(tdm_task *t) {
+  tdm_runtime *rt = t->rt;
+  const cl_api *api = api_of(rt);
+  waitlist w = {.n = 0};
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    tdm_handle *h = t->handles[i];
+    if (!h->rep || !(t->modes[i] & TDM_R))
+      continue;
+    tdm__spin_lock(&h->lock);
+    if (!make_valid(h, 0, &w))
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: a buffer could not be brought home");
+    tdm__spin_unlock(&h->lock);
+  }
+  /* drop the transfers already complete */
+  unsigned n = 0;
+  for (unsigned i = 0; i < w.n; i++) {
+    cl_int st = CL_QUEUED;
+    if (api->GetEventInfo(w.ev[i], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL) ==
+            CL_SUCCESS &&
+        (st == CL_COMPLETE || st < 0))
+      api->ReleaseEvent(w.ev[i]);
+    else
+      w.ev[n++] = w.ev[i];
+  }
+  w.n = n;
+  if (!w.n)
+    return true;
+  exec *x = calloc(1, sizeof *x);
+  if (!x) {
+    /* cannot wait asynchronously: wait here, once */
+    api->WaitForEvents(w.n, w.ev);
+    release_all(api, &w);
+    return true;
+  }
+  x->kind = EXEC_FETCH;
+  atomic_store(&x->outstanding, (int)w.n);
+  t->dx = x;
+  for (unsigned i = 0; i < w.n; i++)
+    if (api->SetEventCallback(w.ev[i], CL_COMPLETE, on_complete, t) != CL_SUCCESS) {
+      api->WaitForEvents(1, &w.ev[i]);
+      on_complete(w.ev[i], CL_COMPLETE, t);
+    }
+  release_all(api, &w);
+  return false;
+}
+
+void tdm__host_written(tdm_task *t) {
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    tdm_handle *h = t->handles[i];
+    if (!h->rep || !(t->modes[i] & TDM_W))
+      continue;
+    tdm__spin_lock(&h->lock);
+    written(h, 0, NULL);
+    tdm__spin_unlock(&h->lock);
+  }
+}
+
+void tdm__handle_home(tdm_handle *h, bool will_write) {
+  if (!h->rep)
+    return;
+  const cl_api *api = api_of(h->rt);
+  waitlist w = {.n = 0};
+  tdm__spin_lock(&h->lock);
+  bool ok = make_valid(h, 0, &w);
+  if (ok && will_write)
+    written(h, 0, NULL);
+  tdm__spin_unlock(&h->lock);
+  if (w.n)
+    CL_CHECK(h->rt, api->WaitForEvents(w.n, w.ev), "clWaitForEvents");
+  release_all(api, &w);
+}
+
+void tdm__handle_forget(tdm_handle *h) {
+  if (!h->rep)
+    return;
+  const cl_api *api = api_of(h->rt);
+  for (unsigned n = 0; n <= h->rt->ndevice_workers; n++) {
+    if (h->rep[n].fill)
+      api->ReleaseEvent((cl_event)h->rep[n].fill);
+    if (h->rep[n].mem)
+      api->ReleaseMemObject((cl_mem)h->rep[n].mem);
+  }
+  free(h->rep);
+  h->rep = NULL;
+}
+
+tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
+                                       tdm_device_counters *out) {
+  if (!rt || !out || out->struct_size < sizeof *out)
+    return TDM_ERR_INVALID_ARG;
+  if (device >= rt->ndevices) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_device_counters: no device %u", device);
+    return TDM_ERR_INVALID_ARG;
+  }
+  size_t room = out->struct_size;
+  tdm_device_counters c = {.struct_size = room};
+  int w = rt->devices[device].worker;
+  if (w >= 0 && rt->gpus) {
+    tdm_gpu *g = rt->gpus[(unsigned)w - rt->nworkers];
+    c.tasks = atomic_load(&g->tasks);
+    c.bytes_to_device = atomic_load(&g->to_device);
+    c.bytes_to_host = atomic_load(&g->to_host);
+    c.copies_to_device = atomic_load(&g->copies_to_device);
+    c.copies_to_host = atomic_load(&g->copies_to_host);
+  }
+  memcpy(out, &c, sizeof c);
+  return TDM_OK;
+}
+
+#endif

@@ -1,0 +1,63 @@
+/*
+ * tandem/opencl.h - OpenCL variants of codelets. Include it (it includes
+ * <CL/cl.h>) to give a codelet a variant that runs on OpenCL devices:
+ *
+ *   static const tdm_opencl_variant add_cl = {
+ *       .source = "__kernel void add(__global float *x, ulong n, ...) {...}",
+ *       .kernel = "add"};
+ *   static const tdm_codelet add = {.name = "add", .cpu_fn = add_cpu,
+ *       .nbuffers = 1, .modes = {TDM_RW}, .opencl = &add_cl};
+ *
+ * Kernel arguments, in this order:
+ *   for each buffer of the task, in the codelet's order:
+ *     a vector:  __global T *data, ulong count
+ *     a matrix:  __global T *data, ulong rows, ulong cols, ulong ld
+ *                (row-major; ld is the distance between rows, in elements)
+ *   then, when the task has by-value arguments (tdm_task_desc.args), one
+ *   more argument holding them: a scalar or a struct of the same layout.
+ *
+ * Each program is built once per device, the first time a task of the
+ * codelet is submitted, and kept for the runtime's life.
+ */
+#ifndef TANDEM_OPENCL_H
+#define TANDEM_OPENCL_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+
+#include "tandem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tdm_opencl_variant {
+  /** OpenCL C source of the program, and the kernel to run. */
+  const char *source;
+  const char *kernel;
+  /** Build options (clBuildProgram), or NULL. */
+  const char *options;
+  /** Sets the work size: dims (1 to 3), global[0..dims-1] and, when local
+   * is wanted, local[0..dims-1] (leave local[0] at 0 to let OpenCL
+   * choose). NULL: one work-item per element of the first buffer (a
+   * vector: 1 dimension of count; a matrix: 2 dimensions, {cols, rows}). */
+  void (*work_size)(const tdm_buffer *bufs, const void *args, size_t args_size,
+                    unsigned *dims, size_t global[3], size_t local[3]);
+  /** The escape hatch: when set, source and kernel are ignored and this
+   * function enqueues the task's work itself (its own kernels, a BLAS
+   * library...) on `queue`, an in-order queue on which the task's input
+   * transfers are already waited for; mems[i] holds buffer i on the
+   * device. It returns CL_SUCCESS and in *done an event marking the end
+   * of its last command (the runtime releases it), or an error code. It
+   * is called with the device's lock held: it must not wait. */
+  cl_int (*enqueue)(cl_command_queue queue, const cl_mem *mems, const tdm_buffer *bufs,
+                    const void *args, size_t args_size, cl_event *done);
+} tdm_opencl_variant;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
