@@ -129,3 +129,18 @@ void *tdm__realloc(tdm_runtime *rt, void *p, size_t size) {
 void *tdm__aligned_alloc(tdm_runtime *rt, size_t align, size_t size) {
   return injected_failure(rt) ? NULL : aligned_alloc(align, size);
 }
+
+/* Memory aligned for devices that share the host's memory: OpenCL
+ * implementations use CL_MEM_USE_HOST_PTR memory in place when it is
+ * page-aligned and its size a multiple of a cache line (Intel requires
+ * 4096 and 64 bytes); a whole number of pages satisfies both. */
+void *tdm_malloc(size_t size) {
+  const size_t page = 4096;
+  if (size == 0 || size > SIZE_MAX - page)
+    return NULL;
+  return aligned_alloc(page, (size + page - 1) / page * page);
+}
+
+void tdm_free(void *ptr) {
+  free(ptr);
+}

@@ -1,0 +1,352 @@
+/*
+ * Tasks on a real OpenCL device: PoCL, admitted as a device, made to
+ * behave as an integrated GPU (no copies) or as a discrete one (copies):
+ *
+ *   test-opencl-run integrated | discrete
+ *
+ * Vector add; a SAXPY chain alternating CPU and OpenCL tasks on the same
+ * handles (coherence); byte counters (integrated: zero; discrete: exactly
+ * what the graph needs); a device-only chain; tasks with both variants;
+ * a kernel that does not build; an OpenCL-only task without a device.
+ * Exits 77 (skip) where no OpenCL CPU device is installed.
+ */
+#include "common.h"
+
+#include "tandem/opencl.h"
+
+#include <stdbool.h>
+
+#define N 4096
+
+static bool discrete;
+
+static tdm_runtime *device_runtime(test_log *log, int admit) {
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.opencl_cpu_devices = admit;
+  cfg.device_memory = discrete ? TDM_MEMORY_SEPARATE : TDM_MEMORY_SHARED;
+  memset(log, 0, sizeof *log);
+  pthread_mutex_init(&log->lock, NULL);
+  cfg.log_fn = test_log_fn;
+  cfg.log_data = log;
+  cfg.log_level = TDM_LOG_INFO;
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  return rt;
+}
+
+/* The device PoCL is, and its counters. */
+static int the_device(tdm_runtime *rt) {
+  tdm_machine_info mi = {.struct_size = sizeof mi};
+  assert_int_equal(tdm_runtime_machine(rt, &mi), TDM_OK);
+  for (unsigned i = 0; i < mi.opencl_devices; i++) {
+    tdm_device_info d = {.struct_size = sizeof d};
+    assert_int_equal(tdm_runtime_device(rt, i, &d), TDM_OK);
+    if (d.used)
+      return (int)i;
+  }
+  return -1;
+}
+
+static tdm_device_counters counters(tdm_runtime *rt) {
+  tdm_device_counters c = {.struct_size = sizeof c};
+  assert_int_equal(tdm_runtime_device_counters(rt, (unsigned)the_device(rt), &c), TDM_OK);
+  return c;
+}
+
+/* ---- kernels and their CPU twins ---------------------------------------- */
+
+static const tdm_opencl_variant vadd_cl = {
+    .source = "__kernel void vadd(__global const float *a, ulong na,\n"
+              "                   __global const float *b, ulong nb,\n"
+              "                   __global float *c, ulong nc) {\n"
+              "  size_t i = get_global_id(0);\n"
+              "  c[i] = a[i] + b[i];\n"
+              "}\n",
+    .kernel = "vadd"};
+static const tdm_codelet vadd = {
+    .name = "vadd", .nbuffers = 3, .modes = {TDM_R, TDM_R, TDM_W}, .opencl = &vadd_cl};
+
+static const tdm_opencl_variant saxpy_cl = {
+    .source = "__kernel void saxpy(__global const float *x, ulong nx,\n"
+              "                    __global float *y, ulong ny, float a) {\n"
+              "  size_t i = get_global_id(0);\n"
+              "  y[i] = a * x[i] + y[i];\n"
+              "}\n",
+    .kernel = "saxpy"};
+
+static _Atomic unsigned cpu_runs;
+
+static void saxpy_cpu(const tdm_buffer *b, const void *args, size_t size) {
+  (void)size;
+  float a = *(const float *)args;
+  const float *x = b[0].ptr;
+  float *y = b[1].ptr;
+  for (size_t i = 0; i < b[0].nx; i++)
+    y[i] = a * x[i] + y[i];
+  atomic_fetch_add(&cpu_runs, 1);
+}
+
+static const tdm_codelet saxpy_gpu_only = {
+    .name = "saxpy (OpenCL)", .nbuffers = 2, .modes = {TDM_R, TDM_RW}, .opencl = &saxpy_cl};
+static const tdm_codelet saxpy_cpu_only = {
+    .name = "saxpy (CPU)", .cpu_fn = saxpy_cpu, .nbuffers = 2, .modes = {TDM_R, TDM_RW}};
+static const tdm_codelet saxpy_both = {.name = "saxpy (both)",
+                                       .cpu_fn = saxpy_cpu,
+                                       .nbuffers = 2,
+                                       .modes = {TDM_R, TDM_RW},
+                                       .opencl = &saxpy_cl};
+
+static float *array(float first, float step) {
+  float *p = tdm_malloc(N * sizeof *p);
+  assert_non_null(p);
+  for (int i = 0; i < N; i++)
+    p[i] = first + step * (float)(i % 100);
+  return p;
+}
+
+static void saxpy(tdm_runtime *rt, const tdm_codelet *cl, tdm_handle *x, tdm_handle *y, float a) {
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = cl,
+                                                    .handles = {x, y},
+                                                    .args = &a,
+                                                    .args_size = sizeof a}),
+                   TDM_OK);
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+static void test_vector_add(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  float *a = array(1, 1), *b = array(1000, 2), *c = array(0, 0);
+  tdm_handle *ha, *hb, *hc;
+  assert_int_equal(tdm_register_vector(rt, a, N, sizeof(float), &ha), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, b, N, sizeof(float), &hb), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, c, N, sizeof(float), &hc), TDM_OK);
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &vadd, .handles = {ha, hb, hc}}),
+                   TDM_OK);
+  assert_int_equal(tdm_handle_acquire(hc, TDM_R), TDM_OK); /* brings c home */
+  for (int i = 0; i < N; i++)
+    assert_true(c[i] == a[i] + b[i]);
+  assert_int_equal(tdm_handle_release(hc), TDM_OK);
+  tdm_device_counters k = counters(rt);
+  assert_int_equal(k.tasks, 1);
+  const uint64_t bytes = N * sizeof(float);
+  /* discrete: a and b go there, c comes back; integrated: nothing moves */
+  assert_int_equal(k.bytes_to_device, discrete ? 2 * bytes : 0);
+  assert_int_equal(k.bytes_to_host, discrete ? bytes : 0);
+  assert_int_equal(k.copies_to_device, discrete ? 2 : 0);
+  assert_int_equal(k.copies_to_host, discrete ? 1 : 0);
+  tdm_handle_unregister(ha);
+  tdm_handle_unregister(hb);
+  tdm_handle_unregister(hc);
+  assert_int_equal(counters(rt).bytes_to_host, k.bytes_to_host); /* nothing more */
+  tdm_runtime_destroy(rt);
+  tdm_free(a);
+  tdm_free(b);
+  tdm_free(c);
+  assert_int_equal(test_log_errors(&log), 0);
+}
+
+/* y = 2x + y six times, the steps alternating between the device and the
+ * CPU: each step must see the previous one's result wherever it ran. */
+static void test_saxpy_chain_alternating(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  float *x = array(1, 1), *y = array(3, 1);
+  float *ref = array(3, 1);
+  tdm_handle *hx, *hy;
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  atomic_store(&cpu_runs, 0);
+  const int steps = 6;
+  for (int s = 0; s < steps; s++) {
+    saxpy(rt, s % 2 ? &saxpy_cpu_only : &saxpy_gpu_only, hx, hy, 2.0f);
+    for (int i = 0; i < N; i++)
+      ref[i] = 2.0f * x[i] + ref[i];
+  }
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  tdm_device_counters k = counters(rt);
+  assert_int_equal(tdm_handle_unregister(hy), TDM_OK); /* y comes home */
+  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+  for (int i = 0; i < N; i++)
+    if (y[i] != ref[i])
+      fail_msg("y[%d] = %g, expected %g", i, (double)y[i], (double)ref[i]);
+  assert_int_equal(k.tasks, steps / 2);
+  assert_int_equal(atomic_load(&cpu_runs), steps / 2);
+  const uint64_t bytes = N * sizeof(float);
+  /* discrete: x goes once (it is only read), y goes before each device
+   * step and comes back before each CPU step */
+  assert_int_equal(k.bytes_to_device, discrete ? (1 + steps / 2) * bytes : 0);
+  assert_int_equal(k.bytes_to_host, discrete ? (steps / 2) * bytes : 0);
+  assert_int_equal(counters(rt).bytes_to_host, k.bytes_to_host); /* the last step ran on the CPU */
+  tdm_runtime_destroy(rt);
+  tdm_free(x);
+  tdm_free(y);
+  tdm_free(ref);
+  assert_int_equal(test_log_errors(&log), 0);
+}
+
+/* A chain on the device alone: integrated moves nothing; discrete moves
+ * the inputs in once and the result out once. */
+static void test_device_chain(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  float *x = array(1, 0), *y = array(0, 0);
+  tdm_handle *hx, *hy;
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  const int steps = 20;
+  for (int s = 0; s < steps; s++)
+    saxpy(rt, &saxpy_gpu_only, hx, hy, 1.0f);
+  tdm_runtime_destroy(rt); /* waits, and brings y home */
+  for (int i = 0; i < N; i++)
+    assert_true(y[i] == (float)steps);
+  tdm_free(x);
+  tdm_free(y);
+  assert_int_equal(test_log_errors(&log), 0);
+}
+
+static void test_device_chain_counters(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  float *x = array(1, 0), *y = array(0, 0);
+  tdm_handle *hx, *hy;
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  for (int s = 0; s < 20; s++)
+    saxpy(rt, &saxpy_gpu_only, hx, hy, 1.0f);
+  assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+  tdm_device_counters k = counters(rt);
+  const uint64_t bytes = N * sizeof(float);
+  assert_int_equal(k.tasks, 20);
+  assert_int_equal(k.bytes_to_device, discrete ? 2 * bytes : 0);
+  assert_int_equal(k.bytes_to_host, discrete ? bytes : 0);
+  assert_true(y[0] == 20.0f && y[N - 1] == 20.0f);
+  tdm_runtime_destroy(rt);
+  tdm_free(x);
+  tdm_free(y);
+}
+
+/* Independent tasks with both variants: every one runs once, somewhere. */
+static void test_both_variants(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  enum { T = 40 };
+  float *x = array(1, 1);
+  float *ys[T];
+  tdm_handle *hx, *hy[T];
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  atomic_store(&cpu_runs, 0);
+  for (int t = 0; t < T; t++) {
+    ys[t] = array((float)t, 0);
+    assert_int_equal(tdm_register_vector(rt, ys[t], N, sizeof(float), &hy[t]), TDM_OK);
+    saxpy(rt, &saxpy_both, hx, hy[t], 3.0f);
+  }
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  for (int t = 0; t < T; t++)
+    assert_int_equal(tdm_handle_unregister(hy[t]), TDM_OK);
+  tdm_device_counters k = counters(rt);
+  printf("tasks with both variants: %u on the CPU, %llu on the device\n",
+         atomic_load(&cpu_runs), (unsigned long long)k.tasks);
+  assert_int_equal(atomic_load(&cpu_runs) + k.tasks, T);
+  for (int t = 0; t < T; t++) {
+    for (int i = 0; i < N; i++)
+      assert_true(ys[t][i] == 3.0f * x[i] + (float)t);
+    tdm_free(ys[t]);
+  }
+  tdm_handle_unregister(hx);
+  tdm_runtime_destroy(rt);
+  tdm_free(x);
+  assert_int_equal(test_log_errors(&log), 0);
+}
+
+static void test_build_failure(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  static const tdm_opencl_variant broken = {
+      .source = "__kernel void broken(__global float *y, ulong n) { y[0] = ; }\n",
+      .kernel = "broken"};
+  static const tdm_codelet only = {
+      .name = "broken", .nbuffers = 1, .modes = {TDM_RW}, .opencl = &broken};
+  float *y = array(1, 0), *x = array(1, 0);
+  tdm_handle *hy, *hx;
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &only, .handles = {hy}}),
+                   TDM_ERR_BUILD);
+  /* the build log reached the log callback */
+  assert_true(test_log_has(&log, "building kernel broken"));
+  assert_true(test_log_has(&log, "build log:"));
+  assert_true(test_log_has(&log, "error"));
+  /* with a CPU variant the task runs there */
+  static const tdm_codelet with_cpu = {.name = "broken with CPU",
+                                       .cpu_fn = saxpy_cpu,
+                                       .nbuffers = 2,
+                                       .modes = {TDM_R, TDM_RW},
+                                       .opencl = &broken};
+  saxpy(rt, &with_cpu, hx, hy, 1.0f);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_true(y[0] == 2.0f);
+  assert_true(test_log_has(&log, "the task runs on the CPU"));
+  tdm_runtime_destroy(rt);
+  tdm_free(x);
+  tdm_free(y);
+}
+
+static void test_no_device(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 0); /* PoCL not admitted */
+  float *x = array(1, 0), *y = array(1, 0);
+  tdm_handle *hx, *hy;
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  assert_int_equal(
+      tdm_submit(rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only, .handles = {hx, hy},
+                                      .args = &(float){1}, .args_size = sizeof(float)}),
+      TDM_ERR_NO_DEVICE);
+  assert_true(test_log_has(&log, "no device is used"));
+  saxpy(rt, &saxpy_both, hx, hy, 1.0f); /* runs on the CPU */
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_true(y[0] == 2.0f);
+  tdm_runtime_destroy(rt);
+  tdm_free(x);
+  tdm_free(y);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2 || (strcmp(argv[1], "integrated") && strcmp(argv[1], "discrete"))) {
+    fprintf(stderr, "usage: test-opencl-run integrated|discrete\n");
+    return 2;
+  }
+  discrete = !strcmp(argv[1], "discrete");
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  int found = the_device(rt);
+  tdm_runtime_destroy(rt);
+  if (found < 0) {
+    printf("no OpenCL CPU device here (install pocl-opencl-icd): skipped\n");
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_vector_add),
+      cmocka_unit_test(test_saxpy_chain_alternating),
+      cmocka_unit_test(test_device_chain),
+      cmocka_unit_test(test_device_chain_counters),
+      cmocka_unit_test(test_both_variants),
+      cmocka_unit_test(test_build_failure),
+      cmocka_unit_test(test_no_device),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
