@@ -125,11 +125,30 @@ void tdm__handle_unref(tdm_handle *h) {
 void tdm__handles_home(tdm_runtime *rt) {
   if (!rt->ndevice_workers)
     return;
+  /* Registered handles, not partitioned (their tiles hold the contents).
+   * Collected first: bringing a matrix home may release tiles, which
+   * takes handles_lock. The workers are idle: nothing else changes them. */
+  size_t n = 0;
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->handles_lock));
   for (tdm_handle *h = rt->all_handles; h; h = h->all_next)
-    if (atomic_load(&h->magic) == TDM_HANDLE_MAGIC)
-      tdm__handle_home(h, false);
+    n++;
+  tdm_handle **hs = malloc((n ? n : 1) * sizeof *hs);
+  n = 0;
+  for (tdm_handle *h = rt->all_handles; h && hs; h = h->all_next)
+    if (atomic_load(&h->magic) == TDM_HANDLE_MAGIC && !h->tiles) {
+      tdm__handle_ref(h);
+      hs[n++] = h;
+    }
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->handles_lock));
+  if (!hs) {
+    tdm__log(rt, TDM_LOG_ERROR, "out of memory: device copies may not come home");
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    tdm__handle_home(hs[i], false);
+    tdm__handle_unref(hs[i]);
+  }
+  free(hs);
 }
 
 void tdm__handles_destroy(tdm_runtime *rt) {
@@ -262,9 +281,11 @@ tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_col
     st = hbad(rt, TDM_ERR_PARTITIONED, what, "already partitioned");
   else if (h->acquired)
     st = hbad(rt, TDM_ERR_BUSY, what, "handle is acquired by the host");
-  else if (h->rep)
+  else if (h->gather || !h->valid)
     st = hbad(rt, TDM_ERR_NOT_SUPPORTED, what,
-              "the matrix was used on an OpenCL device: partitioning it is not supported yet");
+              "while OpenCL devices are used, a matrix just unpartitioned, or a tile no task "
+              "has used yet, must be used (by a task or an acquisition) before it is "
+              "partitioned");
   for (size_t i = 0; i < ni && !st; i++)
     for (size_t j = 0; j < nj && !st; j++) {
       size_t r0 = i * tile_rows, c0 = j * tile_cols;
@@ -278,6 +299,10 @@ tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_col
         break;
       }
       tile->parent = h;
+      /* where devices hold copies, the tile takes its contents from the
+       * matrix when a task first uses it (backends/opencl/device.c) */
+      if (h->rep || h->valid != 1)
+        tile->valid = 0;
       tiles[i * nj + j] = tile;
       if (copy_refs(rt, &tile->writers, &h->writers) || copy_refs(rt, &tile->readers, &h->readers))
         st = hbad(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
@@ -395,11 +420,23 @@ tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
     tdm__taskvec_release(&readers);
     return st;
   }
+  /* Where devices may hold the tiles' contents, the matrix gathers them
+   * on its first use (backends/opencl/device.c): the tiles stay alive. */
+  bool keep = rt->ndevice_workers != 0;
   for (size_t k = 0; k < n; k++) {
     drop_state(tiles[k]);
+    if (keep)
+      tdm__handle_ref(tiles[k]);
     quarantine(tiles[k]);
   }
-  free(tiles);
+  if (keep) {
+    tdm__spin_lock(&h->lock);
+    h->gather = tiles;
+    h->ngather = n;
+    tdm__spin_unlock(&h->lock);
+  } else {
+    free(tiles);
+  }
   return TDM_OK;
 }
 

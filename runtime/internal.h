@@ -239,7 +239,11 @@ struct tdm_handle {
    * bit 0 the host, bit 1 + k device worker k's memory; rep[0] the host's
    * pending fill, rep[1 + k] device k's buffer and pending fill. rep is
    * NULL until a device first touches the handle. */
-  uint32_t valid;
+  uint32_t valid; /* 0: a tile not yet taken from its matrix */
+  /* After an unpartition, while devices are used: the tiles (referenced)
+   * whose contents the matrix gathers on its first use. */
+  tdm_handle **gather;
+  size_t ngather;
   struct tdm_replica {
     void *mem;  /* cl_mem */
     void *fill; /* cl_event of the transfer that filled the node, or NULL */

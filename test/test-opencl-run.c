@@ -270,6 +270,133 @@ static void test_both_variants(void **state) {
   assert_int_equal(test_log_errors(&log), 0);
 }
 
+/* ---- a tiled matrix multiply -------------------------------------------- */
+
+static const tdm_opencl_variant gemm_cl = {
+    .source = "__kernel void gemm(__global const float *a, ulong ar, ulong ac, ulong lda,\n"
+              "                   __global const float *b, ulong br, ulong bc, ulong ldb,\n"
+              "                   __global float *c, ulong cr, ulong cc, ulong ldc) {\n"
+              "  size_t j = get_global_id(0), i = get_global_id(1);\n"
+              "  float s = c[i * ldc + j];\n"
+              "  for (ulong k = 0; k < ac; k++)\n"
+              "    s += a[i * lda + k] * b[k * ldb + j];\n"
+              "  c[i * ldc + j] = s;\n"
+              "}\n",
+    .kernel = "gemm",
+    .work_size = NULL};
+
+/* one work-item per element of C (buffer 2), not of A */
+static void gemm_size(const tdm_buffer *b, const void *args, size_t size, unsigned *dims,
+                      size_t global[3], size_t local[3]) {
+  (void)args;
+  (void)size;
+  (void)local;
+  *dims = 2;
+  global[0] = b[2].ny;
+  global[1] = b[2].nx;
+}
+
+static void gemm_cpu(const tdm_buffer *b, const void *args, size_t size) {
+  (void)args;
+  (void)size;
+  const float *a = b[0].ptr, *bb = b[1].ptr;
+  float *c = b[2].ptr;
+  for (size_t i = 0; i < b[2].nx; i++)
+    for (size_t j = 0; j < b[2].ny; j++) {
+      float s = c[i * b[2].ld + j];
+      for (size_t k = 0; k < b[0].ny; k++)
+        s += a[i * b[0].ld + k] * bb[k * b[1].ld + j];
+      c[i * b[2].ld + j] = s;
+    }
+  atomic_fetch_add(&cpu_runs, 1);
+}
+
+#define MM 100 /* tiles of 32: 4 x 4, the last ones smaller */
+#define TILE 32
+
+static void tiled_gemm(bool with_cpu) {
+  static tdm_opencl_variant v;
+  v = gemm_cl;
+  v.work_size = gemm_size;
+  const tdm_codelet gemm = {.name = "gemm",
+                            .cpu_fn = with_cpu ? gemm_cpu : NULL,
+                            .nbuffers = 3,
+                            .modes = {TDM_R, TDM_R, TDM_RW},
+                            .opencl = &v};
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  float *a = tdm_malloc(MM * MM * sizeof *a), *b = tdm_malloc(MM * MM * sizeof *b);
+  float *c = tdm_malloc(MM * MM * sizeof *c), *ref = calloc(MM * MM, sizeof *ref);
+  for (int i = 0; i < MM; i++)
+    for (int j = 0; j < MM; j++) {
+      a[i * MM + j] = (float)((i + j) % 5);
+      b[i * MM + j] = (float)((2 * i + j) % 7);
+      c[i * MM + j] = 0;
+    }
+  for (int i = 0; i < MM; i++)
+    for (int k = 0; k < MM; k++)
+      for (int j = 0; j < MM; j++)
+        ref[i * MM + j] += a[i * MM + k] * b[k * MM + j];
+  tdm_handle *ha, *hb, *hc;
+  assert_int_equal(tdm_register_matrix(rt, a, MM, MM, MM, sizeof(float), &ha), TDM_OK);
+  assert_int_equal(tdm_register_matrix(rt, b, MM, MM, MM, sizeof(float), &hb), TDM_OK);
+  assert_int_equal(tdm_register_matrix(rt, c, MM, MM, MM, sizeof(float), &hc), TDM_OK);
+  assert_int_equal(tdm_matrix_partition(ha, TILE, TILE, 0), TDM_OK);
+  assert_int_equal(tdm_matrix_partition(hb, TILE, TILE, 0), TDM_OK);
+  assert_int_equal(tdm_matrix_partition(hc, TILE, TILE, 0), TDM_OK);
+  const size_t nt = (MM + TILE - 1) / TILE;
+  atomic_store(&cpu_runs, 0);
+  for (size_t i = 0; i < nt; i++)
+    for (size_t j = 0; j < nt; j++)
+      for (size_t k = 0; k < nt; k++)
+        assert_int_equal(
+            tdm_submit(rt, &(tdm_task_desc){.codelet = &gemm,
+                                            .handles = {tdm_matrix_tile(ha, i, k),
+                                                        tdm_matrix_tile(hb, k, j),
+                                                        tdm_matrix_tile(hc, i, j)}}),
+            TDM_OK);
+  assert_int_equal(tdm_matrix_unpartition(ha, 0), TDM_OK);
+  assert_int_equal(tdm_matrix_unpartition(hb, 0), TDM_OK);
+  assert_int_equal(tdm_matrix_unpartition(hc, 0), TDM_OK);
+  assert_int_equal(tdm_handle_acquire(hc, TDM_R), TDM_OK); /* gathers C's tiles home */
+  for (int i = 0; i < MM * MM; i++)
+    if (c[i] != ref[i])
+      fail_msg("C[%d][%d] = %g, expected %g", i / MM, i % MM, (double)c[i], (double)ref[i]);
+  assert_int_equal(tdm_handle_release(hc), TDM_OK);
+  tdm_device_counters k = counters(rt);
+  printf("tiled gemm%s: %llu tasks on the device, %u on the CPU; %llu bytes in, %llu out\n",
+         with_cpu ? " (both variants)" : "", (unsigned long long)k.tasks,
+         atomic_load(&cpu_runs), (unsigned long long)k.bytes_to_device,
+         (unsigned long long)k.bytes_to_host);
+  assert_int_equal(k.tasks + atomic_load(&cpu_runs), nt * nt * nt);
+  if (!with_cpu) {
+    /* discrete: every tile of A, B and C goes once, C's come back once */
+    const uint64_t bytes = MM * MM * sizeof(float);
+    assert_int_equal(k.bytes_to_device, discrete ? 3 * bytes : 0);
+    assert_int_equal(k.bytes_to_host, discrete ? bytes : 0);
+  }
+  tdm_handle_unregister(ha);
+  tdm_handle_unregister(hb);
+  tdm_handle_unregister(hc);
+  tdm_runtime_destroy(rt);
+  tdm_free(a);
+  tdm_free(b);
+  tdm_free(c);
+  free(ref);
+  assert_int_equal(test_log_errors(&log), 0);
+}
+
+static void test_tiled_gemm(void **state) {
+  (void)state;
+  tiled_gemm(false);
+}
+
+/* CPU and device share the tiles: coherence of tiles in both directions */
+static void test_tiled_gemm_both_variants(void **state) {
+  (void)state;
+  tiled_gemm(true);
+}
+
 static void test_build_failure(void **state) {
   (void)state;
   test_log log;
@@ -345,6 +472,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_device_chain),
       cmocka_unit_test(test_device_chain_counters),
       cmocka_unit_test(test_both_variants),
+      cmocka_unit_test(test_tiled_gemm),
+      cmocka_unit_test(test_tiled_gemm_both_variants),
       cmocka_unit_test(test_build_failure),
       cmocka_unit_test(test_no_device),
   };

@@ -59,6 +59,14 @@ typedef struct cl_api {
   cl_int (*ReleaseEvent)(cl_event);
   cl_int (*WaitForEvents)(cl_uint, const cl_event *);
   cl_int (*GetEventInfo)(cl_event, cl_event_info, size_t, void *, size_t *);
+  cl_event (*CreateUserEvent)(cl_context, cl_int *);
+  cl_int (*SetUserEventStatus)(cl_event, cl_int);
+  cl_int (*EnqueueWriteBufferRect)(cl_command_queue, cl_mem, cl_bool, const size_t *,
+                                   const size_t *, const size_t *, size_t, size_t, size_t, size_t,
+                                   const void *, cl_uint, const cl_event *, cl_event *);
+  cl_int (*EnqueueReadBufferRect)(cl_command_queue, cl_mem, cl_bool, const size_t *,
+                                  const size_t *, const size_t *, size_t, size_t, size_t, size_t,
+                                  void *, cl_uint, const cl_event *, cl_event *);
   cl_int (*Flush)(cl_command_queue);
   cl_int (*Finish)(cl_command_queue);
   bool can_run; /* every entry point above was found */

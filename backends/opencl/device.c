@@ -139,13 +139,15 @@ static const cl_api *api_of(const tdm_runtime *rt) {
       tdm__log((rt), TDM_LOG_ERROR, "OpenCL: %s failed: error %d", (what), (int)cl_err_);  \
   } while (0)
 
+/* The bytes of h's elements (what a copy moves). */
 static size_t handle_bytes(const tdm_handle *h) {
   return h->buf.nx * h->buf.ny * h->buf.elem_size;
 }
 
-/* Contiguous in memory: a vector, or a matrix whose rows follow each other. */
-static bool contiguous(const tdm_handle *h) {
-  return h->kind == TDM_HANDLE_VECTOR || h->buf.ld == h->buf.ny;
+/* The bytes from h's first element to its last (a tile's rows are apart). */
+static size_t span_bytes(const tdm_handle *h) {
+  const tdm_buffer *b = &h->buf;
+  return b->nx ? ((b->nx - 1) * b->ld + b->ny) * b->elem_size : 0;
 }
 
 static unsigned node_of(const tdm_gpu *g) {
@@ -292,16 +294,6 @@ tdm_status tdm__gpu_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
              what, name);
     return TDM_ERR_NO_DEVICE;
   }
-  for (unsigned i = 0; i < t->nbuf; i++)
-    if (!contiguous(t->handles[i])) {
-      if (cl->cpu_fn)
-        return TDM_OK; /* runs on the CPU */
-      tdm__log(rt, TDM_LOG_ERROR,
-               "%s: codelet %s: buffer %u is a strided matrix (a tile); OpenCL variants take "
-               "contiguous buffers only for now",
-               what, name, i);
-      return TDM_ERR_NOT_SUPPORTED;
-    }
   tdm_status st = TDM_ERR_BUILD;
   for (unsigned k = 0; k < rt->ndevice_workers; k++) {
     tdm_gpu *g = rt->gpus[k];
@@ -348,12 +340,16 @@ static cl_mem mem_of(tdm_handle *h, tdm_gpu *g) {
     return (cl_mem)r->mem;
   const cl_api *api = api_of(h->rt);
   cl_int err = CL_SUCCESS;
-  cl_mem m = g->shared ? api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
-                                           handle_bytes(h), h->buf.ptr, &err)
-                       : api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE, handle_bytes(h), NULL, &err);
+  /* discrete: the elements packed (a tile's rows one after the other);
+   * shared: the application's memory itself, from the first element to
+   * the last (the tiles of one matrix overlap in range, never in elements) */
+  size_t size = g->shared ? span_bytes(h) : handle_bytes(h);
+  cl_mem m = g->shared ? api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, size,
+                                           h->buf.ptr, &err)
+                       : api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE, size, NULL, &err);
   if (!m)
     tdm__log(h->rt, TDM_LOG_ERROR, "OpenCL: device %u: no buffer of %zu bytes (error %d)",
-             g->device, handle_bytes(h), (int)err);
+             g->device, size, (int)err);
   r->mem = m;
   return m;
 }
@@ -363,25 +359,228 @@ typedef struct waitlist {
   unsigned n;
 } waitlist;
 
-/* Adds e (retained) to w. */
-static void wait_for(const cl_api *api, waitlist *w, cl_event e) {
-  if (e && w->n < sizeof w->ev / sizeof w->ev[0] && api->RetainEvent(e) == CL_SUCCESS)
-    w->ev[w->n++] = e;
-}
-
 static void release_all(const cl_api *api, waitlist *w) {
   for (unsigned i = 0; i < w->n; i++)
     api->ReleaseEvent(w->ev[i]);
   w->n = 0;
 }
 
-/* Makes node `node` of h valid, adding to w the event its users must wait
- * for. h->lock held. Returns false when a transfer could not be made. */
-static bool make_valid(tdm_handle *h, unsigned node, waitlist *w) {
+/* ---- joining events ------------------------------------------------------
+ * A command can only wait for events of its own context, and each device
+ * has a context of its own. An event of another context, or several events
+ * at once, are turned into a user event of the right context that a
+ * callback completes when they all have. */
+
+typedef struct join {
+  _Atomic int left;
+  _Atomic cl_int status;
+  cl_event user;
+  const cl_api *api;
+} join;
+
+static void CL_CALLBACK join_one(cl_event e, cl_int status, void *data) {
+  (void)e;
+  join *j = data;
+  if (status < 0)
+    atomic_store(&j->status, status);
+  if (atomic_fetch_sub(&j->left, 1) != 1)
+    return;
+  cl_int st = atomic_load(&j->status);
+  j->api->SetUserEventStatus(j->user, st < 0 ? st : CL_COMPLETE);
+  j->api->ReleaseEvent(j->user);
+  free(j);
+}
+
+/* A new event of context ctx that completes when all of evs have (NULL
+ * when none is given, or on failure, after waiting for them here). */
+static cl_event join_events(tdm_runtime *rt, cl_context ctx, const cl_event *evs, unsigned n) {
+  const cl_api *api = api_of(rt);
+  if (!n)
+    return NULL;
+  cl_int err = CL_SUCCESS;
+  join *j = malloc(sizeof *j);
+  cl_event user = j ? api->CreateUserEvent(ctx, &err) : NULL;
+  if (!user || api->RetainEvent(user) != CL_SUCCESS) {
+    tdm__log(rt, TDM_LOG_WARNING, "OpenCL: cannot join events (error %d): waiting for them",
+             (int)err);
+    CL_CHECK(rt, api->WaitForEvents(n, evs), "clWaitForEvents");
+    if (user)
+      api->SetUserEventStatus(user, CL_COMPLETE);
+    free(j);
+    return user;
+  }
+  atomic_init(&j->left, (int)n);
+  atomic_init(&j->status, CL_COMPLETE);
+  j->user = user;
+  j->api = api;
+  for (unsigned i = 0; i < n; i++)
+    if (api->SetEventCallback(evs[i], CL_COMPLETE, join_one, j) != CL_SUCCESS) {
+      CL_CHECK(rt, api->WaitForEvents(1, &evs[i]), "clWaitForEvents");
+      join_one(evs[i], CL_COMPLETE, j);
+    }
+  return user;
+}
+
+static cl_context context_of(const cl_api *api, cl_event e) {
+  cl_context c = NULL;
+  if (api->GetEventInfo(e, CL_EVENT_CONTEXT, sizeof c, &c, NULL) != CL_SUCCESS)
+    return NULL;
+  return c;
+}
+
+/* Adds e to w, for a command of context ctx (NULL: the host waits). */
+static void wait_for(tdm_runtime *rt, cl_context ctx, waitlist *w, cl_event e) {
+  const cl_api *api = api_of(rt);
+  if (!e)
+    return;
+  if (w->n == sizeof w->ev / sizeof w->ev[0]) { /* full: fold it into one */
+    cl_event all = join_events(rt, ctx ? ctx : context_of(api, w->ev[0]), w->ev, w->n);
+    release_all(api, w);
+    if (all)
+      w->ev[w->n++] = all;
+  }
+  if (ctx && context_of(api, e) != ctx) {
+    cl_event bridged = join_events(rt, ctx, &e, 1);
+    if (bridged)
+      w->ev[w->n++] = bridged;
+  } else if (api->RetainEvent(e) == CL_SUCCESS) {
+    w->ev[w->n++] = e;
+  }
+}
+
+/* Copies h between the host and buffer m (laid out as mem_of makes it on
+ * a device with separate memory: elements packed). `origin` is h's first
+ * element within m, for a tile read from its matrix's buffer (NULL: m is
+ * h's own buffer), and `pitch` the bytes between rows of m. */
+static cl_int copy_rect(const cl_api *api, cl_command_queue q, bool to_device, cl_mem m,
+                        const tdm_handle *h, const size_t *origin, size_t pitch,
+                        const waitlist *w, cl_event *e) {
+  const tdm_buffer *b = &h->buf;
+  static const size_t zero[3] = {0, 0, 0};
+  size_t region[3] = {b->ny * b->elem_size, b->nx, 1};
+  if (!origin && b->ld == b->ny) { /* both sides contiguous */
+    return to_device ? api->EnqueueWriteBuffer(q, m, CL_FALSE, 0, handle_bytes(h), b->ptr, w->n,
+                                               w->n ? w->ev : NULL, e)
+                     : api->EnqueueReadBuffer(q, m, CL_FALSE, 0, handle_bytes(h), b->ptr, w->n,
+                                              w->n ? w->ev : NULL, e);
+  }
+  if (!origin)
+    origin = zero;
+  size_t host_pitch = b->ld * b->elem_size;
+  return to_device
+             ? api->EnqueueWriteBufferRect(q, m, CL_FALSE, origin, zero, region, pitch, 0,
+                                           host_pitch, 0, b->ptr, w->n, w->n ? w->ev : NULL, e)
+             : api->EnqueueReadBufferRect(q, m, CL_FALSE, origin, zero, region, pitch, 0,
+                                          host_pitch, 0, b->ptr, w->n, w->n ? w->ev : NULL, e);
+}
+
+static void count_copy(tdm_gpu *g, bool to_device, size_t bytes) {
+  atomic_fetch_add_explicit(to_device ? &g->to_device : &g->to_host, bytes,
+                            memory_order_relaxed);
+  atomic_fetch_add_explicit(to_device ? &g->copies_to_device : &g->copies_to_host, 1,
+                            memory_order_relaxed);
+}
+
+static bool make_valid(tdm_handle *h, unsigned node, waitlist *w, cl_context ctx);
+
+/* A tile's contents are its matrix's until a task touches the tile: the
+ * matrix's state is final then (the tile's tasks come after the matrix's),
+ * and nothing changes it while the matrix is partitioned, so it is read
+ * without the matrix's lock. Makes the tile valid on the host. */
+static bool inherit(tdm_handle *h) {
   tdm_runtime *rt = h->rt;
   const cl_api *api = api_of(rt);
+  tdm_handle *p = h->parent; /* partition saw to it that p->valid != 0 */
+  cl_event e = NULL;
+  if (p->valid & 1) {
+    if (p->rep && p->rep[0].fill && api->RetainEvent((cl_event)p->rep[0].fill) == CL_SUCCESS)
+      e = (cl_event)p->rep[0].fill;
+  } else {
+    /* the matrix is on a device with memory of its own: read the tile's
+     * rectangle of its buffer */
+    unsigned src = (unsigned)__builtin_ctz(p->valid);
+    tdm_gpu *g = rt->gpus[src - 1];
+    size_t off = (size_t)((char *)h->buf.ptr - (char *)p->buf.ptr) / h->buf.elem_size;
+    size_t origin[3] = {off % h->buf.ld * h->buf.elem_size, off / h->buf.ld, 0};
+    waitlist before = {.n = 0};
+    wait_for(rt, g->ctx, &before, (cl_event)p->rep[src].fill);
+    cl_int err = copy_rect(api, g->transfer, false, (cl_mem)p->rep[src].mem, h, origin,
+                           p->buf.ny * p->buf.elem_size, &before, &e);
+    release_all(api, &before);
+    if (err != CL_SUCCESS) {
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: a tile's rectangle from device %u: error %d",
+               g->device, (int)err);
+      return false;
+    }
+    api->Flush(g->transfer);
+    count_copy(g, false, handle_bytes(h));
+  }
+  h->valid = 1;
+  if (!replicas(h)) {
+    if (e)
+      api->ReleaseEvent(e);
+    return false;
+  }
+  set_fill(h, 0, e);
+  return true;
+}
+
+/* After an unpartition the matrix's contents are in its tiles: the first
+ * use of the matrix brings every tile home (h->lock held; the tiles'
+ * tasks have all finished). */
+static bool gather(tdm_handle *h) {
+  tdm_runtime *rt = h->rt;
+  const cl_api *api = api_of(rt);
+  size_t n = h->ngather;
+  cl_event *evs = calloc(n ? n : 1, sizeof *evs);
+  unsigned nev = 0;
+  bool ok = evs != NULL;
+  for (size_t k = 0; k < n && ok; k++) {
+    tdm_handle *t = h->gather[k];
+    waitlist w = {.n = 0};
+    tdm__spin_lock(&t->lock);
+    ok = make_valid(t, 0, &w, NULL);
+    tdm__spin_unlock(&t->lock);
+    for (unsigned i = 0; i < w.n; i++) /* at most one: a host fill */
+      evs[nev++] = w.ev[i];
+  }
+  cl_event all = ok && nev ? join_events(rt, rt->gpus[0]->ctx, evs, nev) : NULL;
+  for (unsigned i = 0; i < nev; i++)
+    api->ReleaseEvent(evs[i]);
+  free(evs);
+  if (!ok)
+    return false;
+  for (size_t k = 0; k < n; k++) {
+    tdm__handle_forget(h->gather[k]);
+    tdm__handle_unref(h->gather[k]);
+  }
+  free(h->gather);
+  h->gather = NULL;
+  h->ngather = 0;
+  h->valid = 1;
+  if (!replicas(h)) {
+    if (all)
+      api->ReleaseEvent(all);
+    return false;
+  }
+  set_fill(h, 0, all);
+  return true;
+}
+
+/* Makes node `node` of h valid, adding to w what a command of context ctx
+ * (NULL: the host) must wait for. h->lock held. Returns false when a
+ * transfer could not be made. */
+static bool make_valid(tdm_handle *h, unsigned node, waitlist *w, cl_context ctx) {
+  tdm_runtime *rt = h->rt;
+  const cl_api *api = api_of(rt);
+  if (h->gather && !gather(h))
+    return false;
+  if (!h->valid && h->parent && !inherit(h))
+    return false;
+  if (!replicas(h))
+    return false;
   if (h->valid & (1u << node)) {
-    wait_for(api, w, (cl_event)h->rep[node].fill);
+    wait_for(rt, ctx, w, (cl_event)h->rep[node].fill);
     return true;
   }
   size_t bytes = handle_bytes(h);
@@ -391,25 +590,26 @@ static bool make_valid(tdm_handle *h, unsigned node, waitlist *w) {
     /* from a device holding it: the lowest valid device node */
     unsigned src = (unsigned)__builtin_ctz(h->valid);
     tdm_gpu *g = rt->gpus[src - 1];
-    cl_event after = (cl_event)h->rep[src].fill;
-    err = api->EnqueueReadBuffer(g->transfer, (cl_mem)h->rep[src].mem, CL_FALSE, 0, bytes,
-                                 h->buf.ptr, after ? 1 : 0, after ? &after : NULL, &e);
+    waitlist before = {.n = 0};
+    wait_for(rt, g->ctx, &before, (cl_event)h->rep[src].fill);
+    err = copy_rect(api, g->transfer, false, (cl_mem)h->rep[src].mem, h, NULL,
+                    h->buf.ny * h->buf.elem_size, &before, &e);
+    release_all(api, &before);
     if (err != CL_SUCCESS) {
       tdm__log(rt, TDM_LOG_ERROR, "OpenCL: device %u to host, %zu bytes: error %d", g->device,
                bytes, (int)err);
       return false;
     }
     api->Flush(g->transfer);
-    atomic_fetch_add_explicit(&g->to_host, bytes, memory_order_relaxed);
-    atomic_fetch_add_explicit(&g->copies_to_host, 1, memory_order_relaxed);
+    count_copy(g, false, bytes);
   } else {
     tdm_gpu *g = rt->gpus[node - 1];
     waitlist before = {.n = 0};
-    if (!make_valid(h, 0, &before)) /* through the host */
+    if (!make_valid(h, 0, &before, g->ctx)) /* through the host */
       return false;
     cl_mem m = mem_of(h, g);
-    err = m ? api->EnqueueWriteBuffer(g->transfer, m, CL_FALSE, 0, bytes, h->buf.ptr, before.n,
-                                      before.n ? before.ev : NULL, &e)
+    err = m ? copy_rect(api, g->transfer, true, m, h, NULL, h->buf.ny * h->buf.elem_size,
+                        &before, &e)
             : CL_MEM_OBJECT_ALLOCATION_FAILURE;
     release_all(api, &before);
     if (err != CL_SUCCESS) {
@@ -418,12 +618,11 @@ static bool make_valid(tdm_handle *h, unsigned node, waitlist *w) {
       return false;
     }
     api->Flush(g->transfer);
-    atomic_fetch_add_explicit(&g->to_device, bytes, memory_order_relaxed);
-    atomic_fetch_add_explicit(&g->copies_to_device, 1, memory_order_relaxed);
+    count_copy(g, true, bytes);
   }
   h->valid |= 1u << node;
   set_fill(h, node, e);
-  wait_for(api, w, e);
+  wait_for(rt, ctx, w, e);
   return true;
 }
 
@@ -432,6 +631,8 @@ static bool make_valid(tdm_handle *h, unsigned node, waitlist *w) {
 static void written(tdm_handle *h, unsigned node, cl_event e) {
   const cl_api *api = api_of(h->rt);
   h->valid = 1u << node;
+  if (!h->rep)
+    return;
   for (unsigned n = 0; n <= h->rt->ndevice_workers; n++)
     if (n != node)
       set_fill(h, n, NULL);
@@ -511,7 +712,7 @@ bool tdm__gpu_progress(tdm_runtime *rt) {
 /* ---- running a task on a device ----------------------------------------- */
 
 static cl_int set_args(const cl_api *api, cl_kernel kernel, const tdm_task *t,
-                       const cl_mem *mems) {
+                       const cl_mem *mems, bool shared) {
   cl_uint a = 0;
   cl_int err = CL_SUCCESS;
   for (unsigned i = 0; i < t->nbuf && err == CL_SUCCESS; i++) {
@@ -522,7 +723,8 @@ static cl_int set_args(const cl_api *api, cl_kernel kernel, const tdm_task *t,
       if (err == CL_SUCCESS)
         err = api->SetKernelArg(kernel, a++, sizeof n, &n);
     } else {
-      cl_ulong dims[3] = {b->nx, b->ny, b->ld};
+      /* a device with memory of its own holds the elements packed */
+      cl_ulong dims[3] = {b->nx, b->ny, shared ? b->ld : b->ny};
       for (int d = 0; d < 3 && err == CL_SUCCESS; d++)
         err = api->SetKernelArg(kernel, a++, sizeof dims[d], &dims[d]);
     }
@@ -562,13 +764,19 @@ static void launch(tdm_gpu *g, tdm_task *t) {
   for (unsigned i = 0; i < t->nbuf && ok; i++) {
     tdm_handle *h = t->handles[i];
     bufs[i] = h->buf;
+    if (!g->shared) /* the device holds the elements packed */
+      bufs[i].ld = h->kind == TDM_HANDLE_VECTOR ? 1 : h->buf.ny;
     tdm__spin_lock(&h->lock);
     ok = replicas(h) && (mems[i] = mem_of(h, g)) != NULL;
-    /* a shared device reads host memory: make the host valid */
+    /* a shared device reads host memory: node 0. A buffer only written
+     * needs no copy, but a matrix still to gather from its tiles, or a
+     * tile still to take from its matrix, is settled first. */
     if (ok && (t->modes[i] & TDM_R))
-      ok = make_valid(h, node, &w);
+      ok = make_valid(h, node, &w, g->ctx);
+    else if (ok && (h->gather || !h->valid))
+      ok = make_valid(h, 0, &w, g->ctx);
     else if (ok)
-      wait_for(api, &w, (cl_event)h->rep[node].fill);
+      wait_for(rt, g->ctx, &w, (cl_event)h->rep[node].fill);
     tdm__spin_unlock(&h->lock);
   }
   cl_event done = NULL;
@@ -597,7 +805,7 @@ static void launch(tdm_gpu *g, tdm_task *t) {
       if (dims < 1 || dims > 3)
         err = CL_INVALID_WORK_DIMENSION;
       if (err == CL_SUCCESS)
-        err = set_args(api, p->kernel, t, mems);
+        err = set_args(api, p->kernel, t, mems, g->shared);
       if (err == CL_SUCCESS)
         err = api->EnqueueNDRangeKernel(g->compute, p->kernel, dims, NULL, global,
                                         local[0] ? local : NULL, w.n, w.n ? w.ev : NULL, &done);
@@ -620,7 +828,7 @@ static void launch(tdm_gpu *g, tdm_task *t) {
         cl_int merr;
         cl_event mapped = NULL, unmapped = NULL;
         void *ptr = api->EnqueueMapBuffer(g->compute, mems[i], CL_FALSE,
-                                          CL_MAP_READ | CL_MAP_WRITE, 0, handle_bytes(h), 1,
+                                          CL_MAP_READ | CL_MAP_WRITE, 0, span_bytes(h), 1,
                                           &done, &mapped, &merr);
         if (ptr && api->EnqueueUnmapMemObject(g->compute, mems[i], ptr, 1, &mapped,
                                               &unmapped) == CL_SUCCESS) {
@@ -740,10 +948,11 @@ bool tdm__host_ready(tdm_task *t) {
   waitlist w = {.n = 0};
   for (unsigned i = 0; i < t->nbuf; i++) {
     tdm_handle *h = t->handles[i];
-    if (!h->rep || !(t->modes[i] & TDM_R))
-      continue;
     tdm__spin_lock(&h->lock);
-    if (!make_valid(h, 0, &w))
+    /* read: the contents must be home; written only: a matrix still to
+     * gather, or a tile still to take from its matrix, is settled first
+     * (else that would later overwrite what this task writes) */
+    if (((t->modes[i] & TDM_R) || h->gather || !h->valid) && !make_valid(h, 0, &w, NULL))
       tdm__log(rt, TDM_LOG_ERROR, "OpenCL: a buffer could not be brought home");
     tdm__spin_unlock(&h->lock);
   }
@@ -783,7 +992,7 @@ bool tdm__host_ready(tdm_task *t) {
 void tdm__host_written(tdm_task *t) {
   for (unsigned i = 0; i < t->nbuf; i++) {
     tdm_handle *h = t->handles[i];
-    if (!h->rep || !(t->modes[i] & TDM_W))
+    if (!(t->modes[i] & TDM_W))
       continue;
     tdm__spin_lock(&h->lock);
     written(h, 0, NULL);
@@ -792,12 +1001,12 @@ void tdm__host_written(tdm_task *t) {
 }
 
 void tdm__handle_home(tdm_handle *h, bool will_write) {
-  if (!h->rep)
+  if (!h->rt->ndevice_workers)
     return;
   const cl_api *api = api_of(h->rt);
   waitlist w = {.n = 0};
   tdm__spin_lock(&h->lock);
-  bool ok = make_valid(h, 0, &w);
+  bool ok = make_valid(h, 0, &w, NULL);
   if (ok && will_write)
     written(h, 0, NULL);
   tdm__spin_unlock(&h->lock);
@@ -807,6 +1016,11 @@ void tdm__handle_home(tdm_handle *h, bool will_write) {
 }
 
 void tdm__handle_forget(tdm_handle *h) {
+  /* a gather that never happened: only at destroy (which frees every
+   * handle itself) or after a failed transfer (then the tiles leak) */
+  free(h->gather);
+  h->gather = NULL;
+  h->ngather = 0;
   if (!h->rep)
     return;
   const cl_api *api = api_of(h->rt);

@@ -115,6 +115,10 @@ static tdm_status load_api(tdm_runtime *rt, const char *path, cl_api *api) {
       {"clReleaseEvent", (void **)&api->ReleaseEvent},
       {"clWaitForEvents", (void **)&api->WaitForEvents},
       {"clGetEventInfo", (void **)&api->GetEventInfo},
+      {"clCreateUserEvent", (void **)&api->CreateUserEvent},
+      {"clSetUserEventStatus", (void **)&api->SetUserEventStatus},
+      {"clEnqueueWriteBufferRect", (void **)&api->EnqueueWriteBufferRect},
+      {"clEnqueueReadBufferRect", (void **)&api->EnqueueReadBufferRect},
       {"clFlush", (void **)&api->Flush},
       {"clFinish", (void **)&api->Finish},
   };

@@ -12,7 +12,10 @@
  *   for each buffer of the task, in the codelet's order:
  *     a vector:  __global T *data, ulong count
  *     a matrix:  __global T *data, ulong rows, ulong cols, ulong ld
- *                (row-major; ld is the distance between rows, in elements)
+ *                (row-major; ld is the distance between rows, in elements,
+ *                on the device: the matrix's own on a device sharing the
+ *                host's memory, cols on one with memory of its own, where
+ *                a tile is copied packed)
  *   then, when the task has by-value arguments (tdm_task_desc.args), one
  *   more argument holding them: a scalar or a struct of the same layout.
  *
@@ -39,6 +42,9 @@ typedef struct tdm_opencl_variant {
   const char *kernel;
   /** Build options (clBuildProgram), or NULL. */
   const char *options;
+  /* In work_size and enqueue, bufs[i] describes buffer i as the device
+   * holds it: on a device with memory of its own a matrix is packed (ld is
+   * its number of columns); ptr is the host's copy, not for device use. */
   /** Sets the work size: dims (1 to 3), global[0..dims-1] and, when local
    * is wanted, local[0..dims-1] (leave local[0] at 0 to let OpenCL
    * choose). NULL: one work-item per element of the first buffer (a
