@@ -80,7 +80,8 @@ extern "C" {
   XX(ERR_NO_OPENCL, -18, "OpenCL is not available: no loader, no platform or a broken one (see the log)") \
   XX(ERR_BUILD, -19, "an OpenCL program failed to build (the build log is in the log)") \
   XX(ERR_NO_DEVICE, -20, "the task can only run on an OpenCL device and no device is used") \
-  XX(ERR_NOT_SUPPORTED, -21, "not supported (see the log)")
+  XX(ERR_NOT_SUPPORTED, -21, "not supported (see the log)")                  \
+  XX(ERR_TOO_LARGE, -22, "a buffer is larger than a device can hold (see the log)")
 
 typedef enum tdm_status {
 #define TDM__STATUS_ENUM(name, value, msg) TDM_##name = (value),
@@ -184,6 +185,12 @@ typedef struct tdm_config {
   /** File name or path of the OpenCL ICD loader, opened at run time.
    * NULL (default): "libOpenCL.so.1". Environment: TANDEM_OPENCL_LIBRARY. */
   const char *opencl_library;
+  /** Bytes of memory each device with memory of its own may hold for the
+   * runtime; 0 (default): what the device reports. When full, the least
+   * recently used copies that no running task uses are dropped (written
+   * back first when they are the only copy). Environment:
+   * TANDEM_DEVICE_MEMORY_LIMIT (bytes; a k, M or G suffix allowed). */
+  uint64_t device_memory_limit;
 } tdm_config;
 
 /** Fills *config with the defaults listed above. Any thread. */
@@ -412,6 +419,7 @@ typedef struct tdm_device_counters {
   uint64_t bytes_to_device; /**< host to device */
   uint64_t bytes_to_host;   /**< device to host */
   uint64_t copies_to_device, copies_to_host; /**< number of transfers */
+  uint64_t evictions; /**< copies dropped to make room on the device */
 } tdm_device_counters;
 
 /** Counters of a device (numbered as tdm_runtime_device numbers them);

@@ -40,6 +40,13 @@ static inline void tdm__spin_lock(tdm_spinlock *l) {
   tdm__spin_lock_slow(l);
 }
 
+/* Takes the lock if it is free; never waits. */
+static inline bool tdm__spin_trylock(tdm_spinlock *l) {
+  /* acquire: as tdm__spin_lock */
+  return !atomic_load_explicit(&l->locked, memory_order_relaxed) &&
+         !atomic_exchange_explicit(&l->locked, 1, memory_order_acquire);
+}
+
 static inline void tdm__spin_unlock(tdm_spinlock *l) {
   /* release: the critical section's writes are visible to the next owner */
   atomic_store_explicit(&l->locked, 0, memory_order_release);
@@ -247,6 +254,13 @@ struct tdm_handle {
   struct tdm_replica {
     void *mem;  /* cl_mem */
     void *fill; /* cl_event of the transfer that filled the node, or NULL */
+    /* device memory accounting, under the device's lock: the device's
+     * buffers from least to most recently used, the tasks in flight
+     * using this one (it cannot be evicted meanwhile), its size */
+    struct tdm_replica *lru_prev, *lru_next;
+    tdm_handle *owner;
+    unsigned pins;
+    size_t bytes;
   } *rep;
 };
 

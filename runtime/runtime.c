@@ -94,6 +94,22 @@ static void apply_env(tdm_runtime *rt) {
   s = getenv("TANDEM_OPENCL_LIBRARY");
   if (s && *s)
     rt->cfg.opencl_library = s;
+  s = getenv("TANDEM_DEVICE_MEMORY_LIMIT");
+  if (s && *s) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    unsigned shift = *end == 'k' || *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+    if (shift)
+      end++;
+    if (errno || *end || s[0] == '-' || v > (UINT64_MAX >> shift))
+      tdm__log(rt, TDM_LOG_WARNING,
+               "ignoring TANDEM_DEVICE_MEMORY_LIMIT=\"%s\": expected bytes, with k, M or G "
+               "allowed",
+               s);
+    else
+      rt->cfg.device_memory_limit = (uint64_t)v << shift;
+  }
 }
 
 /* The config's strings are only valid during tdm_runtime_create: the

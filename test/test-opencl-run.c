@@ -7,7 +7,9 @@
  * Vector add; a SAXPY chain alternating CPU and OpenCL tasks on the same
  * handles (coherence); byte counters (integrated: zero; discrete: exactly
  * what the graph needs); a device-only chain; tasks with both variants;
- * a kernel that does not build; an OpenCL-only task without a device.
+ * a tiled matrix multiply (device only, and mixed with the CPU); a task
+ * enqueueing its own commands; a kernel that does not build; an
+ * OpenCL-only task without a device.
  * Exits 77 (skip) where no OpenCL CPU device is installed.
  */
 #include "common.h"
@@ -20,9 +22,12 @@
 
 static bool discrete;
 
+static uint64_t memory_limit; /* for the next runtime */
+
 static tdm_runtime *device_runtime(test_log *log, int admit) {
   tdm_config cfg;
   tdm_config_init(&cfg);
+  cfg.device_memory_limit = memory_limit;
   cfg.ignore_env = 1;
   cfg.nworkers = 2;
   cfg.bind_workers = 0;
@@ -397,6 +402,115 @@ static void test_tiled_gemm_both_variants(void **state) {
   tiled_gemm(true);
 }
 
+/* ---- the escape hatch: the task enqueues its own commands --------------- */
+
+static cl_int copy_enqueue(cl_command_queue q, const cl_mem *mems, const tdm_buffer *bufs,
+                           const void *args, size_t size, cl_event *done) {
+  (void)args;
+  (void)size;
+  return clEnqueueCopyBuffer(q, mems[0], mems[1], 0, 0, bufs[0].nx * bufs[0].elem_size, 0, NULL,
+                             done);
+}
+
+static void test_escape_hatch(void **state) {
+  (void)state;
+  static const tdm_opencl_variant copy_cl = {.enqueue = copy_enqueue};
+  static const tdm_codelet copy = {
+      .name = "copy", .nbuffers = 2, .modes = {TDM_R, TDM_W}, .opencl = &copy_cl};
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  float *x = array(5, 1), *y = array(0, 0);
+  tdm_handle *hx, *hy;
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &copy, .handles = {hx, hy}}),
+                   TDM_OK);
+  saxpy(rt, &saxpy_gpu_only, hx, hy, 1.0f); /* then a kernel on the copy: y = 2x */
+  assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
+  for (int i = 0; i < N; i++)
+    assert_true(y[i] == 2 * x[i]);
+  assert_int_equal(counters(rt).tasks, 2);
+  tdm_handle_unregister(hx);
+  tdm_runtime_destroy(rt);
+  tdm_free(x);
+  tdm_free(y);
+  assert_int_equal(test_log_errors(&log), 0);
+}
+
+/* ---- device memory pressure ---------------------------------------------- */
+
+/* Room for three of the nine vectors: every round must evict, dirty
+ * vectors are written back, and the results are right. */
+static void test_eviction(void **state) {
+  (void)state;
+  test_log log;
+  memory_limit = 3 * N * sizeof(float);
+  tdm_runtime *rt = device_runtime(&log, 1);
+  memory_limit = 0;
+  enum { V = 8, ROUNDS = 3 };
+  float *x = array(1, 1), *ys[V];
+  tdm_handle *hx, *hy[V];
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  for (int v = 0; v < V; v++) {
+    ys[v] = array((float)v, 0);
+    assert_int_equal(tdm_register_vector(rt, ys[v], N, sizeof(float), &hy[v]), TDM_OK);
+  }
+  for (int r = 0; r < ROUNDS; r++)
+    for (int v = 0; v < V; v++)
+      saxpy(rt, &saxpy_gpu_only, hx, hy[v], 1.0f);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  tdm_device_counters k = counters(rt);
+  for (int v = 0; v < V; v++)
+    assert_int_equal(tdm_handle_unregister(hy[v]), TDM_OK);
+  printf("%llu evictions, %llu bytes in, %llu out\n", (unsigned long long)k.evictions,
+         (unsigned long long)k.bytes_to_device, (unsigned long long)k.bytes_to_host);
+  for (int v = 0; v < V; v++) {
+    for (int i = 0; i < N; i++)
+      if (ys[v][i] != (float)v + ROUNDS * x[i])
+        fail_msg("y%d[%d] = %g, expected %g", v, i, (double)ys[v][i],
+                 (double)((float)v + ROUNDS * x[i]));
+    tdm_free(ys[v]);
+  }
+  assert_int_equal(k.tasks, V * ROUNDS);
+  if (discrete) /* a shared device holds no memory of its own */
+    assert_true(k.evictions >= (V - 2) * ROUNDS);
+  else
+    assert_int_equal(k.evictions, 0);
+  tdm_handle_unregister(hx);
+  tdm_runtime_destroy(rt);
+  tdm_free(x);
+  assert_int_equal(test_log_errors(&log), 0);
+}
+
+/* A buffer larger than the device may hold: a clear error, or the CPU. */
+static void test_too_large(void **state) {
+  (void)state;
+  test_log log;
+  memory_limit = N * sizeof(float) - 1;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  memory_limit = 0;
+  float *x = array(1, 0), *y = array(1, 0);
+  tdm_handle *hx, *hy;
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  tdm_status st = tdm_submit(rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only,
+                                                  .handles = {hx, hy},
+                                                  .args = &(float){1},
+                                                  .args_size = sizeof(float)});
+  if (discrete) {
+    assert_int_equal(st, TDM_ERR_TOO_LARGE);
+    assert_true(test_log_has(&log, "does not fit on device"));
+  } else {
+    assert_int_equal(st, TDM_OK); /* in host memory: no limit applies */
+  }
+  saxpy(rt, &saxpy_both, hx, hy, 1.0f); /* on the CPU when too large */
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_true(y[0] == (discrete ? 2.0f : 3.0f));
+  tdm_runtime_destroy(rt);
+  tdm_free(x);
+  tdm_free(y);
+}
+
 static void test_build_failure(void **state) {
   (void)state;
   test_log log;
@@ -474,6 +588,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_both_variants),
       cmocka_unit_test(test_tiled_gemm),
       cmocka_unit_test(test_tiled_gemm_both_variants),
+      cmocka_unit_test(test_escape_hatch),
+      cmocka_unit_test(test_eviction),
+      cmocka_unit_test(test_too_large),
       cmocka_unit_test(test_build_failure),
       cmocka_unit_test(test_no_device),
   };

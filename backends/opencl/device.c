@@ -114,7 +114,13 @@ struct tdm_gpu {
   tdm_task *head, *tail; /* tasks placed here, not yet launched */
   unsigned queued, inflight, cap;
   program *programs;
-  _Atomic uint64_t tasks, to_device, to_host, copies_to_device, copies_to_host;
+  /* memory (discrete devices), under mem_lock, a leaf lock (only handle
+   * locks are tried under it, never waited for): bytes held, the limit,
+   * buffers by use, and their pins and buffers */
+  pthread_mutex_t mem_lock;
+  uint64_t used, limit, max_alloc;
+  struct tdm_replica *lru_head, *lru_tail;
+  _Atomic uint64_t tasks, to_device, to_host, copies_to_device, copies_to_host, evictions;
 };
 
 /* What a task on a device, or a CPU task waiting for its inputs, keeps
@@ -174,7 +180,13 @@ tdm_status tdm__gpus_start(tdm_runtime *rt) {
     g->ctx = rt->cl->contexts[d];
     g->id = rt->cl->ids[d];
     g->cap = 4;
+    g->max_alloc = rt->devices[d].max_alloc;
+    g->limit = rt->devices[d].global_mem;
+    if (rt->cfg.device_memory_limit && (!g->limit || rt->cfg.device_memory_limit < g->limit))
+      g->limit = rt->cfg.device_memory_limit;
     int err = pthread_mutex_init(&g->lock, NULL);
+    if (!err && (err = pthread_mutex_init(&g->mem_lock, NULL)))
+      pthread_mutex_destroy(&g->lock);
     if (err) {
       free(g);
       rt->gpus[k] = NULL;
@@ -218,6 +230,7 @@ void tdm__gpus_stop(tdm_runtime *rt) {
       api->ReleaseCommandQueue(g->transfer);
     }
     pthread_mutex_destroy(&g->lock);
+    pthread_mutex_destroy(&g->mem_lock);
     free(g);
   }
   free(rt->gpus);
@@ -281,6 +294,31 @@ static program *program_of(tdm_gpu *g, const tdm_codelet *cl) {
   return p;
 }
 
+/* Whether g can run t: its program builds there, and each of its buffers
+ * fits in the device's memory (logged when `say`). */
+static tdm_status can_run(tdm_gpu *g, const tdm_task *t, bool say) {
+  tdm_runtime *rt = g->rt;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+  program *p = program_of(g, t->cl);
+  tdm_status st = p ? p->status : TDM_ERR_NO_MEMORY;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+  uint64_t total = 0;
+  for (unsigned i = 0; i < t->nbuf && !st && !g->shared; i++) {
+    size_t bytes = handle_bytes(t->handles[i]);
+    total += bytes;
+    if ((g->max_alloc && bytes > g->max_alloc) || bytes > g->limit || total > g->limit) {
+      if (say)
+        tdm__log(rt, TDM_LOG_WARNING,
+               "OpenCL: codelet %s: buffer %u (%zu bytes) does not fit on device %u (at most "
+               "%llu bytes per buffer, %llu in all)",
+               t->cl->name ? t->cl->name : "(unnamed)", i, bytes, g->device,
+               (unsigned long long)g->max_alloc, (unsigned long long)g->limit);
+      st = TDM_ERR_TOO_LARGE;
+    }
+  }
+  return st;
+}
+
 tdm_status tdm__gpu_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
   const tdm_codelet *cl = t->cl;
   const char *name = cl->name ? cl->name : "(unnamed)";
@@ -296,14 +334,10 @@ tdm_status tdm__gpu_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
   }
   tdm_status st = TDM_ERR_BUILD;
   for (unsigned k = 0; k < rt->ndevice_workers; k++) {
-    tdm_gpu *g = rt->gpus[k];
-    TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
-    program *p = program_of(g, cl);
-    tdm_status pst = p ? p->status : TDM_ERR_NO_MEMORY;
-    TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+    tdm_status pst = can_run(rt->gpus[k], t, true);
     if (!pst)
       st = TDM_OK; /* at least one device can run it */
-    else if (pst == TDM_ERR_NO_MEMORY && st == TDM_ERR_BUILD)
+    else if (pst != TDM_ERR_BUILD && st == TDM_ERR_BUILD)
       st = pst;
   }
   if (st == TDM_OK) {
@@ -333,27 +367,6 @@ static void set_fill(tdm_handle *h, unsigned node, cl_event e) {
   h->rep[node].fill = e;
 }
 
-/* The buffer of h on device g (made on first use); NULL on failure. */
-static cl_mem mem_of(tdm_handle *h, tdm_gpu *g) {
-  struct tdm_replica *r = &h->rep[1 + g->k];
-  if (r->mem)
-    return (cl_mem)r->mem;
-  const cl_api *api = api_of(h->rt);
-  cl_int err = CL_SUCCESS;
-  /* discrete: the elements packed (a tile's rows one after the other);
-   * shared: the application's memory itself, from the first element to
-   * the last (the tiles of one matrix overlap in range, never in elements) */
-  size_t size = g->shared ? span_bytes(h) : handle_bytes(h);
-  cl_mem m = g->shared ? api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, size,
-                                           h->buf.ptr, &err)
-                       : api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE, size, NULL, &err);
-  if (!m)
-    tdm__log(h->rt, TDM_LOG_ERROR, "OpenCL: device %u: no buffer of %zu bytes (error %d)",
-             g->device, size, (int)err);
-  r->mem = m;
-  return m;
-}
-
 typedef struct waitlist {
   cl_event ev[2 * TDM_MAX_BUFFERS];
   unsigned n;
@@ -363,6 +376,143 @@ static void release_all(const cl_api *api, waitlist *w) {
   for (unsigned i = 0; i < w->n; i++)
     api->ReleaseEvent(w->ev[i]);
   w->n = 0;
+}
+
+/* ---- device memory ------------------------------------------------------
+ * A discrete device's buffers are counted against its limit and kept in
+ * least-recently-used order. To make room, the least recently used buffers
+ * that no task in flight uses are dropped: one that holds the only current
+ * copy is read back to the host first (OpenCL frees the buffer once that
+ * read is done). Under the device's mem_lock. */
+
+static void lru_unlink(tdm_gpu *g, struct tdm_replica *r) {
+  if (r->lru_prev)
+    r->lru_prev->lru_next = r->lru_next;
+  else
+    g->lru_head = r->lru_next;
+  if (r->lru_next)
+    r->lru_next->lru_prev = r->lru_prev;
+  else
+    g->lru_tail = r->lru_prev;
+  r->lru_prev = r->lru_next = NULL;
+}
+
+static void lru_append(tdm_gpu *g, struct tdm_replica *r) {
+  r->lru_prev = g->lru_tail;
+  r->lru_next = NULL;
+  if (g->lru_tail)
+    g->lru_tail->lru_next = r;
+  else
+    g->lru_head = r;
+  g->lru_tail = r;
+}
+
+static void count_copy(tdm_gpu *g, bool to_device, size_t bytes);
+static cl_int copy_rect(const cl_api *api, cl_command_queue q, bool to_device, cl_mem m,
+                        const tdm_handle *h, const size_t *origin, size_t pitch,
+                        const waitlist *w, cl_event *e);
+
+/* Drops r (a buffer of g whose handle's lock we hold). */
+static void drop_replica(tdm_gpu *g, struct tdm_replica *r) {
+  tdm_handle *h = r->owner;
+  const cl_api *api = api_of(g->rt);
+  unsigned node = 1 + g->k;
+  if (h->valid == (1u << node)) { /* the only copy: home first */
+    cl_event e = NULL;
+    waitlist before = {.n = 0};
+    if (r->fill)
+      before.ev[before.n++] = (cl_event)r->fill; /* borrowed: not released */
+    cl_int err = copy_rect(api, g->transfer, false, (cl_mem)r->mem, h, NULL,
+                           h->buf.ny * h->buf.elem_size, &before, &e);
+    if (err != CL_SUCCESS) {
+      tdm__log(g->rt, TDM_LOG_ERROR, "OpenCL: writing back %zu bytes from device %u: error %d",
+               r->bytes, g->device, (int)err);
+      return; /* keep it */
+    }
+    api->Flush(g->transfer);
+    count_copy(g, false, r->bytes);
+    h->valid |= 1;
+    set_fill(h, 0, e);
+  }
+  h->valid &= ~(1u << node);
+  set_fill(h, node, NULL);
+  api->ReleaseMemObject((cl_mem)r->mem);
+  r->mem = NULL;
+  g->used -= r->bytes;
+  lru_unlink(g, r);
+  atomic_fetch_add_explicit(&g->evictions, 1, memory_order_relaxed);
+}
+
+/* Drops unpinned buffers, least recently used first, until `need` more
+ * bytes fit under the limit (all of them when need is 0). Returns whether
+ * they fit. `self`'s lock is held by the caller. */
+static bool make_room(tdm_gpu *g, size_t need, const tdm_handle *self) {
+  struct tdm_replica *r = g->lru_head;
+  while (r && (need == 0 || g->used + need > g->limit)) {
+    struct tdm_replica *next = r->lru_next;
+    tdm_handle *h = r->owner;
+    if (!r->pins) {
+      if (h == self) {
+        drop_replica(g, r);
+      } else if (tdm__spin_trylock(&h->lock)) { /* never wait: lock order */
+        drop_replica(g, r);
+        tdm__spin_unlock(&h->lock);
+      }
+    }
+    r = next;
+  }
+  return need == 0 || g->used + need <= g->limit;
+}
+
+/* The buffer of h on device g, made on first use (making room for it on a
+ * discrete device); NULL when it cannot be made now. h->lock and g->lock
+ * held. */
+static cl_mem mem_of(tdm_handle *h, tdm_gpu *g) {
+  struct tdm_replica *r = &h->rep[1 + g->k];
+  if (r->mem) {
+    if (!g->shared) { /* most recently used now */
+      TDM_PTHREAD(h->rt, pthread_mutex_lock(&g->mem_lock));
+      lru_unlink(g, r);
+      lru_append(g, r);
+      TDM_PTHREAD(h->rt, pthread_mutex_unlock(&g->mem_lock));
+    }
+    return (cl_mem)r->mem;
+  }
+  const cl_api *api = api_of(h->rt);
+  cl_int err = CL_SUCCESS;
+  cl_mem m;
+  if (g->shared) {
+    /* the application's memory itself, from the first element to the last
+     * (the tiles of one matrix overlap in range, never in elements) */
+    m = api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, span_bytes(h),
+                          h->buf.ptr, &err);
+  } else {
+    /* the elements packed (a tile's rows one after the other) */
+    size_t size = handle_bytes(h);
+    TDM_PTHREAD(h->rt, pthread_mutex_lock(&g->mem_lock));
+    if (!make_room(g, size, h)) {
+      TDM_PTHREAD(h->rt, pthread_mutex_unlock(&g->mem_lock));
+      return NULL; /* the caller waits for tasks in flight to unpin */
+    }
+    m = api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE, size, NULL, &err);
+    if (!m && (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES)) {
+      make_room(g, 0, h); /* the device is fuller than we count: drop all we may */
+      m = api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE, size, NULL, &err);
+    }
+    if (m) {
+      r->mem = m;
+      r->owner = h;
+      r->bytes = size;
+      g->used += size;
+      lru_append(g, r);
+    }
+    TDM_PTHREAD(h->rt, pthread_mutex_unlock(&g->mem_lock));
+  }
+  if (!m)
+    tdm__log(h->rt, TDM_LOG_WARNING, "OpenCL: device %u: no buffer of %zu bytes (error %d)",
+             g->device, g->shared ? span_bytes(h) : handle_bytes(h), (int)err);
+  r->mem = m;
+  return m;
 }
 
 /* ---- joining events ------------------------------------------------------
@@ -661,6 +811,7 @@ static void CL_CALLBACK on_complete(cl_event e, cl_int status, void *data) {
 }
 
 static void pump(tdm_gpu *g);
+static void pin(tdm_gpu *g, const tdm_task *t, unsigned n, int delta);
 
 bool tdm__gpu_progress(tdm_runtime *rt) {
   if (!atomic_load_explicit(&rt->completions, memory_order_relaxed))
@@ -689,6 +840,7 @@ bool tdm__gpu_progress(tdm_runtime *rt) {
                  g->device, (int)status);
       api->ReleaseEvent(x->done);
       free(x);
+      pin(g, t, t->nbuf, -1);
       atomic_fetch_add_explicit(&g->tasks, 1, memory_order_relaxed);
       TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
       g->inflight--;
@@ -745,9 +897,47 @@ static void default_work_size(const tdm_buffer *b, bool vector, unsigned *dims, 
   }
 }
 
-/* Enqueues t's transfers and kernel on g; g->lock held. On failure the
- * task is finished at once (its outputs untouched) with an error logged. */
-static void launch(tdm_gpu *g, tdm_task *t) {
+/* Pins (or unpins) the device buffers of t's first n buffers on g: a
+ * pinned buffer is not evicted. */
+static void pin(tdm_gpu *g, const tdm_task *t, unsigned n, int delta) {
+  if (g->shared)
+    return;
+  TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->mem_lock));
+  for (unsigned i = 0; i < n; i++) {
+    struct tdm_replica *r = &t->handles[i]->rep[1 + g->k];
+    r->pins = (unsigned)((int)r->pins + delta);
+  }
+  TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->mem_lock));
+}
+
+/* Makes t's buffers on g and pins them. Returns false when there is no
+ * room for them (nothing pinned then). */
+static bool allocate(tdm_gpu *g, tdm_task *t, cl_mem *mems) {
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    tdm_handle *h = t->handles[i];
+    tdm__spin_lock(&h->lock);
+    bool ok = replicas(h) && (mems[i] = mem_of(h, g)) != NULL;
+    tdm__spin_unlock(&h->lock);
+    if (!ok) {
+      pin(g, t, i, -1);
+      return false;
+    }
+    if (!g->shared) {
+      TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->mem_lock));
+      h->rep[1 + g->k].pins++;
+      TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->mem_lock));
+    }
+  }
+  return true;
+}
+
+enum { LAUNCHED, RETRY };
+
+/* Enqueues t's transfers and kernel on g; g->lock held. Returns RETRY,
+ * with nothing done, when its buffers do not fit on the device until
+ * tasks in flight finish. On failure the task is finished at once (its
+ * outputs untouched) with an error logged. */
+static int launch(tdm_gpu *g, tdm_task *t) {
   tdm_runtime *rt = g->rt;
   const cl_api *api = api_of(rt);
   const char *name = t->cl->name ? t->cl->name : "(unnamed)";
@@ -761,13 +951,24 @@ static void launch(tdm_gpu *g, tdm_task *t) {
     ok = false;
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: out of memory launching codelet %s", name);
   }
+  bool pinned = false;
+  if (ok && !(pinned = allocate(g, t, mems))) {
+    if (g->inflight) { /* room comes back as they finish */
+      free(x);
+      return RETRY;
+    }
+    ok = false;
+    tdm__log(rt, TDM_LOG_ERROR,
+             "OpenCL: codelet %s: its buffers do not fit in device %u's memory (limit %llu "
+             "bytes)",
+             name, g->device, (unsigned long long)g->limit);
+  }
   for (unsigned i = 0; i < t->nbuf && ok; i++) {
     tdm_handle *h = t->handles[i];
     bufs[i] = h->buf;
     if (!g->shared) /* the device holds the elements packed */
       bufs[i].ld = h->kind == TDM_HANDLE_VECTOR ? 1 : h->buf.ny;
     tdm__spin_lock(&h->lock);
-    ok = replicas(h) && (mems[i] = mem_of(h, g)) != NULL;
     /* a shared device reads host memory: node 0. A buffer only written
      * needs no copy, but a matrix still to gather from its tiles, or a
      * tile still to take from its matrix, is settled first. */
@@ -856,11 +1057,13 @@ static void launch(tdm_gpu *g, tdm_task *t) {
       on_complete(done, CL_COMPLETE, t);
     }
     api->Flush(g->compute);
-    return;
+    return LAUNCHED;
   }
   free(x);
   if (done)
     api->ReleaseEvent(done);
+  if (pinned)
+    pin(g, t, t->nbuf, -1);
   /* the task could not run: finish it so that the graph goes on */
   tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s did not run; its outputs are unchanged", name);
   t->dx = NULL;
@@ -869,6 +1072,7 @@ static void launch(tdm_gpu *g, tdm_task *t) {
   TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
   tdm__task_finish(t); /* may place successors here: not under the lock */
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+  return LAUNCHED;
 }
 
 /* Takes a task for g: its own queue first, then a task either kind of
@@ -892,7 +1096,14 @@ static void pump(tdm_gpu *g) {
     tdm_task *t = next_for(g);
     if (!t)
       break;
-    launch(g, t);
+    if (launch(g, t) == RETRY) { /* first in line once room comes back */
+      t->pool_next = g->head;
+      g->head = t;
+      if (!g->tail)
+        g->tail = t;
+      g->queued++;
+      break;
+    }
   }
   TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
 }
@@ -919,11 +1130,12 @@ void tdm__place(tdm_runtime *rt, tdm_task *t) {
   unsigned best_load = ~0u;
   for (unsigned k = 0; k < rt->ndevice_workers; k++) {
     tdm_gpu *g = rt->gpus[k];
+    if (can_run(g, t, false) != TDM_OK)
+      continue;
     TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
-    program *p = program_of(g, t->cl);
     unsigned load = g->queued + g->inflight;
     TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
-    if (p && !p->status && load < best_load) {
+    if (load < best_load) {
       best = g;
       best_load = load;
     }
@@ -1023,12 +1235,24 @@ void tdm__handle_forget(tdm_handle *h) {
   h->ngather = 0;
   if (!h->rep)
     return;
-  const cl_api *api = api_of(h->rt);
-  for (unsigned n = 0; n <= h->rt->ndevice_workers; n++) {
-    if (h->rep[n].fill)
-      api->ReleaseEvent((cl_event)h->rep[n].fill);
-    if (h->rep[n].mem)
-      api->ReleaseMemObject((cl_mem)h->rep[n].mem);
+  tdm_runtime *rt = h->rt;
+  const cl_api *api = api_of(rt);
+  for (unsigned n = 0; n <= rt->ndevice_workers; n++) {
+    struct tdm_replica *r = &h->rep[n];
+    if (r->fill)
+      api->ReleaseEvent((cl_event)r->fill);
+    if (n == 0)
+      continue;
+    tdm_gpu *g = rt->gpus[n - 1];
+    TDM_PTHREAD(rt, pthread_mutex_lock(&g->mem_lock));
+    if (r->mem) {
+      api->ReleaseMemObject((cl_mem)r->mem);
+      if (!g->shared) {
+        g->used -= r->bytes;
+        lru_unlink(g, r);
+      }
+    }
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&g->mem_lock));
   }
   free(h->rep);
   h->rep = NULL;
@@ -1052,6 +1276,7 @@ tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
     c.bytes_to_host = atomic_load(&g->to_host);
     c.copies_to_device = atomic_load(&g->copies_to_device);
     c.copies_to_host = atomic_load(&g->copies_to_host);
+    c.evictions = atomic_load(&g->evictions);
   }
   memcpy(out, &c, sizeof c);
   return TDM_OK;
