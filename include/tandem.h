@@ -191,6 +191,10 @@ typedef struct tdm_config {
    * back first when they are the only copy). Environment:
    * TANDEM_DEVICE_MEMORY_LIMIT (bytes; a k, M or G suffix allowed). */
   uint64_t device_memory_limit;
+  /** Directory of the on-disk cache of compiled OpenCL programs. NULL
+   * (default): $XDG_CACHE_HOME/tandem, else $HOME/.cache/tandem. Created
+   * with mode 0700, entries 0600. Environment: TANDEM_CACHE_DIR. */
+  const char *cache_dir;
 } tdm_config;
 
 /** Fills *config with the defaults listed above. Any thread. */

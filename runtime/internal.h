@@ -351,6 +351,7 @@ struct tdm_runtime {
   tdm_device_selection selection;
   char *devices_text; /* cfg.devices points here */
   char *opencl_library; /* cfg.opencl_library points here */
+  char *cache_dir;      /* cfg.cache_dir points here */
   unsigned ndevice_workers;
   unsigned *device_of;
   struct tdm_gpu **gpus; /* device worker k (backends/opencl/device.c) */

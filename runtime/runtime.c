@@ -94,6 +94,9 @@ static void apply_env(tdm_runtime *rt) {
   s = getenv("TANDEM_OPENCL_LIBRARY");
   if (s && *s)
     rt->cfg.opencl_library = s;
+  s = getenv("TANDEM_CACHE_DIR");
+  if (s && *s)
+    rt->cfg.cache_dir = s;
   s = getenv("TANDEM_DEVICE_MEMORY_LIMIT");
   if (s && *s) {
     char *end;
@@ -123,6 +126,7 @@ static tdm_status copy_strings(tdm_runtime *rt) {
       {&rt->cfg.topology_xml, &rt->xml},
       {&rt->cfg.devices, &rt->devices_text},
       {&rt->cfg.opencl_library, &rt->opencl_library},
+      {&rt->cfg.cache_dir, &rt->cache_dir},
   };
   for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
     if (!*strs[i].field)
@@ -140,6 +144,7 @@ static void free_strings(tdm_runtime *rt) {
   free(rt->xml);
   free(rt->devices_text);
   free(rt->opencl_library);
+  free(rt->cache_dir);
 }
 
 /* Checks the device fields of the config (after the environment). */

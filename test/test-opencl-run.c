@@ -8,7 +8,9 @@
  * handles (coherence); byte counters (integrated: zero; discrete: exactly
  * what the graph needs); a device-only chain; tasks with both variants;
  * a tiled matrix multiply (device only, and mixed with the CPU); a task
- * enqueueing its own commands; a kernel that does not build; an
+ * enqueueing its own commands; eviction under a small device-memory limit;
+ * a buffer too large for the device; the on-disk program cache (reused,
+ * corrupt and truncated entries); a kernel that does not build; an
  * OpenCL-only task without a device.
  * Exits 77 (skip) where no OpenCL CPU device is installed.
  */
@@ -16,18 +18,23 @@
 
 #include "tandem/opencl.h"
 
+#include <dirent.h>
 #include <stdbool.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define N 4096
 
 static bool discrete;
 
 static uint64_t memory_limit; /* for the next runtime */
+static char cache_dir[128];   /* a fresh one per run of this program */
 
 static tdm_runtime *device_runtime(test_log *log, int admit) {
   tdm_config cfg;
   tdm_config_init(&cfg);
   cfg.device_memory_limit = memory_limit;
+  cfg.cache_dir = cache_dir;
   cfg.ignore_env = 1;
   cfg.nworkers = 2;
   cfg.bind_workers = 0;
@@ -511,6 +518,89 @@ static void test_too_large(void **state) {
   tdm_free(y);
 }
 
+/* ---- the on-disk program cache ------------------------------------------ */
+
+/* Runs one saxpy on the device in a new runtime; returns its log. */
+static void one_saxpy(test_log *log) {
+  tdm_runtime *rt = device_runtime(log, 1);
+  float *x = array(1, 0), *y = array(1, 0);
+  tdm_handle *hx, *hy;
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  saxpy(rt, &saxpy_gpu_only, hx, hy, 1.0f);
+  tdm_runtime_destroy(rt);
+  assert_true(y[0] == 2.0f && y[N - 1] == 2.0f);
+  tdm_free(x);
+  tdm_free(y);
+}
+
+/* The one entry of the (fresh) cache directory. */
+static void the_entry(char *path, size_t size) {
+  DIR *d = opendir(cache_dir);
+  assert_non_null(d);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d)))
+    if (strstr(e->d_name, ".clbin")) {
+      snprintf(path, size, "%s/%s", cache_dir, e->d_name);
+      n++;
+    }
+  closedir(d);
+  assert_int_equal(n, 1);
+}
+
+static void test_program_cache(void **state) {
+  (void)state;
+  char sub[sizeof cache_dir], path[512];
+  /* in a directory of its own, created on first use */
+  snprintf(sub, sizeof sub, "%s", cache_dir);
+  if (snprintf(cache_dir, sizeof cache_dir, "%.100s/c", sub) < 0)
+    fail();
+  test_log log;
+  one_saxpy(&log);
+  assert_true(test_log_has(&log, "OpenCL cache: wrote"));
+  assert_false(test_log_has(&log, "from the cache"));
+  struct stat st;
+  assert_int_equal(stat(cache_dir, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0700);
+  the_entry(path, sizeof path);
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  off_t full = st.st_size;
+
+  /* the second run reuses it */
+  one_saxpy(&log);
+  assert_true(test_log_has(&log, "from the cache"));
+  assert_false(test_log_has(&log, "OpenCL cache: wrote"));
+
+  /* a corrupt entry is ignored, said, and replaced */
+  FILE *f = fopen(path, "r+b");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, -10, SEEK_END), 0);
+  int c = fgetc(f);
+  assert_int_equal(fseek(f, -10, SEEK_END), 0);
+  fputc(c ^ 0xff, f);
+  fclose(f);
+  one_saxpy(&log);
+  assert_true(test_log_has(&log, "corrupt (checksum)"));
+  assert_true(test_log_has(&log, "OpenCL cache: wrote"));
+  one_saxpy(&log);
+  assert_true(test_log_has(&log, "from the cache"));
+
+  /* so is a truncated one */
+  assert_int_equal(truncate(path, full / 2), 0);
+  one_saxpy(&log);
+  assert_true(test_log_has(&log, "truncated"));
+  assert_true(test_log_has(&log, "OpenCL cache: wrote"));
+  one_saxpy(&log);
+  assert_true(test_log_has(&log, "from the cache"));
+  assert_int_equal(test_log_errors(&log), 0);
+
+  unlink(path);
+  rmdir(cache_dir);
+  snprintf(cache_dir, sizeof cache_dir, "%s", sub);
+}
+
 static void test_build_failure(void **state) {
   (void)state;
   test_log log;
@@ -572,6 +662,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   discrete = !strcmp(argv[1], "discrete");
+  snprintf(cache_dir, sizeof cache_dir, "/tmp/tandem-test-XXXXXX");
+  if (!mkdtemp(cache_dir))
+    return 1;
   test_log log;
   tdm_runtime *rt = device_runtime(&log, 1);
   int found = the_device(rt);
@@ -591,8 +684,21 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_escape_hatch),
       cmocka_unit_test(test_eviction),
       cmocka_unit_test(test_too_large),
+      cmocka_unit_test(test_program_cache),
       cmocka_unit_test(test_build_failure),
       cmocka_unit_test(test_no_device),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  /* the entries the other tests wrote */
+  DIR *d = opendir(cache_dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
+    if (e->d_name[0] != '.')
+      unlink(path);
+  }
+  if (d)
+    closedir(d);
+  rmdir(cache_dir);
+  return rc;
 }

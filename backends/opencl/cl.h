@@ -69,6 +69,10 @@ typedef struct cl_api {
                                   void *, cl_uint, const cl_event *, cl_event *);
   cl_int (*Flush)(cl_command_queue);
   cl_int (*Finish)(cl_command_queue);
+  cl_program (*CreateProgramWithBinary)(cl_context, cl_uint, const cl_device_id *,
+                                        const size_t *, const unsigned char **, cl_int *,
+                                        cl_int *);
+  cl_int (*GetProgramInfo)(cl_program, cl_program_info, size_t, void *, size_t *);
   bool can_run; /* every entry point above was found */
   const char *missing; /* the first one that was not */
 } cl_api;
@@ -81,5 +85,19 @@ struct tdm_opencl {
   cl_device_id *ids;
   cl_context *contexts;
 };
+
+/* cache.c: program binaries on disk */
+uint64_t tdm__fnv1a(const void *data, size_t n, uint64_t h);
+/* The cached binary for `key` (malloc'd, *size bytes), or NULL. */
+void *tdm__cache_load(const tdm_runtime *rt, const char *key, size_t keylen, size_t *size);
+void tdm__cache_store(const tdm_runtime *rt, const char *key, size_t keylen, const void *bin,
+                      size_t size);
+
+/* cache.c: program binaries on disk */
+uint64_t tdm__fnv1a(const void *data, size_t n, uint64_t h);
+/* The cached binary for `key` (malloc'd, *size bytes), or NULL. */
+void *tdm__cache_load(const tdm_runtime *rt, const char *key, size_t keylen, size_t *size);
+void tdm__cache_store(const tdm_runtime *rt, const char *key, size_t keylen, const void *bin,
+                      size_t size);
 
 #endif

@@ -260,6 +260,76 @@ static void log_build_failure(tdm_gpu *g, const program *p, const char *name, cl
   free(log);
 }
 
+/* What identifies a compiled program: its source and options, and the
+ * device and driver it is compiled for (cache.c). */
+static char *cache_key(const tdm_gpu *g, const tdm_opencl_variant *v, size_t *len) {
+  const tdm_device_record *d = &g->rt->devices[g->device];
+  const char *parts[] = {"source", v->source,   "options", v->options ? v->options : "",
+                         "device", d->name,     "vendor",  d->vendor,
+                         "driver", d->driver_version, "opencl", d->version,
+                         "platform", d->platform_name};
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+    n += strlen(parts[i]) + 1;
+  char *key = malloc(n), *at = key;
+  if (!key)
+    return NULL;
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    size_t l = strlen(parts[i]) + 1; /* the NULs separate the parts */
+    memcpy(at, parts[i], l);
+    at += l;
+  }
+  *len = n;
+  return key;
+}
+
+/* Builds p from a cached binary; false (p untouched) when there is none
+ * or the driver refuses it. */
+static bool from_cache(tdm_gpu *g, program *p, const char *key, size_t keylen) {
+  const cl_api *api = api_of(g->rt);
+  size_t size = 0;
+  unsigned char *bin = tdm__cache_load(g->rt, key, keylen, &size);
+  if (!bin)
+    return false;
+  const unsigned char *bins[1] = {bin};
+  cl_int status = CL_SUCCESS, err = CL_SUCCESS;
+  cl_program prog = api->CreateProgramWithBinary(g->ctx, 1, &g->id, &size, bins, &status, &err);
+  free(bin);
+  if (prog && err == CL_SUCCESS && status == CL_SUCCESS)
+    err = api->BuildProgram(prog, 1, &g->id, p->variant->options, NULL, NULL);
+  cl_kernel kernel = NULL;
+  if (prog && err == CL_SUCCESS && status == CL_SUCCESS)
+    kernel = api->CreateKernel(prog, p->variant->kernel, &err);
+  if (!kernel) {
+    tdm__log(g->rt, TDM_LOG_WARNING,
+             "OpenCL cache: device %u refused a cached binary of kernel %s (error %d, %d); "
+             "building it again",
+             g->device, p->variant->kernel, (int)err, (int)status);
+    if (prog)
+      api->ReleaseProgram(prog);
+    return false;
+  }
+  p->program = prog;
+  p->kernel = kernel;
+  return true;
+}
+
+/* Stores p's binary for g in the cache. */
+static void to_cache(tdm_gpu *g, program *p, const char *key, size_t keylen) {
+  const cl_api *api = api_of(g->rt);
+  size_t size = 0;
+  if (api->GetProgramInfo(p->program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) !=
+          CL_SUCCESS ||
+      !size)
+    return;
+  unsigned char *bin = malloc(size);
+  unsigned char *bins[1] = {bin};
+  if (bin &&
+      api->GetProgramInfo(p->program, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS)
+    tdm__cache_store(g->rt, key, keylen, bin, size);
+  free(bin);
+}
+
 /* The program of `cl`'s variant on device g, built on first use. Called
  * with g->lock held. */
 static program *program_of(tdm_gpu *g, const tdm_codelet *cl) {
@@ -278,15 +348,28 @@ static program *program_of(tdm_gpu *g, const tdm_codelet *cl) {
   const cl_api *api = api_of(g->rt);
   const char *name = cl->name ? cl->name : "(unnamed)";
   cl_int err = CL_INVALID_VALUE;
-  if (v->source && v->kernel)
-    {
-    const char *src = v->source;
-    p->program = api->CreateProgramWithSource(g->ctx, 1, &src, NULL, &err);
+  if (!v->source || !v->kernel) {
+    log_build_failure(g, p, name, err);
+    p->status = TDM_ERR_BUILD;
+    return p;
   }
+  size_t keylen = 0;
+  char *key = cache_key(g, v, &keylen);
+  if (key && from_cache(g, p, key, keylen)) {
+    tdm__log(g->rt, TDM_LOG_INFO, "OpenCL: codelet %s: kernel %s for device %u from the cache",
+             name, v->kernel, g->device);
+    free(key);
+    return p;
+  }
+  const char *src = v->source;
+  p->program = api->CreateProgramWithSource(g->ctx, 1, &src, NULL, &err);
   if (p->program)
     err = api->BuildProgram(p->program, 1, &g->id, v->options, NULL, NULL);
   if (err == CL_SUCCESS)
     p->kernel = api->CreateKernel(p->program, v->kernel, &err);
+  if (err == CL_SUCCESS && key)
+    to_cache(g, p, key, keylen);
+  free(key);
   if (err != CL_SUCCESS) {
     log_build_failure(g, p, name, err);
     p->status = TDM_ERR_BUILD;

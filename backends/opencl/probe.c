@@ -119,6 +119,8 @@ static tdm_status load_api(tdm_runtime *rt, const char *path, cl_api *api) {
       {"clSetUserEventStatus", (void **)&api->SetUserEventStatus},
       {"clEnqueueWriteBufferRect", (void **)&api->EnqueueWriteBufferRect},
       {"clEnqueueReadBufferRect", (void **)&api->EnqueueReadBufferRect},
+      {"clCreateProgramWithBinary", (void **)&api->CreateProgramWithBinary},
+      {"clGetProgramInfo", (void **)&api->GetProgramInfo},
       {"clFlush", (void **)&api->Flush},
       {"clFinish", (void **)&api->Finish},
   };

@@ -1,0 +1,194 @@
+/*
+ * The on-disk cache of OpenCL program binaries, so that a program is
+ * compiled once per machine rather than once per run.
+ *
+ * Where: tdm_config.cache_dir / TANDEM_CACHE_DIR, else
+ * $XDG_CACHE_HOME/tandem, else $HOME/.cache/tandem; created with mode 0700
+ * (the XDG base directory specification asks that of the cache home too),
+ * entries with mode 0600: compiled code of the user's programs is nobody
+ * else's business.
+ *
+ * An entry is named by a 64-bit FNV-1a hash of its key (the program's
+ * source and build options, the device's name and vendor, its driver and
+ * OpenCL versions, its platform), and holds the whole key, so that a hash
+ * collision or a foreign file is recognised:
+ *
+ *   "TDMCLBIN"   8 bytes
+ *   version      u32 (1)
+ *   key length   u32, then the key
+ *   binary size  u64, then its FNV-1a hash u64, then the binary
+ *
+ * An entry that is truncated, corrupt or of another version is ignored
+ * with a log message and replaced after the program is built again.
+ * Entries are written to a temporary file and renamed into place, so a
+ * reader never sees half an entry. Integers are in the machine's byte
+ * order: the binaries are for this machine's devices anyway.
+ */
+#include "cl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char magic[8] = {'T', 'D', 'M', 'C', 'L', 'B', 'I', 'N'};
+enum { CACHE_VERSION = 1 };
+
+uint64_t tdm__fnv1a(const void *data, size_t n, uint64_t h) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+#define FNV_OFFSET 0xcbf29ce484222325ull
+
+/* Makes dir and its missing parents, mode 0700. */
+static bool make_dirs(const tdm_runtime *rt, const char *dir) {
+  char *path = strdup(dir);
+  if (!path)
+    return false;
+  bool ok = true;
+  for (char *p = path + 1; ok; p++) {
+    if (*p != '/' && *p != 0)
+      continue;
+    char c = *p;
+    *p = 0;
+    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+      tdm__log(rt, TDM_LOG_WARNING, "OpenCL cache: cannot create %s: %s", path, strerror(errno));
+      ok = false;
+    }
+    *p = c;
+    if (!c)
+      break;
+  }
+  free(path);
+  return ok;
+}
+
+/* The cache directory into buf, created if missing; false when there is
+ * none to use. */
+static bool cache_dir(const tdm_runtime *rt, char *buf, size_t size) {
+  const char *dir = rt->cfg.cache_dir;
+  int n;
+  if (dir && *dir) {
+    n = snprintf(buf, size, "%s", dir);
+  } else {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && xdg[0] == '/')
+      n = snprintf(buf, size, "%s/tandem", xdg);
+    else if (home && *home)
+      n = snprintf(buf, size, "%s/.cache/tandem", home);
+    else
+      return false;
+  }
+  return n > 0 && (size_t)n < size && make_dirs(rt, buf);
+}
+
+static bool entry_path(const tdm_runtime *rt, const char *key, size_t keylen, char *buf,
+                       size_t size) {
+  char dir[4096];
+  if (!cache_dir(rt, dir, sizeof dir))
+    return false;
+  int n = snprintf(buf, size, "%s/%016llx.clbin", dir,
+                   (unsigned long long)tdm__fnv1a(key, keylen, FNV_OFFSET));
+  return n > 0 && (size_t)n < size;
+}
+
+static bool read_all(int fd, void *buf, size_t n) {
+  char *p = buf;
+  while (n) {
+    ssize_t got = read(fd, p, n);
+    if (got <= 0)
+      return false;
+    p += got;
+    n -= (size_t)got;
+  }
+  return true;
+}
+
+static bool write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n) {
+    ssize_t put = write(fd, p, n);
+    if (put <= 0)
+      return false;
+    p += put;
+    n -= (size_t)put;
+  }
+  return true;
+}
+
+void *tdm__cache_load(const tdm_runtime *rt, const char *key, size_t keylen, size_t *size) {
+  char path[4200];
+  if (!entry_path(rt, key, keylen, path, sizeof path))
+    return NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return NULL; /* not cached yet */
+  char m[8];
+  uint32_t version = 0, klen = 0;
+  uint64_t bsize = 0, bhash = 0;
+  char *k = NULL;
+  void *bin = NULL;
+  const char *why = NULL;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !read_all(fd, m, sizeof m) || memcmp(m, magic, sizeof m))
+    why = "not a Tandem cache entry";
+  else if (!read_all(fd, &version, sizeof version) || version != CACHE_VERSION)
+    why = "another version";
+  else if (!read_all(fd, &klen, sizeof klen) || klen != keylen || !(k = malloc(klen)) ||
+           !read_all(fd, k, klen))
+    why = "truncated, or another key";
+  else if (memcmp(k, key, keylen))
+    why = "another key";
+  else if (!read_all(fd, &bsize, sizeof bsize) || !read_all(fd, &bhash, sizeof bhash) ||
+           bsize == 0 || bsize > (uint64_t)st.st_size)
+    why = "truncated";
+  else if (!(bin = malloc(bsize)) || !read_all(fd, bin, bsize))
+    why = "truncated";
+  else if (tdm__fnv1a(bin, bsize, FNV_OFFSET) != bhash)
+    why = "corrupt (checksum)";
+  close(fd);
+  free(k);
+  if (why) {
+    tdm__log(rt, TDM_LOG_WARNING, "OpenCL cache: ignoring %s: %s; the program is built again",
+             path, why);
+    free(bin);
+    return NULL;
+  }
+  *size = bsize;
+  return bin;
+}
+
+void tdm__cache_store(const tdm_runtime *rt, const char *key, size_t keylen, const void *bin,
+                      size_t size) {
+  char path[4200], tmp[4300];
+  if (!entry_path(rt, key, keylen, path, sizeof path))
+    return;
+  snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+  int fd = mkstemp(tmp); /* mode 0600 */
+  if (fd < 0) {
+    tdm__log(rt, TDM_LOG_WARNING, "OpenCL cache: cannot write %s: %s", tmp, strerror(errno));
+    return;
+  }
+  uint32_t version = CACHE_VERSION, klen = (uint32_t)keylen;
+  uint64_t bsize = size, bhash = tdm__fnv1a(bin, size, FNV_OFFSET);
+  bool ok = write_all(fd, magic, sizeof magic) && write_all(fd, &version, sizeof version) &&
+            write_all(fd, &klen, sizeof klen) && write_all(fd, key, keylen) &&
+            write_all(fd, &bsize, sizeof bsize) && write_all(fd, &bhash, sizeof bhash) &&
+            write_all(fd, bin, size);
+  if (close(fd) != 0)
+    ok = false;
+  if (!ok || rename(tmp, path) != 0) {
+    tdm__log(rt, TDM_LOG_WARNING, "OpenCL cache: cannot write %s: %s", path, strerror(errno));
+    unlink(tmp);
+    return;
+  }
+  tdm__log(rt, TDM_LOG_INFO, "OpenCL cache: wrote %s (%zu bytes)", path, size);
+}
