@@ -195,6 +195,11 @@ typedef struct tdm_config {
    * (default): $XDG_CACHE_HOME/tandem, else $HOME/.cache/tandem. Created
    * with mode 0700, entries 0600. Environment: TANDEM_CACHE_DIR. */
   const char *cache_dir;
+  /** Tasks each device may have in flight (their transfers and kernels
+   * enqueued): while one kernel runs, the inputs of the next ones are
+   * copied. 0 (default): 4. 1 serialises transfers and kernels.
+   * Environment: TANDEM_DEVICE_TASKS. */
+  unsigned device_tasks;
 } tdm_config;
 
 /** Fills *config with the defaults listed above. Any thread. */
@@ -239,9 +244,9 @@ TDM_API void tdm_runtime_destroy(tdm_runtime *rt);
 
 /** Number of workers: one thread per CPU core (tdm_runtime_ncpu_workers),
  * numbered first, then one logical worker per OpenCL device used, which
- * is not a thread and holds no CPU core (this version runs tasks on the
- * CPU workers only; device workers receive tasks once the OpenCL backend
- * runs them). Any thread. */
+ * is not a thread and holds no CPU core: its work is enqueued on the
+ * device by whichever thread makes it ready, and completes through OpenCL
+ * events. Any thread. */
 TDM_API unsigned tdm_runtime_nworkers(const tdm_runtime *rt);
 
 /** Number of CPU worker threads (workers 0 .. n-1). Any thread. */

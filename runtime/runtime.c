@@ -94,6 +94,7 @@ static void apply_env(tdm_runtime *rt) {
   s = getenv("TANDEM_OPENCL_LIBRARY");
   if (s && *s)
     rt->cfg.opencl_library = s;
+  env_unsigned(rt, "TANDEM_DEVICE_TASKS", 1024, &rt->cfg.device_tasks);
   s = getenv("TANDEM_CACHE_DIR");
   if (s && *s)
     rt->cfg.cache_dir = s;

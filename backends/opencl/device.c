@@ -179,7 +179,7 @@ tdm_status tdm__gpus_start(tdm_runtime *rt) {
     g->shared = rt->devices[d].shared_memory;
     g->ctx = rt->cl->contexts[d];
     g->id = rt->cl->ids[d];
-    g->cap = 4;
+    g->cap = rt->cfg.device_tasks ? rt->cfg.device_tasks : 4;
     g->max_alloc = rt->devices[d].max_alloc;
     g->limit = rt->devices[d].global_mem;
     if (rt->cfg.device_memory_limit && (!g->limit || rt->cfg.device_memory_limit < g->limit))
