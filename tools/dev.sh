@@ -14,8 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # To build: a C compiler, meson, hwloc, cmocka, the OpenCL headers and ICD
-# loader (opened at run time). To test: also PoCL, an OpenCL implementation
-# on the CPU that the tests use as a real OpenCL device.
+# loader (opened at run time). To test and for the demo: also PoCL, an
+# OpenCL implementation on the CPU that stands in for a GPU.
 packages="gcc g++ libc6-dev meson ninja-build pkg-config libhwloc-dev libcmocka-dev ocl-icd-opencl-dev"
 test_packages="pocl-opencl-icd"
 
@@ -51,7 +51,8 @@ run_tests() {
 }
 
 case "${1:-}" in
-  test | asan | tsan) packages="$packages $test_packages" ;;
+  # PoCL: the demo shows its OpenCL tasks on it where there is no GPU
+  demo | test | asan | tsan) packages="$packages $test_packages" ;;
 esac
 install_missing
 case "${1:-}" in
@@ -71,6 +72,7 @@ case "${1:-}" in
   bench)
     setup build
     build/test/bench/bench-core
+    build/test/bench/bench-opencl
     ;;
   info)
     setup build
