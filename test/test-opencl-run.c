@@ -69,6 +69,26 @@ static tdm_device_counters counters(tdm_runtime *rt) {
   return c;
 }
 
+/* ---- two devices (PoCL with POCL_DEVICES="pthread pthread") -------------
+ * Each device has its own OpenCL context: data moves between them through
+ * the host, and commands wait for events of the other context through
+ * joined user events. Placement spreads tasks over the devices by load,
+ * so the tests check results, and counts per device that do not depend on
+ * which device ran what. */
+
+static unsigned used_devices(tdm_runtime *rt, unsigned *ids) {
+  tdm_machine_info mi = {.struct_size = sizeof mi};
+  assert_int_equal(tdm_runtime_machine(rt, &mi), TDM_OK);
+  unsigned n = 0;
+  for (unsigned i = 0; i < mi.opencl_devices; i++) {
+    tdm_device_info d = {.struct_size = sizeof d};
+    assert_int_equal(tdm_runtime_device(rt, i, &d), TDM_OK);
+    if (d.used)
+      ids[n++] = i;
+  }
+  return n;
+}
+
 /* ---- kernels and their CPU twins ---------------------------------------- */
 
 static const tdm_opencl_variant vadd_cl = {
@@ -129,6 +149,63 @@ static void saxpy(tdm_runtime *rt, const tdm_codelet *cl, tdm_handle *x, tdm_han
 }
 
 /* ---- tests -------------------------------------------------------------- */
+
+static const tdm_opencl_variant scale_cl = {
+    .source = "__kernel void scale(__global const float *x, ulong nx,\n"
+              "                    __global float *y, ulong ny) {\n"
+              "  size_t i = get_global_id(0);\n"
+              "  y[i] = 2.0f * x[i];\n"
+              "}\n",
+    .kernel = "scale"};
+static const tdm_codelet scale = {
+    .name = "scale", .nbuffers = 2, .modes = {TDM_R, TDM_W}, .opencl = &scale_cl};
+
+/* Readers of one vector on two devices: each device that ran one gets its
+ * own copy, once; each output comes home once. */
+static void test_two_devices_readers(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  unsigned ids[8];
+  assert_int_equal(used_devices(rt, ids), 2);
+  enum { T = 16 };
+  float *x = array(1, 1), *ys[T];
+  tdm_handle *hx, *hy[T];
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  for (int t = 0; t < T; t++) {
+    ys[t] = array(0, 0);
+    assert_int_equal(tdm_register_vector(rt, ys[t], N, sizeof(float), &hy[t]), TDM_OK);
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &scale, .handles = {hx, hy[t]}}),
+                     TDM_OK);
+  }
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  for (int t = 0; t < T; t++)
+    assert_int_equal(tdm_handle_unregister(hy[t]), TDM_OK);
+  uint64_t tasks = 0;
+  const uint64_t bytes = N * sizeof(float);
+  for (int k = 0; k < 2; k++) {
+    tdm_device_counters c = {.struct_size = sizeof c};
+    assert_int_equal(tdm_runtime_device_counters(rt, ids[k], &c), TDM_OK);
+    printf("device %u: %llu tasks, %llu bytes in, %llu out\n", ids[k],
+           (unsigned long long)c.tasks, (unsigned long long)c.bytes_to_device,
+           (unsigned long long)c.bytes_to_host);
+    tasks += c.tasks;
+    if (discrete) {
+      assert_int_equal(c.bytes_to_device, c.tasks ? bytes : 0); /* x, once */
+      assert_int_equal(c.bytes_to_host, c.tasks * bytes);      /* each y */
+    }
+  }
+  assert_int_equal(tasks, T);
+  for (int t = 0; t < T; t++) {
+    for (int i = 0; i < N; i++)
+      assert_true(ys[t][i] == 2 * x[i]);
+    tdm_free(ys[t]);
+  }
+  tdm_handle_unregister(hx);
+  tdm_runtime_destroy(rt);
+  tdm_free(x);
+  assert_int_equal(test_log_errors(&log), 0);
+}
 
 static void test_vector_add(void **state) {
   (void)state;
@@ -326,7 +403,7 @@ static void gemm_cpu(const tdm_buffer *b, const void *args, size_t size) {
 #define MM 100 /* tiles of 32: 4 x 4, the last ones smaller */
 #define TILE 32
 
-static void tiled_gemm(bool with_cpu) {
+static void tiled_gemm(bool with_cpu, bool two) {
   static tdm_opencl_variant v;
   v = gemm_cl;
   v.work_size = gemm_size;
@@ -375,13 +452,22 @@ static void tiled_gemm(bool with_cpu) {
     if (c[i] != ref[i])
       fail_msg("C[%d][%d] = %g, expected %g", i / MM, i % MM, (double)c[i], (double)ref[i]);
   assert_int_equal(tdm_handle_release(hc), TDM_OK);
-  tdm_device_counters k = counters(rt);
-  printf("tiled gemm%s: %llu tasks on the device, %u on the CPU; %llu bytes in, %llu out\n",
+  tdm_device_counters k = {.struct_size = sizeof k};
+  unsigned ids[8], ndev = used_devices(rt, ids);
+  for (unsigned d = 0; d < ndev; d++) { /* summed over the devices */
+    tdm_device_counters c = {.struct_size = sizeof c};
+    assert_int_equal(tdm_runtime_device_counters(rt, ids[d], &c), TDM_OK);
+    k.tasks += c.tasks;
+    k.bytes_to_device += c.bytes_to_device;
+    k.bytes_to_host += c.bytes_to_host;
+  }
+  assert_int_equal(ndev, two ? 2 : 1);
+  printf("tiled gemm%s: %llu tasks on the devices, %u on the CPU; %llu bytes in, %llu out\n",
          with_cpu ? " (both variants)" : "", (unsigned long long)k.tasks,
          atomic_load(&cpu_runs), (unsigned long long)k.bytes_to_device,
          (unsigned long long)k.bytes_to_host);
   assert_int_equal(k.tasks + atomic_load(&cpu_runs), nt * nt * nt);
-  if (!with_cpu) {
+  if (!with_cpu && !two) {
     /* discrete: every tile of A, B and C goes once, C's come back once */
     const uint64_t bytes = MM * MM * sizeof(float);
     assert_int_equal(k.bytes_to_device, discrete ? 3 * bytes : 0);
@@ -400,13 +486,13 @@ static void tiled_gemm(bool with_cpu) {
 
 static void test_tiled_gemm(void **state) {
   (void)state;
-  tiled_gemm(false);
+  tiled_gemm(false, false);
 }
 
 /* CPU and device share the tiles: coherence of tiles in both directions */
 static void test_tiled_gemm_both_variants(void **state) {
   (void)state;
-  tiled_gemm(true);
+  tiled_gemm(true, false);
 }
 
 /* ---- the escape hatch: the task enqueues its own commands --------------- */
@@ -656,22 +742,46 @@ static void test_no_device(void **state) {
   tdm_free(y);
 }
 
+static void test_two_devices_gemm(void **state) {
+  (void)state;
+  tiled_gemm(false, true);
+}
+
+static void test_two_devices_gemm_both_variants(void **state) {
+  (void)state;
+  tiled_gemm(true, true);
+}
+
 int main(int argc, char **argv) {
-  if (argc != 2 || (strcmp(argv[1], "integrated") && strcmp(argv[1], "discrete"))) {
-    fprintf(stderr, "usage: test-opencl-run integrated|discrete\n");
+  if (argc < 2 || argc > 3 || (strcmp(argv[1], "integrated") && strcmp(argv[1], "discrete")) ||
+      (argc == 3 && strcmp(argv[2], "two-devices"))) {
+    fprintf(stderr, "usage: test-opencl-run integrated|discrete [two-devices]\n");
     return 2;
   }
   discrete = !strcmp(argv[1], "discrete");
+  bool two = argc == 3;
   snprintf(cache_dir, sizeof cache_dir, "/tmp/tandem-test-XXXXXX");
   if (!mkdtemp(cache_dir))
     return 1;
   test_log log;
   tdm_runtime *rt = device_runtime(&log, 1);
-  int found = the_device(rt);
+  unsigned ids[8];
+  unsigned found = used_devices(rt, ids);
   tdm_runtime_destroy(rt);
-  if (found < 0) {
-    printf("no OpenCL CPU device here (install pocl-opencl-icd): skipped\n");
+  if (found < (two ? 2u : 1u)) {
+    printf("not %s OpenCL CPU device%s here (install pocl-opencl-icd): skipped\n",
+           two ? "two" : "an", two ? "s (POCL_DEVICES=\"pthread pthread\")" : "");
     return 77;
+  }
+  if (two) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_two_devices_readers),
+        cmocka_unit_test(test_two_devices_gemm),
+        cmocka_unit_test(test_two_devices_gemm_both_variants),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rmdir(cache_dir);
+    return rc;
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_vector_add),

@@ -608,7 +608,9 @@ typedef struct join {
   _Atomic int left;
   _Atomic cl_int status;
   cl_event user;
-  const cl_api *api;
+  /* copies: a late callback must not reach into a runtime being freed */
+  cl_int (*SetUserEventStatus)(cl_event, cl_int);
+  cl_int (*ReleaseEvent)(cl_event);
 } join;
 
 static void CL_CALLBACK join_one(cl_event e, cl_int status, void *data) {
@@ -619,8 +621,8 @@ static void CL_CALLBACK join_one(cl_event e, cl_int status, void *data) {
   if (atomic_fetch_sub(&j->left, 1) != 1)
     return;
   cl_int st = atomic_load(&j->status);
-  j->api->SetUserEventStatus(j->user, st < 0 ? st : CL_COMPLETE);
-  j->api->ReleaseEvent(j->user);
+  j->SetUserEventStatus(j->user, st < 0 ? st : CL_COMPLETE);
+  j->ReleaseEvent(j->user);
   free(j);
 }
 
@@ -645,7 +647,8 @@ static cl_event join_events(tdm_runtime *rt, cl_context ctx, const cl_event *evs
   atomic_init(&j->left, (int)n);
   atomic_init(&j->status, CL_COMPLETE);
   j->user = user;
-  j->api = api;
+  j->SetUserEventStatus = api->SetUserEventStatus;
+  j->ReleaseEvent = api->ReleaseEvent;
   for (unsigned i = 0; i < n; i++)
     if (api->SetEventCallback(evs[i], CL_COMPLETE, join_one, j) != CL_SUCCESS) {
       CL_CHECK(rt, api->WaitForEvents(1, &evs[i]), "clWaitForEvents");
