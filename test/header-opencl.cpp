@@ -1,0 +1,2 @@
+// The OpenCL header as C++.
+#include "header-opencl.c"
