@@ -67,6 +67,15 @@ static inline unsigned test_log_errors(test_log *l) {
   return n;
 }
 
+/* Sends cfg's log, every level, into *log (emptied). */
+static inline void test_log_attach(tdm_config *cfg, test_log *log) {
+  memset(log, 0, sizeof *log);
+  pthread_mutex_init(&log->lock, NULL);
+  cfg->log_fn = test_log_fn;
+  cfg->log_data = log;
+  cfg->log_level = TDM_LOG_DEBUG;
+}
+
 /* A runtime with `nworkers` workers (0: one per core), unbound (tests
  * often ask for more workers than cores), logging into *log if not NULL. */
 static inline tdm_runtime *test_runtime(unsigned nworkers, test_log *log) {
@@ -75,13 +84,8 @@ static inline tdm_runtime *test_runtime(unsigned nworkers, test_log *log) {
   cfg.nworkers = nworkers;
   cfg.bind_workers = 0;
   cfg.ignore_env = 1;
-  if (log) {
-    memset(log, 0, sizeof *log);
-    pthread_mutex_init(&log->lock, NULL);
-    cfg.log_fn = test_log_fn;
-    cfg.log_data = log;
-    cfg.log_level = TDM_LOG_DEBUG;
-  }
+  if (log)
+    test_log_attach(&cfg, log);
   tdm_runtime *rt = NULL;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
   assert_non_null(rt);

@@ -201,11 +201,7 @@ static tdm_runtime *runtime_with(const char *devices, const char *library, test_
   cfg.nworkers = 1;
   cfg.devices = devices;
   cfg.opencl_library = library;
-  memset(log, 0, sizeof *log);
-  pthread_mutex_init(&log->lock, NULL);
-  cfg.log_fn = test_log_fn;
-  cfg.log_data = log;
-  cfg.log_level = TDM_LOG_DEBUG;
+  test_log_attach(&cfg, log);
   tdm_runtime *rt = NULL;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
   return rt;
@@ -257,13 +253,10 @@ static void test_devices_none(void **state) {
 static void test_bad_device_config(void **state) {
   (void)state;
   test_log log;
-  memset(&log, 0, sizeof log);
-  pthread_mutex_init(&log.lock, NULL);
   tdm_config cfg;
   tdm_config_init(&cfg);
   cfg.ignore_env = 1;
-  cfg.log_fn = test_log_fn;
-  cfg.log_data = &log;
+  test_log_attach(&cfg, &log);
   cfg.devices = "gpu,fpga";
   tdm_runtime *rt = (tdm_runtime *)1;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_INVALID_ARG);

@@ -43,12 +43,9 @@ static void test_bad_config(void **state) {
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_INVALID_ARG);
   assert_null(rt);
   test_log log;
-  memset(&log, 0, sizeof log);
-  pthread_mutex_init(&log.lock, NULL);
   tdm_config_init(&cfg);
   cfg.flags = 1;
-  cfg.log_fn = test_log_fn;
-  cfg.log_data = &log;
+  test_log_attach(&cfg, &log);
   EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_runtime_create(&cfg, &rt));
 }
 

@@ -40,10 +40,7 @@ static tdm_runtime *device_runtime(test_log *log, int admit) {
   cfg.bind_workers = 0;
   cfg.opencl_cpu_devices = admit;
   cfg.device_memory = discrete ? TDM_MEMORY_SEPARATE : TDM_MEMORY_SHARED;
-  memset(log, 0, sizeof *log);
-  pthread_mutex_init(&log->lock, NULL);
-  cfg.log_fn = test_log_fn;
-  cfg.log_data = log;
+  test_log_attach(&cfg, log);
   cfg.log_level = TDM_LOG_INFO;
   tdm_runtime *rt = NULL;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
@@ -282,9 +279,9 @@ static void test_saxpy_chain_alternating(void **state) {
 }
 
 /* A chain on the device alone: integrated moves nothing; discrete moves
- * the inputs in once and the result out once. */
-static void test_device_chain(void **state) {
-  (void)state;
+ * the inputs in once and the result out once, when it is unregistered, or
+ * when the runtime is destroyed with the handles still registered. */
+static void device_chain(bool by_destroy) {
   test_log log;
   tdm_runtime *rt = device_runtime(&log, 1);
   float *x = array(1, 0), *y = array(0, 0);
@@ -294,6 +291,15 @@ static void test_device_chain(void **state) {
   const int steps = 20;
   for (int s = 0; s < steps; s++)
     saxpy(rt, &saxpy_gpu_only, hx, hy, 1.0f);
+  if (!by_destroy) {
+    assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
+    assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+    tdm_device_counters k = counters(rt);
+    const uint64_t bytes = N * sizeof(float);
+    assert_int_equal(k.tasks, steps);
+    assert_int_equal(k.bytes_to_device, discrete ? 2 * bytes : 0);
+    assert_int_equal(k.bytes_to_host, discrete ? bytes : 0);
+  }
   tdm_runtime_destroy(rt); /* waits, and brings y home */
   for (int i = 0; i < N; i++)
     assert_true(y[i] == (float)steps);
@@ -302,27 +308,14 @@ static void test_device_chain(void **state) {
   assert_int_equal(test_log_errors(&log), 0);
 }
 
-static void test_device_chain_counters(void **state) {
+static void test_device_chain(void **state) {
   (void)state;
-  test_log log;
-  tdm_runtime *rt = device_runtime(&log, 1);
-  float *x = array(1, 0), *y = array(0, 0);
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
-  for (int s = 0; s < 20; s++)
-    saxpy(rt, &saxpy_gpu_only, hx, hy, 1.0f);
-  assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
-  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
-  tdm_device_counters k = counters(rt);
-  const uint64_t bytes = N * sizeof(float);
-  assert_int_equal(k.tasks, 20);
-  assert_int_equal(k.bytes_to_device, discrete ? 2 * bytes : 0);
-  assert_int_equal(k.bytes_to_host, discrete ? bytes : 0);
-  assert_true(y[0] == 20.0f && y[N - 1] == 20.0f);
-  tdm_runtime_destroy(rt);
-  tdm_free(x);
-  tdm_free(y);
+  device_chain(false);
+}
+
+static void test_device_chain_home_at_destroy(void **state) {
+  (void)state;
+  device_chain(true);
 }
 
 /* Independent tasks with both variants: every one runs once, somewhere. */
@@ -787,7 +780,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_vector_add),
       cmocka_unit_test(test_saxpy_chain_alternating),
       cmocka_unit_test(test_device_chain),
-      cmocka_unit_test(test_device_chain_counters),
+      cmocka_unit_test(test_device_chain_home_at_destroy),
       cmocka_unit_test(test_both_variants),
       cmocka_unit_test(test_tiled_gemm),
       cmocka_unit_test(test_tiled_gemm_both_variants),

@@ -19,11 +19,7 @@ static tdm_config base_config(test_log *log) {
   cfg.ignore_env = 1;
   cfg.nworkers = 2;
   cfg.bind_workers = 0;
-  memset(log, 0, sizeof *log);
-  pthread_mutex_init(&log->lock, NULL);
-  cfg.log_fn = test_log_fn;
-  cfg.log_data = log;
-  cfg.log_level = TDM_LOG_DEBUG;
+  test_log_attach(&cfg, log);
   return cfg;
 }
 

@@ -272,14 +272,11 @@ static void test_bad_synthetic_topology(void **state) {
   assert_null(topo);
   /* through the public API: a clear status and a log message */
   test_log log;
-  memset(&log, 0, sizeof log);
-  pthread_mutex_init(&log.lock, NULL);
   tdm_config cfg;
   tdm_config_init(&cfg);
   cfg.ignore_env = 1;
   cfg.synthetic_topology = "not a topology";
-  cfg.log_fn = test_log_fn;
-  cfg.log_data = &log;
+  test_log_attach(&cfg, &log);
   tdm_runtime *rt;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_TOPOLOGY);
   assert_null(rt);
