@@ -37,20 +37,33 @@ static void env_unsigned(tdm_runtime *rt, const char *name, unsigned max,
   *out = (unsigned)v;
 }
 
-static void apply_env(tdm_runtime *rt) {
-  const char *s = getenv("TANDEM_LOG_LEVEL");
-  if (s && *s) {
-    static const char *const names[] = {"error", "warning", "info", "debug"};
-    unsigned i;
-    for (i = 0; i < 4; i++)
-      if (!strcasecmp(s, names[i]))
-        break;
-    if (i < 4)
-      rt->cfg.log_level = (tdm_log_level)i;
-    else
-      tdm__log(rt, TDM_LOG_WARNING,
-               "ignoring TANDEM_LOG_LEVEL=\"%s\": expected error, warning, info or debug", s);
+/* Reads an environment variable naming one of `names` (NULL-terminated,
+ * any case) into *out, its index; false when unset, or malformed (then
+ * with a warning). */
+static bool env_choice(tdm_runtime *rt, const char *name, const char *const *names,
+                       unsigned *out) {
+  const char *s = getenv(name);
+  if (!s || !*s)
+    return false;
+  char expected[128] = "";
+  for (unsigned i = 0; names[i]; i++) {
+    if (!strcasecmp(s, names[i])) {
+      *out = i;
+      return true;
+    }
+    size_t at = strlen(expected);
+    snprintf(expected + at, sizeof expected - at, "%s%s", i ? ", " : "", names[i]);
   }
+  tdm__log(rt, TDM_LOG_WARNING, "ignoring %s=\"%s\": expected one of %s", name, s, expected);
+  return false;
+}
+
+static void apply_env(tdm_runtime *rt) {
+  static const char *const levels[] = {"error", "warning", "info", "debug", NULL};
+  unsigned choice;
+  if (env_choice(rt, "TANDEM_LOG_LEVEL", levels, &choice))
+    rt->cfg.log_level = (tdm_log_level)choice;
+  const char *s;
   env_unsigned(rt, "TANDEM_NWORKERS", 4096, &rt->cfg.nworkers);
   unsigned bind = rt->cfg.bind_workers != 0;
   env_unsigned(rt, "TANDEM_BIND", 1, &bind);
@@ -77,20 +90,9 @@ static void apply_env(tdm_runtime *rt) {
   unsigned admit = rt->cfg.opencl_cpu_devices != 0;
   env_unsigned(rt, "TANDEM_OPENCL_CPU", 1, &admit);
   rt->cfg.opencl_cpu_devices = (int)admit;
-  s = getenv("TANDEM_DEVICE_MEMORY");
-  if (s && *s) {
-    static const char *const names[] = {"reported", "integrated", "discrete"};
-    unsigned i;
-    for (i = 0; i < 3; i++)
-      if (!strcasecmp(s, names[i]))
-        break;
-    if (i < 3)
-      rt->cfg.device_memory = (tdm_device_memory)i;
-    else
-      tdm__log(rt, TDM_LOG_WARNING,
-               "ignoring TANDEM_DEVICE_MEMORY=\"%s\": expected reported, integrated or discrete",
-               s);
-  }
+  static const char *const memory[] = {"reported", "integrated", "discrete", NULL};
+  if (env_choice(rt, "TANDEM_DEVICE_MEMORY", memory, &choice))
+    rt->cfg.device_memory = (tdm_device_memory)choice;
   s = getenv("TANDEM_OPENCL_LIBRARY");
   if (s && *s)
     rt->cfg.opencl_library = s;
