@@ -379,12 +379,10 @@ static program *program_of(tdm_gpu *g, const tdm_codelet *cl) {
 
 /* Whether g can run t: its program builds there, and each of its buffers
  * fits in the device's memory (logged when `say`). */
-static tdm_status can_run(tdm_gpu *g, const tdm_task *t, bool say) {
+static tdm_status can_run_locked(tdm_gpu *g, const tdm_task *t, bool say) {
   tdm_runtime *rt = g->rt;
-  TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   program *p = program_of(g, t->cl);
   tdm_status st = p ? p->status : TDM_ERR_NO_MEMORY;
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
   uint64_t total = 0;
   for (unsigned i = 0; i < t->nbuf && !st && !g->shared; i++) {
     size_t bytes = handle_bytes(t->handles[i]);
@@ -399,6 +397,13 @@ static tdm_status can_run(tdm_gpu *g, const tdm_task *t, bool say) {
       st = TDM_ERR_TOO_LARGE;
     }
   }
+  return st;
+}
+
+static tdm_status can_run(tdm_gpu *g, const tdm_task *t, bool say) {
+  TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->lock));
+  tdm_status st = can_run_locked(g, t, say);
+  TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->lock));
   return st;
 }
 
@@ -1162,7 +1167,8 @@ static int launch(tdm_gpu *g, tdm_task *t) {
 }
 
 /* Takes a task for g: its own queue first, then a task either kind of
- * worker may run. g->lock held. */
+ * worker may run, unless g cannot run that one (another device or the
+ * CPU will: it goes back to the shared queue). g->lock held. */
 static tdm_task *next_for(tdm_gpu *g) {
   tdm_task *t = g->head;
   if (t) {
@@ -1172,7 +1178,12 @@ static tdm_task *next_for(tdm_gpu *g) {
     g->queued--;
     return t;
   }
-  return tdm__any_take(g->rt, true);
+  t = tdm__any_take(g->rt, true);
+  if (t && can_run_locked(g, t, false) != TDM_OK) {
+    tdm__any_put(g->rt, t);
+    return NULL;
+  }
+  return t;
 }
 
 static void pump(tdm_gpu *g) {
