@@ -200,6 +200,19 @@ typedef struct tdm_config {
    * copied. 0 (default): 4. 1 serialises transfers and kernels.
    * Environment: TANDEM_DEVICE_TASKS. */
   unsigned device_tasks;
+  /** Path of a trace to write (Chrome trace-event JSON: open it in
+   * https://ui.perfetto.dev or chrome://tracing; tools/tandem-trace turns
+   * it into an SVG Gantt chart), at destroy and at each tdm_trace_flush.
+   * NULL (default): no trace. Environment: TANDEM_TRACE. */
+  const char *trace_path;
+  /** Path of the submitted task graph to write at destroy, as Graphviz
+   * DOT, each task coloured by the kind of worker that ran it. NULL
+   * (default): none. Environment: TANDEM_DAG. */
+  const char *dag_path;
+  /** Nonzero: measure task and idle times, and log a summary of the
+   * statistics (tdm_runtime_worker_stats) at destroy, at level info
+   * (default 0). Environment: TANDEM_STATS=0|1. */
+  int stats;
 } tdm_config;
 
 /** Fills *config with the defaults listed above. Any thread. */
@@ -436,6 +449,30 @@ typedef struct tdm_device_counters {
  * a running runtime may be a moment old. */
 TDM_API tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
                                                tdm_device_counters *counters);
+
+/** What a worker did since the runtime was created. Times are measured
+ * only when tracing or statistics are on (tdm_config.trace_path, stats),
+ * else 0. For a device worker: tasks and busy time are the device's; idle,
+ * parked and steals are 0. */
+typedef struct tdm_worker_stats {
+  size_t struct_size;
+  uint64_t tasks;   /**< tasks run */
+  uint64_t busy_ns; /**< running tasks */
+  uint64_t idle_ns; /**< looking for work */
+  uint64_t parked_ns; /**< asleep, for want of work */
+  uint64_t steals_tried, steals_won; /**< deques looked into, tasks taken */
+} tdm_worker_stats;
+
+/** Statistics of a worker (as tdm_runtime_worker numbers them). Any
+ * thread; the figures of a running runtime may be a moment old. */
+TDM_API tdm_status tdm_runtime_worker_stats(const tdm_runtime *rt, unsigned worker,
+                                            tdm_worker_stats *stats);
+
+/** Writes the trace recorded so far to tdm_config.trace_path (the whole
+ * file again: it stays valid JSON). Returns TDM_OK, TDM_ERR_INVALID_ARG
+ * (rt NULL, or no trace asked for) or TDM_ERR_SYSTEM (the file could not
+ * be written; logged). Any thread. */
+TDM_API tdm_status tdm_trace_flush(tdm_runtime *rt);
 
 /** Allocates `size` bytes aligned for devices that share the host's memory
  * (4096 bytes), so that they can use it without copies; NULL when out of

@@ -13,6 +13,7 @@
 
 #include "deque.h"
 #include "devices.h"
+#include "trace.h"
 
 /* ---- small utilities -------------------------------------------------- */
 
@@ -196,6 +197,7 @@ typedef struct tdm_task {
   tdm_taskvec *deps;
   /* While its commands run on a device, or its inputs come home. */
   void *dx;
+  uint64_t trace_id; /* its number in the trace and graph, while recording */
 
   /* -- the rest, used by tasks that have buffers, arguments, edges -- */
   _Alignas(TDM_CACHE_LINE) tdm_handle *handles[TDM_MAX_BUFFERS];
@@ -278,7 +280,18 @@ typedef struct tdm_worker {
   unsigned nfree;
   /* Tasks finished here and not yet subtracted from rt->inflight. */
   unsigned unflushed;
+  /* Statistics (trace.c): written by this worker only (tdm__count),
+   * read by anyone. Times only while rt->timing. */
+  _Atomic uint64_t tasks_run, busy_ns, idle_ns, parked_ns, steals_tried, steals_won;
+  tdm_trace_buf trace;
 } tdm_worker;
+
+/* Adds n to a counter only its owner writes: a plain load and store, no
+ * locked instruction. */
+static inline void tdm__count(_Atomic uint64_t *c, uint64_t n) {
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                        memory_order_relaxed);
+}
 
 /* Finished tasks a worker counts before it updates rt->inflight. */
 #define TDM_FLUSH_BATCH 32
@@ -367,6 +380,15 @@ struct tdm_runtime {
   /* What tdm_runtime_machine and friends report (machine.c). */
   struct tdm_machine *machine;
 
+  /* Recording (trace.c): tracing, the graph, or statistics asked for;
+   * timing: task and idle times measured. */
+  bool recording, timing;
+  char *trace_path, *dag_path; /* cfg.trace_path, cfg.dag_path point here */
+  _Atomic uint64_t next_task_id;
+  uint64_t trace_t0; /* creation time: the trace's zero */
+  tdm_trace_buf trace_shared; /* threads that are not workers */
+  pthread_mutex_t trace_lock; /* one flush at a time */
+
   bool mutexes_ready;
   _Atomic long alloc_countdown; /* see tdm__fail_allocation; -1: off */
 };
@@ -442,6 +464,15 @@ void tdm__handle_unref(tdm_handle *h);
 tdm_status tdm__machine_describe(tdm_runtime *rt);
 void tdm__machine_free(tdm_runtime *rt);
 
+/* trace.c */
+uint64_t tdm__now_ns(void);
+/* Records e in the calling worker's buffer, or the shared one. */
+void tdm__trace_add(tdm_runtime *rt, const tdm_trace_event *e);
+/* Writes the trace and the graph files asked for (destroy, flush). */
+tdm_status tdm__trace_write(tdm_runtime *rt);
+/* At destroy: the statistics summary through the log, when asked. */
+void tdm__trace_finish(tdm_runtime *rt);
+
 /* backends/opencl/device.c */
 typedef struct tdm_gpu tdm_gpu;
 tdm_status tdm__gpus_start(tdm_runtime *rt);
@@ -452,6 +483,12 @@ void tdm__gpus_stop(tdm_runtime *rt);
 tdm_status tdm__gpu_prepare(tdm_runtime *rt, tdm_task *t, const char *what);
 /* Sends a ready codelet task where it will run. */
 void tdm__place(tdm_runtime *rt, tdm_task *t);
+/* Device events of the trace: tasks and copies whose times are known,
+ * with their device times turned into host times. */
+void tdm__gpu_trace_collect(tdm_runtime *rt, void (*add)(void *, const tdm_trace_event *),
+                            void *data);
+/* A device's busy time so far (ns). */
+uint64_t tdm__gpu_busy_ns(const tdm_runtime *rt, unsigned k);
 /* Finishes the tasks whose device commands completed; false if none. */
 bool tdm__gpu_progress(tdm_runtime *rt);
 /* Before a CPU task runs: true when its inputs are on the host; else

@@ -100,6 +100,15 @@ static void apply_env(tdm_runtime *rt) {
   s = getenv("TANDEM_CACHE_DIR");
   if (s && *s)
     rt->cfg.cache_dir = s;
+  s = getenv("TANDEM_TRACE");
+  if (s && *s)
+    rt->cfg.trace_path = s;
+  s = getenv("TANDEM_DAG");
+  if (s && *s)
+    rt->cfg.dag_path = s;
+  unsigned stats = rt->cfg.stats != 0;
+  env_unsigned(rt, "TANDEM_STATS", 1, &stats);
+  rt->cfg.stats = (int)stats;
   s = getenv("TANDEM_DEVICE_MEMORY_LIMIT");
   if (s && *s) {
     char *end;
@@ -130,6 +139,8 @@ static tdm_status copy_strings(tdm_runtime *rt) {
       {&rt->cfg.devices, &rt->devices_text},
       {&rt->cfg.opencl_library, &rt->opencl_library},
       {&rt->cfg.cache_dir, &rt->cache_dir},
+      {&rt->cfg.trace_path, &rt->trace_path},
+      {&rt->cfg.dag_path, &rt->dag_path},
   };
   for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
     if (!*strs[i].field)
@@ -148,6 +159,8 @@ static void free_strings(tdm_runtime *rt) {
   free(rt->devices_text);
   free(rt->opencl_library);
   free(rt->cache_dir);
+  free(rt->trace_path);
+  free(rt->dag_path);
 }
 
 /* Checks the device fields of the config (after the environment). */
@@ -217,8 +230,12 @@ static tdm_status init_sync(tdm_runtime *rt) {
     goto fail5;
   if ((err = pthread_mutex_init(&rt->any_lock, NULL)))
     goto fail6;
+  if ((err = pthread_mutex_init(&rt->trace_lock, NULL)))
+    goto fail7;
   rt->mutexes_ready = true;
   return TDM_OK;
+fail7:
+  pthread_mutex_destroy(&rt->any_lock);
 fail6:
   pthread_mutex_destroy(&rt->handles_lock);
 fail5:
@@ -239,6 +256,7 @@ fail:
 static void destroy_sync(tdm_runtime *rt) {
   if (!rt->mutexes_ready)
     return;
+  pthread_mutex_destroy(&rt->trace_lock);
   pthread_mutex_destroy(&rt->any_lock);
   pthread_mutex_destroy(&rt->handles_lock);
   pthread_mutex_destroy(&rt->deps_lock);
@@ -264,10 +282,13 @@ static void teardown(tdm_runtime *rt) {
   }
   tdm__handles_destroy(rt);
   if (rt->workers) {
-    for (unsigned i = 0; i < rt->nworkers; i++)
+    for (unsigned i = 0; i < rt->nworkers; i++) {
       tdm_deque_destroy(&rt->workers[i].deque);
+      free(rt->workers[i].trace.ev);
+    }
     free(rt->workers);
   }
+  free(rt->trace_shared.ev);
   tdm__pool_destroy(rt);
   tdm__plan_free(&rt->plan);
   tdm__machine_free(rt);
@@ -349,6 +370,9 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   if ((st = check_device_config(rt)) || (st = copy_strings(rt)) || (st = init_sync(rt)))
     goto fail_early;
   rt->selection.text = rt->cfg.devices ? rt->cfg.devices : "all"; /* the copy */
+  rt->recording = rt->trace_path || rt->dag_path || rt->cfg.stats;
+  rt->timing = rt->trace_path || rt->cfg.stats;
+  rt->trace_t0 = tdm__now_ns();
   st = tdm__topology_load(rt, rt->synthetic, rt->xml, &rt->topo);
   if (st)
     goto fail;
@@ -419,6 +443,8 @@ void tdm_runtime_destroy(tdm_runtime *rt) {
   tdm__release_acquisitions(rt); /* tasks may wait for them */
   tdm_wait_all(rt);
   tdm__handles_home(rt); /* the application's memory holds every result */
+  tdm__trace_write(rt);
+  tdm__trace_finish(rt);
   tdm__log(rt, TDM_LOG_INFO, "runtime stopping");
   teardown(rt);
 }

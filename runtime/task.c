@@ -177,6 +177,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->pool_next = NULL;
   t->gpu_ok = false;
   t->dx = NULL;
+  t->trace_id = 0;
   return t;
 }
 
@@ -330,6 +331,9 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   t->callback_data = desc->callback_data;
   t->gpu_ok = false;
   t->dx = NULL;
+  t->trace_id = rt->recording ? atomic_fetch_add_explicit(&rt->next_task_id, 1,
+                                                          memory_order_relaxed) + 1
+                              : 0;
   if (cl->opencl) {
     tdm_status st = tdm__gpu_prepare(rt, t, what);
     if (st) {
@@ -578,6 +582,14 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   atomic_store_explicit(&t->state, TDM_TS_SUBMITTED, memory_order_release);
   for (unsigned i = 0; i < preds.n; i++)
     link_edge(preds.items[i], t, &t->edges[i]);
+  if (t->trace_id) { /* the graph as submitted, finished predecessors too */
+    tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_SUBMIT, .id = t->trace_id,
+                                          .name = t->cl->name});
+    for (unsigned i = 0; i < preds.n; i++)
+      if (preds.items[i]->trace_id)
+        tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_EDGE, .id = t->trace_id,
+                                              .id2 = preds.items[i]->trace_id});
+  }
 
   /* Phase 3: commit. */
   if (!give_ref)
@@ -652,11 +664,37 @@ void tdm__task_finish(tdm_task *t) {
   tdm__task_unref(t);
 }
 
+/* The bytes a task's buffers hold (for the trace). */
+static uint64_t task_bytes(const tdm_task *t) {
+  uint64_t n = 0;
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    const tdm_buffer *b = &t->handles[i]->buf;
+    n += (uint64_t)b->nx * b->ny * b->elem_size;
+  }
+  return n;
+}
+
 void tdm__task_execute(tdm_task *t) {
-  if (t->rt->ndevice_workers && !tdm__host_ready(t))
+  tdm_runtime *rt = t->rt;
+  if (rt->ndevice_workers && !tdm__host_ready(t))
     return; /* its inputs are coming home; it is queued again then */
+  tdm_worker *w = tdm__self_in(rt);
+  uint64_t t0 = rt->timing ? tdm__now_ns() : 0;
   tdm__cpu_run(t);
-  if (t->rt->ndevice_workers)
+  if (w) {
+    tdm__count(&w->tasks_run, 1);
+    uint64_t t1 = rt->timing ? tdm__now_ns() : 0;
+    tdm__count(&w->busy_ns, t1 - t0);
+    if (t->trace_id)
+      tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_TASK,
+                                            .track = (uint16_t)w->id,
+                                            .id = t->trace_id,
+                                            .t0 = t0,
+                                            .t1 = t1,
+                                            .bytes = task_bytes(t),
+                                            .name = t->cl->name});
+  }
+  if (rt->ndevice_workers)
     tdm__host_written(t);
   if (t->callback)
     t->callback(t->callback_data);

@@ -169,9 +169,12 @@ static tdm_task *steal(tdm_worker *w) {
       tdm_deque *d = &rt->workers[victims[start + (r + k) % n]].deque;
       if (tdm_deque_size(d) == 0)
         continue; /* cheap look; steal's fence only when worth it */
+      tdm__count(&w->steals_tried, 1);
       tdm_task *t = tdm_deque_steal(d);
-      if (t)
+      if (t) {
+        tdm__count(&w->steals_won, 1);
         return t;
+      }
     }
     start = end;
   }
@@ -258,6 +261,15 @@ static void park(tdm_worker *w) {
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->park_lock));
 }
 
+/* Counts, and traces, a period without work that began at `from`. */
+static void idle_period(tdm_worker *w, uint8_t kind, uint64_t from) {
+  uint64_t to = tdm__now_ns();
+  tdm__count(kind == TDM_EV_IDLE ? &w->idle_ns : &w->parked_ns, to - from);
+  if (w->rt->trace_path)
+    tdm__trace_add(w->rt, &(tdm_trace_event){.kind = kind, .track = (uint16_t)w->id,
+                                             .t0 = from, .t1 = to});
+}
+
 void *tdm__worker_main(void *arg) {
   tdm_worker *w = arg;
   tdm_runtime *rt = w->rt;
@@ -278,6 +290,7 @@ void *tdm__worker_main(void *arg) {
      * what lets the submitter keep up), and park once cfg.spin_us have
      * passed. */
     uint64_t deadline = 0;
+    uint64_t idle_from = !t && rt->timing ? tdm__now_ns() : 0;
     for (unsigned i = 0; !t && tdm__idle_step(i, &deadline, rt->cfg.spin_us); i++) {
       t = find_work(w);
       /* seq_cst: pairs with wait_all's increment (Dekker): a waiter that
@@ -285,6 +298,8 @@ void *tdm__worker_main(void *arg) {
       if (!t && w->unflushed && atomic_load(&rt->nwaiters))
         tdm__flush_finished(w);
     }
+    if (idle_from)
+      idle_period(w, TDM_EV_IDLE, idle_from);
     if (t) {
       tdm__task_execute(t);
       continue;
@@ -293,7 +308,10 @@ void *tdm__worker_main(void *arg) {
       tdm__flush_finished(w);
     if (atomic_load(&rt->stop))
       break;
+    uint64_t park_from = rt->timing ? tdm__now_ns() : 0;
     park(w);
+    if (park_from)
+      idle_period(w, TDM_EV_PARKED, park_from);
   }
   tdm__self = NULL;
   return NULL;

@@ -73,6 +73,7 @@ typedef struct cl_api {
                                         const size_t *, const unsigned char **, cl_int *,
                                         cl_int *);
   cl_int (*GetProgramInfo)(cl_program, cl_program_info, size_t, void *, size_t *);
+  cl_int (*GetEventProfilingInfo)(cl_event, cl_profiling_info, size_t, void *, size_t *);
   bool can_run; /* every entry point above was found */
   const char *missing; /* the first one that was not */
 } cl_api;

@@ -121,6 +121,21 @@ struct tdm_gpu {
   uint64_t used, limit, max_alloc;
   struct tdm_replica *lru_head, *lru_tail;
   _Atomic uint64_t tasks, to_device, to_host, copies_to_device, copies_to_host, evictions;
+  /* Busy time: kernels' profiled durations when recording, else the time
+   * from a task's launch (or the previous completion) to its completion. */
+  _Atomic uint64_t busy_ns;
+  uint64_t last_done; /* under lock */
+  /* Recording: host time = device time + clock_offset; copies whose
+   * times are not read yet (under mem_lock), and those read. */
+  int64_t clock_offset;
+  pthread_mutex_t trace_lock; /* a leaf lock: guards the two below */
+  struct pending_copy {
+    cl_event ev;
+    bool to_device;
+    uint64_t bytes;
+  } *pending;
+  size_t npending, cap_pending;
+  tdm_trace_buf copies;
 };
 
 /* What a task on a device, or a CPU task waiting for its inputs, keeps
@@ -130,6 +145,8 @@ typedef struct exec {
   int kind;
   tdm_gpu *gpu;          /* EXEC_KERNEL */
   cl_event done;         /* EXEC_KERNEL: the last command */
+  cl_event kernel;       /* EXEC_KERNEL, while recording: the kernel itself */
+  uint64_t launched;     /* EXEC_KERNEL: when its commands were enqueued */
   _Atomic int outstanding; /* EXEC_FETCH: transfers not yet complete */
   _Atomic cl_int status;
 } exec;
@@ -160,6 +177,100 @@ static unsigned node_of(const tdm_gpu *g) {
   return g->shared ? 0 : 1 + g->k;
 }
 
+/* The offset from the device's profiling clock to the host's: an empty
+ * command's end, read against the host clock once it is done (off by the
+ * time the host takes to see it: microseconds). */
+static void sync_clocks(tdm_gpu *g) {
+  const cl_api *api = api_of(g->rt);
+  cl_event e = NULL;
+  cl_ulong end = 0;
+  if (api->EnqueueMarkerWithWaitList(g->compute, 0, NULL, &e) == CL_SUCCESS &&
+      api->WaitForEvents(1, &e) == CL_SUCCESS &&
+      api->GetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL) ==
+          CL_SUCCESS)
+    g->clock_offset = (int64_t)tdm__now_ns() - (int64_t)end;
+  else
+    tdm__log(g->rt, TDM_LOG_WARNING, "OpenCL: device %u: no profiling clock; its times in the "
+             "trace are the host's",
+             g->device);
+  if (e)
+    api->ReleaseEvent(e);
+}
+
+/* The host times of a completed command; false when unknown. */
+static bool command_times(const tdm_gpu *g, cl_event e, uint64_t *t0, uint64_t *t1) {
+  const cl_api *api = api_of(g->rt);
+  cl_ulong start = 0, end = 0;
+  if (!e || api->GetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof start, &start,
+                                       NULL) != CL_SUCCESS ||
+      api->GetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL) !=
+          CL_SUCCESS)
+    return false;
+  *t0 = (uint64_t)((int64_t)start + g->clock_offset);
+  *t1 = (uint64_t)((int64_t)end + g->clock_offset);
+  return true;
+}
+
+uint64_t tdm__gpu_busy_ns(const tdm_runtime *rt, unsigned k) {
+  return rt->gpus && k < rt->ndevice_workers ? atomic_load(&rt->gpus[k]->busy_ns) : 0;
+}
+
+static void add_to_buf(void *data, const tdm_trace_event *e);
+
+/* Reads the times of the copies that are done (all of them when `all`:
+ * at destroy, or waiting for them) into g->copies. */
+static void resolve_copies(tdm_gpu *g) {
+  const cl_api *api = api_of(g->rt);
+  TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
+  size_t keep = 0;
+  for (size_t i = 0; i < g->npending; i++) {
+    struct pending_copy *c = &g->pending[i];
+    cl_int st = CL_QUEUED;
+    api->GetEventInfo(c->ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
+    uint64_t t0, t1;
+    if (st != CL_COMPLETE && st >= 0) {
+      g->pending[keep++] = *c;
+      continue;
+    }
+    if (st == CL_COMPLETE && command_times(g, c->ev, &t0, &t1)) {
+      tdm_trace_event e = {.kind = c->to_device ? TDM_EV_TO_DEVICE : TDM_EV_TO_HOST,
+                           .track = (uint16_t)(g->rt->nworkers + g->k),
+                           .t0 = t0,
+                           .t1 = t1,
+                           .bytes = c->bytes};
+      add_to_buf(&g->copies, &e);
+    }
+    api->ReleaseEvent(c->ev);
+  }
+  g->npending = keep;
+  TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->trace_lock));
+}
+
+static void add_to_buf(void *data, const tdm_trace_event *e) {
+  tdm_trace_buf *b = data;
+  if (b->n == b->cap) {
+    size_t cap = b->cap ? 2 * b->cap : 256;
+    tdm_trace_event *ev = realloc(b->ev, cap * sizeof *ev);
+    if (!ev)
+      return; /* lost: the trace says less */
+    b->ev = ev;
+    b->cap = cap;
+  }
+  b->ev[b->n++] = *e;
+}
+
+void tdm__gpu_trace_collect(tdm_runtime *rt, void (*add)(void *, const tdm_trace_event *),
+                            void *data) {
+  for (unsigned k = 0; rt->gpus && k < rt->ndevice_workers; k++) {
+    tdm_gpu *g = rt->gpus[k];
+    resolve_copies(g);
+    TDM_PTHREAD(rt, pthread_mutex_lock(&g->trace_lock));
+    for (size_t i = 0; i < g->copies.n; i++)
+      add(data, &g->copies.ev[i]);
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&g->trace_lock));
+  }
+}
+
 tdm_status tdm__gpus_start(tdm_runtime *rt) {
   if (!rt->ndevice_workers)
     return TDM_OK;
@@ -187,6 +298,10 @@ tdm_status tdm__gpus_start(tdm_runtime *rt) {
     int err = pthread_mutex_init(&g->lock, NULL);
     if (!err && (err = pthread_mutex_init(&g->mem_lock, NULL)))
       pthread_mutex_destroy(&g->lock);
+    if (!err && (err = pthread_mutex_init(&g->trace_lock, NULL))) {
+      pthread_mutex_destroy(&g->mem_lock);
+      pthread_mutex_destroy(&g->lock);
+    }
     if (err) {
       free(g);
       rt->gpus[k] = NULL;
@@ -194,13 +309,17 @@ tdm_status tdm__gpus_start(tdm_runtime *rt) {
       return TDM_ERR_SYSTEM;
     }
     cl_int e1 = CL_SUCCESS, e2 = CL_SUCCESS;
-    g->compute = api->CreateCommandQueue(g->ctx, g->id, 0, &e1);
-    g->transfer = api->CreateCommandQueue(g->ctx, g->id, 0, &e2);
+    /* recording: the device's own timestamps of each command */
+    cl_command_queue_properties props = rt->recording ? CL_QUEUE_PROFILING_ENABLE : 0;
+    g->compute = api->CreateCommandQueue(g->ctx, g->id, props, &e1);
+    g->transfer = api->CreateCommandQueue(g->ctx, g->id, props, &e2);
     if (!g->compute || !g->transfer) {
       tdm__log(rt, TDM_LOG_ERROR, "OpenCL: device %u (%s): no command queue (error %d)", d,
                rt->devices[d].name, (int)(e1 ? e1 : e2));
       return TDM_ERR_SYSTEM;
     }
+    if (rt->recording)
+      sync_clocks(g);
   }
   return TDM_OK;
 }
@@ -229,8 +348,13 @@ void tdm__gpus_stop(tdm_runtime *rt) {
       CL_CHECK(rt, api->Finish(g->transfer), "clFinish");
       api->ReleaseCommandQueue(g->transfer);
     }
+    for (size_t i = 0; i < g->npending; i++)
+      api->ReleaseEvent(g->pending[i].ev);
+    free(g->pending);
+    free(g->copies.ev);
     pthread_mutex_destroy(&g->lock);
     pthread_mutex_destroy(&g->mem_lock);
+    pthread_mutex_destroy(&g->trace_lock);
     free(g);
   }
   free(rt->gpus);
@@ -495,7 +619,7 @@ static void lru_append(tdm_gpu *g, struct tdm_replica *r) {
   g->lru_tail = r;
 }
 
-static void count_copy(tdm_gpu *g, bool to_device, size_t bytes);
+static void count_copy(tdm_gpu *g, bool to_device, size_t bytes, cl_event e);
 static cl_int copy_rect(const cl_api *api, cl_command_queue q, bool to_device, cl_mem m,
                         const tdm_handle *h, const size_t *origin, size_t pitch,
                         const waitlist *w, cl_event *e);
@@ -518,7 +642,7 @@ static void drop_replica(tdm_gpu *g, struct tdm_replica *r) {
       return; /* keep it */
     }
     api->Flush(g->transfer);
-    count_copy(g, false, r->bytes);
+    count_copy(g, false, r->bytes, e);
     h->valid |= 1;
     set_fill(h, 0, e);
   }
@@ -715,11 +839,26 @@ static cl_int copy_rect(const cl_api *api, cl_command_queue q, bool to_device, c
                                           host_pitch, 0, b->ptr, w->n, w->n ? w->ev : NULL, e);
 }
 
-static void count_copy(tdm_gpu *g, bool to_device, size_t bytes) {
+static void count_copy(tdm_gpu *g, bool to_device, size_t bytes, cl_event e) {
   atomic_fetch_add_explicit(to_device ? &g->to_device : &g->to_host, bytes,
                             memory_order_relaxed);
   atomic_fetch_add_explicit(to_device ? &g->copies_to_device : &g->copies_to_host, 1,
                             memory_order_relaxed);
+  if (!g->rt->trace_path || !e)
+    return;
+  const cl_api *api = api_of(g->rt);
+  TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
+  if (g->npending == g->cap_pending) {
+    size_t cap = g->cap_pending ? 2 * g->cap_pending : 64;
+    struct pending_copy *p = realloc(g->pending, cap * sizeof *p);
+    if (p) {
+      g->pending = p;
+      g->cap_pending = cap;
+    }
+  }
+  if (g->npending < g->cap_pending && api->RetainEvent(e) == CL_SUCCESS)
+    g->pending[g->npending++] = (struct pending_copy){e, to_device, bytes};
+  TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->trace_lock));
 }
 
 static bool make_valid(tdm_handle *h, unsigned node, waitlist *w, cl_context ctx);
@@ -754,7 +893,7 @@ static bool inherit(tdm_handle *h) {
       return false;
     }
     api->Flush(g->transfer);
-    count_copy(g, false, handle_bytes(h));
+    count_copy(g, false, handle_bytes(h), e);
   }
   h->valid = 1;
   if (!replicas(h)) {
@@ -842,7 +981,7 @@ static bool make_valid(tdm_handle *h, unsigned node, waitlist *w, cl_context ctx
       return false;
     }
     api->Flush(g->transfer);
-    count_copy(g, false, bytes);
+    count_copy(g, false, bytes, e);
   } else {
     tdm_gpu *g = rt->gpus[node - 1];
     waitlist before = {.n = 0};
@@ -859,7 +998,7 @@ static bool make_valid(tdm_handle *h, unsigned node, waitlist *w, cl_context ctx
       return false;
     }
     api->Flush(g->transfer);
-    count_copy(g, true, bytes);
+    count_copy(g, true, bytes, e);
   }
   h->valid |= 1u << node;
   set_fill(h, node, e);
@@ -904,6 +1043,14 @@ static void CL_CALLBACK on_complete(cl_event e, cl_int status, void *data) {
 static void pump(tdm_gpu *g);
 static void pin(tdm_gpu *g, const tdm_task *t, unsigned n, int delta);
 
+/* The bytes a task's buffers hold (for the trace). */
+static uint64_t task_bytes(const tdm_task *t) {
+  uint64_t n = 0;
+  for (unsigned i = 0; i < t->nbuf; i++)
+    n += handle_bytes(t->handles[i]);
+  return n;
+}
+
 bool tdm__gpu_progress(tdm_runtime *rt) {
   if (!atomic_load_explicit(&rt->completions, memory_order_relaxed))
     return false;
@@ -930,12 +1077,31 @@ bool tdm__gpu_progress(tdm_runtime *rt) {
         tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u failed (error %d)", name,
                  g->device, (int)status);
       api->ReleaseEvent(x->done);
-      free(x);
       pin(g, t, t->nbuf, -1);
       atomic_fetch_add_explicit(&g->tasks, 1, memory_order_relaxed);
+      uint64_t now = tdm__now_ns(), t0, t1;
       TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
       g->inflight--;
+      if (command_times(g, x->kernel, &t0, &t1)) {
+        atomic_fetch_add_explicit(&g->busy_ns, t1 - t0, memory_order_relaxed);
+        if (t->trace_id)
+          tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_TASK,
+                                                .track = (uint16_t)(rt->nworkers + g->k),
+                                                .id = t->trace_id,
+                                                .t0 = t0,
+                                                .t1 = t1,
+                                                .bytes = task_bytes(t),
+                                                .name = t->cl->name});
+      } else { /* in-order queue: it ran after its launch and the one before */
+        uint64_t from = x->launched > g->last_done ? x->launched : g->last_done;
+        atomic_fetch_add_explicit(&g->busy_ns, now > from ? now - from : 0,
+                                  memory_order_relaxed);
+      }
+      g->last_done = now;
       TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+      if (x->kernel)
+        api->ReleaseEvent(x->kernel);
+      free(x);
       if (t->callback)
         t->callback(t->callback_data);
       tdm__task_finish(t);
@@ -1109,6 +1275,11 @@ static int launch(tdm_gpu *g, tdm_task *t) {
     }
   }
   release_all(api, &w);
+  if (ok && x) {
+    x->launched = tdm__now_ns();
+    if (rt->recording && done && api->RetainEvent(done) == CL_SUCCESS)
+      x->kernel = done; /* before a map/unmap follows it */
+  }
   if (ok) {
     /* the new state: written buffers live on this node only; on a shared
      * device a map/unmap hands the writes to the host */
@@ -1150,6 +1321,8 @@ static int launch(tdm_gpu *g, tdm_task *t) {
     api->Flush(g->compute);
     return LAUNCHED;
   }
+  if (x && x->kernel)
+    api->ReleaseEvent(x->kernel);
   free(x);
   if (done)
     api->ReleaseEvent(done);

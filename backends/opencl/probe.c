@@ -121,6 +121,7 @@ static tdm_status load_api(tdm_runtime *rt, const char *path, cl_api *api) {
       {"clEnqueueReadBufferRect", (void **)&api->EnqueueReadBufferRect},
       {"clCreateProgramWithBinary", (void **)&api->CreateProgramWithBinary},
       {"clGetProgramInfo", (void **)&api->GetProgramInfo},
+      {"clGetEventProfilingInfo", (void **)&api->GetEventProfilingInfo},
       {"clFlush", (void **)&api->Flush},
       {"clFinish", (void **)&api->Finish},
   };

@@ -1,11 +1,12 @@
 /*
- * A strict JSON reader for the tests (RFC 8259): parses a whole document
- * into a tree, or fails on anything that is not JSON (trailing commas,
- * unquoted keys, bad escapes, control characters in strings, leading
- * zeros, text after the value...). Small and slow on purpose.
+ * A strict JSON reader (RFC 8259) for tandem-trace and the tests: parses a
+ * whole document into a tree, or fails on anything that is not JSON
+ * (trailing commas, unquoted keys, bad escapes, control characters in
+ * strings, leading zeros, text after the value...). Small and simple
+ * rather than fast; header-only, every function static.
  */
-#ifndef TDM_TEST_JSON_H
-#define TDM_TEST_JSON_H
+#ifndef TDM_JSON_H
+#define TDM_JSON_H
 
 #include <ctype.h>
 #include <stdlib.h>

@@ -1,0 +1,39 @@
+/*
+ * What ran where and when: trace events, the statistics they add up to,
+ * the submitted graph. Recording is off unless tdm_config.trace_path,
+ * dag_path or stats asks for it; then each worker appends to a buffer of
+ * its own, other threads to a shared one, and everything is written out
+ * at destroy or when tdm_trace_flush asks (trace.c).
+ */
+#ifndef TDM_TRACE_H
+#define TDM_TRACE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum tdm_trace_kind {
+  TDM_EV_TASK = 1,     /* a task ran on a CPU worker or a device: track = worker */
+  TDM_EV_IDLE = 2,     /* a CPU worker looked for work */
+  TDM_EV_PARKED = 3,   /* a CPU worker slept */
+  TDM_EV_TO_DEVICE = 4, /* a copy host to device k (track = k's worker) */
+  TDM_EV_TO_HOST = 5,  /* a copy device k to host */
+  TDM_EV_EDGE = 6,     /* task id depends on task id2 (submitted graph) */
+  TDM_EV_SUBMIT = 7    /* task id submitted (its codelet, for the graph) */
+};
+
+typedef struct tdm_trace_event {
+  uint8_t kind;
+  uint16_t track;
+  uint64_t id, id2;
+  uint64_t t0, t1; /* CLOCK_MONOTONIC ns */
+  uint64_t bytes;
+  const char *name; /* the codelet's name (its storage outlives the runtime) */
+} tdm_trace_event;
+
+typedef struct tdm_trace_buf {
+  _Atomic int lock; /* a flush may read it while its worker appends */
+  tdm_trace_event *ev;
+  size_t n, cap;
+} tdm_trace_buf;
+
+#endif

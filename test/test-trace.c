@@ -1,0 +1,501 @@
+/*
+ * What ran where: the trace (valid JSON, every task exactly once on the
+ * worker that ran it, flow arrows exactly the graph's edges, copies
+ * matching the device counters), the statistics (tasks counted = tasks
+ * submitted), the graph in DOT, and the SVG Gantt chart of tandem-trace
+ * (well-formed XML, one bar per task).
+ *
+ *   test-trace path/to/tandem-trace
+ */
+#include "common.h"
+#include "json.h"
+
+#include <ctype.h>
+#include <stdbool.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *tool;
+static char dir[64];
+
+enum { CHAIN = 12, FAN = 6, NTASKS = CHAIN + 2 + FAN };
+
+/* the worker that ran task i, as the task saw it */
+static _Atomic int ran_on[NTASKS];
+static tdm_runtime *the_rt;
+
+static void record(const tdm_buffer *b, const void *args, size_t size) {
+  (void)b;
+  (void)size;
+  int i = *(const int *)args;
+  ran_on[i] = tdm_worker_id(the_rt);
+  /* a little work, so that tasks have a length */
+  volatile double x = 0;
+  for (int k = 0; k < 20000; k++)
+    x += k;
+}
+
+static const tdm_codelet chain_cl = {
+    .name = "chain", .cpu_fn = record, .nbuffers = 1, .modes = {TDM_RW}};
+static const tdm_codelet node_cl = {.name = "node", .cpu_fn = record};
+
+typedef struct edge {
+  int pred, succ; /* submission numbers */
+} edge;
+
+/* Submits the graph: a chain of CHAIN tasks on one handle (each after the
+ * one before), then by explicit dependencies a root, FAN tasks after it,
+ * and a join after them all. Task i is the i-th submitted: trace id i+1. */
+static unsigned submit_graph(tdm_runtime *rt, tdm_handle *h, edge *edges) {
+  unsigned ne = 0;
+  for (int i = 0; i < CHAIN; i++) {
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &chain_cl, .handles = {h},
+                                                      .args = &i, .args_size = sizeof i}),
+                     TDM_OK);
+    if (i)
+      edges[ne++] = (edge){i - 1, i};
+  }
+  tdm_task *root, *fan[FAN], *join;
+  int n = CHAIN;
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &node_cl, .args = &n,
+                                                        .args_size = sizeof n},
+                                   &root),
+                   TDM_OK);
+  assert_int_equal(tdm_task_submit(root), TDM_OK);
+  int root_no = n++;
+  for (int k = 0; k < FAN; k++) {
+    assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &node_cl, .args = &n,
+                                                          .args_size = sizeof n},
+                                     &fan[k]),
+                     TDM_OK);
+    assert_int_equal(tdm_task_depends_on(fan[k], root), TDM_OK);
+    assert_int_equal(tdm_task_submit(fan[k]), TDM_OK);
+    edges[ne++] = (edge){root_no, n++};
+  }
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &node_cl, .args = &n,
+                                                        .args_size = sizeof n},
+                                   &join),
+                   TDM_OK);
+  for (int k = 0; k < FAN; k++) {
+    assert_int_equal(tdm_task_depends_on(join, fan[k]), TDM_OK);
+    edges[ne++] = (edge){root_no + 1 + k, n};
+  }
+  assert_int_equal(tdm_task_submit(join), TDM_OK);
+  assert_int_equal(n + 1, NTASKS);
+  tdm_task_release(root);
+  for (int k = 0; k < FAN; k++)
+    tdm_task_release(fan[k]);
+  tdm_task_release(join);
+  return ne;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, 0, SEEK_END), 0);
+  long n = ftell(f);
+  rewind(f);
+  char *s = malloc((size_t)n + 1);
+  assert_non_null(s);
+  assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
+  s[n] = 0;
+  fclose(f);
+  return s;
+}
+
+static double num(const json *o, const char *k) {
+  const json *v = json_get(o, k);
+  if (!v || v->type != JSON_NUMBER)
+    fail_msg("member %s missing or not a number", k);
+  return v->number;
+}
+
+static const char *str(const json *o, const char *k) {
+  const json *v = json_get(o, k);
+  if (!v || v->type != JSON_STRING)
+    fail_msg("member %s missing or not a string", k);
+  return v->string;
+}
+
+/* ---- a tiny XML well-formedness check (for the SVG) ------------------------ */
+
+/* Returns the number of <rect class="task"> elements, or -1 (and why) when
+ * the document is not well-formed: one root, tags nested and closed,
+ * attribute values quoted, entities known. */
+static int xml_check(const char *p, char *why, size_t size, char **stack, size_t *depth_out);
+
+static int xml_task_rects(const char *p, char *why, size_t size) {
+  char *stack[64];
+  size_t depth = 0;
+  int n = xml_check(p, why, size, stack, &depth);
+  while (depth)
+    free(stack[--depth]);
+  return n;
+}
+
+static int xml_check(const char *p, char *why, size_t size, char **stack, size_t *depth_out) {
+  size_t depth = 0;
+  int roots = 0, tasks = 0;
+#define RETURN(v) return (*depth_out = depth, (v))
+  if (!strncmp(p, "<?xml", 5)) {
+    p = strstr(p, "?>");
+    if (!p)
+      RETURN((snprintf(why, size, "unclosed prolog"), -1));
+    p += 2;
+  }
+  while (*p) {
+    if (*p == '&') {
+      static const char *const ents[] = {"&lt;", "&gt;", "&amp;", "&quot;", "&apos;"};
+      size_t i;
+      for (i = 0; i < 5 && strncmp(p, ents[i], strlen(ents[i])); i++)
+        ;
+      if (i == 5)
+        RETURN((snprintf(why, size, "unknown entity at %.20s", p), -1));
+      p += strlen(ents[i]);
+      continue;
+    }
+    if (*p != '<') {
+      if (!depth && !isspace((unsigned char)*p))
+        RETURN((snprintf(why, size, "text outside the root"), -1));
+      p++;
+      continue;
+    }
+    if (p[1] == '/') { /* a closing tag */
+      const char *name = p + 2;
+      size_t len = strcspn(name, "> \t\n");
+      if (!depth || strncmp(stack[depth - 1], name, len) || stack[depth - 1][len] != ' ')
+        RETURN((snprintf(why, size, "mismatched closing tag %.20s", p), -1));
+      free(stack[--depth]);
+      p = strchr(p, '>');
+      if (!p)
+        RETURN((snprintf(why, size, "unclosed tag"), -1));
+      p++;
+      continue;
+    }
+    const char *name = p + 1;
+    size_t len = strcspn(name, "/> \t\n");
+    if (!len)
+      RETURN((snprintf(why, size, "a tag without a name"), -1));
+    bool is_rect = len == 4 && !strncmp(name, "rect", 4), task = false;
+    p = name + len;
+    for (;;) { /* attributes */
+      while (isspace((unsigned char)*p))
+        p++;
+      if (*p == '>' || (p[0] == '/' && p[1] == '>'))
+        break;
+      size_t alen = strcspn(p, "= \t\n>");
+      if (!alen || p[alen] != '=' || p[alen + 1] != '"')
+        RETURN((snprintf(why, size, "bad attribute at %.20s", p), -1));
+      const char *value = p + alen + 2, *end = strchr(value, '"');
+      if (!end || memchr(value, '<', (size_t)(end - value)))
+        RETURN((snprintf(why, size, "bad attribute value at %.20s", p), -1));
+      if (is_rect && alen == 5 && !strncmp(p, "class", 5) && end - value == 4 &&
+          !strncmp(value, "task", 4))
+        task = true;
+      p = end + 1;
+    }
+    tasks += task;
+    if (!depth)
+      roots++;
+    if (*p == '/') {
+      p += 2;
+      continue;
+    }
+    if (depth == 64)
+      RETURN((snprintf(why, size, "too deep"), -1));
+    /* remember the name followed by a space, for the comparison above */
+    char *copy = malloc(len + 2);
+    memcpy(copy, name, len);
+    copy[len] = ' ';
+    copy[len + 1] = 0;
+    stack[depth++] = copy;
+    p++;
+  }
+  if (depth)
+    RETURN((snprintf(why, size, "%zu unclosed elements", depth), -1));
+  if (roots != 1)
+    RETURN((snprintf(why, size, "%d root elements", roots), -1));
+  RETURN(tasks);
+#undef RETURN
+}
+
+/* ---- the tests ------------------------------------------------------------ */
+
+static void test_trace_dag_stats_svg(void **state) {
+  (void)state;
+  char trace[128], dot[128], svg[128], cmd[512];
+  snprintf(trace, sizeof trace, "%s/trace.json", dir);
+  snprintf(dot, sizeof dot, "%s/graph.dot", dir);
+  snprintf(svg, sizeof svg, "%s/chart.svg", dir);
+  test_log log;
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.devices = "none";
+  cfg.trace_path = trace;
+  cfg.dag_path = dot;
+  cfg.stats = 1;
+  test_log_attach(&cfg, &log);
+  cfg.log_level = TDM_LOG_INFO;
+  tdm_runtime *rt;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  the_rt = rt;
+  long v = 0;
+  tdm_handle *h;
+  assert_int_equal(tdm_register_vector(rt, &v, 1, sizeof v, &h), TDM_OK);
+  edge edges[64];
+  unsigned ne = submit_graph(rt, h, edges);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(tdm_trace_flush(rt), TDM_OK); /* on request, while running */
+
+  /* statistics add up */
+  uint64_t counted = 0;
+  for (unsigned w = 0; w < tdm_runtime_nworkers(rt); w++) {
+    tdm_worker_stats s = {.struct_size = sizeof s};
+    assert_int_equal(tdm_runtime_worker_stats(rt, w, &s), TDM_OK);
+    counted += s.tasks;
+    assert_true(s.busy_ns > 0 || s.tasks == 0);
+    assert_true(s.steals_won <= s.steals_tried);
+  }
+  assert_int_equal(counted, NTASKS);
+  tdm_handle_unregister(h);
+  tdm_runtime_destroy(rt);
+  assert_true(test_log_has(&log, "stats: CPU worker 0:"));
+  assert_true(test_log_has(&log, "stats: codelet chain on CPU workers: 12 tasks"));
+
+  /* the trace: valid JSON, each task once, on the worker that ran it */
+  char *text = slurp(trace);
+  json *doc = json_parse(text);
+  free(text);
+  if (!doc)
+    fail_msg("the trace is not valid JSON");
+  const json *evs = json_get(doc, "traceEvents");
+  assert_non_null(evs);
+  assert_int_equal(evs->type, JSON_ARRAY);
+  int seen[NTASKS] = {0};
+  double start[NTASKS];
+  int track[NTASKS];
+  unsigned flows_s = 0, flows_f = 0;
+  for (size_t i = 0; i < evs->n; i++) {
+    const json *e = evs->items[i];
+    const char *ph = str(e, "ph");
+    if (!strcmp(ph, "X") && !strcmp(str(e, "cat"), "task")) {
+      int id = (int)num(json_get(e, "args"), "id");
+      assert_true(id >= 1 && id <= NTASKS);
+      int k = id - 1;
+      seen[k]++;
+      track[k] = (int)num(e, "tid");
+      start[k] = num(e, "ts");
+      assert_int_equal(track[k], ran_on[k]);
+      assert_string_equal(str(e, "name"), k < CHAIN ? "chain" : "node");
+      assert_true(num(e, "dur") >= 0);
+    }
+    flows_s += !strcmp(ph, "s");
+    flows_f += !strcmp(ph, "f");
+  }
+  for (int k = 0; k < NTASKS; k++)
+    assert_int_equal(seen[k], 1);
+  /* flows: each arrow from its predecessor's slice to its successor's,
+   * exactly the graph's edges */
+  assert_int_equal(flows_s, ne);
+  assert_int_equal(flows_f, ne);
+  bool found[64] = {false};
+  for (size_t i = 0; i < evs->n; i++) {
+    const json *s = evs->items[i];
+    if (strcmp(str(s, "ph"), "s"))
+      continue;
+    const json *f = NULL;
+    for (size_t j = 0; j < evs->n && !f; j++)
+      if (!strcmp(str(evs->items[j], "ph"), "f") &&
+          num(evs->items[j], "id") == num(s, "id"))
+        f = evs->items[j];
+    assert_non_null(f);
+    int pred = -1, succ = -1;
+    for (int k = 0; k < NTASKS; k++) {
+      if (track[k] == (int)num(s, "tid") && start[k] == num(s, "ts"))
+        pred = k;
+      if (track[k] == (int)num(f, "tid") && start[k] == num(f, "ts"))
+        succ = k;
+    }
+    unsigned e;
+    for (e = 0; e < ne && !(edges[e].pred == pred && edges[e].succ == succ); e++)
+      ;
+    if (e == ne)
+      fail_msg("a flow %d -> %d that is not an edge of the graph", pred, succ);
+    assert_false(found[e]);
+    found[e] = true;
+  }
+  json_free(doc);
+
+  /* the graph: every task a node, every edge an arrow */
+  char *graph = slurp(dot);
+  assert_non_null(strstr(graph, "digraph tandem"));
+  for (int k = 0; k < NTASKS; k++) {
+    char node[32];
+    snprintf(node, sizeof node, "  t%d [label=", k + 1);
+    assert_non_null(strstr(graph, node));
+  }
+  for (unsigned e = 0; e < ne; e++) {
+    char arrow[32];
+    snprintf(arrow, sizeof arrow, "  t%d -> t%d;", edges[e].pred + 1, edges[e].succ + 1);
+    assert_non_null(strstr(graph, arrow));
+  }
+  assert_non_null(strstr(graph, "fillcolor=lightblue")); /* ran on CPU workers */
+  free(graph);
+
+  /* the chart: well-formed XML, one bar per task */
+  snprintf(cmd, sizeof cmd, "'%s' '%s' -o '%s'", tool, trace, svg);
+  assert_int_equal(system(cmd), 0);
+  char *chart = slurp(svg);
+  char why[128] = "";
+  int bars = xml_task_rects(chart, why, sizeof why);
+  if (bars < 0)
+    fail_msg("the SVG is not well-formed: %s", why);
+  assert_int_equal(bars, NTASKS);
+  free(chart);
+  unlink(trace);
+  unlink(dot);
+  unlink(svg);
+}
+
+#ifdef TDM_TEST_OPENCL
+#include "tandem/opencl.h"
+
+static const tdm_opencl_variant saxpy_cl = {
+    .source = "__kernel void inc(__global const float *x, ulong nx,\n"
+              "                  __global float *y, ulong ny) {\n"
+              "  size_t i = get_global_id(0);\n"
+              "  y[i] += x[i];\n"
+              "}\n",
+    .kernel = "inc"};
+static const tdm_codelet trace_saxpy = {
+    .name = "inc", .nbuffers = 2, .modes = {TDM_R, TDM_RW}, .opencl = &saxpy_cl};
+
+/* Tasks on a device (PoCL as a discrete GPU) are in the trace on the
+ * device's track, and its copies add up to the device counters. */
+static void test_device_trace(void **state) {
+  (void)state;
+  char trace[128];
+  snprintf(trace, sizeof trace, "%s/device.json", dir);
+  test_log log;
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.opencl_cpu_devices = 1;
+  cfg.device_memory = TDM_MEMORY_SEPARATE;
+  cfg.trace_path = trace;
+  cfg.cache_dir = dir;
+  test_log_attach(&cfg, &log);
+  tdm_runtime *rt;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  tdm_machine_info mi = {.struct_size = sizeof mi};
+  assert_int_equal(tdm_runtime_machine(rt, &mi), TDM_OK);
+  if (mi.device_workers == 0) {
+    tdm_runtime_destroy(rt);
+    skip(); /* no OpenCL CPU device here */
+  }
+  enum { N = 1 << 14, T = 10 };
+  float *x = tdm_malloc(N * sizeof *x), *y = tdm_malloc(N * sizeof *y);
+  for (int i = 0; i < N; i++)
+    x[i] = y[i] = 1;
+  tdm_handle *hx, *hy;
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  for (int t = 0; t < T; t++)
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &trace_saxpy,
+                                                      .handles = {hx, hy}}),
+                     TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+  unsigned dev = 0;
+  for (unsigned i = 0; i < mi.opencl_devices; i++) {
+    tdm_device_info d = {.struct_size = sizeof d};
+    assert_int_equal(tdm_runtime_device(rt, i, &d), TDM_OK);
+    if (d.used)
+      dev = i;
+  }
+  tdm_device_counters c = {.struct_size = sizeof c};
+  assert_int_equal(tdm_runtime_device_counters(rt, dev, &c), TDM_OK);
+  tdm_worker_stats s = {.struct_size = sizeof s};
+  assert_int_equal(tdm_runtime_worker_stats(rt, mi.cpu_workers, &s), TDM_OK);
+  assert_int_equal(s.tasks, T);
+  assert_true(s.busy_ns > 0);
+  tdm_runtime_destroy(rt);
+  assert_true(y[0] == 1.0f + T && y[N - 1] == 1.0f + T);
+  tdm_free(x);
+  tdm_free(y);
+
+  char *text = slurp(trace);
+  json *doc = json_parse(text);
+  free(text);
+  assert_non_null(doc);
+  const json *evs = json_get(doc, "traceEvents");
+  uint64_t to_dev = 0, to_host = 0;
+  unsigned on_device = 0;
+  for (size_t i = 0; i < evs->n; i++) {
+    const json *e = evs->items[i];
+    if (strcmp(str(e, "ph"), "X"))
+      continue;
+    const char *cat = str(e, "cat");
+    if (!strcmp(cat, "task")) {
+      assert_int_equal((unsigned)num(e, "tid"), mi.cpu_workers); /* the device's track */
+      on_device++;
+    } else if (!strcmp(cat, "transfer")) {
+      uint64_t b = (uint64_t)num(json_get(e, "args"), "bytes");
+      if (!strcmp(str(e, "name"), "copy to device"))
+        to_dev += b;
+      else
+        to_host += b;
+    }
+  }
+  assert_int_equal(on_device, T);
+  assert_int_equal(to_dev, c.bytes_to_device);
+  assert_int_equal(to_host, c.bytes_to_host);
+  assert_true(to_dev > 0 && to_host > 0);
+  json_free(doc);
+  unlink(trace);
+}
+#else
+static void test_device_trace(void **state) {
+  (void)state;
+  skip(); /* built without the OpenCL headers */
+}
+#endif
+
+static void test_flush_without_trace(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = test_runtime(1, &log);
+  assert_int_equal(tdm_trace_flush(rt), TDM_ERR_INVALID_ARG);
+  assert_true(test_log_has(&log, "no trace was asked for"));
+  assert_int_equal(tdm_trace_flush(NULL), TDM_ERR_INVALID_ARG);
+  tdm_worker_stats s = {.struct_size = sizeof s};
+  assert_int_equal(tdm_runtime_worker_stats(rt, 5, &s), TDM_ERR_INVALID_ARG);
+  tdm_runtime_destroy(rt);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: test-trace path/to/tandem-trace\n");
+    return 2;
+  }
+  tool = argv[1];
+  snprintf(dir, sizeof dir, "/tmp/tandem-trace-XXXXXX");
+  if (!mkdtemp(dir))
+    return 1;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_trace_dag_stats_svg),
+      cmocka_unit_test(test_device_trace),
+      cmocka_unit_test(test_flush_without_trace),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0)
+    rc = 1;
+  return rc;
+}

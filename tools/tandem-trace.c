@@ -1,0 +1,350 @@
+/*
+ * tandem-trace: turns a Tandem trace (TANDEM_TRACE=trace.json) into a
+ * standalone SVG Gantt chart that opens in any browser: one row per CPU
+ * worker, per device and per direction of each device's copies; tasks as
+ * bars coloured by codelet, with a legend; copies shaded; idle and parked
+ * periods as thin grey bars; a time axis. Hovering a bar shows what it is.
+ *
+ *   tandem-trace trace.json [-o chart.svg] [--width PIXELS]
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+
+typedef struct bar {
+  unsigned track;
+  double ts, dur; /* microseconds */
+  const char *name;
+  enum { BAR_TASK, BAR_COPY, BAR_IDLE, BAR_PARKED } kind;
+  long long id;
+  long long bytes;
+} bar;
+
+typedef struct track {
+  unsigned tid;
+  long sort;
+  const char *name;
+  unsigned row;
+  bool used;
+} track;
+
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  size_t got;
+  while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+    n += got;
+    if (n + 1 == cap) {
+      char *more = realloc(buf, cap *= 2);
+      if (!more) {
+        free(buf);
+        buf = NULL;
+      }
+      buf = more;
+    }
+  }
+  fclose(f);
+  if (buf)
+    buf[n] = 0;
+  return buf;
+}
+
+static void xml_text(FILE *f, const char *s) {
+  for (; s && *s; s++) {
+    switch (*s) {
+    case '<':
+      fputs("&lt;", f);
+      break;
+    case '>':
+      fputs("&gt;", f);
+      break;
+    case '&':
+      fputs("&amp;", f);
+      break;
+    case '"':
+      fputs("&quot;", f);
+      break;
+    default:
+      if ((unsigned char)*s >= 0x20 || *s == '\t')
+        fputc(*s, f);
+    }
+  }
+}
+
+static const json *member(const json *o, const char *k, json_type type) {
+  const json *v = json_get(o, k);
+  return v && v->type == type ? v : NULL;
+}
+
+/* Colours for codelets, in order of first appearance (Okabe & Ito's
+ * colour-blind-safe palette, then more). */
+static const char *const palette[] = {"#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9",
+                                      "#D55E00", "#F0E442", "#7F3C8D", "#11A579", "#3969AC",
+                                      "#F2B701", "#E73F74"};
+enum { NPALETTE = sizeof palette / sizeof palette[0] };
+
+/* A tick step of 1, 2 or 5 times a power of ten giving about n ticks. */
+static double tick_step(double span, int n) {
+  double raw = span / n, p = pow(10, floor(log10(raw)));
+  return raw <= p ? p : raw <= 2 * p ? 2 * p : raw <= 5 * p ? 5 * p : 10 * p;
+}
+
+static void usage(FILE *to) {
+  fprintf(to, "usage: tandem-trace trace.json [-o chart.svg] [--width PIXELS]\n"
+              "Turns a Tandem trace (TANDEM_TRACE=trace.json) into an SVG Gantt chart.\n");
+}
+
+int main(int argc, char **argv) {
+  const char *in = NULL, *out = NULL;
+  int width = 1100;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "-o") && i + 1 < argc)
+      out = argv[++i];
+    else if (!strcmp(argv[i], "--width") && i + 1 < argc)
+      width = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 0;
+    } else if (!in && argv[i][0] != '-')
+      in = argv[i];
+    else {
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (!in || width < 200) {
+    usage(stderr);
+    return 2;
+  }
+  char *text = read_file(in);
+  if (!text) {
+    fprintf(stderr, "tandem-trace: cannot read %s\n", in);
+    return 1;
+  }
+  json *doc = json_parse(text);
+  free(text);
+  const json *events = doc ? member(doc, "traceEvents", JSON_ARRAY) : NULL;
+  if (!events) {
+    fprintf(stderr, "tandem-trace: %s is not a trace (JSON with traceEvents)\n", in);
+    json_free(doc);
+    return 1;
+  }
+
+  /* tracks and bars */
+  track *tracks = calloc(events->n + 1, sizeof *tracks);
+  bar *bars = calloc(events->n + 1, sizeof *bars);
+  const char **codelets = calloc(events->n + 1, sizeof *codelets);
+  size_t ntracks = 0, nbars = 0, ncodelets = 0;
+  if (!tracks || !bars || !codelets) {
+    fprintf(stderr, "tandem-trace: out of memory\n");
+    return 1;
+  }
+  double t_min = INFINITY, t_max = -INFINITY;
+  for (size_t i = 0; i < events->n; i++) {
+    const json *e = events->items[i];
+    const json *ph = member(e, "ph", JSON_STRING), *tid = member(e, "tid", JSON_NUMBER);
+    if (!ph || !tid)
+      continue;
+    size_t k;
+    for (k = 0; k < ntracks && tracks[k].tid != (unsigned)tid->number; k++)
+      ;
+    if (k == ntracks) {
+      tracks[ntracks].tid = (unsigned)tid->number;
+      tracks[ntracks].sort = (long)tid->number;
+      tracks[ntracks++].name = "";
+    }
+    const json *args = member(e, "args", JSON_OBJECT);
+    const json *nm = member(e, "name", JSON_STRING);
+    if (!strcmp(ph->string, "M") && nm && args) {
+      const json *v;
+      if (!strcmp(nm->string, "thread_name") && (v = member(args, "name", JSON_STRING)))
+        tracks[k].name = v->string;
+      else if (!strcmp(nm->string, "thread_sort_index") &&
+               (v = member(args, "sort_index", JSON_NUMBER)))
+        tracks[k].sort = (long)v->number;
+      continue;
+    }
+    const json *ts = member(e, "ts", JSON_NUMBER), *dur = member(e, "dur", JSON_NUMBER);
+    const json *cat = member(e, "cat", JSON_STRING);
+    if (strcmp(ph->string, "X") || !ts || !dur || !cat || !nm)
+      continue;
+    bar *b = &bars[nbars++];
+    b->track = (unsigned)k;
+    b->ts = ts->number;
+    b->dur = dur->number;
+    b->name = nm->string;
+    b->id = -1;
+    if (!strcmp(cat->string, "task")) {
+      b->kind = BAR_TASK;
+      const json *v;
+      if (args && (v = member(args, "id", JSON_NUMBER)))
+        b->id = (long long)v->number;
+      size_t c;
+      for (c = 0; c < ncodelets && strcmp(codelets[c], b->name); c++)
+        ;
+      if (c == ncodelets)
+        codelets[ncodelets++] = b->name;
+    } else if (!strcmp(cat->string, "transfer")) {
+      b->kind = BAR_COPY;
+      const json *v;
+      if (args && (v = member(args, "bytes", JSON_NUMBER)))
+        b->bytes = (long long)v->number;
+    } else {
+      b->kind = !strcmp(b->name, "parked") ? BAR_PARKED : BAR_IDLE;
+    }
+    tracks[k].used = true;
+    if (b->ts < t_min)
+      t_min = b->ts;
+    if (b->ts + b->dur > t_max)
+      t_max = b->ts + b->dur;
+  }
+  if (!nbars) {
+    t_min = 0;
+    t_max = 1;
+  }
+  if (t_max <= t_min)
+    t_max = t_min + 1;
+  /* rows: the tracks with something on them, in the trace's order */
+  unsigned nrows = 0;
+  for (long want = 0; nrows < ntracks; want++) {
+    long next = -1;
+    for (size_t k = 0; k < ntracks; k++)
+      if (tracks[k].used && tracks[k].sort >= want && (next < 0 || tracks[k].sort < next))
+        next = tracks[k].sort;
+    if (next < 0)
+      break;
+    for (size_t k = 0; k < ntracks; k++)
+      if (tracks[k].used && tracks[k].sort == next)
+        tracks[k].row = nrows++;
+    want = next;
+  }
+
+  const int label_w = 300, top = 50, row_h = 26, bar_h = 18, left = label_w + 10;
+  const double plot_w = width - left - 20;
+  const int legend_y = top + (int)nrows * row_h + 50;
+  const int height = legend_y + 30 + (int)((ncodelets + 3 + 3) / 4) * 22;
+  FILE *f = out ? fopen(out, "w") : stdout;
+  if (!f) {
+    fprintf(stderr, "tandem-trace: cannot write %s\n", out);
+    return 1;
+  }
+  fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+             "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n"
+             "<defs><pattern id=\"copy\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+             "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#d9d9d9\"/>"
+             "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#8c8c8c\" stroke-width=\"3\"/>"
+             "</pattern></defs>\n"
+             "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+             "<text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">",
+          width, height, width, height);
+  xml_text(f, in);
+  fprintf(f, "</text>\n");
+  /* rows */
+  for (size_t k = 0; k < ntracks; k++) {
+    if (!tracks[k].used)
+      continue;
+    int y = top + (int)tracks[k].row * row_h;
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>\n", left, y,
+            plot_w, row_h, tracks[k].row % 2 ? "#ffffff" : "#f4f4f4");
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", label_w, y + row_h / 2 + 4);
+    xml_text(f, tracks[k].name[0] ? tracks[k].name : "(unnamed track)");
+    fprintf(f, "</text>\n");
+  }
+  /* time axis */
+  double span = t_max - t_min, step = tick_step(span, 8);
+  const char *unit = span >= 2e6 ? "s" : span >= 2e3 ? "ms" : "us";
+  double div = span >= 2e6 ? 1e6 : span >= 2e3 ? 1e3 : 1;
+  int axis_y = top + (int)nrows * row_h;
+  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\"/>\n", left, axis_y,
+          left + plot_w, axis_y);
+  for (double t = 0; t <= span + 1e-9; t += step) {
+    double x = left + t / span * plot_w;
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#bbbbbb\"/>\n", x, top,
+            x, axis_y + 5);
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g %s</text>\n", x, axis_y + 18,
+            t / div, unit);
+  }
+  /* bars: idle first, tasks and copies over them */
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < nbars; i++) {
+      const bar *b = &bars[i];
+      bool idle = b->kind == BAR_IDLE || b->kind == BAR_PARKED;
+      if (idle != (pass == 0))
+        continue;
+      double x = left + (b->ts - t_min) / span * plot_w;
+      double w = b->dur / span * plot_w;
+      if (w < 0.5)
+        w = 0.5;
+      int y = top + (int)tracks[b->track].row * row_h + (row_h - bar_h) / 2;
+      const char *fill = "#999999", *cls = "idle";
+      int h = bar_h;
+      if (b->kind == BAR_TASK) {
+        size_t c;
+        for (c = 0; c < ncodelets && strcmp(codelets[c], b->name); c++)
+          ;
+        fill = palette[c % NPALETTE];
+        cls = "task";
+      } else if (b->kind == BAR_COPY) {
+        fill = "url(#copy)";
+        cls = "transfer";
+      } else {
+        fill = b->kind == BAR_PARKED ? "#e3e3e3" : "#c8c8c8";
+        cls = b->kind == BAR_PARKED ? "parked" : "idle";
+        y += bar_h / 2 - 2;
+        h = 4;
+      }
+      fprintf(f, "<rect class=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\">"
+                 "<title>",
+              cls, x, y, w, h, fill);
+      xml_text(f, b->name);
+      if (b->id >= 0)
+        fprintf(f, " #%lld", b->id);
+      if (b->kind == BAR_COPY)
+        fprintf(f, ", %lld bytes", b->bytes);
+      fprintf(f, ": %.1f us at %.1f us</title></rect>\n", b->dur, b->ts - t_min);
+    }
+  /* legend */
+  fprintf(f, "<text x=\"10\" y=\"%d\" font-weight=\"bold\">Legend</text>\n", legend_y);
+  size_t nitems = ncodelets + 3;
+  for (size_t c = 0; c < nitems; c++) {
+    int x = 80 + (int)(c % 4) * 250, y = legend_y + 12 + (int)(c / 4) * 22;
+    const char *fill, *label;
+    if (c < ncodelets) {
+      fill = palette[c % NPALETTE];
+      label = codelets[c];
+    } else if (c == ncodelets) {
+      fill = "url(#copy)";
+      label = "copy between host and device";
+    } else if (c == ncodelets + 1) {
+      fill = "#c8c8c8";
+      label = "looking for work";
+    } else {
+      fill = "#e3e3e3";
+      label = "parked";
+    }
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\" "
+               "stroke=\"#666666\"/><text x=\"%d\" y=\"%d\">",
+            x, y - 11, fill, x + 20, y);
+    xml_text(f, label);
+    fprintf(f, "</text>\n");
+  }
+  fprintf(f, "</svg>\n");
+  int rc = 0;
+  if (ferror(f) || (out && fclose(f) != 0)) {
+    fprintf(stderr, "tandem-trace: writing failed\n");
+    rc = 1;
+  }
+  free(tracks);
+  free(bars);
+  free(codelets);
+  json_free(doc);
+  return rc;
+}
