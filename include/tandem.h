@@ -210,8 +210,9 @@ typedef struct tdm_config {
    * (default): none. Environment: TANDEM_DAG. */
   const char *dag_path;
   /** Nonzero: measure task and idle times, and log a summary of the
-   * statistics (tdm_runtime_worker_stats) at destroy, at level info
-   * (default 0). Environment: TANDEM_STATS=0|1. */
+   * statistics (tdm_runtime_worker_stats) at destroy, at level info (the
+   * log level is raised to info if it was lower). Default 0. Environment:
+   * TANDEM_STATS=0|1. */
   int stats;
 } tdm_config;
 

@@ -371,6 +371,8 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
     goto fail_early;
   rt->selection.text = rt->cfg.devices ? rt->cfg.devices : "all"; /* the copy */
   rt->recording = rt->trace_path || rt->dag_path || rt->cfg.stats;
+  if (rt->cfg.stats && rt->cfg.log_level < TDM_LOG_INFO)
+    rt->cfg.log_level = TDM_LOG_INFO; /* the summary is logged at info */
   rt->timing = rt->trace_path || rt->cfg.stats;
   rt->trace_t0 = tdm__now_ns();
   st = tdm__topology_load(rt, rt->synthetic, rt->xml, &rt->topo);

@@ -14,7 +14,9 @@
  * Devices: the runtime's default choice (every GPU). On a machine without
  * one, the demo admits an OpenCL CPU device (such as PoCL) if there is
  * one, to show the OpenCL path; TANDEM_DEVICE_MEMORY=discrete makes that
- * device copy its data as a discrete GPU would.
+ * device copy its data as a discrete GPU would. TANDEM_TRACE=demo.json
+ * records a trace (tools/tandem-trace draws it), TANDEM_STATS=1 prints
+ * statistics.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +106,14 @@ static void reference(const float *src, float *dst, double *sums) {
     }
 }
 
+/* The runtime's messages (warnings by default; TANDEM_LOG_LEVEL=info and
+ * TANDEM_STATS=1 say more) go to standard error. */
+static void print_log(void *data, tdm_log_level level, const char *message) {
+  (void)data;
+  static const char *const names[] = {"error", "warning", "info", "debug"};
+  fprintf(stderr, "tandem %s: %s\n", names[level], message);
+}
+
 int main(void) {
   float *src = malloc(sizeof(float) * N * N), *dst = malloc(sizeof(float) * N * N);
   float *ref = malloc(sizeof(float) * N * N);
@@ -113,8 +123,11 @@ int main(void) {
   for (size_t i = 0; i < (size_t)N * N; i++)
     src[i] = (float)((i * 7919) % 256) / 255.0f;
 
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.log_fn = print_log;
   tdm_runtime *rt;
-  tdm_status st = tdm_runtime_create(NULL, &rt);
+  tdm_status st = tdm_runtime_create(&cfg, &rt);
   if (st) {
     fprintf(stderr, "tdm_runtime_create: %s\n", tdm_strerror(st));
     return 1;
@@ -126,8 +139,6 @@ int main(void) {
     for (unsigned i = 0; i < mi.opencl_devices; i++) {
       tdm_device_info d = {.struct_size = sizeof d};
       if (tdm_runtime_device(rt, i, &d) == TDM_OK && d.device_class == TDM_DEVICE_CPU) {
-        tdm_config cfg;
-        tdm_config_init(&cfg);
         cfg.opencl_cpu_devices = 1;
         tdm_runtime_destroy(rt);
         if ((st = tdm_runtime_create(&cfg, &rt))) {

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tandem.h"
 
@@ -382,6 +383,40 @@ static void stencil_sweep(tdm_runtime *rt, int nthreads) {
          mt / mo);
 }
 
+/* (f) What tracing costs: (a) on a runtime recording a trace against one
+ * that does not, side by side, medians of the per-run ratios. */
+static void trace_cost(void) {
+  char path[] = "/tmp/tandem-bench-trace-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0)
+    return;
+  close(fd);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  tdm_runtime *plain, *traced;
+  cfg.trace_path = NULL;
+  if (tdm_runtime_create(&cfg, &plain))
+    return;
+  cfg.trace_path = path;
+  if (tdm_runtime_create(&cfg, &traced)) {
+    tdm_runtime_destroy(plain);
+    return;
+  }
+  const long n = 200000;
+  double off[REPS], on[REPS], diff[REPS];
+  for (int r = 0; r < REPS; r++) {
+    off[r] = tdm_independent(plain, n) / (double)n * 1e9;
+    on[r] = tdm_independent(traced, n) / (double)n * 1e9;
+    diff[r] = on[r] - off[r];
+  }
+  printf("\n(f) tracing: %ld independent empty tasks; medians of %d runs\n", n, REPS);
+  printf("    tracing off %.0f ns/task, on %.0f ns/task: tracing costs %.0f ns per task\n",
+         median(off, REPS), median(on, REPS), median(diff, REPS));
+  tdm_runtime_destroy(plain);
+  tdm_runtime_destroy(traced); /* writes the trace: not timed */
+  unlink(path);
+}
+
 int main(int argc, char **argv) {
   quick = argc > 1 && !strcmp(argv[1], "--quick");
   tdm_runtime *rt;
@@ -407,5 +442,7 @@ int main(int argc, char **argv) {
     sparse(rt, nthreads);
   }
   tdm_runtime_destroy(rt);
+  if (!quick)
+    trace_cost();
   return 0;
 }
