@@ -192,12 +192,17 @@ typedef struct tdm_task {
   size_t args_size;
   struct tdm_task *pool_next;  /* free list and injection stack link */
   struct tdm_task *batch_next; /* shared pool: next batch */
-  /* Explicit dependencies while created (references held); allocated on
-   * first use, NULL otherwise. */
-  tdm_taskvec *deps;
-  /* While its commands run on a device, or its inputs come home. */
-  void *dx;
-  uint64_t trace_id; /* its number in the trace and graph, while recording */
+  union {
+    /* Explicit dependencies while created (references held); allocated
+     * on first use, NULL otherwise, and NULL again once submitted. */
+    tdm_taskvec *deps;
+    /* Once ready: while its commands run on a device, or its inputs come
+     * home (backends/opencl/device.c); NULL otherwise. */
+    void *dx;
+  };
+  /* Its number in the trace and the graph. Valid only while rt->recording
+   * (set for every task then), not touched otherwise. */
+  uint64_t trace_id;
 
   /* -- the rest, used by tasks that have buffers, arguments, edges -- */
   _Alignas(TDM_CACHE_LINE) tdm_handle *handles[TDM_MAX_BUFFERS];
@@ -394,7 +399,17 @@ struct tdm_runtime {
 };
 
 /* The worker the calling thread is, or NULL. */
-extern _Thread_local tdm_worker *tdm__self;
+/* Initial-exec: the variable is in the static TLS block, read with one
+ * instruction instead of a call to __tls_get_addr (the default for shared
+ * libraries); it is asked on every submit and completion. A library that
+ * is dlopen()ed may still use it: glibc keeps room in the static block
+ * for such small variables. */
+#if defined(__GNUC__)
+#define TDM_TLS_MODEL __attribute__((tls_model("initial-exec")))
+#else
+#define TDM_TLS_MODEL
+#endif
+extern _Thread_local tdm_worker *tdm__self TDM_TLS_MODEL;
 
 static inline tdm_worker *tdm__self_in(const tdm_runtime *rt) {
   tdm_worker *w = tdm__self;
@@ -423,7 +438,8 @@ static inline void tdm__task_ref(tdm_task *t) {
   /* relaxed: taking a reference needs no ordering, only releasing does */
   atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
 }
-void tdm__task_execute(tdm_task *t);
+/* Runs t on worker w (the calling thread). */
+void tdm__task_execute(tdm_task *t, tdm_worker *w);
 /* Finishes t: releases successors, wakes waiters, drops the runtime's
  * reference. Used for codelet tasks and host acquisitions alike. */
 void tdm__task_finish(tdm_task *t);

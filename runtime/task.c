@@ -169,15 +169,15 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->rt = rt;
   t->cl = NULL;
   t->edges = t->inline_edges;
-  t->deps = NULL;
+  t->deps = NULL; /* and dx, which shares its place */
   t->callback = NULL;
   t->callback_data = NULL;
   t->args = NULL;
   t->args_size = 0;
   t->pool_next = NULL;
   t->gpu_ok = false;
-  t->dx = NULL;
-  t->trace_id = 0;
+  if (rt->recording)
+    t->trace_id = 0; /* codelet tasks get theirs at build */
   return t;
 }
 
@@ -330,10 +330,8 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   t->callback = desc->callback;
   t->callback_data = desc->callback_data;
   t->gpu_ok = false;
-  t->dx = NULL;
-  t->trace_id = rt->recording ? atomic_fetch_add_explicit(&rt->next_task_id, 1,
-                                                          memory_order_relaxed) + 1
-                              : 0;
+  if (rt->recording)
+    t->trace_id = atomic_fetch_add_explicit(&rt->next_task_id, 1, memory_order_relaxed) + 1;
   if (cl->opencl) {
     tdm_status st = tdm__gpu_prepare(rt, t, what);
     if (st) {
@@ -582,11 +580,11 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   atomic_store_explicit(&t->state, TDM_TS_SUBMITTED, memory_order_release);
   for (unsigned i = 0; i < preds.n; i++)
     link_edge(preds.items[i], t, &t->edges[i]);
-  if (t->trace_id) { /* the graph as submitted, finished predecessors too */
+  if (rt->recording && t->trace_id) { /* the graph as submitted, finished ones too */
     tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_SUBMIT, .id = t->trace_id,
                                           .name = t->cl->name});
     for (unsigned i = 0; i < preds.n; i++)
-      if (preds.items[i]->trace_id)
+      if (preds.items[i]->trace_id) /* 0: a host acquisition */
         tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_EDGE, .id = t->trace_id,
                                               .id2 = preds.items[i]->trace_id});
   }
@@ -636,7 +634,8 @@ unlock_deps:
 
 /* ---- completion ------------------------------------------------------- */
 
-void tdm__task_finish(tdm_task *t) {
+/* Finishes t; w: the calling worker of t's runtime, or NULL. */
+static void finish(tdm_task *t, tdm_worker *w) {
   tdm_runtime *rt = t->rt;
   /* acq_rel: our writes (the task's results) are released to successors;
    * acquire the edges they pushed */
@@ -655,7 +654,6 @@ void tdm__task_finish(tdm_task *t) {
      * inflight in batches; inflight stays above zero meanwhile, which
      * only delays wait_all: an idle worker flushes as soon as a thread
      * waits, and always before it parks (worker.c). */
-    tdm_worker *w = tdm__self_in(rt);
     if (!w)
       tdm__sub_inflight(rt, 1);
     else if (++w->unflushed >= TDM_FLUSH_BATCH)
@@ -674,15 +672,20 @@ static uint64_t task_bytes(const tdm_task *t) {
   return n;
 }
 
-void tdm__task_execute(tdm_task *t) {
+void tdm__task_finish(tdm_task *t) {
+  finish(t, tdm__self_in(t->rt));
+}
+
+void tdm__task_execute(tdm_task *t, tdm_worker *w) {
   tdm_runtime *rt = t->rt;
   if (rt->ndevice_workers && !tdm__host_ready(t))
     return; /* its inputs are coming home; it is queued again then */
-  tdm_worker *w = tdm__self_in(rt);
-  uint64_t t0 = rt->timing ? tdm__now_ns() : 0;
-  tdm__cpu_run(t);
-  if (w) {
-    tdm__count(&w->tasks_run, 1);
+  tdm__count(&w->tasks_run, 1);
+  if (!rt->recording) {
+    tdm__cpu_run(t);
+  } else { /* timed when tracing or counting, placed for the graph too */
+    uint64_t t0 = rt->timing ? tdm__now_ns() : 0;
+    tdm__cpu_run(t);
     uint64_t t1 = rt->timing ? tdm__now_ns() : 0;
     tdm__count(&w->busy_ns, t1 - t0);
     if (t->trace_id)
@@ -698,7 +701,7 @@ void tdm__task_execute(tdm_task *t) {
     tdm__host_written(t);
   if (t->callback)
     t->callback(t->callback_data);
-  tdm__task_finish(t);
+  finish(t, w);
 }
 
 void tdm__task_wait_state(tdm_task *t, uint32_t state) {

@@ -57,7 +57,7 @@ bool tdm__idle_step(unsigned round, uint64_t *deadline, unsigned spin_us) {
   return true;
 }
 
-_Thread_local tdm_worker *tdm__self;
+_Thread_local tdm_worker *tdm__self TDM_TLS_MODEL;
 
 /* Wakes a sleeper if there is one. The caller has published work with a
  * seq_cst operation (or fence) just before: then either this load sees the
@@ -301,7 +301,7 @@ void *tdm__worker_main(void *arg) {
     if (idle_from)
       idle_period(w, TDM_EV_IDLE, idle_from);
     if (t) {
-      tdm__task_execute(t);
+      tdm__task_execute(t, w);
       continue;
     }
     if (w->unflushed)

@@ -1084,7 +1084,7 @@ bool tdm__gpu_progress(tdm_runtime *rt) {
       g->inflight--;
       if (command_times(g, x->kernel, &t0, &t1)) {
         atomic_fetch_add_explicit(&g->busy_ns, t1 - t0, memory_order_relaxed);
-        if (t->trace_id)
+        if (rt->recording && t->trace_id)
           tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_TASK,
                                                 .track = (uint16_t)(rt->nworkers + g->k),
                                                 .id = t->trace_id,
