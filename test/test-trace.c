@@ -221,6 +221,32 @@ static int xml_check(const char *p, char *why, size_t size, char **stack, size_t
 
 /* ---- the tests ------------------------------------------------------------ */
 
+/* Two unbound workers, tracing to `trace`, logging into *log. */
+static tdm_config traced_config(const char *trace, test_log *log) {
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.trace_path = trace;
+  test_log_attach(&cfg, log);
+  return cfg;
+}
+
+/* The trace at path, parsed (the test fails if it is not JSON), and its
+ * event array in *events. */
+static json *load_trace(const char *path, const json **events) {
+  char *text = slurp(path);
+  json *doc = json_parse(text);
+  free(text);
+  if (!doc)
+    fail_msg("%s is not valid JSON", path);
+  *events = json_get(doc, "traceEvents");
+  if (!*events || (*events)->type != JSON_ARRAY)
+    fail_msg("%s has no traceEvents array", path);
+  return doc;
+}
+
 static void test_trace_dag_stats_svg(void **state) {
   (void)state;
   char trace[128], dot[128], svg[128], cmd[512];
@@ -228,16 +254,10 @@ static void test_trace_dag_stats_svg(void **state) {
   snprintf(dot, sizeof dot, "%s/graph.dot", dir);
   snprintf(svg, sizeof svg, "%s/chart.svg", dir);
   test_log log;
-  tdm_config cfg;
-  tdm_config_init(&cfg);
-  cfg.ignore_env = 1;
-  cfg.nworkers = 2;
-  cfg.bind_workers = 0;
+  tdm_config cfg = traced_config(trace, &log);
   cfg.devices = "none";
-  cfg.trace_path = trace;
   cfg.dag_path = dot;
   cfg.stats = 1;
-  test_log_attach(&cfg, &log);
   cfg.log_level = TDM_LOG_INFO;
   tdm_runtime *rt;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
@@ -266,14 +286,8 @@ static void test_trace_dag_stats_svg(void **state) {
   assert_true(test_log_has(&log, "stats: codelet chain on CPU workers: 12 tasks"));
 
   /* the trace: valid JSON, each task once, on the worker that ran it */
-  char *text = slurp(trace);
-  json *doc = json_parse(text);
-  free(text);
-  if (!doc)
-    fail_msg("the trace is not valid JSON");
-  const json *evs = json_get(doc, "traceEvents");
-  assert_non_null(evs);
-  assert_int_equal(evs->type, JSON_ARRAY);
+  const json *evs;
+  json *doc = load_trace(trace, &evs);
   int seen[NTASKS] = {0};
   double start[NTASKS];
   int track[NTASKS];
@@ -380,16 +394,10 @@ static void test_device_trace(void **state) {
   char trace[128];
   snprintf(trace, sizeof trace, "%s/device.json", dir);
   test_log log;
-  tdm_config cfg;
-  tdm_config_init(&cfg);
-  cfg.ignore_env = 1;
-  cfg.nworkers = 2;
-  cfg.bind_workers = 0;
+  tdm_config cfg = traced_config(trace, &log);
   cfg.opencl_cpu_devices = 1;
   cfg.device_memory = TDM_MEMORY_SEPARATE;
-  cfg.trace_path = trace;
   cfg.cache_dir = dir;
-  test_log_attach(&cfg, &log);
   tdm_runtime *rt;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
   tdm_machine_info mi = {.struct_size = sizeof mi};
@@ -429,11 +437,8 @@ static void test_device_trace(void **state) {
   tdm_free(x);
   tdm_free(y);
 
-  char *text = slurp(trace);
-  json *doc = json_parse(text);
-  free(text);
-  assert_non_null(doc);
-  const json *evs = json_get(doc, "traceEvents");
+  const json *evs;
+  json *doc = load_trace(trace, &evs);
   uint64_t to_dev = 0, to_host = 0;
   unsigned on_device = 0;
   for (size_t i = 0; i < evs->n; i++) {
