@@ -355,13 +355,36 @@ typedef struct {
   tdm_task **items;
   unsigned n, cap;
   tdm_task *local[32];
+  /* While recording the graph: the predecessors already finished, which
+   * need no edge but are dependencies all the same. */
+  bool record;
+  tdm_task **done;
+  unsigned ndone, capdone;
 } pred_list;
+
+static void record_done(pred_list *p, tdm_task *t) {
+  for (unsigned i = 0; i < p->ndone; i++)
+    if (p->done[i] == t)
+      return;
+  if (p->ndone == p->capdone) {
+    unsigned cap = p->capdone ? 2 * p->capdone : 8;
+    tdm_task **d = realloc(p->done, cap * sizeof *d);
+    if (!d)
+      return; /* the graph misses a dependency: only the record suffers */
+    p->done = d;
+    p->capdone = cap;
+  }
+  p->done[p->ndone++] = t;
+}
 
 static int preds_add(pred_list *p, tdm_task *t) {
   /* acquire: if it has finished, its effects are visible and no edge is
    * needed */
-  if (atomic_load_explicit(&t->state, memory_order_acquire) == TDM_TS_DONE)
+  if (atomic_load_explicit(&t->state, memory_order_acquire) == TDM_TS_DONE) {
+    if (p->record)
+      record_done(p, t);
     return 0;
+  }
   /* The same predecessor often comes through several handles (a stencil
    * point wrote one neighbour and read another): one edge is enough. The
    * scan is bounded so that a writer after thousands of readers stays
@@ -387,6 +410,7 @@ static int preds_add(pred_list *p, tdm_task *t) {
 static void preds_free(pred_list *p) {
   if (p->items != p->local)
     free(p->items);
+  free(p->done);
 }
 
 /* Makes room for one more reader, first dropping readers that finished. */
@@ -513,6 +537,9 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   preds.items = preds.local;
   preds.n = 0;
   preds.cap = sizeof preds.local / sizeof preds.local[0];
+  preds.record = rt->recording && t->trace_id;
+  preds.done = NULL;
+  preds.ndone = preds.capdone = 0;
   tdm_handle *hs[TDM_MAX_BUFFERS];
   unsigned modes[TDM_MAX_BUFFERS];
   unsigned nh = unique_handles(t, hs, modes);
@@ -583,10 +610,12 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   if (rt->recording && t->trace_id) { /* the graph as submitted, finished ones too */
     tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_SUBMIT, .id = t->trace_id,
                                           .name = t->cl->name});
-    for (unsigned i = 0; i < preds.n; i++)
-      if (preds.items[i]->trace_id) /* 0: a host acquisition */
+    for (unsigned i = 0; i < preds.n + preds.ndone; i++) {
+      tdm_task *p = i < preds.n ? preds.items[i] : preds.done[i - preds.n];
+      if (p->kind == TDM_TASK_CODELET) /* not a host acquisition */
         tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_EDGE, .id = t->trace_id,
-                                              .id2 = preds.items[i]->trace_id});
+                                              .id2 = p->trace_id});
+    }
   }
 
   /* Phase 3: commit. */
