@@ -1,0 +1,544 @@
+/*
+ * Placement policies on a simulated clock (see policy.h).
+ *
+ * HEFT follows Topcuoglu, Hariri and Wu, "Performance-effective and
+ * low-complexity task scheduling for heterogeneous computing", IEEE TPDS
+ * 13(3), 2002: tasks are ordered by upward rank (their mean execution time
+ * plus the longest path of mean times to the end of the graph) and each
+ * goes to the worker where it would finish earliest, counting the time
+ * its inputs need to get there. Here a task is placed when it becomes
+ * ready, in time order, so that the model has seen every duration that
+ * ended before the decision, as the runtime will.
+ *
+ * The model: per codelet and class, the speed-up over one CPU core. It
+ * starts at the declared speed-up and, once the class has run the codelet,
+ * becomes the median of the last observed speed-ups (a spike moves a
+ * median by one rank, never the estimate as a whole).
+ */
+#include "policy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *tdm__policy_name(tdm_policy p) {
+  switch (p) {
+  case TDM_POLICY_HEFT:
+    return "heft";
+  case TDM_POLICY_WS:
+    return "ws";
+  case TDM_POLICY_EAGER:
+    return "eager";
+  case TDM_POLICY_RANDOM:
+    return "random";
+  }
+  return "unknown";
+}
+
+#define WINDOW 7 /* observations the median is taken over */
+
+typedef struct model {
+  double seen[8][TDM_VT_MAX_CLASSES][WINDOW];
+  unsigned n[8][TDM_VT_MAX_CLASSES];
+} model;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double predicted_speedup(const model *md, const tdm_vt_machine *m, unsigned codelet,
+                                unsigned c) {
+  unsigned n = md->n[codelet][c];
+  if (!n)
+    return m->classes[c].speedup[codelet];
+  double v[WINDOW];
+  unsigned k = n < WINDOW ? n : WINDOW;
+  memcpy(v, md->seen[codelet][c], k * sizeof *v);
+  qsort(v, k, sizeof *v, cmp_double);
+  return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+}
+
+static void observe(model *md, unsigned codelet, unsigned c, double speedup) {
+  md->seen[codelet][c][md->n[codelet][c] % WINDOW] = speedup;
+  md->n[codelet][c]++;
+}
+
+/* The true duration of task t on class c starting at `at`. */
+static double true_time(const tdm_vt_machine *m, const tdm_vt_task *t, unsigned c, double at) {
+  const struct tdm_vt_class *k = &m->classes[c];
+  double d = t->cpu_time / k->speedup[t->codelet];
+  if (k->slow_at > 0 && at >= k->slow_at && k->slow_factor > 0)
+    d *= k->slow_factor;
+  return d;
+}
+
+/* ---- the simulation state ------------------------------------------------ */
+
+typedef struct sim {
+  const tdm_vt_machine *m;
+  const tdm_vt_graph *g;
+  unsigned nworkers;
+  unsigned *class_of;  /* per worker */
+  double *free_at;     /* per worker */
+  uint32_t *valid;     /* per data item: bit per node */
+  double *ready_at;    /* per data item and node */
+  double link_free[TDM_VT_MAX_CLASSES][2]; /* per node: to it, from it */
+  model md;
+  uint64_t bytes;
+} sim;
+
+static double *ready_slot(sim *s, unsigned d, unsigned node) {
+  return &s->ready_at[(size_t)d * s->m->nnodes + node];
+}
+
+/* When data d can be on `node`, if asked at `now`; commit: make the copies
+ * (occupying the links) and record the node as valid. */
+static double arrival(sim *s, unsigned d, unsigned node, double now, bool commit) {
+  const tdm_vt_machine *m = s->m;
+  if (s->valid[d] & (1u << node))
+    return *ready_slot(s, d, node);
+  uint64_t bytes = s->g->bytes[d];
+  double at_host;
+  if (s->valid[d] & 1u) {
+    at_host = *ready_slot(s, d, 0);
+  } else { /* from a device holding it, through the host */
+    unsigned src = (unsigned)__builtin_ctz(s->valid[d]);
+    double t0 = fmax(fmax(*ready_slot(s, d, src), s->link_free[src][1]), now);
+    at_host = t0 + m->latency[src] + (double)bytes / m->bandwidth[src];
+    if (commit) {
+      s->link_free[src][1] = at_host;
+      s->valid[d] |= 1u;
+      *ready_slot(s, d, 0) = at_host;
+      s->bytes += bytes;
+    }
+  }
+  if (node == 0)
+    return at_host;
+  double t0 = fmax(fmax(at_host, s->link_free[node][0]), now);
+  double t = t0 + m->latency[node] + (double)bytes / m->bandwidth[node];
+  if (commit) {
+    s->link_free[node][0] = t;
+    s->valid[d] |= 1u << node;
+    *ready_slot(s, d, node) = t;
+    s->bytes += bytes;
+  }
+  return t;
+}
+
+/* When task t could start on worker w, decided at `now` (its inputs there,
+ * the worker free); commit: make the copies. */
+static double start_time(sim *s, const tdm_vt_task *t, unsigned w, double now, bool commit) {
+  unsigned node = s->m->classes[s->class_of[w]].node;
+  double st = fmax(now, s->free_at[w]);
+  for (unsigned i = 0; i < t->nbuf; i++)
+    if (t->modes[i] & TDM_R)
+      st = fmax(st, arrival(s, t->data[i], node, now, commit));
+  return st;
+}
+
+static double predicted_finish(sim *s, const tdm_vt_task *t, unsigned w, double now) {
+  unsigned c = s->class_of[w];
+  double sp = predicted_speedup(&s->md, s->m, t->codelet, c);
+  return start_time(s, t, w, now, false) + t->cpu_time / sp;
+}
+
+static bool can_run(const sim *s, const tdm_vt_task *t, unsigned w) {
+  return s->m->classes[s->class_of[w]].speedup[t->codelet] > 0;
+}
+
+/* ---- graph order ------------------------------------------------------- */
+
+/* Upward rank of each task (mean time over the workers that can run it,
+ * plus the largest rank among its successors), by a reverse topological
+ * order; false on a cycle. */
+static bool upward_ranks(const tdm_vt_machine *m, const tdm_vt_graph *g, double *rank,
+                         unsigned nworkers, const unsigned *class_of) {
+  unsigned n = g->ntasks;
+  unsigned *nsucc = calloc(n, sizeof *nsucc), *order = malloc(n * sizeof *order);
+  unsigned *indeg = calloc(n, sizeof *indeg);
+  bool ok = nsucc && order && indeg;
+  for (unsigned i = 0; ok && i < n; i++)
+    indeg[i] = g->tasks[i].ndeps;
+  /* Kahn's algorithm for a topological order */
+  unsigned head = 0, tail = 0;
+  for (unsigned i = 0; ok && i < n; i++)
+    if (!indeg[i])
+      order[tail++] = i;
+  /* successors by scanning (graphs here are small) */
+  while (ok && head < tail) {
+    unsigned u = order[head++];
+    for (unsigned v = 0; v < n; v++)
+      for (unsigned k = 0; k < g->tasks[v].ndeps; k++)
+        if (g->tasks[v].deps[k] == u && --indeg[v] == 0)
+          order[tail++] = v;
+  }
+  ok = ok && tail == n;
+  for (unsigned i = n; ok && i-- > 0;) {
+    unsigned u = order[i];
+    const tdm_vt_task *t = &g->tasks[u];
+    double sum = 0;
+    unsigned cnt = 0;
+    for (unsigned w = 0; w < nworkers; w++) {
+      double sp = m->classes[class_of[w]].speedup[t->codelet];
+      if (sp > 0) {
+        sum += t->cpu_time / sp;
+        cnt++;
+      }
+    }
+    double best = 0;
+    for (unsigned v = 0; v < n; v++)
+      for (unsigned k = 0; k < g->tasks[v].ndeps; k++)
+        if (g->tasks[v].deps[k] == u && rank[v] > best)
+          best = rank[v];
+    rank[u] = (cnt ? sum / cnt : 0) + best;
+  }
+  free(nsucc);
+  free(order);
+  free(indeg);
+  return ok;
+}
+
+/* ---- the driver ----------------------------------------------------------- */
+
+static uint64_t next_random(uint64_t *x) {
+  /* xorshift64 (Marsaglia, 2003) */
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
+
+void tdm__vt_result_free(tdm_vt_result *r) {
+  free(r->worker);
+  free(r->start);
+  free(r->end);
+  r->worker = NULL;
+  r->start = r->end = NULL;
+}
+
+tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_policy p,
+                       uint64_t seed, tdm_vt_result *r) {
+  memset(r, 0, sizeof *r);
+  if (!m->nclasses || m->nclasses > TDM_VT_MAX_CLASSES || m->nnodes > TDM_VT_MAX_CLASSES ||
+      !m->nnodes)
+    return TDM_ERR_INVALID_ARG;
+  sim s;
+  memset(&s, 0, sizeof s);
+  s.m = m;
+  s.g = g;
+  for (unsigned c = 0; c < m->nclasses; c++) {
+    if (m->classes[c].node >= m->nnodes)
+      return TDM_ERR_INVALID_ARG;
+    s.nworkers += m->classes[c].workers;
+  }
+  unsigned n = g->ntasks;
+  s.class_of = malloc(s.nworkers * sizeof *s.class_of);
+  s.free_at = calloc(s.nworkers, sizeof *s.free_at);
+  s.valid = malloc((g->ndata ? g->ndata : 1) * sizeof *s.valid);
+  s.ready_at = calloc((size_t)(g->ndata ? g->ndata : 1) * m->nnodes, sizeof *s.ready_at);
+  double *rank = calloc(n ? n : 1, sizeof *rank), *ready = calloc(n ? n : 1, sizeof *ready);
+  unsigned *left = calloc(n ? n : 1, sizeof *left);
+  bool *placed = calloc(n ? n : 1, sizeof *placed);
+  r->worker = calloc(n ? n : 1, sizeof *r->worker);
+  r->start = calloc(n ? n : 1, sizeof *r->start);
+  r->end = calloc(n ? n : 1, sizeof *r->end);
+  /* for ws: the worker whose queue holds each ready task */
+  unsigned *queue_of = calloc(n ? n : 1, sizeof *queue_of);
+  tdm_status st = TDM_OK;
+  if (!s.class_of || !s.free_at || !s.valid || !s.ready_at || !rank || !ready || !left ||
+      !placed || !r->worker || !r->start || !r->end || !queue_of) {
+    st = TDM_ERR_NO_MEMORY;
+    goto out;
+  }
+  for (unsigned c = 0, w = 0; c < m->nclasses; c++)
+    for (unsigned k = 0; k < m->classes[c].workers; k++)
+      s.class_of[w++] = c;
+  for (unsigned d = 0; d < g->ndata; d++)
+    s.valid[d] = 1u; /* everything starts in host memory */
+  for (unsigned i = 0; i < n; i++) {
+    const tdm_vt_task *t = &g->tasks[i];
+    bool runnable = false;
+    for (unsigned w = 0; w < s.nworkers && !runnable; w++)
+      runnable = can_run(&s, t, w);
+    bool bad = !runnable || t->codelet >= 8 || t->nbuf > TDM_VT_MAX_BUFFERS;
+    for (unsigned k = 0; k < t->nbuf && !bad; k++)
+      bad = t->data[k] >= g->ndata;
+    for (unsigned k = 0; k < t->ndeps && !bad; k++)
+      bad = t->deps[k] >= n;
+    if (bad) {
+      st = TDM_ERR_INVALID_ARG;
+      goto out;
+    }
+    left[i] = t->ndeps;
+  }
+  if (!upward_ranks(m, g, rank, s.nworkers, s.class_of)) {
+    st = TDM_ERR_INVALID_ARG; /* a cycle */
+    goto out;
+  }
+  /* observations become known when the task ends: fed to the model in
+   * time order before each decision */
+  unsigned *by_end = malloc((n ? n : 1) * sizeof *by_end);
+  if (!by_end) {
+    st = TDM_ERR_NO_MEMORY;
+    goto out;
+  }
+  unsigned nended = 0, nfed = 0;
+  uint64_t rng = seed ? seed : 0x9e3779b97f4a7c15ull;
+  for (unsigned done = 0; done < n; done++) {
+    /* the next decision: for heft and random the ready task with the
+     * earliest ready time (then the highest rank); for eager and ws the
+     * pairing of a worker and a ready task that can start first */
+    unsigned pick = n, wpick = 0;
+    double now = INFINITY;
+    if (p == TDM_POLICY_HEFT || p == TDM_POLICY_RANDOM) {
+      for (unsigned i = 0; i < n; i++)
+        if (!placed[i] && !left[i] &&
+            (ready[i] < now || (ready[i] == now && pick < n && rank[i] > rank[pick]))) {
+          pick = i;
+          now = ready[i];
+        }
+    } else {
+      for (unsigned w = 0; w < s.nworkers; w++) {
+        unsigned best = n;
+        double when = INFINITY;
+        bool own = false;
+        for (unsigned i = 0; i < n; i++) {
+          if (placed[i] || left[i] || !can_run(&s, &g->tasks[i], w))
+            continue;
+          double t = fmax(ready[i], s.free_at[w]);
+          /* ws: among tasks available at the same moment, its own queue's
+           * newest first, then the oldest of others'; eager: the oldest */
+          bool mine = p == TDM_POLICY_WS && queue_of[i] == w;
+          bool better = t < when ||
+                        (t == when && best < n &&
+                         (p == TDM_POLICY_WS ? (mine && !own) || (mine == own && (mine ? ready[i] > ready[best] : ready[i] < ready[best]))
+                                             : ready[i] < ready[best] ||
+                                                   (ready[i] == ready[best] && rank[i] > rank[best])));
+          if (better) {
+            best = i;
+            when = t;
+            own = mine;
+          }
+        }
+        if (best < n && when < now) {
+          now = when;
+          pick = best;
+          wpick = w;
+        }
+      }
+    }
+    if (pick == n) {
+      st = TDM_ERR_INVALID_ARG;
+      break;
+    }
+    /* feed the model what ended before now */
+    while (nfed < nended && r->end[by_end[nfed]] <= now) {
+      unsigned i = by_end[nfed++];
+      const tdm_vt_task *t = &g->tasks[i];
+      observe(&s.md, t->codelet, s.class_of[r->worker[i]],
+              t->cpu_time / (r->end[i] - r->start[i]));
+    }
+    const tdm_vt_task *t = &g->tasks[pick];
+    if (p == TDM_POLICY_HEFT) {
+      double best = INFINITY;
+      for (unsigned w = 0; w < s.nworkers; w++) {
+        if (!can_run(&s, t, w))
+          continue;
+        double f = predicted_finish(&s, t, w, now);
+        if (f < best) {
+          best = f;
+          wpick = w;
+        }
+      }
+    } else if (p == TDM_POLICY_RANDOM) {
+      unsigned ok = 0;
+      for (unsigned w = 0; w < s.nworkers; w++)
+        ok += can_run(&s, t, w);
+      unsigned k = (unsigned)(next_random(&rng) % ok);
+      for (unsigned w = 0; w < s.nworkers; w++)
+        if (can_run(&s, t, w) && k-- == 0) {
+          wpick = w;
+          break;
+        }
+    }
+    double start = start_time(&s, t, wpick, now, true);
+    double end = start + true_time(m, t, s.class_of[wpick], start);
+    s.free_at[wpick] = end;
+    unsigned node = m->classes[s.class_of[wpick]].node;
+    for (unsigned k = 0; k < t->nbuf; k++)
+      if (t->modes[k] & TDM_W) {
+        s.valid[t->data[k]] = 1u << node;
+        *ready_slot(&s, t->data[k], node) = end;
+      }
+    placed[pick] = true;
+    r->worker[pick] = wpick;
+    r->start[pick] = start;
+    r->end[pick] = end;
+    /* keep by_end sorted by end time (insertion: graphs here are small) */
+    unsigned j = nended++;
+    while (j > nfed && r->end[by_end[j - 1]] > end) {
+      by_end[j] = by_end[j - 1];
+      j--;
+    }
+    by_end[j] = pick;
+    if (end > r->makespan)
+      r->makespan = end;
+    unsigned c = s.class_of[wpick];
+    r->tasks_per_class[c]++;
+    r->codelet_class[t->codelet][c]++;
+    /* release the successors: ready when their last predecessor ends */
+    for (unsigned v = 0; v < n; v++)
+      for (unsigned k = 0; k < g->tasks[v].ndeps; k++)
+        if (g->tasks[v].deps[k] == pick) {
+          left[v]--;
+          if (end > ready[v]) {
+            ready[v] = end;
+            queue_of[v] = wpick; /* ws: the releasing worker's queue */
+          }
+        }
+  }
+  r->bytes_moved = s.bytes;
+  free(by_end);
+out:
+  free(s.class_of);
+  free(s.free_at);
+  free(s.valid);
+  free(s.ready_at);
+  free(rank);
+  free(ready);
+  free(left);
+  free(placed);
+  free(queue_of);
+  if (st)
+    tdm__vt_result_free(r);
+  return st;
+}
+
+/* ---- the lower bound ------------------------------------------------------- */
+
+double tdm__vt_lower_bound(const tdm_vt_machine *m, const tdm_vt_graph *g) {
+  unsigned n = g->ntasks;
+  /* critical path at the fastest class: by a topological sweep (the
+   * graphs given here list predecessors before their successors, else
+   * the sweep repeats until stable) */
+  double *finish = calloc(n ? n : 1, sizeof *finish);
+  if (!finish)
+    return 0;
+  double cp = 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (unsigned i = 0; i < n; i++) {
+      const tdm_vt_task *t = &g->tasks[i];
+      double best = INFINITY;
+      for (unsigned c = 0; c < m->nclasses; c++)
+        if (m->classes[c].workers && m->classes[c].speedup[t->codelet] > 0)
+          best = fmin(best, t->cpu_time / m->classes[c].speedup[t->codelet]);
+      double begin = 0;
+      for (unsigned k = 0; k < t->ndeps; k++)
+        begin = fmax(begin, finish[t->deps[k]]);
+      if (begin + best > finish[i] + 1e-15) {
+        finish[i] = begin + best;
+        changed = true;
+      }
+    }
+  }
+  for (unsigned i = 0; i < n; i++)
+    cp = fmax(cp, finish[i]);
+  free(finish);
+
+  /* area: the fractional assignment of the work that finishes first. With
+   * one codelet (or speeds in the same ratio for all), total work over
+   * total speed; with two classes, the best split (tasks sorted by how
+   * much faster the second class runs them); otherwise the weaker bound of
+   * each task at its fastest over all workers. */
+  unsigned used[8] = {0};
+  for (unsigned i = 0; i < n; i++)
+    used[g->tasks[i].codelet] = 1;
+  bool uniform = true;
+  for (unsigned c = 0; c < m->nclasses && uniform; c++) {
+    double ratio = -1;
+    for (unsigned k = 0; k < 8; k++) {
+      if (!used[k])
+        continue;
+      double r = m->classes[c].speedup[k] / m->classes[0].speedup[k];
+      if (ratio < 0)
+        ratio = r;
+      else if (fabs(r - ratio) > 1e-12 * ratio)
+        uniform = false;
+    }
+  }
+  double area = 0;
+  if (uniform && n) {
+    unsigned k0 = g->tasks[0].codelet;
+    double work = 0, speed = 0;
+    for (unsigned i = 0; i < n; i++) /* in units of codelet k0's CPU-core time */
+      work += g->tasks[i].cpu_time / m->classes[0].speedup[g->tasks[i].codelet] *
+              m->classes[0].speedup[k0];
+    for (unsigned c = 0; c < m->nclasses; c++)
+      speed += m->classes[c].workers * m->classes[c].speedup[k0];
+    area = work / speed;
+  } else if (m->nclasses == 2) {
+    /* binary search on T: class 1 takes the tasks it speeds up most, as
+     * many as fit in its capacity, the rest goes to class 0 */
+    unsigned *idx = malloc((n ? n : 1) * sizeof *idx);
+    double *adv = malloc((n ? n : 1) * sizeof *adv);
+    if (idx && adv) {
+      for (unsigned i = 0; i < n; i++) {
+        idx[i] = i;
+        const tdm_vt_task *t = &g->tasks[i];
+        adv[i] = m->classes[1].speedup[t->codelet] / m->classes[0].speedup[t->codelet];
+      }
+      for (unsigned i = 1; i < n; i++) /* by advantage, descending */
+        for (unsigned j = i; j > 0 && adv[idx[j - 1]] < adv[idx[j]]; j--) {
+          unsigned x = idx[j];
+          idx[j] = idx[j - 1];
+          idx[j - 1] = x;
+        }
+      double lo = 0, hi = 0;
+      for (unsigned i = 0; i < n; i++)
+        hi += g->tasks[i].cpu_time / m->classes[0].speedup[g->tasks[i].codelet];
+      hi /= m->classes[0].workers ? m->classes[0].workers : 1;
+      for (int it = 0; it < 100; it++) {
+        double T = 0.5 * (lo + hi), cap1 = m->classes[1].workers * T, need0 = 0;
+        for (unsigned a = 0; a < n; a++) {
+          const tdm_vt_task *t = &g->tasks[idx[a]];
+          double t1 = m->classes[1].speedup[t->codelet] > 0
+                          ? t->cpu_time / m->classes[1].speedup[t->codelet]
+                          : INFINITY;
+          double t0 = t->cpu_time / m->classes[0].speedup[t->codelet];
+          if (t1 <= cap1) {
+            cap1 -= t1;
+          } else if (isfinite(t1) && cap1 > 0) { /* split the boundary task */
+            double f = cap1 / t1;
+            cap1 = 0;
+            need0 += (1 - f) * t0;
+          } else {
+            need0 += t0;
+          }
+        }
+        if (need0 <= m->classes[0].workers * T)
+          hi = T;
+        else
+          lo = T;
+      }
+      area = hi;
+    }
+    free(idx);
+    free(adv);
+  } else {
+    unsigned workers = 0;
+    double work = 0;
+    for (unsigned c = 0; c < m->nclasses; c++)
+      workers += m->classes[c].workers;
+    for (unsigned i = 0; i < n; i++) {
+      double best = INFINITY;
+      for (unsigned c = 0; c < m->nclasses; c++)
+        if (m->classes[c].speedup[g->tasks[i].codelet] > 0)
+          best = fmin(best, g->tasks[i].cpu_time / m->classes[c].speedup[g->tasks[i].codelet]);
+      work += best;
+    }
+    area = workers ? work / workers : 0;
+  }
+  return fmax(cp, area);
+}

@@ -1,0 +1,105 @@
+/*
+ * Heterogeneous placement policies, and a driver that runs them on a
+ * simulated clock (policy.c).
+ *
+ * The policies decide which worker runs a ready task, from predictions of
+ * execution times per kind of worker ("class": a CPU kind, a device) and
+ * of transfer times per link. They make no thread or clock calls: a driver
+ * tells them the time. The virtual-time driver here runs a whole task
+ * graph in simulated time, every task and copy taking its modelled
+ * duration, so that a schedule is computed deterministically in a
+ * fraction of a second, for machines we do not have and for exact tests.
+ * (The runtime's threads will drive the same policies in real time.)
+ */
+#ifndef TDM_POLICY_H
+#define TDM_POLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tandem.h"
+
+typedef enum tdm_policy {
+  TDM_POLICY_HEFT = 0, /* earliest estimated finish, transfers included */
+  TDM_POLICY_WS,       /* work stealing: the releasing worker's queue, thieves */
+  TDM_POLICY_EAGER,    /* one queue: the first worker free takes the head */
+  TDM_POLICY_RANDOM    /* a random worker that can run it */
+} tdm_policy;
+
+const char *tdm__policy_name(tdm_policy p);
+
+#define TDM_VT_MAX_CLASSES 16
+#define TDM_VT_MAX_BUFFERS TDM_MAX_BUFFERS
+
+/* A machine: workers of classes; each class works in one memory node
+ * (0: the host's; a node > 0 is a device's own memory, linked to the
+ * host by a latency and a bandwidth). */
+typedef struct tdm_vt_machine {
+  unsigned nclasses;
+  struct tdm_vt_class {
+    const char *name;
+    unsigned workers;
+    unsigned node;
+    /* speed-up over one CPU core, per codelet (codelet c uses speedup[c];
+     * 0: cannot run it); the simulated truth */
+    double speedup[8];
+    /* from `slow_at` seconds on, the class runs `slow_factor` times
+     * slower (a GPU throttling); 0: never */
+    double slow_at, slow_factor;
+  } classes[TDM_VT_MAX_CLASSES];
+  unsigned nnodes;
+  double latency[TDM_VT_MAX_CLASSES];   /* s, node n <-> host */
+  double bandwidth[TDM_VT_MAX_CLASSES]; /* bytes/s */
+} tdm_vt_machine;
+
+/* A task graph: task i runs codelet `codelet` for `cpu_time` seconds on
+ * one CPU core, accessing data items in modes; `deps` are its
+ * predecessors (the tests give them explicitly, as the runtime infers
+ * them from the accesses). */
+typedef struct tdm_vt_task {
+  unsigned codelet;
+  double cpu_time;
+  unsigned nbuf;
+  unsigned data[TDM_VT_MAX_BUFFERS];
+  uint8_t modes[TDM_VT_MAX_BUFFERS]; /* TDM_R, TDM_W, TDM_RW */
+  unsigned ndeps;
+  const unsigned *deps;
+} tdm_vt_task;
+
+typedef struct tdm_vt_graph {
+  unsigned ntasks;
+  const tdm_vt_task *tasks;
+  unsigned ndata;
+  const uint64_t *bytes; /* per data item */
+} tdm_vt_graph;
+
+typedef struct tdm_vt_result {
+  double makespan;
+  unsigned tasks_per_class[TDM_VT_MAX_CLASSES];
+  /* per codelet and class */
+  unsigned codelet_class[8][TDM_VT_MAX_CLASSES];
+  uint64_t bytes_moved;
+  /* per task: the worker (a global index, classes in order) and times */
+  unsigned *worker;
+  double *start, *end;
+} tdm_vt_result;
+
+/* Runs graph g on machine m under policy p in simulated time. The
+ * policies predict with a model that starts from the declared speeds and
+ * learns from the durations it sees (a robust mean: the median of the
+ * last observations per codelet and class), so that a class that slows
+ * down gets less work. `seed` drives random choices. Fills *r (the arrays
+ * are malloc'd, r->worker etc.; free with tdm__vt_result_free). Returns
+ * TDM_OK, TDM_ERR_INVALID_ARG (a task no class can run, a cycle, bad
+ * indices) or TDM_ERR_NO_MEMORY. */
+tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_policy p,
+                       uint64_t seed, tdm_vt_result *r);
+void tdm__vt_result_free(tdm_vt_result *r);
+
+/* The lower bound of g's makespan on m: the larger of the critical path
+ * (each task at its fastest class, transfers free) and the area bound
+ * (the work spread over all workers at their speeds, as a fractional
+ * assignment would). */
+double tdm__vt_lower_bound(const tdm_vt_machine *m, const tdm_vt_graph *g);
+
+#endif

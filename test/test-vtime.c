@@ -1,0 +1,307 @@
+/*
+ * Placement policies in virtual time (runtime/policy.c), exactly: every
+ * task and copy takes its modelled duration, so the schedules and these
+ * assertions are deterministic.
+ *
+ *  - 2 CPU cores and an emulated discrete GPU, 10x a core for gemm and
+ *    0.5x for small: HEFT puts at least 80% of the gemm tasks on the GPU
+ *    and 80% of the small ones on the CPUs;
+ *  - a tiled GEMM and a tiled Cholesky finish within 1.25x of the lower
+ *    bound (critical path, and work over speed);
+ *  - two GPUs share the work in proportion to their speeds;
+ *  - a GPU that slows down mid-run gets fewer tasks afterwards;
+ *  - every policy respects the lower bound and is deterministic.
+ */
+#include "common.h"
+
+#include <math.h>
+
+#include "policy.h"
+
+enum { GEMM, SMALL, POTRF, TRSM, SYRK };
+
+/* 2 CPU cores (class 0) and one discrete GPU (class 1, node 1). */
+static tdm_vt_machine cpus_and_gpu(void) {
+  tdm_vt_machine m;
+  memset(&m, 0, sizeof m);
+  m.nclasses = 2;
+  m.nnodes = 2;
+  m.classes[0] = (struct tdm_vt_class){.name = "cpu", .workers = 2, .node = 0};
+  m.classes[1] = (struct tdm_vt_class){.name = "gpu", .workers = 1, .node = 1};
+  for (int k = 0; k < 8; k++)
+    m.classes[0].speedup[k] = 1;
+  m.classes[1].speedup[GEMM] = 10;
+  m.classes[1].speedup[SMALL] = 0.5;
+  m.classes[1].speedup[POTRF] = 2;
+  m.classes[1].speedup[TRSM] = 8;
+  m.classes[1].speedup[SYRK] = 8;
+  m.latency[1] = 10e-6;
+  m.bandwidth[1] = 10e9;
+  return m;
+}
+
+/* A graph builder: tasks with their data and dependencies. */
+typedef struct builder {
+  tdm_vt_task tasks[4096];
+  unsigned deps[4096][16];
+  unsigned ntasks;
+  uint64_t bytes[1024];
+  unsigned ndata;
+  /* the last writer of each data item, and its readers since */
+  int writer[1024];
+  unsigned readers[1024][64], nreaders[1024];
+} builder;
+
+static unsigned data(builder *b, uint64_t bytes) {
+  b->bytes[b->ndata] = bytes;
+  b->writer[b->ndata] = -1;
+  b->nreaders[b->ndata] = 0;
+  return b->ndata++;
+}
+
+/* Adds a task; its dependencies follow from the accesses, as Tandem
+ * infers them (RAW, WAR, WAW). */
+static unsigned task(builder *b, unsigned codelet, double cpu_time, unsigned n,
+                     const unsigned *items, const uint8_t *modes) {
+  unsigned id = b->ntasks++;
+  tdm_vt_task *t = &b->tasks[id];
+  memset(t, 0, sizeof *t);
+  t->codelet = codelet;
+  t->cpu_time = cpu_time;
+  t->nbuf = n;
+  t->deps = b->deps[id];
+  for (unsigned i = 0; i < n; i++) {
+    unsigned d = items[i];
+    t->data[i] = d;
+    t->modes[i] = modes[i];
+    if (b->writer[d] >= 0)
+      b->deps[id][t->ndeps++] = (unsigned)b->writer[d];
+    if (modes[i] & TDM_W) {
+      for (unsigned k = 0; k < b->nreaders[d] && t->ndeps < 16; k++)
+        if (b->readers[d][k] != id)
+          b->deps[id][t->ndeps++] = b->readers[d][k];
+      b->writer[d] = (int)id;
+      b->nreaders[d] = 0;
+    } else if (b->nreaders[d] < 64) {
+      b->readers[d][b->nreaders[d]++] = id;
+    }
+  }
+  return id;
+}
+
+static tdm_vt_graph graph(const builder *b) {
+  return (tdm_vt_graph){b->ntasks, b->tasks, b->ndata, b->bytes};
+}
+
+static const double TILE_GEMM = 10e-3; /* seconds of one core for a tile's gemm */
+static const uint64_t TILE_BYTES = 2u << 20;
+
+static void tiled_gemm(builder *b, unsigned nt) {
+  memset(b, 0, sizeof *b);
+  unsigned A[8][8], B[8][8], C[8][8];
+  for (unsigned i = 0; i < nt; i++)
+    for (unsigned j = 0; j < nt; j++) {
+      A[i][j] = data(b, TILE_BYTES);
+      B[i][j] = data(b, TILE_BYTES);
+      C[i][j] = data(b, TILE_BYTES);
+    }
+  for (unsigned i = 0; i < nt; i++)
+    for (unsigned j = 0; j < nt; j++)
+      for (unsigned k = 0; k < nt; k++)
+        task(b, GEMM, TILE_GEMM, 3, (unsigned[]){A[i][k], B[k][j], C[i][j]},
+             (uint8_t[]){TDM_R, TDM_R, TDM_RW});
+}
+
+/* Right-looking tiled Cholesky (Buttari et al., "A class of parallel tiled
+ * linear algebra algorithms for multicore architectures", 2009): potrf,
+ * trsm, syrk and gemm on the lower triangle of tiles. */
+static void tiled_cholesky(builder *b, unsigned nt) {
+  memset(b, 0, sizeof *b);
+  unsigned A[8][8];
+  for (unsigned i = 0; i < nt; i++)
+    for (unsigned j = 0; j <= i; j++)
+      A[i][j] = data(b, TILE_BYTES);
+  for (unsigned k = 0; k < nt; k++) {
+    task(b, POTRF, TILE_GEMM / 6, 1, (unsigned[]){A[k][k]}, (uint8_t[]){TDM_RW});
+    for (unsigned i = k + 1; i < nt; i++)
+      task(b, TRSM, TILE_GEMM / 2, 2, (unsigned[]){A[k][k], A[i][k]},
+           (uint8_t[]){TDM_R, TDM_RW});
+    for (unsigned i = k + 1; i < nt; i++) {
+      task(b, SYRK, TILE_GEMM / 2, 2, (unsigned[]){A[i][k], A[i][i]},
+           (uint8_t[]){TDM_R, TDM_RW});
+      for (unsigned j = k + 1; j < i; j++)
+        task(b, GEMM, TILE_GEMM, 3, (unsigned[]){A[i][k], A[j][k], A[i][j]},
+             (uint8_t[]){TDM_R, TDM_R, TDM_RW});
+    }
+  }
+}
+
+static builder b; /* large: static */
+
+static tdm_vt_result run(const tdm_vt_machine *m, tdm_policy p) {
+  tdm_vt_graph g = graph(&b);
+  tdm_vt_result r;
+  assert_int_equal(tdm__vt_run(m, &g, p, 42, &r), TDM_OK);
+  return r;
+}
+
+static void test_gemm_goes_to_the_gpu_small_stays(void **state) {
+  (void)state;
+  tdm_vt_machine m = cpus_and_gpu();
+  memset(&b, 0, sizeof b);
+  /* 100 gemm and 100 small tasks, independent, interleaved */
+  for (int i = 0; i < 100; i++) {
+    unsigned x = data(&b, 1 << 20), y = data(&b, 1 << 20);
+    task(&b, GEMM, 10e-3, 2, (unsigned[]){x, y}, (uint8_t[]){TDM_R, TDM_W});
+    unsigned u = data(&b, 1 << 16), v = data(&b, 1 << 16);
+    task(&b, SMALL, 1e-3, 2, (unsigned[]){u, v}, (uint8_t[]){TDM_R, TDM_W});
+  }
+  tdm_vt_result r = run(&m, TDM_POLICY_HEFT);
+  printf("gemm: %u on the GPU, %u on CPUs; small: %u on the GPU, %u on CPUs; %.1f ms\n",
+         r.codelet_class[GEMM][1], r.codelet_class[GEMM][0], r.codelet_class[SMALL][1],
+         r.codelet_class[SMALL][0], r.makespan * 1e3);
+  assert_true(r.codelet_class[GEMM][1] >= 80);
+  assert_true(r.codelet_class[SMALL][0] >= 80);
+  tdm__vt_result_free(&r);
+}
+
+static void check_bound(const char *what, unsigned nt, void (*make)(builder *, unsigned)) {
+  tdm_vt_machine m = cpus_and_gpu();
+  make(&b, nt);
+  tdm_vt_graph g = graph(&b);
+  double lb = tdm__vt_lower_bound(&m, &g);
+  for (int p = TDM_POLICY_HEFT; p <= TDM_POLICY_RANDOM; p++) {
+    tdm_vt_result r = run(&m, (tdm_policy)p);
+    printf("%s %ux%u tiles (%u tasks), %-6s: makespan %.1f ms, lower bound %.1f ms, ratio "
+           "%.3f; on the GPU %u, on CPUs %u, %llu bytes moved\n",
+           what, nt, nt, b.ntasks, tdm__policy_name((tdm_policy)p), r.makespan * 1e3, lb * 1e3,
+           r.makespan / lb, r.tasks_per_class[1], r.tasks_per_class[0],
+           (unsigned long long)r.bytes_moved);
+    assert_true(r.makespan >= lb * (1 - 1e-9)); /* a bound no schedule beats */
+    if (p == TDM_POLICY_HEFT)
+      assert_true(r.makespan <= 1.25 * lb);
+    /* every task once, after its predecessors, on a worker that can run it */
+    for (unsigned i = 0; i < b.ntasks; i++)
+      for (unsigned k = 0; k < b.tasks[i].ndeps; k++)
+        assert_true(r.start[i] >= r.end[b.tasks[i].deps[k]] - 1e-12);
+    tdm__vt_result_free(&r);
+  }
+}
+
+static void test_tiled_gemm_near_the_bound(void **state) {
+  (void)state;
+  check_bound("tiled GEMM", 6, tiled_gemm);
+}
+
+static void test_tiled_cholesky_near_the_bound(void **state) {
+  (void)state;
+  check_bound("tiled Cholesky", 8, tiled_cholesky);
+}
+
+static void test_two_gpus_share_by_speed(void **state) {
+  (void)state;
+  tdm_vt_machine m;
+  memset(&m, 0, sizeof m);
+  m.nclasses = 3;
+  m.nnodes = 3;
+  m.classes[0] = (struct tdm_vt_class){.name = "cpu", .workers = 0, .node = 0};
+  m.classes[1] = (struct tdm_vt_class){.name = "fast gpu", .workers = 1, .node = 1};
+  m.classes[2] = (struct tdm_vt_class){.name = "slow gpu", .workers = 1, .node = 2};
+  m.classes[0].speedup[GEMM] = 1;
+  m.classes[1].speedup[GEMM] = 12;
+  m.classes[2].speedup[GEMM] = 4;
+  for (int n = 1; n < 3; n++) {
+    m.latency[n] = 10e-6;
+    m.bandwidth[n] = 10e9;
+  }
+  memset(&b, 0, sizeof b);
+  for (int i = 0; i < 200; i++) {
+    unsigned x = data(&b, 1 << 16), y = data(&b, 1 << 16);
+    task(&b, GEMM, 10e-3, 2, (unsigned[]){x, y}, (uint8_t[]){TDM_R, TDM_W});
+  }
+  tdm_vt_result r = run(&m, TDM_POLICY_HEFT);
+  double share = (double)r.tasks_per_class[1] / 200;
+  printf("fast GPU %u tasks, slow GPU %u (speeds 12 and 4: 75%% expected), %.1f ms, bound "
+         "%.1f ms\n",
+         r.tasks_per_class[1], r.tasks_per_class[2], r.makespan * 1e3,
+         tdm__vt_lower_bound(&m, &(tdm_vt_graph){b.ntasks, b.tasks, b.ndata, b.bytes}) * 1e3);
+  assert_true(fabs(share - 0.75) <= 0.03);
+  tdm__vt_result_free(&r);
+}
+
+/* 8 independent chains of 40 gemm tasks: decisions spread over time. The
+ * GPU becomes 8 times slower at 40 ms: the model learns it and the GPU's
+ * share of what starts afterwards drops. */
+static void test_slowed_gpu_gets_less(void **state) {
+  (void)state;
+  tdm_vt_machine m = cpus_and_gpu();
+  m.classes[1].slow_at = 40e-3;
+  m.classes[1].slow_factor = 8;
+  memset(&b, 0, sizeof b);
+  for (int c = 0; c < 8; c++) {
+    unsigned x = data(&b, 1 << 16), y = data(&b, 1 << 16);
+    for (int i = 0; i < 40; i++)
+      task(&b, GEMM, 5e-3, 2, (unsigned[]){x, y}, (uint8_t[]){TDM_R, TDM_RW});
+  }
+  tdm_vt_result r = run(&m, TDM_POLICY_HEFT);
+  unsigned before[2] = {0, 0}, after[2] = {0, 0};
+  const double settle = 60e-3; /* a few observations to learn from */
+  for (unsigned i = 0; i < b.ntasks; i++) {
+    unsigned c = r.worker[i] >= 2; /* workers 0-1 CPUs, 2 the GPU */
+    if (r.start[i] < m.classes[1].slow_at)
+      before[c]++;
+    else if (r.start[i] >= settle)
+      after[c]++;
+  }
+  double share_before = (double)before[1] / (before[0] + before[1]);
+  double share_after = (double)after[1] / (after[0] + after[1]);
+  printf("GPU share of tasks: %.2f before slowing down, %.2f after (%u and %u tasks)\n",
+         share_before, share_after, before[0] + before[1], after[0] + after[1]);
+  assert_true(share_before > 0.5);
+  assert_true(share_after < share_before / 2);
+  tdm__vt_result_free(&r);
+}
+
+static void test_deterministic_and_bad_input(void **state) {
+  (void)state;
+  tdm_vt_machine m = cpus_and_gpu();
+  tiled_cholesky(&b, 5);
+  tdm_vt_graph g = graph(&b);
+  for (int p = TDM_POLICY_HEFT; p <= TDM_POLICY_RANDOM; p++) {
+    tdm_vt_result r1, r2;
+    assert_int_equal(tdm__vt_run(&m, &g, (tdm_policy)p, 7, &r1), TDM_OK);
+    assert_int_equal(tdm__vt_run(&m, &g, (tdm_policy)p, 7, &r2), TDM_OK);
+    assert_memory_equal(r1.worker, r2.worker, b.ntasks * sizeof *r1.worker);
+    assert_true(r1.makespan == r2.makespan);
+    tdm__vt_result_free(&r1);
+    tdm__vt_result_free(&r2);
+  }
+  /* a task nobody can run, a cycle, a bad data index */
+  tdm_vt_result r;
+  m.classes[0].speedup[SMALL] = 0;
+  m.classes[1].speedup[SMALL] = 0;
+  tdm_vt_task t = {.codelet = SMALL, .cpu_time = 1};
+  assert_int_equal(tdm__vt_run(&m, &(tdm_vt_graph){1, &t, 0, NULL}, TDM_POLICY_HEFT, 1, &r),
+                   TDM_ERR_INVALID_ARG);
+  unsigned d0[] = {1}, d1[] = {0};
+  tdm_vt_task cyc[2] = {{.codelet = GEMM, .cpu_time = 1, .ndeps = 1, .deps = d0},
+                        {.codelet = GEMM, .cpu_time = 1, .ndeps = 1, .deps = d1}};
+  assert_int_equal(tdm__vt_run(&m, &(tdm_vt_graph){2, cyc, 0, NULL}, TDM_POLICY_HEFT, 1, &r),
+                   TDM_ERR_INVALID_ARG);
+  tdm_vt_task bad = {.codelet = GEMM, .cpu_time = 1, .nbuf = 1, .data = {5}};
+  uint64_t one = 1;
+  assert_int_equal(tdm__vt_run(&m, &(tdm_vt_graph){1, &bad, 1, &one}, TDM_POLICY_HEFT, 1, &r),
+                   TDM_ERR_INVALID_ARG);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_gemm_goes_to_the_gpu_small_stays),
+      cmocka_unit_test(test_tiled_gemm_near_the_bound),
+      cmocka_unit_test(test_tiled_cholesky_near_the_bound),
+      cmocka_unit_test(test_two_gpus_share_by_speed),
+      cmocka_unit_test(test_slowed_gpu_gets_less),
+      cmocka_unit_test(test_deterministic_and_bad_input),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
