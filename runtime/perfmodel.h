@@ -1,0 +1,54 @@
+/*
+ * Performance models: how long a codelet takes, by data size and kind of
+ * worker, learnt from the durations observed (perfmodel.c).
+ *
+ * Per (codelet, worker class) the model keeps, for each data size seen,
+ * the last observations; its estimate at that size is their median, so a
+ * single spike (a page fault storm, a preempted thread) moves it by one
+ * rank and never poisons it. For a size not yet seen it fits a power law
+ * time = a * size^b through the sizes it has (least squares on the
+ * logarithms, as StarPU's non-linear regression models do). A model is
+ * "calibrated" for a size once it has seen it CALIBRATION times, or, by
+ * the regression, once two sizes are.
+ *
+ * Models persist as text files, written whole to a temporary file and
+ * renamed (atomic); a file that is truncated, corrupt (checksum), of
+ * another version or not a model at all is ignored with a log message and
+ * calibration starts again.
+ */
+#ifndef TDM_PERFMODEL_H
+#define TDM_PERFMODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tandem.h"
+
+#define TDM_MODEL_CALIBRATION 3 /* observations before a size is trusted */
+#define TDM_MODEL_WINDOW 15     /* observations kept per size */
+
+typedef struct tdm_perfmodel tdm_perfmodel;
+
+tdm_perfmodel *tdm__model_new(void);
+void tdm__model_free(tdm_perfmodel *m);
+
+/* Records that `codelet` on data of `size` bytes took `seconds` on a
+ * worker of class `cls`. Returns false when out of memory (the
+ * observation is lost). */
+bool tdm__model_observe(tdm_perfmodel *m, const char *codelet, uint64_t size, const char *cls,
+                        double seconds);
+
+/* The expected duration in seconds, or a negative number when the model
+ * knows nothing yet; *calibrated (may be NULL) says whether it is to be
+ * trusted. */
+double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t size,
+                          const char *cls, bool *calibrated);
+
+/* Saves to / loads from a file. Load replaces the model's contents; on a
+ * bad file it leaves the model empty, logs why (rt may be NULL) and
+ * returns TDM_ERR_INVALID_ARG; a missing file is TDM_ERR_SYSTEM without a
+ * message. Save returns TDM_OK or TDM_ERR_SYSTEM (logged). */
+tdm_status tdm__model_save(const tdm_perfmodel *m, const char *path, const tdm_runtime *rt);
+tdm_status tdm__model_load(tdm_perfmodel *m, const char *path, const tdm_runtime *rt);
+
+#endif

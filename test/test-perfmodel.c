@@ -1,0 +1,150 @@
+/*
+ * Performance models (runtime/perfmodel.c): a spike does not move the
+ * estimate, calibration needs a few observations, unseen sizes come from
+ * the fitted power law, models survive a save and a load, and a
+ * truncated, corrupt or foreign file is ignored with a message.
+ */
+#include "common.h"
+
+#include <math.h>
+#include <unistd.h>
+
+#include "perfmodel.h"
+
+static char path[64];
+
+static void test_spike_and_calibration(void **state) {
+  (void)state;
+  tdm_perfmodel *m = tdm__model_new();
+  assert_non_null(m);
+  bool cal;
+  assert_true(tdm__model_predict(m, "gemm", 4096, "gpu", &cal) < 0); /* knows nothing */
+  assert_false(cal);
+  assert_true(tdm__model_observe(m, "gemm", 4096, "gpu", 1e-3));
+  assert_true(tdm__model_observe(m, "gemm", 4096, "gpu", 1e-3));
+  tdm__model_predict(m, "gemm", 4096, "gpu", &cal);
+  assert_false(cal); /* two observations: not yet */
+  assert_true(tdm__model_observe(m, "gemm", 4096, "gpu", 1e-3));
+  assert_true(fabs(tdm__model_predict(m, "gemm", 4096, "gpu", &cal) - 1e-3) < 1e-12);
+  assert_true(cal);
+  /* a spike a thousand times longer moves nothing */
+  assert_true(tdm__model_observe(m, "gemm", 4096, "gpu", 1.0));
+  assert_true(fabs(tdm__model_predict(m, "gemm", 4096, "gpu", NULL) - 1e-3) < 1e-12);
+  /* other classes, codelets and garbage are apart */
+  assert_true(tdm__model_predict(m, "gemm", 4096, "cpu", NULL) < 0);
+  assert_true(tdm__model_predict(m, "potrf", 4096, "gpu", NULL) < 0);
+  assert_true(tdm__model_observe(m, "gemm", 4096, "gpu", NAN));
+  assert_true(tdm__model_observe(m, "gemm", 4096, "gpu", -1));
+  assert_true(fabs(tdm__model_predict(m, "gemm", 4096, "gpu", NULL) - 1e-3) < 1e-12);
+  tdm__model_free(m);
+}
+
+static void test_regression_over_size(void **state) {
+  (void)state;
+  tdm_perfmodel *m = tdm__model_new();
+  /* time = 1e-9 * size^1.5 at three sizes */
+  for (uint64_t s = 1024; s <= 4096; s *= 2)
+    for (int i = 0; i < 3; i++)
+      tdm__model_observe(m, "gemm", s, "cpu", 1e-9 * pow((double)s, 1.5));
+  bool cal;
+  double p = tdm__model_predict(m, "gemm", 16384, "cpu", &cal);
+  double want = 1e-9 * pow(16384.0, 1.5);
+  printf("predicted %.6g s for an unseen size, %.6g s by the law\n", p, want);
+  assert_true(cal);
+  assert_true(fabs(p / want - 1) < 0.01);
+  tdm__model_free(m);
+}
+
+/* A model with two entries, one name with a tab. */
+static tdm_perfmodel *sample(void) {
+  tdm_perfmodel *m = tdm__model_new();
+  for (int i = 0; i < 20; i++) /* more than the window: the last ones stay */
+    tdm__model_observe(m, "gemm", 1 << 20, "gpu", 1e-3 * (i < 10 ? 5 : 1));
+  for (int i = 0; i < 3; i++)
+    tdm__model_observe(m, "my\tkernel", 100, "CPU kind 1", 2.5e-6);
+  return m;
+}
+
+static void test_save_and_load(void **state) {
+  (void)state;
+  tdm_perfmodel *m = sample();
+  assert_int_equal(tdm__model_save(m, path, NULL), TDM_OK);
+  tdm_perfmodel *l = tdm__model_new();
+  assert_int_equal(tdm__model_load(l, path, NULL), TDM_OK);
+  bool cal;
+  assert_true(fabs(tdm__model_predict(l, "gemm", 1 << 20, "gpu", &cal) -
+                   tdm__model_predict(m, "gemm", 1 << 20, "gpu", NULL)) < 1e-15);
+  assert_true(cal);
+  assert_true(fabs(tdm__model_predict(l, "my kernel", 100, "CPU kind 1", NULL) - 2.5e-6) <
+              1e-15);
+  tdm__model_free(m);
+  tdm__model_free(l);
+}
+
+/* Each bad file: ignored, said, the model left empty. */
+static void expect_ignored(const char *why) {
+  test_log log;
+  tdm_runtime *rt = test_runtime(1, &log);
+  tdm_perfmodel *l = tdm__model_new();
+  tdm__model_observe(l, "gemm", 1, "gpu", 1); /* replaced by the load */
+  assert_int_equal(tdm__model_load(l, path, rt), TDM_ERR_INVALID_ARG);
+  if (!test_log_has(&log, why))
+    fail_msg("the log does not say \"%s\": %s", why, log.last);
+  assert_true(tdm__model_predict(l, "gemm", 1, "gpu", NULL) < 0);
+  tdm__model_free(l);
+  tdm_runtime_destroy(rt);
+}
+
+static void test_bad_files(void **state) {
+  (void)state;
+  tdm_perfmodel *m = sample();
+  assert_int_equal(tdm__model_save(m, path, NULL), TDM_OK);
+  tdm__model_free(m);
+  FILE *f = fopen(path, "r+");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  /* corrupt: a digit of a duration changed */
+  fseek(f, 40, SEEK_SET);
+  int c = fgetc(f);
+  fseek(f, 40, SEEK_SET);
+  fputc(c == '1' ? '2' : '1', f);
+  fclose(f);
+  expect_ignored("corrupt");
+  /* truncated */
+  m = sample();
+  tdm__model_save(m, path, NULL);
+  tdm__model_free(m);
+  assert_int_equal(truncate(path, size - 5), 0);
+  expect_ignored("truncated");
+  assert_int_equal(truncate(path, size / 2), 0);
+  expect_ignored("truncated");
+  /* foreign */
+  f = fopen(path, "w");
+  fputs("{\"not\": \"a model\"}\n", f);
+  fclose(f);
+  expect_ignored("not a Tandem performance model");
+  /* missing: an error, nothing said */
+  unlink(path);
+  test_log log;
+  tdm_runtime *rt = test_runtime(1, &log);
+  unsigned before = test_log_count(&log);
+  tdm_perfmodel *l = tdm__model_new();
+  assert_int_equal(tdm__model_load(l, path, rt), TDM_ERR_SYSTEM);
+  assert_int_equal(test_log_count(&log), before);
+  tdm__model_free(l);
+  tdm_runtime_destroy(rt);
+}
+
+int main(void) {
+  snprintf(path, sizeof path, "/tmp/tandem-model-%d", (int)getpid());
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_spike_and_calibration),
+      cmocka_unit_test(test_regression_over_size),
+      cmocka_unit_test(test_save_and_load),
+      cmocka_unit_test(test_bad_files),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  unlink(path);
+  return rc;
+}
