@@ -447,49 +447,68 @@ double tdm__vt_lower_bound(const tdm_vt_machine *m, const tdm_vt_graph *g) {
     cp = fmax(cp, finish[i]);
   free(finish);
 
-  /* area: the fractional assignment of the work that finishes first. With
-   * one codelet (or speeds in the same ratio for all), total work over
-   * total speed; with two classes, the best split (tasks sorted by how
-   * much faster the second class runs them); otherwise the weaker bound of
-   * each task at its fastest over all workers. */
+  /* area: the fractional assignment of the work that finishes first.
+   * Classes whose speed-ups are in the same ratio for every codelet used
+   * (identical GPUs, or one GPU twice as fast) act as one pool of
+   * capacity. One pool: total work over total speed. Two pools: the best
+   * split (the second pool takes the tasks it speeds up most, as much as
+   * fits). More: the weaker bound of each task at its fastest over all
+   * workers. */
   unsigned used[8] = {0};
   for (unsigned i = 0; i < n; i++)
     used[g->tasks[i].codelet] = 1;
-  bool uniform = true;
-  for (unsigned c = 0; c < m->nclasses && uniform; c++) {
-    double ratio = -1;
-    for (unsigned k = 0; k < 8; k++) {
-      if (!used[k])
-        continue;
-      double r = m->classes[c].speedup[k] / m->classes[0].speedup[k];
-      if (ratio < 0)
-        ratio = r;
-      else if (fabs(r - ratio) > 1e-12 * ratio)
-        uniform = false;
+  unsigned pool_of[TDM_VT_MAX_CLASSES], ref[TDM_VT_MAX_CLASSES], npools = 0;
+  double cap[TDM_VT_MAX_CLASSES] = {0}; /* workers x speed against the pool's reference */
+  for (unsigned c = 0; c < m->nclasses; c++) {
+    if (!m->classes[c].workers)
+      continue;
+    unsigned p;
+    double ratio = 0;
+    for (p = 0; p < npools; p++) {
+      const struct tdm_vt_class *a = &m->classes[c], *r = &m->classes[ref[p]];
+      bool same = true;
+      ratio = -1;
+      for (unsigned k = 0; k < 8 && same; k++) {
+        if (!used[k])
+          continue;
+        if (r->speedup[k] == 0 || a->speedup[k] == 0) {
+          same = r->speedup[k] == a->speedup[k];
+          continue;
+        }
+        double q = a->speedup[k] / r->speedup[k];
+        if (ratio < 0)
+          ratio = q;
+        else if (fabs(q - ratio) > 1e-12 * ratio)
+          same = false;
+      }
+      if (same && ratio > 0)
+        break;
     }
+    if (p == npools) {
+      ref[npools++] = c;
+      ratio = 1;
+    }
+    pool_of[c] = p;
+    cap[p] += m->classes[c].workers * ratio;
   }
+  (void)pool_of;
+  /* the time a task takes at its pool's reference speed */
+#define POOL_TIME(t, p)                                                                       (m->classes[ref[p]].speedup[(t)->codelet] > 0                                                    ? (t)->cpu_time / m->classes[ref[p]].speedup[(t)->codelet]                                  : INFINITY)
   double area = 0;
-  if (uniform && n) {
-    unsigned k0 = g->tasks[0].codelet;
-    double work = 0, speed = 0;
-    for (unsigned i = 0; i < n; i++) /* in units of codelet k0's CPU-core time */
-      work += g->tasks[i].cpu_time / m->classes[0].speedup[g->tasks[i].codelet] *
-              m->classes[0].speedup[k0];
-    for (unsigned c = 0; c < m->nclasses; c++)
-      speed += m->classes[c].workers * m->classes[c].speedup[k0];
-    area = work / speed;
-  } else if (m->nclasses == 2) {
-    /* binary search on T: class 1 takes the tasks it speeds up most, as
-     * many as fit in its capacity, the rest goes to class 0 */
+  if (npools == 1) {
+    double work = 0;
+    for (unsigned i = 0; i < n; i++)
+      work += POOL_TIME(&g->tasks[i], 0);
+    area = work / cap[0];
+  } else if (npools == 2) {
     unsigned *idx = malloc((n ? n : 1) * sizeof *idx);
     double *adv = malloc((n ? n : 1) * sizeof *adv);
     if (idx && adv) {
       for (unsigned i = 0; i < n; i++) {
         idx[i] = i;
-        const tdm_vt_task *t = &g->tasks[i];
-        adv[i] = m->classes[1].speedup[t->codelet] / m->classes[0].speedup[t->codelet];
+        adv[i] = POOL_TIME(&g->tasks[i], 0) / POOL_TIME(&g->tasks[i], 1);
       }
-      for (unsigned i = 1; i < n; i++) /* by advantage, descending */
+      for (unsigned i = 1; i < n; i++) /* by advantage of pool 1, descending */
         for (unsigned j = i; j > 0 && adv[idx[j - 1]] < adv[idx[j]]; j--) {
           unsigned x = idx[j];
           idx[j] = idx[j - 1];
@@ -497,27 +516,23 @@ double tdm__vt_lower_bound(const tdm_vt_machine *m, const tdm_vt_graph *g) {
         }
       double lo = 0, hi = 0;
       for (unsigned i = 0; i < n; i++)
-        hi += g->tasks[i].cpu_time / m->classes[0].speedup[g->tasks[i].codelet];
-      hi /= m->classes[0].workers ? m->classes[0].workers : 1;
+        hi += fmin(POOL_TIME(&g->tasks[i], 0), POOL_TIME(&g->tasks[i], 1));
+      hi /= fmin(cap[0], cap[1]); /* everything on the smaller pool: an upper end */
       for (int it = 0; it < 100; it++) {
-        double T = 0.5 * (lo + hi), cap1 = m->classes[1].workers * T, need0 = 0;
+        double T = 0.5 * (lo + hi), room1 = cap[1] * T, need0 = 0;
         for (unsigned a = 0; a < n; a++) {
           const tdm_vt_task *t = &g->tasks[idx[a]];
-          double t1 = m->classes[1].speedup[t->codelet] > 0
-                          ? t->cpu_time / m->classes[1].speedup[t->codelet]
-                          : INFINITY;
-          double t0 = t->cpu_time / m->classes[0].speedup[t->codelet];
-          if (t1 <= cap1) {
-            cap1 -= t1;
-          } else if (isfinite(t1) && cap1 > 0) { /* split the boundary task */
-            double f = cap1 / t1;
-            cap1 = 0;
-            need0 += (1 - f) * t0;
+          double t1 = POOL_TIME(t, 1), t0 = POOL_TIME(t, 0);
+          if (t1 <= room1) {
+            room1 -= t1;
+          } else if (isfinite(t1) && room1 > 0) { /* split the boundary task */
+            need0 += (1 - room1 / t1) * t0;
+            room1 = 0;
           } else {
             need0 += t0;
           }
         }
-        if (need0 <= m->classes[0].workers * T)
+        if (need0 <= cap[0] * T)
           hi = T;
         else
           lo = T;
@@ -534,11 +549,12 @@ double tdm__vt_lower_bound(const tdm_vt_machine *m, const tdm_vt_graph *g) {
     for (unsigned i = 0; i < n; i++) {
       double best = INFINITY;
       for (unsigned c = 0; c < m->nclasses; c++)
-        if (m->classes[c].speedup[g->tasks[i].codelet] > 0)
+        if (m->classes[c].workers && m->classes[c].speedup[g->tasks[i].codelet] > 0)
           best = fmin(best, g->tasks[i].cpu_time / m->classes[c].speedup[g->tasks[i].codelet]);
       work += best;
     }
     area = workers ? work / workers : 0;
   }
+#undef POOL_TIME
   return fmax(cp, area);
 }
