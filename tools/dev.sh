@@ -73,6 +73,7 @@ case "${1:-}" in
     setup build
     build/test/bench/bench-core
     build/test/bench/bench-opencl
+    build/test/bench/bench-sched
     ;;
   info)
     setup build
