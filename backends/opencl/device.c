@@ -957,6 +957,8 @@ static bool make_valid(tdm_handle *h, unsigned node, waitlist *w, cl_context ctx
     return false;
   if (!h->valid && h->parent && !inherit(h))
     return false;
+  if ((h->valid & (1u << node)) && !h->rep)
+    return true; /* never on a device: nothing to wait for, nothing to allocate */
   if (!replicas(h))
     return false;
   if (h->valid & (1u << node)) {
