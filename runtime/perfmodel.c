@@ -302,3 +302,52 @@ tdm_status tdm__model_load(tdm_perfmodel *m, const char *path, const tdm_runtime
   }
   return TDM_OK;
 }
+
+/* ---- links ------------------------------------------------------------- */
+
+void tdm__link_observe(tdm_link_model *l, uint64_t bytes, double seconds) {
+  if (!(seconds >= 0) || !isfinite(seconds))
+    return;
+  l->bytes[l->n % TDM_LINK_WINDOW] = (double)bytes;
+  l->seconds[l->n % TDM_LINK_WINDOW] = seconds;
+  l->n++;
+}
+
+static double median_of(double *v, unsigned n) {
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+bool tdm__link_estimate(const tdm_link_model *l, double *latency, double *bandwidth) {
+  unsigned k = l->n < TDM_LINK_WINDOW ? l->n : TDM_LINK_WINDOW;
+  double slopes[TDM_LINK_WINDOW * (TDM_LINK_WINDOW - 1) / 2];
+  unsigned ns = 0;
+  for (unsigned i = 0; i < k; i++)
+    for (unsigned j = i + 1; j < k; j++)
+      if (l->bytes[j] != l->bytes[i])
+        slopes[ns++] = (l->seconds[j] - l->seconds[i]) / (l->bytes[j] - l->bytes[i]);
+  if (ns) {
+    double slope = median_of(slopes, ns), icpt[TDM_LINK_WINDOW];
+    if (slope > 0) {
+      for (unsigned i = 0; i < k; i++)
+        icpt[i] = l->seconds[i] - slope * l->bytes[i];
+      double lat = median_of(icpt, k);
+      *latency = lat > 0 ? lat : 0;
+      *bandwidth = 1 / slope;
+      return true;
+    }
+  }
+  if (l->declared_bandwidth > 0) {
+    *latency = l->declared_latency;
+    *bandwidth = l->declared_bandwidth;
+    return true;
+  }
+  return false;
+}
+
+double tdm__link_predict(const tdm_link_model *l, uint64_t bytes) {
+  double lat, bw;
+  if (!tdm__link_estimate(l, &lat, &bw))
+    return -1;
+  return lat + (double)bytes / bw;
+}

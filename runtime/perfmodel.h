@@ -51,4 +51,24 @@ double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t 
 tdm_status tdm__model_save(const tdm_perfmodel *m, const char *path, const tdm_runtime *rt);
 tdm_status tdm__model_load(tdm_perfmodel *m, const char *path, const tdm_runtime *rt);
 
+/* A link between the host and a device: time = latency + bytes /
+ * bandwidth, learnt from the copies made. The fit is Theil-Sen's (Theil
+ * 1950, Sen 1968: the median of the slopes between pairs of
+ * observations, then the median intercept), which a few outliers do not
+ * move; until two sizes have been seen, the declared values hold. */
+#define TDM_LINK_WINDOW 32
+
+typedef struct tdm_link_model {
+  double declared_latency, declared_bandwidth; /* s, bytes/s; 0: unknown */
+  unsigned n;
+  double bytes[TDM_LINK_WINDOW], seconds[TDM_LINK_WINDOW];
+} tdm_link_model;
+
+void tdm__link_observe(tdm_link_model *l, uint64_t bytes, double seconds);
+/* The current estimate; false when there is none (nothing declared, too
+ * little seen). */
+bool tdm__link_estimate(const tdm_link_model *l, double *latency, double *bandwidth);
+/* Predicted seconds for a copy of `bytes`, or a negative number. */
+double tdm__link_predict(const tdm_link_model *l, uint64_t bytes);
+
 #endif

@@ -2,7 +2,8 @@
  * Performance models (runtime/perfmodel.c): a spike does not move the
  * estimate, calibration needs a few observations, unseen sizes come from
  * the fitted power law, models survive a save and a load, and a
- * truncated, corrupt or foreign file is ignored with a message.
+ * truncated, corrupt or foreign file is ignored with a message; a link's
+ * latency and bandwidth are learnt from copies, outliers and all.
  */
 #include "common.h"
 
@@ -136,6 +137,31 @@ static void test_bad_files(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* A link of 10 us and 10 GB/s seen through noisy copies, one of them
+ * stalled 100 times longer: the estimate stays within 5 %. */
+static void test_link_model(void **state) {
+  (void)state;
+  tdm_link_model l = {.declared_latency = 1e-3, .declared_bandwidth = 1e9};
+  double lat, bw;
+  assert_true(tdm__link_estimate(&l, &lat, &bw)); /* the declared values */
+  assert_true(lat == 1e-3 && bw == 1e9);
+  tdm_link_model none = {0};
+  assert_false(tdm__link_estimate(&none, &lat, &bw));
+  assert_true(tdm__link_predict(&none, 100) < 0);
+  uint64_t x = 12345;
+  for (int i = 0; i < 40; i++) {
+    uint64_t bytes = (uint64_t)(1 + i % 8) << 20;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    double noise = 1 + 0.02 * ((double)(x % 1000) / 1000 - 0.5);
+    double t = (10e-6 + (double)bytes / 10e9) * noise;
+    tdm__link_observe(&l, bytes, i == 37 ? 100 * t : t);
+  }
+  assert_true(tdm__link_estimate(&l, &lat, &bw));
+  printf("link: latency %.2f us, bandwidth %.2f GB/s (10 and 10 true)\n", lat * 1e6, bw / 1e9);
+  assert_true(fabs(bw / 10e9 - 1) < 0.05);
+  assert_true(fabs(tdm__link_predict(&l, 8u << 20) / (10e-6 + (8u << 20) / 10e9) - 1) < 0.05);
+}
+
 int main(void) {
   snprintf(path, sizeof path, "/tmp/tandem-model-%d", (int)getpid());
   const struct CMUnitTest tests[] = {
@@ -143,6 +169,7 @@ int main(void) {
       cmocka_unit_test(test_regression_over_size),
       cmocka_unit_test(test_save_and_load),
       cmocka_unit_test(test_bad_files),
+      cmocka_unit_test(test_link_model),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   unlink(path);
