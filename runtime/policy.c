@@ -201,6 +201,14 @@ static bool upward_ranks(const tdm_vt_machine *m, const tdm_vt_graph *g, double 
 
 /* ---- the driver ----------------------------------------------------------- */
 
+/* Whether task a goes before task b when both are ready at once: the
+ * user's priority, then the upward rank (the critical path first). */
+static bool before(const tdm_vt_graph *g, const double *rank, unsigned a, unsigned b) {
+  if (g->tasks[a].priority != g->tasks[b].priority)
+    return g->tasks[a].priority > g->tasks[b].priority;
+  return rank[a] > rank[b];
+}
+
 static uint64_t next_random(uint64_t *x) {
   /* xorshift64 (Marsaglia, 2003) */
   *x ^= *x << 13;
@@ -294,7 +302,7 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
     if (p == TDM_POLICY_HEFT || p == TDM_POLICY_RANDOM) {
       for (unsigned i = 0; i < n; i++)
         if (!placed[i] && !left[i] &&
-            (ready[i] < now || (ready[i] == now && pick < n && rank[i] > rank[pick]))) {
+            (ready[i] < now || (ready[i] == now && pick < n && before(g, rank, i, pick)))) {
           pick = i;
           now = ready[i];
         }
@@ -314,7 +322,7 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
                         (t == when && best < n &&
                          (p == TDM_POLICY_WS ? (mine && !own) || (mine == own && (mine ? ready[i] > ready[best] : ready[i] < ready[best]))
                                              : ready[i] < ready[best] ||
-                                                   (ready[i] == ready[best] && rank[i] > rank[best])));
+                                                   (ready[i] == ready[best] && before(g, rank, i, best))));
           if (better) {
             best = i;
             when = t;

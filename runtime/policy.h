@@ -64,6 +64,9 @@ typedef struct tdm_vt_task {
   uint8_t modes[TDM_VT_MAX_BUFFERS]; /* TDM_R, TDM_W, TDM_RW */
   unsigned ndeps;
   const unsigned *deps;
+  /* The user's priority: among tasks ready at the same moment, a higher
+   * one is placed first; equal ones by upward rank. Default 0. */
+  int priority;
 } tdm_vt_task;
 
 typedef struct tdm_vt_graph {

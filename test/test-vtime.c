@@ -168,6 +168,34 @@ static void test_slowed_gpu_gets_less(void **state) {
   tdm__vt_result_free(&r);
 }
 
+/* One worker, tasks ready together: the user's priority first, then the
+ * critical path (upward rank), under heft and eager alike. */
+static void test_priorities(void **state) {
+  (void)state;
+  tdm_vt_machine m;
+  memset(&m, 0, sizeof m);
+  m.nclasses = 1;
+  m.nnodes = 1;
+  m.classes[0] = (struct tdm_vt_class){.name = "cpu", .workers = 1, .node = 0};
+  m.classes[0].speedup[GEMM] = 1;
+  static const unsigned after0[] = {0};
+  tdm_vt_task t[4] = {
+      {.codelet = GEMM, .cpu_time = 1},                          /* a chain head... */
+      {.codelet = GEMM, .cpu_time = 1, .ndeps = 1, .deps = after0}, /* ...and its tail */
+      {.codelet = GEMM, .cpu_time = 1},                          /* alone */
+      {.codelet = GEMM, .cpu_time = 1, .priority = 5},           /* alone, urgent */
+  };
+  for (int p = TDM_POLICY_HEFT; p <= TDM_POLICY_EAGER; p += TDM_POLICY_EAGER) {
+    tdm_vt_result r;
+    assert_int_equal(tdm__vt_run(&m, &(tdm_vt_graph){4, t, 0, NULL}, (tdm_policy)p, 1, &r),
+                     TDM_OK);
+    assert_true(r.start[3] == 0); /* the urgent one first */
+    assert_true(r.start[0] == 1); /* then the head of the longer path */
+    assert_true(r.start[2] > r.start[0]);
+    tdm__vt_result_free(&r);
+  }
+}
+
 static void test_deterministic_and_bad_input(void **state) {
   (void)state;
   tdm_vt_machine m = cpus_and_gpu();
@@ -207,6 +235,7 @@ int main(void) {
       cmocka_unit_test(test_tiled_cholesky_near_the_bound),
       cmocka_unit_test(test_two_gpus_share_by_speed),
       cmocka_unit_test(test_slowed_gpu_gets_less),
+      cmocka_unit_test(test_priorities),
       cmocka_unit_test(test_deterministic_and_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
