@@ -15,6 +15,7 @@
 #define TDM_POLICY_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tandem.h"
@@ -37,7 +38,7 @@ const char *tdm__policy_name(tdm_policy p);
 typedef struct tdm_vt_machine {
   unsigned nclasses;
   struct tdm_vt_class {
-    const char *name;
+    char name[32];
     unsigned workers;
     unsigned node;
     /* speed-up over one CPU core, per codelet (codelet c uses speedup[c];
@@ -98,6 +99,27 @@ typedef struct tdm_vt_result {
 tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_policy p,
                        uint64_t seed, tdm_vt_result *r);
 void tdm__vt_result_free(tdm_vt_result *r);
+
+/* Parses a machine description:
+ *
+ *   machine := class (';' class)*
+ *   class   := name ':' setting (',' setting)*   (or just name)
+ *   setting := workers=N          workers of the class (default 1)
+ *            | memory=shared|own  the host's memory, or its own node
+ *                                 (default: shared for a class named
+ *                                 "cpu", own otherwise)
+ *            | speedup=X          over one CPU core, for every codelet
+ *                                 (default 1)
+ *            | CODELET=X          for one codelet (its name in `codelets`)
+ *            | latency=T          link latency: T in s, ms, us or ns
+ *            | bandwidth=B        bytes per second, k M G T (powers of 1000)
+ *            | slow_at=T, slow_factor=X   slows down from T on
+ *
+ * e.g. "cpu:workers=2;gpu:speedup=10,small=0.5,latency=10us,bandwidth=10G".
+ * Returns TDM_OK, or TDM_ERR_INVALID_ARG with what is wrong in err. */
+tdm_status tdm__vt_parse_machine(const char *text, const char *const *codelets,
+                                 unsigned ncodelets, tdm_vt_machine *m, char *err,
+                                 size_t err_size);
 
 /* The lower bound of g's makespan on m: the larger of the critical path
  * (each task at its fastest class, transfers free) and the area bound

@@ -196,6 +196,59 @@ static void test_priorities(void **state) {
   }
 }
 
+/* Machine descriptions: the example of policy.h, and each kind of
+ * mistake refused with what is wrong. */
+static void test_parse_machine(void **state) {
+  (void)state;
+  static const char *const names[] = {"gemm", "small", "potrf", "trsm", "syrk"};
+  tdm_vt_machine m;
+  char err[128] = "";
+  assert_int_equal(tdm__vt_parse_machine("cpu:workers=2;gpu:speedup=10,small=0.5,latency=10us,"
+                                         "bandwidth=10G;igpu:memory=shared,speedup=3,"
+                                         "slow_at=40ms,slow_factor=8",
+                                         names, 5, &m, err, sizeof err),
+                   TDM_OK);
+  assert_int_equal(m.nclasses, 3);
+  assert_string_equal(m.classes[0].name, "cpu");
+  assert_int_equal(m.classes[0].workers, 2);
+  assert_int_equal(m.classes[0].node, 0);
+  assert_true(m.classes[1].speedup[GEMM] == 10 && m.classes[1].speedup[SMALL] == 0.5);
+  assert_int_equal(m.classes[1].node, 1);
+  assert_true(fabs(m.latency[1] - 10e-6) < 1e-15 && m.bandwidth[1] == 10e9);
+  assert_int_equal(m.classes[2].node, 0); /* shared: the host's memory */
+  assert_true(fabs(m.classes[2].slow_at - 0.04) < 1e-12 && m.classes[2].slow_factor == 8);
+  assert_int_equal(m.nnodes, 2);
+  /* the machine runs */
+  tiled_gemm(&b, 4);
+  tdm_vt_result r;
+  assert_int_equal(tdm__vt_run(&m, &(tdm_vt_graph){b.ntasks, b.tasks, b.ndata, b.bytes},
+                               TDM_POLICY_HEFT, 1, &r),
+                   TDM_OK);
+  tdm__vt_result_free(&r);
+  static const struct {
+    const char *text, *says;
+  } bad[] = {
+      {"", "empty"},
+      {"gpu:speedup=10", "bandwidth"},
+      {"cpu:workers=two", "workers=two"},
+      {"cpu:cores=2", "unknown setting \"cores\""},
+      {"cpu:workers", "not key=value"},
+      {":workers=2", "without a name"},
+      {"gpu:latency=10parsecs,bandwidth=1G", "a time"},
+      {"gpu:bandwidth=fast", "bytes per second"},
+      {"cpu:memory=both", "shared or own"},
+      {"cpu:speedup=-1", "positive"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    err[0] = 0;
+    assert_int_equal(tdm__vt_parse_machine(bad[i].text, names, 5, &m, err, sizeof err),
+                     TDM_ERR_INVALID_ARG);
+    if (!strstr(err, bad[i].says))
+      fail_msg("\"%s\": the message \"%s\" does not say \"%s\"", bad[i].text, err,
+               bad[i].says);
+  }
+}
+
 static void test_deterministic_and_bad_input(void **state) {
   (void)state;
   tdm_vt_machine m = cpus_and_gpu();
@@ -236,6 +289,7 @@ int main(void) {
       cmocka_unit_test(test_two_gpus_share_by_speed),
       cmocka_unit_test(test_slowed_gpu_gets_less),
       cmocka_unit_test(test_priorities),
+      cmocka_unit_test(test_parse_machine),
       cmocka_unit_test(test_deterministic_and_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

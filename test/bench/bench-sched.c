@@ -12,6 +12,7 @@
  * needs no copies; links: 10 us latency, 10 GB/s (PCIe 3 x16 in practice).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "vt-graphs.h"
@@ -87,7 +88,56 @@ static void table(const char *what, unsigned nt, void (*build)(builder *, unsign
   }
 }
 
-int main(void) {
+/* One machine given on the command line, e.g.
+ *   bench-sched --machine "cpu:workers=16;gpu:workers=1,speedup=20,latency=5us,bandwidth=25G"
+ * (the grammar is tdm__vt_parse_machine's, codelets gemm, small, potrf,
+ * trsm, syrk), with the tiles per side. */
+static int one_machine(const char *text, unsigned nt) {
+  static const char *const names[] = {"gemm", "small", "potrf", "trsm", "syrk"};
+  tdm_vt_machine m;
+  char err[160];
+  if (tdm__vt_parse_machine(text, names, 5, &m, err, sizeof err)) {
+    fprintf(stderr, "bench-sched: %s\n", err);
+    return 2;
+  }
+  void (*builds[2])(builder *, unsigned) = {tiled_gemm, tiled_cholesky};
+  const char *what[2] = {"tiled GEMM", "tiled Cholesky"};
+  for (int k = 0; k < 2; k++) {
+    builds[k](&b, nt);
+    tdm_vt_graph g = graph(&b);
+    double lb = tdm__vt_lower_bound(&m, &g);
+    printf("\n%s, %ux%u tiles, %u tasks, on %s\n", what[k], nt, nt, b.ntasks, text);
+    for (int p = TDM_POLICY_HEFT; p <= TDM_POLICY_RANDOM; p++) {
+      tdm_vt_result r;
+      if (tdm__vt_run(&m, &g, (tdm_policy)p, 42, &r) != TDM_OK) {
+        printf("  %-7s failed (a codelet no class runs?)\n", tdm__policy_name((tdm_policy)p));
+        continue;
+      }
+      printf("  %-7s makespan %10.1f ms, %.3f of the bound, %.1f MiB moved; tasks:",
+             tdm__policy_name((tdm_policy)p), r.makespan * 1e3, r.makespan / lb,
+             (double)r.bytes_moved / (1 << 20));
+      for (unsigned c = 0; c < m.nclasses; c++)
+        printf(" %s %u", m.classes[c].name, r.tasks_per_class[c]);
+      printf("\n");
+      tdm__vt_result_free(&r);
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 3 && !strcmp(argv[1], "--machine")) {
+    unsigned nt = argc >= 5 && !strcmp(argv[3], "--tiles") ? (unsigned)atoi(argv[4]) : 8;
+    if (nt < 1 || nt > 8) {
+      fprintf(stderr, "bench-sched: --tiles between 1 and 8\n");
+      return 2;
+    }
+    return one_machine(argv[2], nt);
+  }
+  if (argc > 1) {
+    fprintf(stderr, "usage: bench-sched [--machine DESCRIPTION [--tiles N]]\n");
+    return 2;
+  }
   printf("bench-sched: schedules in virtual time (exact; the same on every run)\n");
   table("tiled GEMM", 8, tiled_gemm);
   table("tiled Cholesky", 8, tiled_cholesky);
