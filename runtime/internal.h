@@ -82,6 +82,12 @@ void *tdm__aligned_alloc(tdm_runtime *rt, size_t align, size_t size);
  * one); a negative n disarms. */
 void tdm__fail_allocation(tdm_runtime *rt, long n);
 
+/* FNV-1a over n bytes, continuing from h (TDM_FNV_OFFSET to start). */
+#define TDM_FNV_OFFSET 0xcbf29ce484222325ull
+uint64_t tdm__fnv1a(const void *data, size_t n, uint64_t h);
+/* The median of v[0 .. n-1], n > 0; sorts v. */
+double tdm__median(double *v, unsigned n);
+
 /* ---- logging ---------------------------------------------------------- */
 
 void tdm__log(const tdm_runtime *rt, tdm_log_level level, const char *fmt, ...)

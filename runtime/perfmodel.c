@@ -123,17 +123,11 @@ bool tdm__model_observe(tdm_perfmodel *m, const char *codelet, uint64_t size, co
   return true;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static double median(const size_entry *s) {
   unsigned k = s->n < TDM_MODEL_WINDOW ? s->n : TDM_MODEL_WINDOW;
   double v[TDM_MODEL_WINDOW];
   memcpy(v, s->seen, k * sizeof *v);
-  qsort(v, k, sizeof *v, cmp_double);
-  return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+  return tdm__median(v, k);
 }
 
 double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t size,
@@ -177,15 +171,6 @@ double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t 
 
 /* ---- files ---------------------------------------------------------------- */
 
-static uint64_t fnv1a(const char *p, size_t n, uint64_t h) {
-  for (size_t i = 0; i < n; i++) {
-    h ^= (unsigned char)p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-#define FNV_OFFSET 0xcbf29ce484222325ull
 #define HEADER "tandem-perfmodel 1\n"
 
 tdm_status tdm__model_save(const tdm_perfmodel *m, const char *path, const tdm_runtime *rt) {
@@ -224,7 +209,8 @@ tdm_status tdm__model_save(const tdm_perfmodel *m, const char *path, const tdm_r
   FILE *f = ok ? fopen(tmp, "w") : NULL;
   if (f) {
     fwrite(text, 1, len, f);
-    fprintf(f, "end %u %016llx\n", records, (unsigned long long)fnv1a(text, len, FNV_OFFSET));
+    fprintf(f, "end %u %016llx\n", records,
+            (unsigned long long)tdm__fnv1a(text, len, TDM_FNV_OFFSET));
     ok = !ferror(f);
     if (fclose(f) != 0)
       ok = false;
@@ -249,13 +235,13 @@ tdm_status tdm__model_load(tdm_perfmodel *m, const char *path, const tdm_runtime
     return TDM_ERR_SYSTEM;
   const char *why = NULL;
   char line[8192];
-  uint64_t h = FNV_OFFSET;
+  uint64_t h = TDM_FNV_OFFSET;
   unsigned records = 0;
   bool ended = false;
   if (!fgets(line, sizeof line, f) || strcmp(line, HEADER))
     why = "not a Tandem performance model of this version";
   else
-    h = fnv1a(line, strlen(line), h);
+    h = tdm__fnv1a(line, strlen(line), h);
   while (!why && !ended && fgets(line, sizeof line, f)) {
     size_t n = strlen(line);
     if (!n || line[n - 1] != '\n') {
@@ -270,7 +256,7 @@ tdm_status tdm__model_load(tdm_perfmodel *m, const char *path, const tdm_runtime
       ended = true;
       break;
     }
-    h = fnv1a(line, n, h);
+    h = tdm__fnv1a(line, n, h);
     line[n - 1] = 0;
     char *codelet = strtok(line, "\t"), *cls = strtok(NULL, "\t");
     char *size_s = strtok(NULL, "\t"), *count_s = strtok(NULL, "\t");
@@ -313,11 +299,6 @@ void tdm__link_observe(tdm_link_model *l, uint64_t bytes, double seconds) {
   l->n++;
 }
 
-static double median_of(double *v, unsigned n) {
-  qsort(v, n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 bool tdm__link_estimate(const tdm_link_model *l, double *latency, double *bandwidth) {
   unsigned k = l->n < TDM_LINK_WINDOW ? l->n : TDM_LINK_WINDOW;
   double slopes[TDM_LINK_WINDOW * (TDM_LINK_WINDOW - 1) / 2];
@@ -327,11 +308,11 @@ bool tdm__link_estimate(const tdm_link_model *l, double *latency, double *bandwi
       if (l->bytes[j] != l->bytes[i])
         slopes[ns++] = (l->seconds[j] - l->seconds[i]) / (l->bytes[j] - l->bytes[i]);
   if (ns) {
-    double slope = median_of(slopes, ns), icpt[TDM_LINK_WINDOW];
+    double slope = tdm__median(slopes, ns), icpt[TDM_LINK_WINDOW];
     if (slope > 0) {
       for (unsigned i = 0; i < k; i++)
         icpt[i] = l->seconds[i] - slope * l->bytes[i];
-      double lat = median_of(icpt, k);
+      double lat = tdm__median(icpt, k);
       *latency = lat > 0 ? lat : 0;
       *bandwidth = 1 / slope;
       return true;

@@ -17,6 +17,8 @@
  */
 #include "policy.h"
 
+#include "internal.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,11 +45,6 @@ typedef struct model {
   unsigned n[8][TDM_VT_MAX_CLASSES];
 } model;
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static double predicted_speedup(const model *md, const tdm_vt_machine *m, unsigned codelet,
                                 unsigned c) {
   unsigned n = md->n[codelet][c];
@@ -56,8 +53,7 @@ static double predicted_speedup(const model *md, const tdm_vt_machine *m, unsign
   double v[WINDOW];
   unsigned k = n < WINDOW ? n : WINDOW;
   memcpy(v, md->seen[codelet][c], k * sizeof *v);
-  qsort(v, k, sizeof *v, cmp_double);
-  return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+  return tdm__median(v, k);
 }
 
 static void observe(model *md, unsigned codelet, unsigned c, double speedup) {

@@ -144,3 +144,24 @@ void *tdm_malloc(size_t size) {
 void tdm_free(void *ptr) {
   free(ptr);
 }
+
+/* FNV-1a, 64 bits (Fowler, Noll and Vo): checksums of cache and model
+ * files, and names for cache entries. Start with TDM_FNV_OFFSET. */
+uint64_t tdm__fnv1a(const void *data, size_t n, uint64_t h) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double tdm__median(double *v, unsigned n) {
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}

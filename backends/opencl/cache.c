@@ -37,17 +37,6 @@
 static const char magic[8] = {'T', 'D', 'M', 'C', 'L', 'B', 'I', 'N'};
 enum { CACHE_VERSION = 1 };
 
-uint64_t tdm__fnv1a(const void *data, size_t n, uint64_t h) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < n; i++) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-#define FNV_OFFSET 0xcbf29ce484222325ull
-
 /* Makes dir and its missing parents, mode 0700. */
 static bool make_dirs(const tdm_runtime *rt, const char *dir) {
   char *path = strdup(dir);
@@ -96,7 +85,7 @@ static bool entry_path(const tdm_runtime *rt, const char *key, size_t keylen, ch
   if (!cache_dir(rt, dir, sizeof dir))
     return false;
   int n = snprintf(buf, size, "%s/%016llx.clbin", dir,
-                   (unsigned long long)tdm__fnv1a(key, keylen, FNV_OFFSET));
+                   (unsigned long long)tdm__fnv1a(key, keylen, TDM_FNV_OFFSET));
   return n > 0 && (size_t)n < size;
 }
 
@@ -152,7 +141,7 @@ void *tdm__cache_load(const tdm_runtime *rt, const char *key, size_t keylen, siz
     why = "truncated";
   else if (!(bin = malloc(bsize)) || !read_all(fd, bin, bsize))
     why = "truncated";
-  else if (tdm__fnv1a(bin, bsize, FNV_OFFSET) != bhash)
+  else if (tdm__fnv1a(bin, bsize, TDM_FNV_OFFSET) != bhash)
     why = "corrupt (checksum)";
   close(fd);
   free(k);
@@ -178,7 +167,7 @@ void tdm__cache_store(const tdm_runtime *rt, const char *key, size_t keylen, con
     return;
   }
   uint32_t version = CACHE_VERSION, klen = (uint32_t)keylen;
-  uint64_t bsize = size, bhash = tdm__fnv1a(bin, size, FNV_OFFSET);
+  uint64_t bsize = size, bhash = tdm__fnv1a(bin, size, TDM_FNV_OFFSET);
   bool ok = write_all(fd, magic, sizeof magic) && write_all(fd, &version, sizeof version) &&
             write_all(fd, &klen, sizeof klen) && write_all(fd, key, keylen) &&
             write_all(fd, &bsize, sizeof bsize) && write_all(fd, &bhash, sizeof bhash) &&

@@ -88,14 +88,6 @@ struct tdm_opencl {
 };
 
 /* cache.c: program binaries on disk */
-uint64_t tdm__fnv1a(const void *data, size_t n, uint64_t h);
-/* The cached binary for `key` (malloc'd, *size bytes), or NULL. */
-void *tdm__cache_load(const tdm_runtime *rt, const char *key, size_t keylen, size_t *size);
-void tdm__cache_store(const tdm_runtime *rt, const char *key, size_t keylen, const void *bin,
-                      size_t size);
-
-/* cache.c: program binaries on disk */
-uint64_t tdm__fnv1a(const void *data, size_t n, uint64_t h);
 /* The cached binary for `key` (malloc'd, *size bytes), or NULL. */
 void *tdm__cache_load(const tdm_runtime *rt, const char *key, size_t keylen, size_t *size);
 void tdm__cache_store(const tdm_runtime *rt, const char *key, size_t keylen, const void *bin,
