@@ -446,6 +446,8 @@ static inline void tdm__task_ref(tdm_task *t) {
 }
 /* Runs t on worker w (the calling thread). */
 void tdm__task_execute(tdm_task *t, tdm_worker *w);
+/* The bytes of the elements of a task's buffers (for the trace). */
+uint64_t tdm__task_bytes(const tdm_task *t);
 /* Finishes t: releases successors, wakes waiters, drops the runtime's
  * reference. Used for codelet tasks and host acquisitions alike. */
 void tdm__task_finish(tdm_task *t);
@@ -526,7 +528,7 @@ void tdm__handle_forget(tdm_handle *h);
 
 /* worker.c: the queue shared by CPU workers and devices */
 void tdm__any_put(tdm_runtime *rt, tdm_task *t);
-tdm_task *tdm__any_take(tdm_runtime *rt, bool for_device);
+tdm_task *tdm__any_take(tdm_runtime *rt);
 /* Wakes a worker to finish completed device tasks (any thread). */
 void tdm__wake_for_completion(tdm_runtime *rt);
 

@@ -691,8 +691,7 @@ static void finish(tdm_task *t, tdm_worker *w) {
   tdm__task_unref(t);
 }
 
-/* The bytes a task's buffers hold (for the trace). */
-static uint64_t task_bytes(const tdm_task *t) {
+uint64_t tdm__task_bytes(const tdm_task *t) {
   uint64_t n = 0;
   for (unsigned i = 0; i < t->nbuf; i++) {
     const tdm_buffer *b = &t->handles[i]->buf;
@@ -723,7 +722,7 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
                                             .id = t->trace_id,
                                             .t0 = t0,
                                             .t1 = t1,
-                                            .bytes = task_bytes(t),
+                                            .bytes = tdm__task_bytes(t),
                                             .name = t->cl->name});
   }
   if (rt->ndevice_workers)

@@ -194,8 +194,7 @@ void tdm__any_put(tdm_runtime *rt, tdm_task *t) {
   wake_if_sleeping(rt);
 }
 
-tdm_task *tdm__any_take(tdm_runtime *rt, bool for_device) {
-  (void)for_device; /* every task there runs on either kind */
+tdm_task *tdm__any_take(tdm_runtime *rt) {
   if (!atomic_load_explicit(&rt->any_n, memory_order_relaxed))
     return NULL;
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->any_lock));
@@ -226,7 +225,7 @@ static tdm_task *find_work(tdm_worker *w) {
   if (!t)
     t = take_injected(w);
   if (!t && rt->ndevice_workers)
-    t = tdm__any_take(rt, false);
+    t = tdm__any_take(rt);
   if (!t)
     t = steal(w);
   return t;

@@ -1045,14 +1045,6 @@ static void CL_CALLBACK on_complete(cl_event e, cl_int status, void *data) {
 static void pump(tdm_gpu *g);
 static void pin(tdm_gpu *g, const tdm_task *t, unsigned n, int delta);
 
-/* The bytes a task's buffers hold (for the trace). */
-static uint64_t task_bytes(const tdm_task *t) {
-  uint64_t n = 0;
-  for (unsigned i = 0; i < t->nbuf; i++)
-    n += handle_bytes(t->handles[i]);
-  return n;
-}
-
 bool tdm__gpu_progress(tdm_runtime *rt) {
   if (!atomic_load_explicit(&rt->completions, memory_order_relaxed))
     return false;
@@ -1092,7 +1084,7 @@ bool tdm__gpu_progress(tdm_runtime *rt) {
                                                 .id = t->trace_id,
                                                 .t0 = t0,
                                                 .t1 = t1,
-                                                .bytes = task_bytes(t),
+                                                .bytes = tdm__task_bytes(t),
                                                 .name = t->cl->name});
       } else { /* in-order queue: it ran after its launch and the one before */
         uint64_t from = x->launched > g->last_done ? x->launched : g->last_done;
@@ -1353,7 +1345,7 @@ static tdm_task *next_for(tdm_gpu *g) {
     g->queued--;
     return t;
   }
-  t = tdm__any_take(g->rt, true);
+  t = tdm__any_take(g->rt);
   if (t && can_run_locked(g, t, false) != TDM_OK) {
     tdm__any_put(g->rt, t);
     return NULL;
