@@ -745,6 +745,21 @@ static void test_two_devices_gemm_both_variants(void **state) {
   tiled_gemm(true, true);
 }
 
+/* Removes this run's cache directory and the program binaries the tests
+ * cached there. */
+static void remove_cache_dir(void) {
+  DIR *d = opendir(cache_dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
+    if (e->d_name[0] != '.')
+      unlink(path);
+  }
+  if (d)
+    closedir(d);
+  rmdir(cache_dir);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2 || argc > 3 || (strcmp(argv[1], "integrated") && strcmp(argv[1], "discrete")) ||
       (argc == 3 && strcmp(argv[2], "two-devices"))) {
@@ -773,7 +788,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_two_devices_gemm_both_variants),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    rmdir(cache_dir);
+    remove_cache_dir();
     return rc;
   }
   const struct CMUnitTest tests[] = {
@@ -792,16 +807,6 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_no_device),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  /* the entries the other tests wrote */
-  DIR *d = opendir(cache_dir);
-  for (struct dirent *e; d && (e = readdir(d));) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
-    if (e->d_name[0] != '.')
-      unlink(path);
-  }
-  if (d)
-    closedir(d);
-  rmdir(cache_dir);
+  remove_cache_dir();
   return rc;
 }
