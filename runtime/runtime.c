@@ -367,9 +367,9 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
              "tdm_runtime_create: synthetic_topology and topology_xml both set");
     goto fail_early;
   }
-  if ((st = check_device_config(rt)) || (st = copy_strings(rt)) || (st = init_sync(rt)))
+  /* the selection is parsed from the copy, which it keeps pointing at */
+  if ((st = copy_strings(rt)) || (st = check_device_config(rt)) || (st = init_sync(rt)))
     goto fail_early;
-  rt->selection.text = rt->cfg.devices ? rt->cfg.devices : "all"; /* the copy */
   rt->recording = rt->trace_path || rt->dag_path || rt->cfg.stats;
   if (rt->cfg.stats && rt->cfg.log_level < TDM_LOG_INFO)
     rt->cfg.log_level = TDM_LOG_INFO; /* the summary is logged at info */
