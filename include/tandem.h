@@ -214,6 +214,45 @@ typedef struct tdm_config {
    * log level is raised to info if it was lower). Default 0. Environment:
    * TANDEM_STATS=0|1. */
   int stats;
+  /** Where tasks that several kinds of worker can run go (a codelet with
+   * both a CPU and an OpenCL variant, on a runtime with devices):
+   *   heft    (default) where the task is predicted to finish first: the
+   *           backlog of each kind of worker, the time its inputs need to
+   *           get there and its execution time as measured so far
+   *           (performance models, kept in cache_dir); a kind of worker
+   *           not yet measured on a codelet is tried first
+   *   ws      work stealing: where it became ready, idle workers take
+   *   eager   one queue for all: the first free worker takes it
+   *   random  any worker that can run it (a baseline)
+   * NULL or "": heft. Without devices every policy is work stealing.
+   * Unknown: tdm_runtime_create fails with TDM_ERR_INVALID_ARG.
+   * Environment: TANDEM_SCHED. */
+  const char *scheduler;
+  /** Emulated devices instead of OpenCL ones, to try placement on
+   * machines one does not have. A ';'-separated list of devices, each a
+   * name and settings:
+   *   NAME:speedup=X,CODELET=X,memory=own|shared,latency=T,bandwidth=B,
+   *        slow_at=T,slow_factor=X,workers=1
+   * speedup: over one CPU worker for every codelet (default 1); CODELET=X
+   * for the codelet of that name (0: cannot run it); memory: own (the
+   * default: inputs cross a link of `latency` (s, ms, us, ns) and
+   * `bandwidth` (bytes/s, with k, M, G, T)) or shared (no copies);
+   * slow_at, slow_factor: from slow_at on (after creation) the device
+   * runs slow_factor times slower, as a throttling GPU does. An emulated
+   * device runs a task's CPU variant on a thread of its own, then waits
+   * until the modelled time has passed. Data stays in host memory; which
+   * node holds the current contents is tracked as for a real device, and
+   * copies take their modelled time. Emulated and OpenCL devices are not
+   * mixed: with sim set, OpenCL is not looked for. NULL (default): none.
+   * Environment: TANDEM_SIM. */
+  const char *sim;
+  /** An emulated machine runs this many times slower than the real one:
+   * a CPU task that took t takes scale * t (the worker sleeps the rest),
+   * an emulated device's task scale * t / speedup, a copy scale times its
+   * modelled time, so that a device faster than a CPU core can be
+   * emulated with the CPU cores. 0 (default): twice the largest speed-up
+   * declared, at least 1. Environment: TANDEM_SIM_SCALE. */
+  double sim_time_scale;
 } tdm_config;
 
 /** Fills *config with the defaults listed above. Any thread. */
@@ -260,14 +299,16 @@ TDM_API void tdm_runtime_destroy(tdm_runtime *rt);
  * numbered first, then one logical worker per OpenCL device used, which
  * is not a thread and holds no CPU core: its work is enqueued on the
  * device by whichever thread makes it ready, and completes through OpenCL
- * events. Any thread. */
+ * events. An emulated device (tdm_config.sim) is a worker with a thread
+ * of its own. Any thread. */
 TDM_API unsigned tdm_runtime_nworkers(const tdm_runtime *rt);
 
 /** Number of CPU worker threads (workers 0 .. n-1). Any thread. */
 TDM_API unsigned tdm_runtime_ncpu_workers(const tdm_runtime *rt);
 
 /** Index of the calling worker of `rt` in [0, nworkers), or -1 when the
- * calling thread is not a worker of `rt`. Any thread. */
+ * calling thread is not a worker of `rt`. In a task that an emulated
+ * device runs: that device's worker. Any thread. */
 TDM_API int tdm_worker_id(const tdm_runtime *rt);
 
 /* ------------------------------------------------------------------------ */
@@ -383,7 +424,8 @@ typedef enum tdm_device_class {
   TDM_DEVICE_INTEGRATED_GPU = 1, /**< a GPU sharing the host's memory */
   TDM_DEVICE_DISCRETE_GPU = 2,   /**< a GPU with memory of its own */
   TDM_DEVICE_CPU = 3,            /**< an OpenCL device on the CPU cores */
-  TDM_DEVICE_ACCELERATOR = 4     /**< anything else */
+  TDM_DEVICE_ACCELERATOR = 4,    /**< anything else */
+  TDM_DEVICE_EMULATED = 5        /**< an emulated device (tdm_config.sim) */
 } tdm_device_class;
 
 /** "integrated GPU", "discrete GPU", "CPU device", "accelerator" or
@@ -635,6 +677,9 @@ typedef struct tdm_task_desc {
   size_t args_size;
   tdm_task_callback callback; /**< may be NULL */
   void *callback_data;
+  /** Among ready tasks queued for a device, higher ones start first
+   * (default 0). CPU workers' deques do not order by priority. */
+  int priority;
 } tdm_task_desc;
 
 /**

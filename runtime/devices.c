@@ -17,6 +17,8 @@ TDM_API const char *tdm_device_class_name(tdm_device_class c) {
     return "CPU device";
   case TDM_DEVICE_ACCELERATOR:
     return "accelerator";
+  case TDM_DEVICE_EMULATED:
+    return "emulated device";
   case TDM_DEVICE_UNKNOWN:
     break;
   }

@@ -13,7 +13,13 @@
 
 #include "deque.h"
 #include "devices.h"
+#include "policy.h"
 #include "trace.h"
+
+typedef struct tdm_device_ops tdm_device_ops;
+typedef struct tdm_sched tdm_sched;
+typedef struct tdm_sim tdm_sim;
+typedef struct tdm_gpu tdm_gpu; /* backends/opencl/device.c */
 
 /* ---- small utilities -------------------------------------------------- */
 
@@ -87,6 +93,11 @@ void tdm__fail_allocation(tdm_runtime *rt, long n);
 uint64_t tdm__fnv1a(const void *data, size_t n, uint64_t h);
 /* The median of v[0 .. n-1], n > 0; sorts v. */
 double tdm__median(double *v, unsigned n);
+/* Tandem's cache directory (compiled programs, performance models) into
+ * buf, created (mode 0700) if missing: tdm_config.cache_dir, else
+ * $XDG_CACHE_HOME/tandem, else $HOME/.cache/tandem. False when there is
+ * none to use (logged when it cannot be created). */
+bool tdm__cache_dir(const tdm_runtime *rt, char *buf, size_t size);
 
 /* ---- logging ---------------------------------------------------------- */
 
@@ -179,7 +190,11 @@ typedef struct tdm_task {
   uint8_t nbuf;
   uint8_t tile_mask; /* buffers that are tiles (held by reference) */
   bool user_ref;
-  bool gpu_ok; /* may run on a device (backends/opencl/device.c) */
+  bool gpu_ok; /* may run on a device (a backend's prepare) */
+  /* Where the scheduler placed it (0: the CPU workers, 1 + k: device k;
+   * -1: not placed by a model) and the execution time it predicted. */
+  int8_t sched_cls;
+  bool sched_calib; /* placed there to calibrate the model */
   uint8_t modes[TDM_MAX_BUFFERS];
   tdm_runtime *rt;
   const tdm_codelet *cl;
@@ -209,6 +224,9 @@ typedef struct tdm_task {
   /* Its number in the trace and the graph. Valid only while rt->recording
    * (set for every task then), not touched otherwise. */
   uint64_t trace_id;
+  float sched_predicted; /* seconds, see sched_cls */
+  uint64_t dev_mask;     /* bit k: device worker k can run it (gpu_ok) */
+  int priority;          /* tdm_task_desc.priority */
 
   /* -- the rest, used by tasks that have buffers, arguments, edges -- */
   _Alignas(TDM_CACHE_LINE) tdm_handle *handles[TDM_MAX_BUFFERS];
@@ -255,7 +273,7 @@ struct tdm_handle {
   /* Every handle not yet freed is on the runtime's list (handles_lock). */
   tdm_handle *all_prev, *all_next;
   tdm_handle *quarantine_next;
-  /* Where the contents are (backends/opencl/device.c), under `lock`:
+  /* Where the contents are (the device backend), under `lock`:
    * bit 0 the host, bit 1 + k device worker k's memory; rep[0] the host's
    * pending fill, rep[1 + k] device k's buffer and pending fill. rep is
    * NULL until a device first touches the handle. */
@@ -274,6 +292,7 @@ struct tdm_handle {
     tdm_handle *owner;
     unsigned pins;
     size_t bytes;
+    uint64_t ready_ns; /* emulated devices: when the copy filling it ends */
   } *rep;
 };
 
@@ -379,6 +398,17 @@ struct tdm_runtime {
   unsigned ndevice_workers;
   unsigned *device_of;
   struct tdm_gpu **gpus; /* device worker k (backends/opencl/device.c) */
+  const tdm_device_ops *dev; /* NULL: no device worker */
+  /* Set once the devices are started, after the CPU workers (whose
+   * idle rounds look at the devices only from then on). */
+  _Atomic bool devices_ready;
+  struct tdm_sim *sim;       /* emulated devices (backends/sim) */
+  char *sim_text;            /* cfg.sim points here */
+  /* Emulated machines run `time_scale` times slower than real ones (see
+   * tdm_config.sim): CPU tasks take that many times their real time. */
+  double time_scale;
+  tdm_policy policy;         /* cfg.scheduler */
+  struct tdm_sched *sched;   /* placement policy and models (sched.c) */
   /* Tasks whose device commands completed, pushed by OpenCL's callbacks
    * (a Treiber stack through pool_next), finished by CPU workers. */
   _Alignas(TDM_CACHE_LINE) _Atomic(tdm_task *) completions;
@@ -497,38 +527,124 @@ tdm_status tdm__trace_write(tdm_runtime *rt);
 /* At destroy: the statistics summary through the log, when asked. */
 void tdm__trace_finish(tdm_runtime *rt);
 
-/* backends/opencl/device.c */
-typedef struct tdm_gpu tdm_gpu;
-tdm_status tdm__gpus_start(tdm_runtime *rt);
-void tdm__gpus_stop(tdm_runtime *rt);
-/* At submission: builds t's OpenCL program on the devices and decides
- * whether t may run on one (t->gpu_ok). Returns TDM_OK, or why a task
- * that can only run on a device cannot (logged). */
+/* ---- devices: one ops table per backend ------------------------------ */
+
+/* What the runtime asks of the devices' backend (backends/opencl: real
+ * OpenCL devices; backends/sim: emulated ones). A runtime uses one
+ * backend; device worker k (worker id nworkers + k) drives record
+ * device_of[k]. Memory node 0 is the host's; device k's own memory, if
+ * it has any, is node 1 + k (bit 1 + k of a handle's `valid`). */
+#define TDM_MAX_DEVICE_WORKERS 64 /* bits of tdm_task.dev_mask */
+
+struct tdm_device_ops {
+  const char *name; /* for messages: "OpenCL", "emulated" */
+  tdm_status (*start)(tdm_runtime *rt);
+  void (*stop)(tdm_runtime *rt);
+  /* At submission: which devices may run t (t->dev_mask, t->gpu_ok when
+   * any may); TDM_OK,
+   * or why a task that can only run on a device cannot (logged). */
+  tdm_status (*prepare)(tdm_runtime *rt, tdm_task *t, const char *what);
+  /* The device worker the calling thread is, or -1. */
+  int (*current)(const tdm_runtime *rt);
+  /* Queues t on device k, which starts it when it has room. */
+  void (*push)(tdm_runtime *rt, unsigned k, tdm_task *t);
+  /* Takes back the task queued last on device k, not started, if `want`
+   * accepts it (called under the device's lock; may be NULL); or NULL.
+   * Cheap when nothing is queued (no lock taken). */
+  tdm_task *(*take)(tdm_runtime *rt, unsigned k, bool (*want)(tdm_task *, void *),
+                    void *data);
+  /* Device k may take work from the shared queue or from others now. */
+  void (*kick)(tdm_runtime *rt, unsigned k);
+  /* Predicted seconds to bring t's inputs to device k now (0: there). */
+  double (*transfer_time)(tdm_runtime *rt, unsigned k, const tdm_task *t);
+  /* Finishes the tasks whose device work completed; false if none. */
+  bool (*progress)(tdm_runtime *rt);
+  /* Before a CPU task runs: true when its inputs are on the host; else
+   * their transfers are started and the task is queued again once they
+   * complete. After it ran: its outputs live on the host only. */
+  bool (*host_ready)(tdm_task *t);
+  void (*host_written)(tdm_task *t);
+  /* Blocking: brings h's contents home (acquire, unregister, destroy);
+   * will_write: the host is about to write, device copies become stale. */
+  void (*handle_home)(tdm_handle *h, bool will_write);
+  /* Releases h's device buffers. */
+  void (*handle_forget)(tdm_handle *h);
+  /* Device events of the trace not recorded as they happened (may be
+   * NULL). */
+  void (*trace_collect)(tdm_runtime *rt, void (*add)(void *, const tdm_trace_event *),
+                        void *data);
+  uint64_t (*busy_ns)(const tdm_runtime *rt, unsigned k);
+  void (*counters)(const tdm_runtime *rt, unsigned k, tdm_device_counters *c);
+};
+
+extern const tdm_device_ops tdm__opencl_ops; /* backends/opencl/device.c */
+extern const tdm_device_ops tdm__sim_ops;    /* backends/sim/sim.c */
+
+/* backends/sim: parses tdm_config.sim into device records (the runtime's
+ * devices and device workers); TDM_ERR_INVALID_ARG with a message when
+ * the description is bad. */
+tdm_status tdm__sim_setup(tdm_runtime *rt, const char *text);
+void tdm__sim_free(tdm_runtime *rt);
+/* Sleeps the calling thread until tdm__now_ns() reaches `until`. */
+void tdm__sleep_until(uint64_t until);
+
+/* The runtime's side of the backend (sched.c), for the rest of runtime/.
+ * Each is a no-op, or true, without devices. */
+static inline bool tdm__host_ready(tdm_task *t) {
+  return !t->rt->dev || t->rt->dev->host_ready(t);
+}
+static inline void tdm__host_written(tdm_task *t) {
+  if (t->rt->dev)
+    t->rt->dev->host_written(t);
+}
+static inline void tdm__handle_home(tdm_handle *h, bool will_write) {
+  if (h->rt->dev)
+    h->rt->dev->handle_home(h, will_write);
+}
+static inline void tdm__handle_forget(tdm_handle *h) {
+  if (h->rt->dev)
+    h->rt->dev->handle_forget(h);
+}
+static inline bool tdm__gpu_progress(tdm_runtime *rt) {
+  return rt->dev && rt->dev->progress && rt->dev->progress(rt);
+}
 tdm_status tdm__gpu_prepare(tdm_runtime *rt, tdm_task *t, const char *what);
-/* Sends a ready codelet task where it will run. */
+
+/* ---- scheduling (sched.c) ----------------------------------------------- */
+
+/* Sends a ready codelet task where it will run, by the runtime's policy. */
 void tdm__place(tdm_runtime *rt, tdm_task *t);
-/* Device events of the trace: tasks and copies whose times are known,
- * with their device times turned into host times. */
-void tdm__gpu_trace_collect(tdm_runtime *rt, void (*add)(void *, const tdm_trace_event *),
-                            void *data);
-/* A device's busy time so far (ns). */
-uint64_t tdm__gpu_busy_ns(const tdm_runtime *rt, unsigned k);
-/* Finishes the tasks whose device commands completed; false if none. */
-bool tdm__gpu_progress(tdm_runtime *rt);
-/* Before a CPU task runs: true when its inputs are on the host; else
- * their transfers are started and the task is queued again once they
- * complete. After it ran: its outputs live on the host only. */
-bool tdm__host_ready(tdm_task *t);
-void tdm__host_written(tdm_task *t);
-/* Blocking: brings h's contents home (acquire, unregister, destroy);
- * will_write: the host is about to write, device copies become stale. */
-void tdm__handle_home(tdm_handle *h, bool will_write);
-/* Releases h's device buffers. */
-void tdm__handle_forget(tdm_handle *h);
+/* From the queue every kind of worker takes from, a task that class cls
+ * (0: CPU workers, 1 + k: device k) can run; or NULL. Under heft, tasks
+ * shared while their execution times were unknown are placed by their
+ * predictions instead, once known. */
+tdm_task *tdm__sched_take_shared(tdm_runtime *rt, unsigned cls);
+/* An idle CPU worker: a task queued on a device that would finish
+ * earlier on the CPU (heft, ws), taken back for w to run; or NULL. */
+tdm_task *tdm__sched_idle_cpu(tdm_worker *w);
+/* A device worker is idle: a task for it from the other devices' queues,
+ * when it would finish earlier here; or NULL. */
+tdm_task *tdm__sched_idle_device(tdm_runtime *rt, unsigned k);
+/* t finished on class `cls` (0: the CPU workers, 1 + k: device k) after
+ * `seconds` of execution: the model learns, the backlog shrinks. */
+void tdm__sched_done(tdm_task *t, unsigned cls, double seconds);
+/* Whether t's duration should be measured (the scheduler learns it). */
+static inline bool tdm__sched_timed(const tdm_task *t) {
+  return t->gpu_ok && t->rt->sched;
+}
+tdm_status tdm__sched_start(tdm_runtime *rt);
+void tdm__sched_stop(tdm_runtime *rt);
 
 /* worker.c: the queue shared by CPU workers and devices */
 void tdm__any_put(tdm_runtime *rt, tdm_task *t);
 tdm_task *tdm__any_take(tdm_runtime *rt);
+/* Into a queue linked through pool_next (*head .. *tail): after the
+ * tasks of the same or a higher priority, before the others. */
+void tdm__queue_put(tdm_task **head, tdm_task **tail, tdm_task *t);
+/* From a queue linked through pool_next (*head .. *tail): unlinks and
+ * returns the last task if `want` accepts it (NULL: any), else NULL. */
+tdm_task *tdm__queue_take(tdm_task **head, tdm_task **tail, bool (*want)(tdm_task *, void *),
+                          void *data);
 /* Wakes a worker to finish completed device tasks (any thread). */
 void tdm__wake_for_completion(tdm_runtime *rt);
 

@@ -38,6 +38,17 @@ const char *tdm__policy_name(tdm_policy p) {
   return "unknown";
 }
 
+bool tdm__policy_parse(const char *name, tdm_policy *out) {
+  static const tdm_policy all[] = {TDM_POLICY_HEFT, TDM_POLICY_WS, TDM_POLICY_EAGER,
+                                   TDM_POLICY_RANDOM};
+  for (unsigned i = 0; i < sizeof all / sizeof *all; i++)
+    if (!strcmp(name, tdm__policy_name(all[i]))) {
+      *out = all[i];
+      return true;
+    }
+  return false;
+}
+
 #define WINDOW 7 /* observations the median is taken over */
 
 typedef struct model {
@@ -662,6 +673,16 @@ tdm_status tdm__vt_parse_machine(const char *text, const char *const *codelets,
         if (!number(v, vlen, NULL, NULL, &x) || x <= 0)
           BAD("slow_factor=%.*s: a positive number", (int)vlen, v);
         c->slow_factor = x;
+      } else if (!codelets) {
+        if (c->nnamed == 8)
+          BAD("class %s: more than 8 codelet speed-ups", c->name);
+        if (klen >= sizeof c->named[0].name)
+          BAD("codelet name \"%.*s\" longer than %zu characters", (int)klen, q,
+              sizeof c->named[0].name - 1);
+        if (!number(v, vlen, NULL, NULL, &x))
+          BAD("%.*s=%.*s: a number (0: cannot run it)", (int)klen, q, (int)vlen, v);
+        memcpy(c->named[c->nnamed].name, q, klen);
+        c->named[c->nnamed++].speedup = x;
       } else {
         unsigned k;
         for (k = 0; k < ncodelets && k < 8 && !KEY(codelets[k]); k++)

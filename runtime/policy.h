@@ -28,6 +28,8 @@ typedef enum tdm_policy {
 } tdm_policy;
 
 const char *tdm__policy_name(tdm_policy p);
+/* "heft", "ws", "eager" or "random" into *out; false for anything else. */
+bool tdm__policy_parse(const char *name, tdm_policy *out);
 
 #define TDM_VT_MAX_CLASSES 16
 #define TDM_VT_MAX_BUFFERS TDM_MAX_BUFFERS
@@ -47,6 +49,13 @@ typedef struct tdm_vt_machine {
     /* from `slow_at` seconds on, the class runs `slow_factor` times
      * slower (a GPU throttling); 0: never */
     double slow_at, slow_factor;
+    /* parsed without a list of codelets: the CODELET=X settings as
+     * given, by name */
+    unsigned nnamed;
+    struct tdm_vt_named {
+      char name[32];
+      double speedup;
+    } named[8];
   } classes[TDM_VT_MAX_CLASSES];
   unsigned nnodes;
   double latency[TDM_VT_MAX_CLASSES];   /* s, node n <-> host */
@@ -116,6 +125,8 @@ void tdm__vt_result_free(tdm_vt_result *r);
  *            | slow_at=T, slow_factor=X   slows down from T on
  *
  * e.g. "cpu:workers=2;gpu:speedup=10,small=0.5,latency=10us,bandwidth=10G".
+ * With codelets NULL, any other key is a codelet's name, kept in the
+ * class's `named` list (at most 8, names up to 31 characters).
  * Returns TDM_OK, or TDM_ERR_INVALID_ARG with what is wrong in err. */
 tdm_status tdm__vt_parse_machine(const char *text, const char *const *codelets,
                                  unsigned ncodelets, tdm_vt_machine *m, char *err,

@@ -106,6 +106,28 @@ static void apply_env(tdm_runtime *rt) {
   s = getenv("TANDEM_DAG");
   if (s && *s)
     rt->cfg.dag_path = s;
+  s = getenv("TANDEM_SCHED");
+  if (s && *s) {
+    tdm_policy p;
+    if (tdm__policy_parse(s, &p))
+      rt->cfg.scheduler = s;
+    else
+      tdm__log(rt, TDM_LOG_WARNING,
+               "ignoring TANDEM_SCHED=\"%s\": expected heft, ws, eager or random", s);
+  }
+  s = getenv("TANDEM_SIM");
+  if (s && *s)
+    rt->cfg.sim = s;
+  s = getenv("TANDEM_SIM_SCALE");
+  if (s && *s) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v >= 1 && v <= 1e6))
+      tdm__log(rt, TDM_LOG_WARNING,
+               "ignoring TANDEM_SIM_SCALE=\"%s\": expected a number from 1 to 1e6", s);
+    else
+      rt->cfg.sim_time_scale = v;
+  }
   unsigned stats = rt->cfg.stats != 0;
   env_unsigned(rt, "TANDEM_STATS", 1, &stats);
   rt->cfg.stats = (int)stats;
@@ -141,6 +163,7 @@ static tdm_status copy_strings(tdm_runtime *rt) {
       {&rt->cfg.cache_dir, &rt->cache_dir},
       {&rt->cfg.trace_path, &rt->trace_path},
       {&rt->cfg.dag_path, &rt->dag_path},
+      {&rt->cfg.sim, &rt->sim_text},
   };
   for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
     if (!*strs[i].field)
@@ -161,6 +184,7 @@ static void free_strings(tdm_runtime *rt) {
   free(rt->cache_dir);
   free(rt->trace_path);
   free(rt->dag_path);
+  free(rt->sim_text);
 }
 
 /* Checks the device fields of the config (after the environment). */
@@ -180,6 +204,19 @@ static tdm_status check_device_config(tdm_runtime *rt) {
   }
   rt->selection.admit_cpu = rt->cfg.opencl_cpu_devices != 0;
   rt->selection.memory = rt->cfg.device_memory;
+  if (rt->cfg.scheduler && *rt->cfg.scheduler &&
+      !tdm__policy_parse(rt->cfg.scheduler, &rt->policy)) {
+    tdm__log(rt, TDM_LOG_ERROR,
+             "tdm_runtime_create: scheduler=\"%s\": expected heft, ws, eager or random",
+             rt->cfg.scheduler);
+    return TDM_ERR_INVALID_ARG;
+  }
+  double scale = rt->cfg.sim_time_scale;
+  if (scale != 0 && !(scale >= 1 && scale <= 1e6)) {
+    tdm__log(rt, TDM_LOG_ERROR,
+             "tdm_runtime_create: sim_time_scale %g: 0 (automatic) or from 1 to 1e6", scale);
+    return TDM_ERR_INVALID_ARG;
+  }
   return TDM_OK;
 }
 
@@ -188,6 +225,14 @@ static tdm_status check_device_config(tdm_runtime *rt) {
  * of OpenCL: the runtime then runs on the CPU cores. */
 static tdm_status setup_devices(tdm_runtime *rt) {
   rt->opencl_status = TDM_ERR_NO_OPENCL;
+  if (rt->cfg.sim) {
+    snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
+             "not looked for: emulated devices (sim) are used instead");
+    tdm_status st = tdm__sim_setup(rt, rt->cfg.sim);
+    if (!st && rt->ndevice_workers)
+      rt->dev = &tdm__sim_ops;
+    return st;
+  }
   if (rt->selection.none) {
     snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
              "not looked for: devices=\"none\", CPU cores only");
@@ -203,6 +248,11 @@ static tdm_status setup_devices(tdm_runtime *rt) {
     return TDM_ERR_NO_MEMORY;
   for (unsigned i = 0; i < rt->ndevices; i++) {
     tdm_device_record *d = &rt->devices[i];
+    if (d->used && rt->ndevice_workers == TDM_MAX_DEVICE_WORKERS) {
+      d->used = false;
+      snprintf(d->usage, sizeof d->usage, "not used: at most %d devices are",
+               TDM_MAX_DEVICE_WORKERS);
+    }
     if (d->used && tdm__opencl_activate(rt, i)) {
       d->worker = (int)(rt->nworkers + rt->ndevice_workers);
       rt->device_of[rt->ndevice_workers++] = i;
@@ -211,6 +261,8 @@ static tdm_status setup_devices(tdm_runtime *rt) {
              d->platform_name, tdm_device_class_name(d->cls), d->reason,
              d->shared_memory ? "shared memory" : "separate memory", d->usage);
   }
+  if (rt->ndevice_workers)
+    rt->dev = &tdm__opencl_ops;
   return TDM_OK;
 }
 
@@ -281,6 +333,9 @@ static void teardown(tdm_runtime *rt) {
     }
   }
   tdm__handles_destroy(rt);
+  if (rt->dev && rt->dev->stop) /* emulated devices' threads look at the deques */
+    rt->dev->stop(rt);
+  tdm__sched_stop(rt);
   if (rt->workers) {
     for (unsigned i = 0; i < rt->nworkers; i++) {
       tdm_deque_destroy(&rt->workers[i].deque);
@@ -292,7 +347,7 @@ static void teardown(tdm_runtime *rt) {
   tdm__pool_destroy(rt);
   tdm__plan_free(&rt->plan);
   tdm__machine_free(rt);
-  tdm__gpus_stop(rt);
+  tdm__sim_free(rt);
   tdm__opencl_close(rt);
   free(rt->platforms);
   free(rt->devices);
@@ -384,9 +439,13 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   rt->nworkers = rt->plan.nworkers;
   rt->bind = rt->cfg.bind_workers && !rt->synthetic && !rt->xml &&
              hwloc_topology_is_thissystem(rt->topo);
-  if ((st = setup_devices(rt)) || (st = tdm__gpus_start(rt)) ||
-      (st = tdm__machine_describe(rt)) || (st = start_workers(rt)))
+  /* the devices last: an emulated device's thread looks at the CPU
+   * workers' deques */
+  if ((st = setup_devices(rt)) || (st = tdm__sched_start(rt)) ||
+      (st = tdm__machine_describe(rt)) || (st = start_workers(rt)) ||
+      (rt->dev && (st = rt->dev->start(rt))))
     goto fail;
+  atomic_store_explicit(&rt->devices_ready, true, memory_order_release);
   tdm__log(rt, TDM_LOG_INFO, "runtime started: %u CPU workers on %u usable cores%s, %u device "
            "workers", rt->nworkers, rt->plan.ncores, rt->bind ? ", bound" : "",
            rt->ndevice_workers);
@@ -461,5 +520,8 @@ unsigned tdm_runtime_ncpu_workers(const tdm_runtime *rt) {
 
 int tdm_worker_id(const tdm_runtime *rt) {
   tdm_worker *w = rt ? tdm__self_in(rt) : NULL;
-  return w ? (int)w->id : -1;
+  if (w)
+    return (int)w->id;
+  int k = rt && rt->dev ? rt->dev->current(rt) : -1;
+  return k >= 0 ? (int)rt->nworkers + k : -1;
 }

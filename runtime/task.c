@@ -329,10 +329,12 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   }
   t->callback = desc->callback;
   t->callback_data = desc->callback_data;
+  t->priority = desc->priority;
   t->gpu_ok = false;
+  t->sched_cls = -1;
   if (rt->recording)
     t->trace_id = atomic_fetch_add_explicit(&rt->next_task_id, 1, memory_order_relaxed) + 1;
-  if (cl->opencl) {
+  if (cl->opencl || rt->dev) {
     tdm_status st = tdm__gpu_prepare(rt, t, what);
     if (st) {
       tdm__task_unref(t);
@@ -709,14 +711,21 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
   if (rt->ndevice_workers && !tdm__host_ready(t))
     return; /* its inputs are coming home; it is queued again then */
   tdm__count(&w->tasks_run, 1);
-  if (!rt->recording) {
+  if (!rt->recording && !rt->dev) {
     tdm__cpu_run(t);
-  } else { /* timed when tracing or counting, placed for the graph too */
-    uint64_t t0 = rt->timing ? tdm__now_ns() : 0;
+  } else { /* timed when tracing or counting, or for the scheduler */
+    bool timed = rt->timing || rt->dev;
+    uint64_t t0 = timed ? tdm__now_ns() : 0;
     tdm__cpu_run(t);
-    uint64_t t1 = rt->timing ? tdm__now_ns() : 0;
+    uint64_t t1 = timed ? tdm__now_ns() : 0;
+    if (rt->time_scale > 1) { /* an emulated machine: slower than this one */
+      tdm__sleep_until(t0 + (uint64_t)((double)(t1 - t0) * rt->time_scale));
+      t1 = tdm__now_ns();
+    }
+    if (tdm__sched_timed(t))
+      tdm__sched_done(t, 0, 1e-9 * (double)(t1 - t0));
     tdm__count(&w->busy_ns, t1 - t0);
-    if (t->trace_id)
+    if (rt->recording && t->trace_id)
       tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_TASK,
                                             .track = (uint16_t)w->id,
                                             .id = t->trace_id,

@@ -94,8 +94,8 @@ static bool gather(tdm_runtime *rt, all_events *a) {
   for (unsigned w = 0; w < rt->nworkers; w++)
     gather_buf(a, &rt->workers[w].trace);
   gather_buf(a, &rt->trace_shared);
-  if (rt->ndevice_workers)
-    tdm__gpu_trace_collect(rt, gather_one, a);
+  if (rt->dev && rt->dev->trace_collect)
+    rt->dev->trace_collect(rt, gather_one, a);
   if (a->failed) {
     free(a->ev);
     tdm__log(rt, TDM_LOG_ERROR, "trace: out of memory gathering the events");
@@ -293,6 +293,7 @@ static bool write_dag(tdm_runtime *rt, const all_events *a, const task_index *x)
              "    legend_igpu [label=\"integrated GPU\", fillcolor=palegreen];\n"
              "    legend_dgpu [label=\"discrete GPU\", fillcolor=orange];\n"
              "    legend_cpudev [label=\"OpenCL CPU device\", fillcolor=khaki];\n"
+             "    legend_other [label=\"accelerator or emulated device\", fillcolor=plum];\n"
              "    legend_none [label=\"not run\", fillcolor=white];\n  }\n");
   for (uint64_t id = 1; id < x->n; id++) {
     if (!x->name[id] && !x->ran[id])
@@ -381,7 +382,7 @@ tdm_status tdm_runtime_worker_stats(const tdm_runtime *rt, unsigned worker,
     tdm_device_counters c = {.struct_size = sizeof c};
     if (tdm_runtime_device_counters(rt, rt->device_of[k], &c) == TDM_OK)
       s.tasks = c.tasks;
-    s.busy_ns = tdm__gpu_busy_ns(rt, k);
+    s.busy_ns = rt->dev->busy_ns(rt, k);
   }
   memcpy(out, &s, sizeof s);
   return TDM_OK;

@@ -182,13 +182,8 @@ static tdm_task *steal(tdm_worker *w) {
 }
 
 void tdm__any_put(tdm_runtime *rt, tdm_task *t) {
-  t->pool_next = NULL;
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->any_lock));
-  if (rt->any_tail)
-    rt->any_tail->pool_next = t;
-  else
-    rt->any_head = t;
-  rt->any_tail = t;
+  tdm__queue_put(&rt->any_head, &rt->any_tail, t);
   atomic_fetch_add(&rt->any_n, 1); /* seq_cst: before wake_if_sleeping's look */
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->any_lock));
   wake_if_sleeping(rt);
@@ -213,21 +208,58 @@ void tdm__wake_for_completion(tdm_runtime *rt) {
   wake_if_sleeping(rt);
 }
 
+void tdm__queue_put(tdm_task **head, tdm_task **tail, tdm_task *t) {
+  t->pool_next = NULL;
+  if (!*tail || (*tail)->priority >= t->priority) { /* the usual case: at the end */
+    if (*tail)
+      (*tail)->pool_next = t;
+    else
+      *head = t;
+    *tail = t;
+    return;
+  }
+  tdm_task **at = head;
+  while (*at && (*at)->priority >= t->priority)
+    at = &(*at)->pool_next;
+  t->pool_next = *at;
+  *at = t;
+}
+
+tdm_task *tdm__queue_take(tdm_task **head, tdm_task **tail, bool (*want)(tdm_task *, void *),
+                          void *data) {
+  tdm_task *last = *tail, *prev = NULL;
+  if (!last || (want && !want(last, data)))
+    return NULL;
+  for (tdm_task *t = *head; t != last; t = t->pool_next)
+    prev = t;
+  if (prev)
+    prev->pool_next = NULL;
+  else
+    *head = NULL;
+  *tail = prev;
+  return last;
+}
+
 static tdm_task *find_work(tdm_worker *w) {
   tdm_task *t = NULL;
   tdm_runtime *rt = w->rt;
-  /* finished device tasks first: their successors land on our deque */
-  if (rt->ndevice_workers)
+  /* finished device tasks first: their successors land on our deque.
+   * acquire: the devices are started (runtime.c) */
+  bool devices = rt->ndevice_workers && atomic_load_explicit(&rt->devices_ready,
+                                                             memory_order_acquire);
+  if (devices)
     tdm__gpu_progress(rt);
   /* a look at the size first: pop costs a full fence even when empty */
   if (tdm_deque_size(&w->deque) > 0)
     t = tdm_deque_pop(&w->deque);
   if (!t)
     t = take_injected(w);
-  if (!t && rt->ndevice_workers)
-    t = tdm__any_take(rt);
+  if (!t && devices)
+    t = tdm__sched_take_shared(rt, 0);
   if (!t)
     t = steal(w);
+  if (!t && devices) /* a task waiting on a device, if worth it */
+    t = tdm__sched_idle_cpu(w);
   return t;
 }
 

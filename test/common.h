@@ -8,6 +8,8 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <dirent.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -110,6 +112,27 @@ static inline int wait_flag(_Atomic int *flag, double timeout) {
   while (!atomic_load(flag) && now_s() < end)
     sleep_ms(1);
   return atomic_load(flag);
+}
+
+/* A new empty directory under /tmp into buf (a cache directory for one
+ * test run); the test fails if none can be made. */
+static inline void test_temp_dir(char *buf, size_t size) {
+  snprintf(buf, size, "/tmp/tandem-test-XXXXXX");
+  assert_non_null(mkdtemp(buf));
+}
+
+/* Removes a directory made by test_temp_dir and the files in it. */
+static inline void test_remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (e->d_name[0] != '.')
+      unlink(path);
+  }
+  if (d)
+    closedir(d);
+  rmdir(dir);
 }
 
 #endif

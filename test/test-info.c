@@ -101,8 +101,8 @@ static const json *array(const json *obj, const char *key, size_t n) {
 
 static const char *class_key(tdm_device_class c) {
   static const char *const keys[] = {"unknown", "integrated_gpu", "discrete_gpu", "cpu",
-                                     "accelerator"};
-  return (unsigned)c < 5 ? keys[c] : "unknown";
+                                     "accelerator", "emulated"};
+  return (unsigned)c < 6 ? keys[c] : "unknown";
 }
 
 /* tandem-info --json in the current environment, against a runtime

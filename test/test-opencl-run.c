@@ -675,8 +675,7 @@ static void test_program_cache(void **state) {
   assert_true(test_log_has(&log, "from the cache"));
   assert_int_equal(test_log_errors(&log), 0);
 
-  unlink(path);
-  rmdir(cache_dir);
+  test_remove_dir(cache_dir); /* the entry and the performance models */
   snprintf(cache_dir, sizeof cache_dir, "%s", sub);
 }
 
@@ -745,21 +744,6 @@ static void test_two_devices_gemm_both_variants(void **state) {
   tiled_gemm(true, true);
 }
 
-/* Removes this run's cache directory and the program binaries the tests
- * cached there. */
-static void remove_cache_dir(void) {
-  DIR *d = opendir(cache_dir);
-  for (struct dirent *e; d && (e = readdir(d));) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
-    if (e->d_name[0] != '.')
-      unlink(path);
-  }
-  if (d)
-    closedir(d);
-  rmdir(cache_dir);
-}
-
 int main(int argc, char **argv) {
   if (argc < 2 || argc > 3 || (strcmp(argv[1], "integrated") && strcmp(argv[1], "discrete")) ||
       (argc == 3 && strcmp(argv[2], "two-devices"))) {
@@ -777,6 +761,7 @@ int main(int argc, char **argv) {
   unsigned found = used_devices(rt, ids);
   tdm_runtime_destroy(rt);
   if (found < (two ? 2u : 1u)) {
+    test_remove_dir(cache_dir);
     printf("not %s OpenCL CPU device%s here (install pocl-opencl-icd): skipped\n",
            two ? "two" : "an", two ? "s (POCL_DEVICES=\"pthread pthread\")" : "");
     return 77;
@@ -788,7 +773,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_two_devices_gemm_both_variants),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    remove_cache_dir();
+    test_remove_dir(cache_dir);
     return rc;
   }
   const struct CMUnitTest tests[] = {
@@ -807,6 +792,6 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_no_device),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  remove_cache_dir();
+  test_remove_dir(cache_dir);
   return rc;
 }

@@ -130,10 +130,64 @@ static void test_random_dag_default_workers(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* With emulated devices, one with memory of its own and one sharing the
+ * host's, under each placement policy: data moves between the nodes and
+ * the results are still those of the sequential run. */
+static void with_devices(const char *policy) {
+  char dir[64];
+  test_temp_dir(dir, sizeof dir);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.ignore_env = 1;
+  cfg.sim = "own:speedup=2,latency=1us,bandwidth=1G;shared:speedup=0.5,memory=shared";
+  cfg.sim_time_scale = 1;
+  cfg.scheduler = policy;
+  cfg.cache_dir = dir;
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  for (uint64_t seed = 200; seed < 203; seed++)
+    one_seed(rt, seed);
+  unsigned on_devices = 0;
+  for (unsigned d = 0; d < 2; d++) {
+    tdm_device_counters c = {.struct_size = sizeof c};
+    assert_int_equal(tdm_runtime_device_counters(rt, d, &c), TDM_OK);
+    on_devices += (unsigned)c.tasks;
+  }
+  assert_true(on_devices > 0); /* the devices took part */
+  tdm_runtime_destroy(rt);
+  test_remove_dir(dir);
+}
+
+static void test_random_dag_heft(void **state) {
+  (void)state;
+  with_devices("heft");
+}
+
+static void test_random_dag_ws(void **state) {
+  (void)state;
+  with_devices("ws");
+}
+
+static void test_random_dag_eager(void **state) {
+  (void)state;
+  with_devices("eager");
+}
+
+static void test_random_dag_random(void **state) {
+  (void)state;
+  with_devices("random");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_dag_matches_sequential),
       cmocka_unit_test(test_random_dag_default_workers),
+      cmocka_unit_test(test_random_dag_heft),
+      cmocka_unit_test(test_random_dag_ws),
+      cmocka_unit_test(test_random_dag_eager),
+      cmocka_unit_test(test_random_dag_random),
   };
   init_codelets();
   return cmocka_run_group_tests(tests, NULL, NULL);

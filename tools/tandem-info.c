@@ -98,6 +98,8 @@ static const char *class_key(tdm_device_class c) {
     return "cpu";
   case TDM_DEVICE_ACCELERATOR:
     return "accelerator";
+  case TDM_DEVICE_EMULATED:
+    return "emulated";
   case TDM_DEVICE_UNKNOWN:
     break;
   }

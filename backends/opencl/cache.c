@@ -37,52 +37,10 @@
 static const char magic[8] = {'T', 'D', 'M', 'C', 'L', 'B', 'I', 'N'};
 enum { CACHE_VERSION = 1 };
 
-/* Makes dir and its missing parents, mode 0700. */
-static bool make_dirs(const tdm_runtime *rt, const char *dir) {
-  char *path = strdup(dir);
-  if (!path)
-    return false;
-  bool ok = true;
-  for (char *p = path + 1; ok; p++) {
-    if (*p != '/' && *p != 0)
-      continue;
-    char c = *p;
-    *p = 0;
-    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-      tdm__log(rt, TDM_LOG_WARNING, "OpenCL cache: cannot create %s: %s", path, strerror(errno));
-      ok = false;
-    }
-    *p = c;
-    if (!c)
-      break;
-  }
-  free(path);
-  return ok;
-}
-
-/* The cache directory into buf, created if missing; false when there is
- * none to use. */
-static bool cache_dir(const tdm_runtime *rt, char *buf, size_t size) {
-  const char *dir = rt->cfg.cache_dir;
-  int n;
-  if (dir && *dir) {
-    n = snprintf(buf, size, "%s", dir);
-  } else {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && xdg[0] == '/')
-      n = snprintf(buf, size, "%s/tandem", xdg);
-    else if (home && *home)
-      n = snprintf(buf, size, "%s/.cache/tandem", home);
-    else
-      return false;
-  }
-  return n > 0 && (size_t)n < size && make_dirs(rt, buf);
-}
-
 static bool entry_path(const tdm_runtime *rt, const char *key, size_t keylen, char *buf,
                        size_t size) {
   char dir[4096];
-  if (!cache_dir(rt, dir, sizeof dir))
+  if (!tdm__cache_dir(rt, dir, sizeof dir))
     return false;
   int n = snprintf(buf, size, "%s/%016llx.clbin", dir,
                    (unsigned long long)tdm__fnv1a(key, keylen, TDM_FNV_OFFSET));

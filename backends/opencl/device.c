@@ -34,6 +34,7 @@
  * whose inputs are not on the host starts their transfers and is queued
  * again when they complete.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,51 +42,9 @@
 #ifndef TDM_HAVE_OPENCL
 #include "../../runtime/internal.h"
 
-/* Built without the OpenCL headers: no device is ever used. */
-tdm_status tdm__gpus_start(tdm_runtime *rt) {
-  (void)rt;
-  return TDM_OK;
-}
-void tdm__gpus_stop(tdm_runtime *rt) {
-  (void)rt;
-}
-tdm_status tdm__gpu_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
-  t->gpu_ok = false;
-  if (!t->cl->opencl || t->cl->cpu_fn)
-    return TDM_OK;
-  tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s has only an OpenCL variant and no device is used",
-           what, t->cl->name ? t->cl->name : "(unnamed)");
-  return TDM_ERR_NO_DEVICE;
-}
-void tdm__place(tdm_runtime *rt, tdm_task *t) {
-  tdm__schedule(rt, t);
-}
-bool tdm__gpu_progress(tdm_runtime *rt) {
-  (void)rt;
-  return false;
-}
-bool tdm__host_ready(tdm_task *t) {
-  (void)t;
-  return true;
-}
-void tdm__host_written(tdm_task *t) {
-  (void)t;
-}
-void tdm__handle_home(tdm_handle *h, bool will_write) {
-  (void)h;
-  (void)will_write;
-}
-void tdm__handle_forget(tdm_handle *h) {
-  (void)h;
-}
-tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
-                                       tdm_device_counters *out) {
-  (void)device;
-  if (!rt || !out || out->struct_size < sizeof *out)
-    return TDM_ERR_INVALID_ARG;
-  tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_device_counters: no device %u", device);
-  return TDM_ERR_INVALID_ARG;
-}
+/* Built without the OpenCL headers: no device is ever found, so this
+ * table is never used. */
+const tdm_device_ops tdm__opencl_ops = {.name = "OpenCL"};
 
 #else
 #include "cl.h"
@@ -112,7 +71,8 @@ struct tdm_gpu {
   cl_command_queue compute, transfer;
   pthread_mutex_t lock; /* guards all below */
   tdm_task *head, *tail; /* tasks placed here, not yet launched */
-  unsigned queued, inflight, cap;
+  _Atomic unsigned queued; /* their number (read without the lock) */
+  unsigned inflight, cap;
   program *programs;
   /* memory (discrete devices), under mem_lock, a leaf lock (only handle
    * locks are tried under it, never waited for): bytes held, the limit,
@@ -150,6 +110,8 @@ typedef struct exec {
   _Atomic int outstanding; /* EXEC_FETCH: transfers not yet complete */
   _Atomic cl_int status;
 } exec;
+
+static void cl_handle_forget(tdm_handle *h);
 
 static const cl_api *api_of(const tdm_runtime *rt) {
   return &rt->cl->api;
@@ -211,7 +173,7 @@ static bool command_times(const tdm_gpu *g, cl_event e, uint64_t *t0, uint64_t *
   return true;
 }
 
-uint64_t tdm__gpu_busy_ns(const tdm_runtime *rt, unsigned k) {
+static uint64_t cl_busy_ns(const tdm_runtime *rt, unsigned k) {
   return rt->gpus && k < rt->ndevice_workers ? atomic_load(&rt->gpus[k]->busy_ns) : 0;
 }
 
@@ -259,7 +221,7 @@ static void add_to_buf(void *data, const tdm_trace_event *e) {
   b->ev[b->n++] = *e;
 }
 
-void tdm__gpu_trace_collect(tdm_runtime *rt, void (*add)(void *, const tdm_trace_event *),
+static void cl_trace_collect(tdm_runtime *rt, void (*add)(void *, const tdm_trace_event *),
                             void *data) {
   for (unsigned k = 0; rt->gpus && k < rt->ndevice_workers; k++) {
     tdm_gpu *g = rt->gpus[k];
@@ -271,7 +233,7 @@ void tdm__gpu_trace_collect(tdm_runtime *rt, void (*add)(void *, const tdm_trace
   }
 }
 
-tdm_status tdm__gpus_start(tdm_runtime *rt) {
+static tdm_status cl_start(tdm_runtime *rt) {
   if (!rt->ndevice_workers)
     return TDM_OK;
   const cl_api *api = api_of(rt);
@@ -324,7 +286,7 @@ tdm_status tdm__gpus_start(tdm_runtime *rt) {
   return TDM_OK;
 }
 
-void tdm__gpus_stop(tdm_runtime *rt) {
+static void cl_stop(tdm_runtime *rt) {
   if (!rt->gpus)
     return;
   const cl_api *api = api_of(rt);
@@ -531,26 +493,22 @@ static tdm_status can_run(tdm_gpu *g, const tdm_task *t, bool say) {
   return st;
 }
 
-tdm_status tdm__gpu_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
+static tdm_status cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
   const tdm_codelet *cl = t->cl;
   const char *name = cl->name ? cl->name : "(unnamed)";
   t->gpu_ok = false;
+  t->dev_mask = 0;
   if (!cl->opencl)
     return TDM_OK;
-  if (!rt->ndevice_workers) {
-    if (cl->cpu_fn)
-      return TDM_OK;
-    tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s has only an OpenCL variant and no device is used",
-             what, name);
-    return TDM_ERR_NO_DEVICE;
-  }
   tdm_status st = TDM_ERR_BUILD;
   for (unsigned k = 0; k < rt->ndevice_workers; k++) {
     tdm_status pst = can_run(rt->gpus[k], t, true);
-    if (!pst)
+    if (!pst) {
       st = TDM_OK; /* at least one device can run it */
-    else if (pst != TDM_ERR_BUILD && st == TDM_ERR_BUILD)
+      t->dev_mask |= 1ull << k;
+    } else if (pst != TDM_ERR_BUILD && st == TDM_ERR_BUILD) {
       st = pst;
+    }
   }
   if (st == TDM_OK) {
     t->gpu_ok = true;
@@ -931,7 +889,7 @@ static bool gather(tdm_handle *h) {
   if (!ok)
     return false;
   for (size_t k = 0; k < n; k++) {
-    tdm__handle_forget(h->gather[k]);
+    cl_handle_forget(h->gather[k]);
     tdm__handle_unref(h->gather[k]);
   }
   free(h->gather);
@@ -1045,7 +1003,7 @@ static void CL_CALLBACK on_complete(cl_event e, cl_int status, void *data) {
 static void pump(tdm_gpu *g);
 static void pin(tdm_gpu *g, const tdm_task *t, unsigned n, int delta);
 
-bool tdm__gpu_progress(tdm_runtime *rt) {
+static bool cl_progress(tdm_runtime *rt) {
   if (!atomic_load_explicit(&rt->completions, memory_order_relaxed))
     return false;
   tdm_task *t = atomic_exchange_explicit(&rt->completions, NULL, memory_order_acquire);
@@ -1075,6 +1033,7 @@ bool tdm__gpu_progress(tdm_runtime *rt) {
       atomic_fetch_add_explicit(&g->tasks, 1, memory_order_relaxed);
       uint64_t now = tdm__now_ns(), t0, t1;
       TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+      uint64_t busy_before = atomic_load_explicit(&g->busy_ns, memory_order_relaxed);
       g->inflight--;
       if (command_times(g, x->kernel, &t0, &t1)) {
         atomic_fetch_add_explicit(&g->busy_ns, t1 - t0, memory_order_relaxed);
@@ -1091,8 +1050,12 @@ bool tdm__gpu_progress(tdm_runtime *rt) {
         atomic_fetch_add_explicit(&g->busy_ns, now > from ? now - from : 0,
                                   memory_order_relaxed);
       }
+      double ran = 1e-9 * (double)(atomic_load_explicit(&g->busy_ns, memory_order_relaxed) -
+                                   busy_before);
       g->last_done = now;
       TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+      if (tdm__sched_timed(t))
+        tdm__sched_done(t, 1 + g->k, ran);
       if (x->kernel)
         api->ReleaseEvent(x->kernel);
       free(x);
@@ -1333,10 +1296,11 @@ static int launch(tdm_gpu *g, tdm_task *t) {
   return LAUNCHED;
 }
 
-/* Takes a task for g: its own queue first, then a task either kind of
- * worker may run, unless g cannot run that one (another device or the
- * CPU will: it goes back to the shared queue). g->lock held. */
+/* Takes a task for g: its own queue first, then one from the queue every
+ * kind of worker takes from, then one waiting elsewhere that would finish
+ * earlier here. g->lock held, dropped while looking elsewhere. */
 static tdm_task *next_for(tdm_gpu *g) {
+  tdm_runtime *rt = g->rt;
   tdm_task *t = g->head;
   if (t) {
     g->head = t->pool_next;
@@ -1345,11 +1309,11 @@ static tdm_task *next_for(tdm_gpu *g) {
     g->queued--;
     return t;
   }
-  t = tdm__any_take(g->rt);
-  if (t && can_run_locked(g, t, false) != TDM_OK) {
-    tdm__any_put(g->rt, t);
-    return NULL;
-  }
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+  t = tdm__sched_take_shared(rt, 1 + g->k);
+  if (!t)
+    t = tdm__sched_idle_device(rt, g->k);
+  TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   return t;
 }
 
@@ -1360,6 +1324,11 @@ static void pump(tdm_gpu *g) {
     tdm_task *t = next_for(g);
     if (!t)
       break;
+    if (g->inflight >= g->cap) { /* filled while the lock was dropped */
+      tdm__queue_put(&g->head, &g->tail, t);
+      g->queued++;
+      break;
+    }
     if (launch(g, t) == RETRY) { /* first in line once room comes back */
       t->pool_next = g->head;
       g->head = t;
@@ -1372,53 +1341,67 @@ static void pump(tdm_gpu *g) {
   TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
 }
 
-/* ---- placement ---------------------------------------------------------- */
+/* ---- what the scheduler asks ------------------------------------------- */
 
-/* The one place that decides where a ready task goes. For now: a task
- * with only an OpenCL variant goes to the device with the least work; a
- * task with both goes to the shared queue that CPU workers and devices
- * both take from, so that whichever is free first runs it; every other
- * task to the CPU workers. */
-void tdm__place(tdm_runtime *rt, tdm_task *t) {
-  if (!t->gpu_ok) {
-    tdm__schedule(rt, t);
-    return;
-  }
-  if (t->cl->cpu_fn) {
-    tdm__any_put(rt, t);
-    for (unsigned k = 0; k < rt->ndevice_workers; k++)
-      pump(rt->gpus[k]);
-    return;
-  }
-  tdm_gpu *best = NULL;
-  unsigned best_load = ~0u;
-  for (unsigned k = 0; k < rt->ndevice_workers; k++) {
-    tdm_gpu *g = rt->gpus[k];
-    if (can_run(g, t, false) != TDM_OK)
+static void cl_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
+  tdm_gpu *g = rt->gpus[k];
+  TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+  tdm__queue_put(&g->head, &g->tail, t);
+  g->queued++;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+  pump(g);
+}
+
+static tdm_task *cl_take(tdm_runtime *rt, unsigned k, bool (*want)(tdm_task *, void *),
+                         void *data) {
+  tdm_gpu *g = rt->gpus[k];
+  if (!atomic_load_explicit(&g->queued, memory_order_relaxed))
+    return NULL;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+  tdm_task *t = tdm__queue_take(&g->head, &g->tail, want, data);
+  if (t)
+    g->queued--;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+  return t;
+}
+
+static void cl_kick(tdm_runtime *rt, unsigned k) {
+  pump(rt->gpus[k]);
+}
+
+static int cl_current(const tdm_runtime *rt) {
+  (void)rt;
+  return -1; /* devices have no thread of their own */
+}
+
+/* No copy is timed yet (that needs profiling on the transfer queue): a
+ * PCIe-like link, 10 us and 8 GB/s, for devices with memory of their
+ * own. */
+#define CL_LATENCY 10e-6
+#define CL_BANDWIDTH 8e9
+
+static double cl_transfer_time(tdm_runtime *rt, unsigned k, const tdm_task *t) {
+  unsigned node = k == UINT_MAX ? 0 : node_of(rt->gpus[k]);
+  double s = 0;
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    if (!(t->modes[i] & TDM_R))
       continue;
-    TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
-    unsigned load = g->queued + g->inflight;
-    TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
-    if (load < best_load) {
-      best = g;
-      best_load = load;
-    }
+    tdm_handle *h = t->handles[i];
+    tdm__spin_lock(&h->lock);
+    uint32_t valid = h->valid;
+    tdm__spin_unlock(&h->lock);
+    if (valid & (1u << node))
+      continue;
+    /* from a device through the host, then to the device */
+    unsigned hops = (node != 0) + !(valid & 1u);
+    s += hops * (CL_LATENCY + (double)handle_bytes(h) / CL_BANDWIDTH);
   }
-  TDM_PTHREAD(rt, pthread_mutex_lock(&best->lock));
-  t->pool_next = NULL;
-  if (best->tail)
-    best->tail->pool_next = t;
-  else
-    best->head = t;
-  best->tail = t;
-  best->queued++;
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&best->lock));
-  pump(best);
+  return s;
 }
 
 /* ---- the host side ------------------------------------------------------ */
 
-bool tdm__host_ready(tdm_task *t) {
+static bool cl_host_ready(tdm_task *t) {
   tdm_runtime *rt = t->rt;
   const cl_api *api = api_of(rt);
   waitlist w = {.n = 0};
@@ -1465,7 +1448,7 @@ bool tdm__host_ready(tdm_task *t) {
   return false;
 }
 
-void tdm__host_written(tdm_task *t) {
+static void cl_host_written(tdm_task *t) {
   for (unsigned i = 0; i < t->nbuf; i++) {
     tdm_handle *h = t->handles[i];
     if (!(t->modes[i] & TDM_W))
@@ -1476,7 +1459,7 @@ void tdm__host_written(tdm_task *t) {
   }
 }
 
-void tdm__handle_home(tdm_handle *h, bool will_write) {
+static void cl_handle_home(tdm_handle *h, bool will_write) {
   if (!h->rt->ndevice_workers)
     return;
   const cl_api *api = api_of(h->rt);
@@ -1491,7 +1474,7 @@ void tdm__handle_home(tdm_handle *h, bool will_write) {
   release_all(api, &w);
 }
 
-void tdm__handle_forget(tdm_handle *h) {
+static void cl_handle_forget(tdm_handle *h) {
   /* a gather that never happened: only at destroy (which frees every
    * handle itself) or after a failed transfer (then the tiles leak) */
   free(h->gather);
@@ -1522,28 +1505,34 @@ void tdm__handle_forget(tdm_handle *h) {
   h->rep = NULL;
 }
 
-tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
-                                       tdm_device_counters *out) {
-  if (!rt || !out || out->struct_size < sizeof *out)
-    return TDM_ERR_INVALID_ARG;
-  if (device >= rt->ndevices) {
-    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_device_counters: no device %u", device);
-    return TDM_ERR_INVALID_ARG;
-  }
-  size_t room = out->struct_size;
-  tdm_device_counters c = {.struct_size = room};
-  int w = rt->devices[device].worker;
-  if (w >= 0 && rt->gpus) {
-    tdm_gpu *g = rt->gpus[(unsigned)w - rt->nworkers];
-    c.tasks = atomic_load(&g->tasks);
-    c.bytes_to_device = atomic_load(&g->to_device);
-    c.bytes_to_host = atomic_load(&g->to_host);
-    c.copies_to_device = atomic_load(&g->copies_to_device);
-    c.copies_to_host = atomic_load(&g->copies_to_host);
-    c.evictions = atomic_load(&g->evictions);
-  }
-  memcpy(out, &c, sizeof c);
-  return TDM_OK;
+static void cl_counters(const tdm_runtime *rt, unsigned k, tdm_device_counters *c) {
+  tdm_gpu *g = rt->gpus[k];
+  c->tasks = atomic_load(&g->tasks);
+  c->bytes_to_device = atomic_load(&g->to_device);
+  c->bytes_to_host = atomic_load(&g->to_host);
+  c->copies_to_device = atomic_load(&g->copies_to_device);
+  c->copies_to_host = atomic_load(&g->copies_to_host);
+  c->evictions = atomic_load(&g->evictions);
 }
+
+const tdm_device_ops tdm__opencl_ops = {
+    .name = "OpenCL",
+    .start = cl_start,
+    .stop = cl_stop,
+    .prepare = cl_prepare,
+    .push = cl_push,
+    .take = cl_take,
+    .kick = cl_kick,
+    .current = cl_current,
+    .transfer_time = cl_transfer_time,
+    .progress = cl_progress,
+    .host_ready = cl_host_ready,
+    .host_written = cl_host_written,
+    .handle_home = cl_handle_home,
+    .handle_forget = cl_handle_forget,
+    .trace_collect = cl_trace_collect,
+    .busy_ns = cl_busy_ns,
+    .counters = cl_counters,
+};
 
 #endif

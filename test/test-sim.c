@@ -1,0 +1,406 @@
+/*
+ * Placement in real time, with emulated devices (tdm_config.sim): the
+ * runtime's threads, queues, models and copies, on a machine without a
+ * GPU. Tasks spin for a given wall time, so that their durations hold on
+ * a loaded machine; the bounds below leave room for calibration and for
+ * a machine busy with other work (the exact figures are asserted in
+ * virtual time, test-vtime).
+ */
+#include "common.h"
+
+#include "perfmodel.h"
+
+#include <math.h>
+
+enum { GEMM, SMALL, NCODELETS };
+#define MAX_TASKS 4096
+#define MAX_CLASSES 4
+
+static tdm_runtime *the_rt;
+static double t_zero;
+static _Atomic unsigned ran_on[NCODELETS][MAX_CLASSES];
+static _Atomic int where[MAX_TASKS];
+static double started[MAX_TASKS]; /* seconds after t_zero */
+
+typedef struct work {
+  unsigned us; /* wall time to spin */
+  unsigned codelet, id;
+  bool record; /* where and when it ran, in where[id] and started[id] */
+} work;
+
+static void spin_task(const tdm_buffer *b, const void *args, size_t n) {
+  (void)n;
+  const work *w = args;
+  double t0 = now_s(), end = t0 + w->us * 1e-6;
+  volatile uint64_t x = 0;
+  while (now_s() < end)
+    x++;
+  int id = tdm_worker_id(the_rt);
+  unsigned ncpu = tdm_runtime_ncpu_workers(the_rt);
+  assert_true(id >= 0);
+  unsigned cls = (unsigned)id < ncpu ? 0 : 1 + (unsigned)id - ncpu;
+  if (cls < MAX_CLASSES)
+    atomic_fetch_add(&ran_on[w->codelet][cls], 1);
+  if (w->record && w->id < MAX_TASKS) {
+    atomic_store(&where[w->id], (int)cls);
+    started[w->id] = t0 - t_zero;
+  }
+  uint64_t *v = b[0].ptr;
+  v[0] = v[0] * 3 + w->id + 1; /* in order: each task sees the one before */
+}
+
+static const tdm_codelet gemm = {
+    .name = "gemm", .cpu_fn = spin_task, .nbuffers = 1, .modes = {TDM_RW}};
+static const tdm_codelet small = {
+    .name = "small", .cpu_fn = spin_task, .nbuffers = 1, .modes = {TDM_RW}};
+
+static void reset_counts(void) {
+  for (int c = 0; c < NCODELETS; c++)
+    for (int k = 0; k < MAX_CLASSES; k++)
+      atomic_store(&ran_on[c][k], 0);
+  for (int i = 0; i < MAX_TASKS; i++)
+    atomic_store(&where[i], -1);
+}
+
+static tdm_runtime *sim_runtime(const char *sim, const char *sched, const char *cache_dir,
+                                test_log *log) {
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.ignore_env = 1;
+  cfg.sim = sim;
+  cfg.scheduler = sched;
+  cfg.cache_dir = cache_dir;
+  if (log)
+    test_log_attach(&cfg, log);
+  reset_counts();
+  t_zero = now_s();
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  the_rt = rt;
+  return rt;
+}
+
+/* Submits n independent tasks, codelet of task i: kinds[i % nkinds];
+ * each on a vector of its own, checked after. */
+static void independent(tdm_runtime *rt, unsigned n, const unsigned *kinds, unsigned nkinds,
+                        unsigned us) {
+  static uint64_t data[MAX_TASKS][8];
+  tdm_handle *h[MAX_TASKS];
+  assert_true(n <= MAX_TASKS);
+  for (unsigned i = 0; i < n; i++) {
+    memset(data[i], 0, sizeof data[i]);
+    assert_int_equal(tdm_register_vector(rt, data[i], 8, sizeof(uint64_t), &h[i]), TDM_OK);
+  }
+  for (unsigned i = 0; i < n; i++) {
+    unsigned k = kinds[i % nkinds];
+    work w = {.us = us, .codelet = k, .id = i, .record = true};
+    tdm_task_desc d = {.codelet = k == GEMM ? &gemm : &small,
+                       .handles = {h[i]},
+                       .args = &w,
+                       .args_size = sizeof w};
+    assert_int_equal(tdm_submit(rt, &d), TDM_OK);
+  }
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  for (unsigned i = 0; i < n; i++) {
+    assert_int_equal(tdm_handle_unregister(h[i]), TDM_OK);
+    assert_int_equal(data[i][0], i + 1);
+  }
+}
+
+static double share(unsigned codelet, unsigned cls) {
+  unsigned total = 0;
+  for (int k = 0; k < MAX_CLASSES; k++)
+    total += atomic_load(&ran_on[codelet][k]);
+  return total ? (double)atomic_load(&ran_on[codelet][cls]) / total : 0;
+}
+
+/* 2 CPU workers and a device 10x a core on gemm, 0.5x on small: most
+ * gemm tasks on the device, most small ones on the CPU. */
+static void test_gemm_on_device_small_on_cpu(void **state) {
+  (void)state;
+  char dir[64];
+  test_temp_dir(dir, sizeof dir);
+  tdm_runtime *rt = sim_runtime("gpu:gemm=10,small=0.5,latency=10us,bandwidth=10G", NULL,
+                                dir, NULL);
+  unsigned kinds[] = {GEMM, SMALL};
+  independent(rt, 128, kinds, 2, 100);
+  double g = share(GEMM, 1), s = share(SMALL, 0);
+  printf("gemm on the device: %.0f%%, small on the CPU: %.0f%%\n", 100 * g, 100 * s);
+  tdm_device_counters c = {.struct_size = sizeof c};
+  assert_int_equal(tdm_runtime_device_counters(rt, 0, &c), TDM_OK);
+  assert_int_equal(c.tasks, atomic_load(&ran_on[GEMM][1]) + atomic_load(&ran_on[SMALL][1]));
+  tdm_runtime_destroy(rt);
+  test_remove_dir(dir);
+  assert_true(g >= 0.6); /* 84% and 82% in virtual time */
+  assert_true(s >= 0.6);
+}
+
+/* Two devices, 12x and 4x a core: they share the work 3 to 1. */
+static void test_two_devices_in_proportion(void **state) {
+  (void)state;
+  char dir[64];
+  test_temp_dir(dir, sizeof dir);
+  tdm_runtime *rt = sim_runtime("fast:speedup=12,latency=10us,bandwidth=10G;"
+                                "slow:speedup=4,latency=10us,bandwidth=10G",
+                                NULL, dir, NULL);
+  unsigned kinds[] = {GEMM};
+  independent(rt, 160, kinds, 1, 100);
+  unsigned fast = atomic_load(&ran_on[GEMM][1]), slow = atomic_load(&ran_on[GEMM][2]);
+  double r = (double)fast / (fast + slow);
+  printf("fast %u, slow %u, CPU %u: fast's share of the devices' %.0f%% (speeds: 75%%)\n",
+         fast, slow, atomic_load(&ran_on[GEMM][0]), 100 * r);
+  tdm_runtime_destroy(rt);
+  test_remove_dir(dir);
+  assert_true(r >= 0.55 && r <= 0.9); /* 75% in virtual time */
+}
+
+/* A device 8x a core slows down to 1x (throttling) mid-run: it gets a
+ * smaller share of the tasks that start afterwards. */
+static void test_slowed_device_gets_less(void **state) {
+  (void)state;
+  char dir[64];
+  test_temp_dir(dir, sizeof dir);
+  /* time scale 16: slow_at 4 ms emulated is 64 ms real */
+  tdm_runtime *rt = sim_runtime("gpu:speedup=8,latency=10us,bandwidth=10G,slow_at=4ms,"
+                                "slow_factor=8",
+                                NULL, dir, NULL);
+  const double slow_at = 0.064, end = 0.25;
+  unsigned kinds[] = {GEMM}, n = 0;
+  static uint64_t data[MAX_TASKS][8];
+  tdm_handle *h[MAX_TASKS];
+  while (now_s() - t_zero < end && n + 16 <= MAX_TASKS) { /* waves of 16 */
+    for (unsigned i = n; i < n + 16; i++) {
+      memset(data[i], 0, sizeof data[i]);
+      assert_int_equal(tdm_register_vector(rt, data[i], 8, sizeof(uint64_t), &h[i]), TDM_OK);
+      work w = {.us = 100, .codelet = kinds[0], .id = i, .record = true};
+      tdm_task_desc d = {.codelet = &gemm, .handles = {h[i]}, .args = &w, .args_size = sizeof w};
+      assert_int_equal(tdm_submit(rt, &d), TDM_OK);
+    }
+    assert_int_equal(tdm_wait_all(rt), TDM_OK);
+    n += 16;
+  }
+  unsigned before = 0, before_dev = 0, after = 0, after_dev = 0;
+  /* after: once the model has had time to see the new speed */
+  double settled = slow_at + 0.4 * (end - slow_at);
+  for (unsigned i = 0; i < n; i++) {
+    assert_int_equal(tdm_handle_unregister(h[i]), TDM_OK);
+    assert_int_equal(data[i][0], i + 1);
+    int w = atomic_load(&where[i]);
+    if (started[i] < slow_at) {
+      before++;
+      before_dev += w == 1;
+    } else if (started[i] >= settled) {
+      after++;
+      after_dev += w == 1;
+    }
+  }
+  tdm_runtime_destroy(rt);
+  test_remove_dir(dir);
+  double b = before ? (double)before_dev / before : 0, a = after ? (double)after_dev / after : 1;
+  printf("device's share: %.0f%% of %u tasks before the slowdown, %.0f%% of %u after\n",
+         100 * b, before, 100 * a, after);
+  assert_true(before >= 16 && after >= 16);
+  assert_true(a < 0.7 * b);
+}
+
+/* What one runtime learnt, the next one knows: gemm goes to the device
+ * at once, without trying it on the CPU again. */
+static void test_models_persist(void **state) {
+  (void)state;
+  char dir[64];
+  test_temp_dir(dir, sizeof dir);
+  const char *sim = "gpu:gemm=10,latency=10us,bandwidth=10G";
+  tdm_runtime *rt = sim_runtime(sim, NULL, dir, NULL);
+  unsigned kinds[] = {GEMM};
+  independent(rt, 64, kinds, 1, 100);
+  tdm_runtime_destroy(rt);
+  char path[128];
+  snprintf(path, sizeof path, "%s/perfmodel-v1.txt", dir);
+  tdm_perfmodel *m = tdm__model_new();
+  assert_int_equal(tdm__model_load(m, path, NULL), TDM_OK);
+  bool cal = false;
+  double cpu = tdm__model_predict(m, "gemm", 64, "cpu", &cal);
+  assert_true(cal);
+  double dev = tdm__model_predict(m, "gemm", 64, "emulated:gpu", &cal);
+  assert_true(cal);
+  printf("learnt: gemm %.2f ms on the CPU, %.2f ms on the device\n", 1e3 * cpu, 1e3 * dev);
+  assert_true(cpu > 4 * dev); /* declared: 10x */
+  tdm__model_free(m);
+
+  rt = sim_runtime(sim, NULL, dir, NULL);
+  independent(rt, 6, kinds, 1, 100);
+  assert_int_equal(atomic_load(&ran_on[GEMM][0]), 0);
+  assert_int_equal(atomic_load(&ran_on[GEMM][1]), 6);
+  tdm_runtime_destroy(rt);
+  test_remove_dir(dir);
+}
+
+/* A corrupt model file: ignored with a message, calibration starts
+ * again, results are right, and a good file replaces it. */
+static void test_corrupt_model_file(void **state) {
+  (void)state;
+  char dir[64], path[128];
+  test_temp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/perfmodel-v1.txt", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("tandem-perfmodel 1\ngemm\temulated:gpu\t64\t3\t1e9 1e9 1e9\nend 1 0123456789abcdef\n",
+        f);
+  fclose(f);
+  test_log log;
+  tdm_runtime *rt = sim_runtime("gpu:gemm=10,latency=10us,bandwidth=10G", NULL, dir, &log);
+  assert_true(test_log_has(&log, "performance model: ignoring"));
+  unsigned kinds[] = {GEMM};
+  independent(rt, 48, kinds, 1, 100);
+  assert_true(share(GEMM, 1) >= 0.5); /* the bogus 1e9 s was not believed */
+  tdm_runtime_destroy(rt);
+  tdm_perfmodel *m = tdm__model_new();
+  assert_int_equal(tdm__model_load(m, path, NULL), TDM_OK);
+  bool cal = false;
+  assert_true(tdm__model_predict(m, "gemm", 64, "emulated:gpu", &cal) < 1);
+  tdm__model_free(m);
+  pthread_mutex_destroy(&log.lock);
+  test_remove_dir(dir);
+}
+
+/* A device with memory of its own: what it reads is copied to it once,
+ * what it writes comes home when the CPU or the application needs it;
+ * a device sharing memory moves nothing. Results are right either way. */
+static void copies(const char *sim, bool own) {
+  char dir[64];
+  test_temp_dir(dir, sizeof dir);
+  tdm_runtime *rt = sim_runtime(sim, "random", dir, NULL);
+  static uint64_t x[64][8];
+  tdm_handle *h[64];
+  for (unsigned i = 0; i < 64; i++) {
+    memset(x[i], 0, sizeof x[i]);
+    assert_int_equal(tdm_register_vector(rt, x[i], 8, sizeof(uint64_t), &h[i]), TDM_OK);
+  }
+  /* 64 chains of 8 tasks, each placed at random */
+  for (unsigned step = 0; step < 8; step++)
+    for (unsigned i = 0; i < 64; i++) {
+      work w = {.us = 5, .codelet = GEMM, .id = step};
+      tdm_task_desc d = {.codelet = &gemm, .handles = {h[i]}, .args = &w, .args_size = sizeof w};
+      assert_int_equal(tdm_submit(rt, &d), TDM_OK);
+    }
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  uint64_t expect = 0;
+  for (unsigned step = 0; step < 8; step++)
+    expect = expect * 3 + step + 1;
+  for (unsigned i = 0; i < 64; i++) {
+    assert_int_equal(tdm_handle_acquire(h[i], TDM_R), TDM_OK);
+    assert_int_equal(x[i][0], expect);
+    assert_int_equal(tdm_handle_release(h[i]), TDM_OK);
+  }
+  tdm_device_counters c = {.struct_size = sizeof c};
+  assert_int_equal(tdm_runtime_device_counters(rt, 0, &c), TDM_OK);
+  printf("%s: %llu tasks on the device, %llu bytes to it in %llu copies, %llu back in %llu\n",
+         sim, (unsigned long long)c.tasks, (unsigned long long)c.bytes_to_device,
+         (unsigned long long)c.copies_to_device, (unsigned long long)c.bytes_to_host,
+         (unsigned long long)c.copies_to_host);
+  assert_true(c.tasks > 0 && c.tasks < 512);
+  if (own) {
+    assert_true(c.copies_to_device > 0 && c.copies_to_host > 0);
+    assert_int_equal(c.bytes_to_device, 64 * c.copies_to_device);
+    assert_int_equal(c.bytes_to_host, 64 * c.copies_to_host);
+    /* each device task needs at most one copy in; every vector whose last
+     * writer was the device came home for the acquire */
+    assert_true(c.copies_to_device <= c.tasks);
+  } else {
+    assert_int_equal(c.bytes_to_device + c.bytes_to_host, 0);
+  }
+  for (unsigned i = 0; i < 64; i++)
+    assert_int_equal(tdm_handle_unregister(h[i]), TDM_OK);
+  tdm_runtime_destroy(rt);
+  test_remove_dir(dir);
+}
+
+static void test_copies_own_memory(void **state) {
+  (void)state;
+  copies("gpu:speedup=2,latency=5us,bandwidth=1G", true);
+}
+
+static void test_no_copies_shared_memory(void **state) {
+  (void)state;
+  copies("igpu:speedup=2,memory=shared", false);
+}
+
+/* The emulated devices are devices like the others: listed, numbered,
+ * classed; bad descriptions and policies are refused with a message. */
+static void test_description_and_errors(void **state) {
+  (void)state;
+  char dir[64];
+  test_temp_dir(dir, sizeof dir);
+  test_log log;
+  tdm_runtime *rt = sim_runtime("a:speedup=3,latency=1us,bandwidth=1G;b:memory=shared,workers=2",
+                                "eager", dir, &log);
+  assert_int_equal(tdm_runtime_nworkers(rt), 2 + 3);
+  tdm_device_info info = {.struct_size = sizeof info};
+  assert_int_equal(tdm_runtime_device(rt, 0, &info), TDM_OK);
+  assert_string_equal(info.name, "a");
+  assert_int_equal(info.device_class, TDM_DEVICE_EMULATED);
+  assert_int_equal(info.shared_memory, 0);
+  assert_int_equal(info.worker, 2);
+  assert_int_equal(tdm_runtime_device(rt, 2, &info), TDM_OK);
+  assert_string_equal(info.name, "b.1");
+  assert_int_equal(info.shared_memory, 1);
+  assert_string_equal(tdm_device_class_name(TDM_DEVICE_EMULATED), "emulated device");
+  assert_true(test_log_has(&log, "placement policy eager"));
+  tdm_runtime_destroy(rt);
+  pthread_mutex_destroy(&log.lock);
+
+  static const char *const bad[] = {
+      "",                                  /* empty */
+      "cpu:workers=2",                     /* the CPU is not emulated */
+      "gpu:speedup=10",                    /* own memory without a bandwidth */
+      "gpu:speedup=-1,memory=shared",      /* negative */
+      "gpu:memory=somewhere",              /* no such memory */
+      "gpu:latency=fast,bandwidth=1G",     /* not a time */
+      "gpu:gemm,memory=shared",            /* not key=value */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    tdm_config cfg;
+    tdm_config_init(&cfg);
+    cfg.ignore_env = 1;
+    cfg.sim = bad[i];
+    cfg.cache_dir = dir;
+    test_log_attach(&cfg, &log);
+    tdm_runtime *r = NULL;
+    assert_int_equal(tdm_runtime_create(&cfg, &r), TDM_ERR_INVALID_ARG);
+    assert_null(r);
+    assert_true(test_log_has(&log, "sim="));
+    pthread_mutex_destroy(&log.lock);
+  }
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.scheduler = "fastest";
+  test_log_attach(&cfg, &log);
+  tdm_runtime *r = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &r), TDM_ERR_INVALID_ARG);
+  assert_true(test_log_has(&log, "scheduler=\"fastest\""));
+  pthread_mutex_destroy(&log.lock);
+  cfg.scheduler = NULL;
+  cfg.sim_time_scale = 0.5;
+  test_log_attach(&cfg, &log);
+  assert_int_equal(tdm_runtime_create(&cfg, &r), TDM_ERR_INVALID_ARG);
+  assert_true(test_log_has(&log, "sim_time_scale 0.5"));
+  pthread_mutex_destroy(&log.lock);
+  test_remove_dir(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_gemm_on_device_small_on_cpu),
+      cmocka_unit_test(test_two_devices_in_proportion),
+      cmocka_unit_test(test_slowed_device_gets_less),
+      cmocka_unit_test(test_models_persist),
+      cmocka_unit_test(test_corrupt_model_file),
+      cmocka_unit_test(test_copies_own_memory),
+      cmocka_unit_test(test_no_copies_shared_memory),
+      cmocka_unit_test(test_description_and_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
