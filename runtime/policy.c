@@ -49,6 +49,26 @@ bool tdm__policy_parse(const char *name, tdm_policy *out) {
   return false;
 }
 
+int tdm__heft_pick(const tdm_choice *c, unsigned n, unsigned max_tries, bool *calibrating) {
+  int best = -1, cal = -1;
+  bool all_known = true;
+  double best_end = INFINITY;
+  for (unsigned i = 0; i < n; i++) {
+    if (!c[i].calibrated) {
+      all_known = false;
+      if (c[i].trying < max_tries && (cal < 0 || c[i].trying < c[cal].trying))
+        cal = (int)i;
+    } else if (c[i].exec >= 0 && c[i].start + c[i].exec < best_end) {
+      best_end = c[i].start + c[i].exec;
+      best = (int)i;
+    }
+  }
+  *calibrating = cal >= 0;
+  if (cal >= 0)
+    return cal;
+  return all_known ? best : -1;
+}
+
 #define WINDOW 7 /* observations the median is taken over */
 
 typedef struct model {
@@ -94,6 +114,8 @@ typedef struct sim {
   double link_free[TDM_VT_MAX_CLASSES][2]; /* per node: to it, from it */
   model md;
   uint64_t bytes;
+  tdm_choice *choices;    /* per worker: heft's candidates */
+  unsigned *choice_worker; /* and their workers */
 } sim;
 
 static double *ready_slot(sim *s, unsigned d, unsigned node) {
@@ -145,10 +167,8 @@ static double start_time(sim *s, const tdm_vt_task *t, unsigned w, double now, b
   return st;
 }
 
-static double predicted_finish(sim *s, const tdm_vt_task *t, unsigned w, double now) {
-  unsigned c = s->class_of[w];
-  double sp = predicted_speedup(&s->md, s->m, t->codelet, c);
-  return start_time(s, t, w, now, false) + t->cpu_time / sp;
+static double predicted_time(sim *s, const tdm_vt_task *t, unsigned w) {
+  return t->cpu_time / predicted_speedup(&s->md, s->m, t->codelet, s->class_of[w]);
 }
 
 static bool can_run(const sim *s, const tdm_vt_task *t, unsigned w) {
@@ -250,6 +270,8 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
   }
   unsigned n = g->ntasks;
   s.class_of = malloc(s.nworkers * sizeof *s.class_of);
+  s.choices = malloc(s.nworkers * sizeof *s.choices);
+  s.choice_worker = malloc(s.nworkers * sizeof *s.choice_worker);
   s.free_at = calloc(s.nworkers, sizeof *s.free_at);
   s.valid = malloc((g->ndata ? g->ndata : 1) * sizeof *s.valid);
   s.ready_at = calloc((size_t)(g->ndata ? g->ndata : 1) * m->nnodes, sizeof *s.ready_at);
@@ -262,7 +284,7 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
   /* for ws: the worker whose queue holds each ready task */
   unsigned *queue_of = calloc(n ? n : 1, sizeof *queue_of);
   tdm_status st = TDM_OK;
-  if (!s.class_of || !s.free_at || !s.valid || !s.ready_at || !rank || !ready || !left ||
+  if (!s.class_of || !s.choices || !s.choice_worker || !s.free_at || !s.valid || !s.ready_at || !rank || !ready || !left ||
       !placed || !r->worker || !r->start || !r->end || !queue_of) {
     st = TDM_ERR_NO_MEMORY;
     goto out;
@@ -357,16 +379,18 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
     }
     const tdm_vt_task *t = &g->tasks[pick];
     if (p == TDM_POLICY_HEFT) {
-      double best = INFINITY;
-      for (unsigned w = 0; w < s.nworkers; w++) {
-        if (!can_run(&s, t, w))
-          continue;
-        double f = predicted_finish(&s, t, w, now);
-        if (f < best) {
-          best = f;
-          wpick = w;
+      /* the model starts from the declared speeds: always calibrated */
+      tdm_choice *c = s.choices;
+      unsigned nc = 0;
+      for (unsigned w = 0; w < s.nworkers; w++)
+        if (can_run(&s, t, w)) {
+          s.choice_worker[nc] = w;
+          c[nc++] = (tdm_choice){.start = start_time(&s, t, w, now, false) - now,
+                                 .exec = predicted_time(&s, t, w),
+                                 .calibrated = true};
         }
-      }
+      bool calibrating;
+      wpick = s.choice_worker[tdm__heft_pick(c, nc, 0, &calibrating)];
     } else if (p == TDM_POLICY_RANDOM) {
       unsigned ok = 0;
       for (unsigned w = 0; w < s.nworkers; w++)
@@ -418,6 +442,8 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
   free(by_end);
 out:
   free(s.class_of);
+  free(s.choices);
+  free(s.choice_worker);
   free(s.free_at);
   free(s.valid);
   free(s.ready_at);

@@ -31,6 +31,25 @@ const char *tdm__policy_name(tdm_policy p);
 /* "heft", "ws", "eager" or "random" into *out; false for anything else. */
 bool tdm__policy_parse(const char *name, tdm_policy *out);
 
+/* The placement decision both drivers share (the runtime's threads in
+ * sched.c, the simulated clock here): for a ready task, one candidate
+ * per worker or class that can run it. */
+typedef struct tdm_choice {
+  double start;    /* s from now: when it could start there (the worker
+                      free, its inputs there) */
+  double exec;     /* predicted execution time, s; < 0: unknown */
+  bool calibrated; /* the prediction is to be trusted */
+  unsigned trying; /* calibration tries in flight there */
+} tdm_choice;
+
+/* heft: the index of the candidate where the task would finish first
+ * (start + exec). While some candidate is not calibrated, the task is a
+ * calibration try instead: the uncalibrated candidate with the fewest
+ * tries in flight, if it has fewer than max_tries (*calibrating set);
+ * if none has room, -1: not known yet where (the caller shares the task
+ * with every kind of worker). */
+int tdm__heft_pick(const tdm_choice *c, unsigned n, unsigned max_tries, bool *calibrating);
+
 #define TDM_VT_MAX_CLASSES 16
 #define TDM_VT_MAX_BUFFERS TDM_MAX_BUFFERS
 

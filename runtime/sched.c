@@ -97,50 +97,33 @@ static void send(tdm_runtime *rt, tdm_task *t, unsigned c) {
     rt->dev->push(rt, c - 1, t);
 }
 
-/* heft: the class where t finishes first; while a class that can run
- * t has not been measured enough on it, that class if it has room for
- * one more try (calibration, *calib set). UINT_MAX: not yet known where
- * (some class uncalibrated, all their tries taken): the shared queue. */
+/* heft: the class where t finishes first (tdm__heft_pick, shared with
+ * the simulated clock), a class to calibrate, or UINT_MAX: not known yet
+ * where (lock held). */
 static unsigned heft_choose(tdm_runtime *rt, tdm_sched *s, tdm_task *t, double *predicted,
                             bool *calib) {
-  unsigned best = UINT_MAX, cal = UINT_MAX;
-  bool all_known = true;
-  double best_end = INFINITY, known = -1;
-  double pred[TDM_MAX_DEVICE_WORKERS + 1];
-  for (unsigned c = 0; c < s->nclasses; c++) {
-    pred[c] = -1;
-    if (!runs(rt, c, t))
+  tdm_choice c[TDM_MAX_DEVICE_WORKERS + 1];
+  unsigned cls[TDM_MAX_DEVICE_WORKERS + 1], n = 0;
+  double known = -1;
+  for (unsigned k = 0; k < s->nclasses; k++) {
+    if (!runs(rt, k, t))
       continue;
     bool ok = false;
-    pred[c] = predict(s, t, c, &ok);
-    if (pred[c] >= 0)
-      known = pred[c];
-    if (!ok) {
-      all_known = false;
-      if (s->cls[c].calibrating < TDM_MODEL_CALIBRATION &&
-          (cal == UINT_MAX || s->cls[c].calibrating < s->cls[cal].calibrating))
-        cal = c;
-    }
+    double p = predict(s, t, k, &ok);
+    if (p >= 0)
+      known = p;
+    cls[n] = k;
+    c[n++] = (tdm_choice){.start = s->cls[k].backlog / s->cls[k].workers + transfer(rt, k, t),
+                          .exec = p,
+                          .calibrated = ok && p >= 0,
+                          .trying = s->cls[k].calibrating};
   }
-  *calib = false;
-  if (cal != UINT_MAX) {
-    *calib = true;
-    *predicted = pred[cal] >= 0 ? pred[cal] : known >= 0 ? known : UNKNOWN_TIME;
-    return cal;
-  }
-  if (!all_known)
+  int i = tdm__heft_pick(c, n, TDM_MODEL_CALIBRATION, calib);
+  if (i < 0)
     return UINT_MAX;
-  for (unsigned c = 0; c < s->nclasses; c++) {
-    if (pred[c] < 0)
-      continue;
-    double end = s->cls[c].backlog / s->cls[c].workers + transfer(rt, c, t) + pred[c];
-    if (end < best_end) {
-      best_end = end;
-      best = c;
-    }
-  }
-  *predicted = best == UINT_MAX ? 0 : pred[best];
-  return best;
+  /* a calibration try counts as the time known elsewhere, if any */
+  *predicted = c[i].exec >= 0 ? c[i].exec : known >= 0 ? known : UNKNOWN_TIME;
+  return cls[i];
 }
 
 /* heft: places t by its predictions; false when they are not known yet

@@ -198,6 +198,29 @@ static void test_priorities(void **state) {
 
 /* Machine descriptions: the example of policy.h, and each kind of
  * mistake refused with what is wrong. */
+/* The decision both drivers share. */
+static void test_heft_pick(void **state) {
+  (void)state;
+  bool cal;
+  /* earliest finish, not earliest start nor fastest */
+  tdm_choice a[] = {{.start = 0, .exec = 5, .calibrated = true},
+                    {.start = 3, .exec = 1, .calibrated = true},
+                    {.start = 1, .exec = 4, .calibrated = true}};
+  assert_int_equal(tdm__heft_pick(a, 3, 3, &cal), 1);
+  assert_false(cal);
+  /* an uncalibrated candidate with room takes the task, fewest tries first */
+  tdm_choice b[] = {{.start = 0, .exec = 1, .calibrated = true},
+                    {.start = 9, .exec = -1, .calibrated = false, .trying = 2},
+                    {.start = 9, .exec = -1, .calibrated = false, .trying = 1}};
+  assert_int_equal(tdm__heft_pick(b, 3, 3, &cal), 2);
+  assert_true(cal);
+  /* no room left to calibrate: not known yet where */
+  b[1].trying = b[2].trying = 3;
+  assert_int_equal(tdm__heft_pick(b, 3, 3, &cal), -1);
+  assert_false(cal);
+  assert_int_equal(tdm__heft_pick(b, 0, 3, &cal), -1);
+}
+
 static void test_parse_machine(void **state) {
   (void)state;
   static const char *const names[] = {"gemm", "small", "potrf", "trsm", "syrk"};
@@ -289,6 +312,7 @@ int main(void) {
       cmocka_unit_test(test_two_gpus_share_by_speed),
       cmocka_unit_test(test_slowed_gpu_gets_less),
       cmocka_unit_test(test_priorities),
+      cmocka_unit_test(test_heft_pick),
       cmocka_unit_test(test_parse_machine),
       cmocka_unit_test(test_deterministic_and_bad_input),
   };
