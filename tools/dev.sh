@@ -74,6 +74,7 @@ case "${1:-}" in
     build/test/bench/bench-core
     build/test/bench/bench-opencl
     build/test/bench/bench-sched
+    build/test/bench/bench-hetero
     ;;
   info)
     setup build
