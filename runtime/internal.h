@@ -625,6 +625,9 @@ tdm_task *tdm__sched_idle_cpu(tdm_worker *w);
 /* A device worker is idle: a task for it from the other devices' queues,
  * when it would finish earlier here; or NULL. */
 tdm_task *tdm__sched_idle_device(tdm_runtime *rt, unsigned k);
+/* Tasks were pushed on a CPU worker's deque: under ws, idle devices are
+ * told (they take from the deques). */
+void tdm__sched_work_shown(tdm_runtime *rt);
 /* t finished on class `cls` (0: the CPU workers, 1 + k: device k) after
  * `seconds` of execution: the model learns, the backlog shrinks. */
 void tdm__sched_done(tdm_task *t, unsigned cls, double seconds);

@@ -313,6 +313,12 @@ tdm_task *tdm__sched_idle_device(tdm_runtime *rt, unsigned k) {
   return NULL;
 }
 
+void tdm__sched_work_shown(tdm_runtime *rt) {
+  if (rt->sched->policy == TDM_POLICY_WS)
+    for (unsigned k = 0; k < rt->ndevice_workers; k++)
+      rt->dev->kick(rt, k);
+}
+
 void tdm__sched_done(tdm_task *t, unsigned cls, double seconds) {
   tdm_runtime *rt = t->rt;
   tdm_sched *s = rt->sched;

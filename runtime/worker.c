@@ -136,8 +136,11 @@ static tdm_task *take_injected(tdm_worker *w) {
     pushed++;
     t = next;
   }
-  if (pushed)
+  if (pushed) {
     wake_one(rt);
+    if (rt->sched) /* ws: idle devices may take some */
+      tdm__sched_work_shown(rt);
+  }
   return t;
 }
 

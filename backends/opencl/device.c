@@ -48,6 +48,7 @@ const tdm_device_ops tdm__opencl_ops = {.name = "OpenCL"};
 
 #else
 #include "cl.h"
+#include "../../runtime/perfmodel.h"
 
 #include "tandem/opencl.h"
 
@@ -88,6 +89,10 @@ struct tdm_gpu {
   /* Recording: host time = device time + clock_offset; copies whose
    * times are not read yet (under mem_lock), and those read. */
   int64_t clock_offset;
+  /* The link, learnt from the copies' profiled times (under trace_lock),
+   * and the copies whose times are still to come (callbacks pending). */
+  tdm_link_model link;
+  _Atomic unsigned timing_copies;
   pthread_mutex_t trace_lock; /* a leaf lock: guards the two below */
   struct pending_copy {
     cl_event ev;
@@ -274,7 +279,8 @@ static tdm_status cl_start(tdm_runtime *rt) {
     /* recording: the device's own timestamps of each command */
     cl_command_queue_properties props = rt->recording ? CL_QUEUE_PROFILING_ENABLE : 0;
     g->compute = api->CreateCommandQueue(g->ctx, g->id, props, &e1);
-    g->transfer = api->CreateCommandQueue(g->ctx, g->id, props, &e2);
+    /* copies are always timed: they teach the link model */
+    g->transfer = api->CreateCommandQueue(g->ctx, g->id, CL_QUEUE_PROFILING_ENABLE, &e2);
     if (!g->compute || !g->transfer) {
       tdm__log(rt, TDM_LOG_ERROR, "OpenCL: device %u (%s): no command queue (error %d)", d,
                rt->devices[d].name, (int)(e1 ? e1 : e2));
@@ -310,6 +316,13 @@ static void cl_stop(tdm_runtime *rt) {
       CL_CHECK(rt, api->Finish(g->transfer), "clFinish");
       api->ReleaseCommandQueue(g->transfer);
     }
+    /* callbacks of completed copies may still be on their way */
+    while (atomic_load(&g->timing_copies))
+      tdm__sleep_until(tdm__now_ns() + 100000);
+    double lat, bw;
+    if (tdm__link_estimate(&g->link, &lat, &bw))
+      tdm__log(rt, TDM_LOG_INFO, "OpenCL: device %u: link learnt from %u copies: latency "
+               "%.1f us, bandwidth %.2f GB/s", g->device, g->link.n, lat * 1e6, bw / 1e9);
     for (size_t i = 0; i < g->npending; i++)
       api->ReleaseEvent(g->pending[i].ev);
     free(g->pending);
@@ -797,11 +810,45 @@ static cl_int copy_rect(const cl_api *api, cl_command_queue q, bool to_device, c
                                           host_pitch, 0, b->ptr, w->n, w->n ? w->ev : NULL, e);
 }
 
+typedef struct timed_copy {
+  tdm_gpu *g;
+  uint64_t bytes;
+} timed_copy;
+
+/* A copy completed: its profiled time teaches the link model. */
+static void CL_CALLBACK copy_timed(cl_event e, cl_int status, void *data) {
+  timed_copy *c = data;
+  tdm_gpu *g = c->g;
+  const cl_api *api = api_of(g->rt);
+  cl_ulong t0 = 0, t1 = 0;
+  if (status == CL_COMPLETE &&
+      api->GetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) ==
+          CL_SUCCESS &&
+      api->GetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) ==
+          CL_SUCCESS &&
+      t1 > t0) {
+    TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
+    tdm__link_observe(&g->link, c->bytes, 1e-9 * (double)(t1 - t0));
+    TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->trace_lock));
+  }
+  free(c);
+  atomic_fetch_sub(&g->timing_copies, 1); /* last: g may go once it is 0 */
+}
+
 static void count_copy(tdm_gpu *g, bool to_device, size_t bytes, cl_event e) {
   atomic_fetch_add_explicit(to_device ? &g->to_device : &g->to_host, bytes,
                             memory_order_relaxed);
   atomic_fetch_add_explicit(to_device ? &g->copies_to_device : &g->copies_to_host, 1,
                             memory_order_relaxed);
+  timed_copy *c = e ? malloc(sizeof *c) : NULL;
+  if (c) {
+    *c = (timed_copy){g, bytes};
+    atomic_fetch_add(&g->timing_copies, 1);
+    if (api_of(g->rt)->SetEventCallback(e, CL_COMPLETE, copy_timed, c) != CL_SUCCESS) {
+      atomic_fetch_sub(&g->timing_copies, 1);
+      free(c);
+    }
+  }
   if (!g->rt->trace_path || !e)
     return;
   const cl_api *api = api_of(g->rt);
@@ -1374,11 +1421,17 @@ static int cl_current(const tdm_runtime *rt) {
   return -1; /* devices have no thread of their own */
 }
 
-/* No copy is timed yet (that needs profiling on the transfer queue): a
- * PCIe-like link, 10 us and 8 GB/s, for devices with memory of their
- * own. */
+/* Until the link model has seen copies of two sizes: a PCIe-like link,
+ * 10 us and 8 GB/s. */
 #define CL_LATENCY 10e-6
 #define CL_BANDWIDTH 8e9
+
+static double link_time(tdm_gpu *g, uint64_t bytes) {
+  TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
+  double s = tdm__link_predict(&g->link, bytes);
+  TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->trace_lock));
+  return s >= 0 ? s : CL_LATENCY + (double)bytes / CL_BANDWIDTH;
+}
 
 static double cl_transfer_time(tdm_runtime *rt, unsigned k, const tdm_task *t) {
   unsigned node = k == UINT_MAX ? 0 : node_of(rt->gpus[k]);
@@ -1393,8 +1446,10 @@ static double cl_transfer_time(tdm_runtime *rt, unsigned k, const tdm_task *t) {
     if (valid & (1u << node))
       continue;
     /* from a device through the host, then to the device */
-    unsigned hops = (node != 0) + !(valid & 1u);
-    s += hops * (CL_LATENCY + (double)handle_bytes(h) / CL_BANDWIDTH);
+    if (!(valid & 1u))
+      s += link_time(rt->gpus[__builtin_ctz(valid) - 1], handle_bytes(h));
+    if (node)
+      s += link_time(rt->gpus[k], handle_bytes(h));
   }
   return s;
 }

@@ -8,16 +8,18 @@
  * Tiles are 128 x 128 doubles with plain C kernels (no BLAS). The lower
  * bound is tdm__vt_lower_bound (the larger of the critical path and the
  * work spread over every worker at its speed) on the same task graph,
- * from the same models: each kernel's time on a CPU worker as the
- * runtime's performance model learnt it during the runs (on the CPU-only
- * machine, which keeps no model, as measured here before the runs), and
- * the declared speed-ups of the emulated devices. PoCL runs on the same
- * two cores as the CPU workers, so its bound counts the CPU workers
- * only. Each configuration runs once to calibrate
+ * with each kernel's time on a CPU worker as it was in the runs (the
+ * median; times the time scale on an emulated machine, whose CPU tasks
+ * take that much longer) and the declared speed-ups of the emulated
+ * devices. PoCL runs on the same two cores as the CPU workers, so its
+ * bound counts the CPU workers only (with the kernels' times as PoCL's
+ * work on the same cores made them). Each configuration runs once to calibrate
  * the models (kept in a temporary cache directory), then `runs` times:
  * the median is shown.
  */
 #include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +28,6 @@
 
 #include "tandem.h"
 #include "tandem/opencl.h"
-#include "perfmodel.h"
 #include "vt-graphs.h"
 
 #define B 128 /* tile side */
@@ -146,17 +147,42 @@ static const tdm_opencl_variant trsm_cl = {
     .work_size = rows};
 
 enum { K_GEMM_NN, K_GEMM_NT, K_SYRK, K_TRSM, K_POTRF, NK };
+
+/* The durations of the kernels run by CPU workers in the timed runs. */
+#define MAX_SEEN 8192
+static tdm_runtime *current;
+static _Atomic bool recording;
+static double seen[NK][MAX_SEEN];
+static _Atomic unsigned nseen[NK];
+
+#define TIMED(kind, fn)                                                                       \
+  static void timed_##fn(const tdm_buffer *b, const void *args, size_t n) {                  \
+    double t0 = now_s();                                                                      \
+    fn(b, args, n);                                                                           \
+    double t = now_s() - t0;                                                                  \
+    int w = tdm_worker_id(current);                                                           \
+    if (atomic_load(&recording) && w >= 0 && (unsigned)w < tdm_runtime_ncpu_workers(current)) { \
+      unsigned i = atomic_fetch_add(&nseen[kind], 1);                                         \
+      if (i < MAX_SEEN)                                                                       \
+        seen[kind][i] = t;                                                                    \
+    }                                                                                         \
+  }
+TIMED(K_GEMM_NN, gemm_nn)
+TIMED(K_GEMM_NT, gemm_nt)
+TIMED(K_SYRK, syrk)
+TIMED(K_TRSM, trsm)
+TIMED(K_POTRF, potrf)
 /* codelet names match vt-graphs.h's (the bound) and the sim speed-ups */
 static tdm_codelet codelets[NK] = {
-    [K_GEMM_NN] = {.name = "gemm", .cpu_fn = gemm_nn, .nbuffers = 3,
+    [K_GEMM_NN] = {.name = "gemm", .cpu_fn = timed_gemm_nn, .nbuffers = 3,
                    .modes = {TDM_R, TDM_R, TDM_RW}, .opencl = &gemm_nn_cl},
-    [K_GEMM_NT] = {.name = "gemm", .cpu_fn = gemm_nt, .nbuffers = 3,
+    [K_GEMM_NT] = {.name = "gemm", .cpu_fn = timed_gemm_nt, .nbuffers = 3,
                    .modes = {TDM_R, TDM_R, TDM_RW}, .opencl = &gemm_nt_cl},
-    [K_SYRK] = {.name = "syrk", .cpu_fn = syrk, .nbuffers = 2, .modes = {TDM_R, TDM_RW},
+    [K_SYRK] = {.name = "syrk", .cpu_fn = timed_syrk, .nbuffers = 2, .modes = {TDM_R, TDM_RW},
                 .opencl = &syrk_cl},
-    [K_TRSM] = {.name = "trsm", .cpu_fn = trsm, .nbuffers = 2, .modes = {TDM_R, TDM_RW},
+    [K_TRSM] = {.name = "trsm", .cpu_fn = timed_trsm, .nbuffers = 2, .modes = {TDM_R, TDM_RW},
                 .opencl = &trsm_cl},
-    [K_POTRF] = {.name = "potrf", .cpu_fn = potrf, .nbuffers = 1, .modes = {TDM_RW}},
+    [K_POTRF] = {.name = "potrf", .cpu_fn = timed_potrf, .nbuffers = 1, .modes = {TDM_RW}},
 };
 
 /* ---- the two applications ------------------------------------------------ */
@@ -317,11 +343,19 @@ static void measure_kernels(void) {
   }
 }
 
-/* The lower bound on machine m. A tile's time on a CPU worker: what the
- * runtime's model learnt in the runs (median, in the cache directory
- * `dir`), else the time measured here (times the time scale); devices:
- * their declared speed-ups over that. */
-static double bound(const machine *m, unsigned nt, bool cholesky, const char *dir) {
+/* A kernel's time on a CPU worker in the timed runs (the median), else
+ * as measured before the runs. */
+static double kernel_seen(int k) {
+  unsigned n = atomic_load(&nseen[k]);
+  if (n > MAX_SEEN)
+    n = MAX_SEEN;
+  return n ? median(seen[k], (int)n) : kernel_time[k];
+}
+
+/* The lower bound on machine m, from the kernels' times on the CPU
+ * workers in the runs (times the time scale on an emulated machine, whose
+ * CPU tasks take that much longer) and the declared speed-ups. */
+static double bound(const machine *m, unsigned nt, bool cholesky) {
   static builder bl;
   static const char *const names[] = {"gemm", "small", "potrf", "trsm", "syrk"};
   char text[512];
@@ -337,29 +371,10 @@ static double bound(const machine *m, unsigned nt, bool cholesky, const char *di
   else
     tiled_gemm(&bl, nt);
   double scale = m->sim ? SCALE : 1;
-  double cpu_time[8] = {[GEMM] = kernel_time[cholesky ? K_GEMM_NT : K_GEMM_NN] * scale,
-                        [POTRF] = kernel_time[K_POTRF] * scale,
-                        [TRSM] = kernel_time[K_TRSM] * scale,
-                        [SYRK] = kernel_time[K_SYRK] * scale};
-  char path[128];
-  snprintf(path, sizeof path, "%s/perfmodel-v1.txt", dir);
-  tdm_perfmodel *pm = tdm__model_new();
-  if (pm && tdm__model_load(pm, path, NULL) == TDM_OK) {
-    const uint64_t tile = B * B * sizeof(double);
-    const struct {
-      int codelet;
-      const char *name;
-      uint64_t bytes;
-    } k[] = {{GEMM, "gemm", 3 * tile}, {SYRK, "syrk", 2 * tile}, {TRSM, "trsm", 2 * tile},
-             {POTRF, "potrf", tile}};
-    for (int i = 0; i < 4; i++) {
-      bool ok = false;
-      double t = tdm__model_predict(pm, k[i].name, k[i].bytes, "cpu", &ok);
-      if (ok && t > 0)
-        cpu_time[k[i].codelet] = t;
-    }
-  }
-  tdm__model_free(pm);
+  double cpu_time[8] = {[GEMM] = kernel_seen(cholesky ? K_GEMM_NT : K_GEMM_NN) * scale,
+                        [POTRF] = kernel_seen(K_POTRF) * scale,
+                        [TRSM] = kernel_seen(K_TRSM) * scale,
+                        [SYRK] = kernel_seen(K_SYRK) * scale};
   for (unsigned i = 0; i < bl.ntasks; i++)
     bl.tasks[i].cpu_time = cpu_time[bl.tasks[i].codelet];
   for (unsigned d = 0; d < bl.ndata; d++)
@@ -407,6 +422,7 @@ static void table(const char *what, unsigned nt, bool cholesky, int runs, bool w
         rmdir(dir);
         break;
       }
+      current = rt;
       run_app(rt, nt, cholesky); /* calibrates the models */
       uint64_t before_tasks = 0, before_bytes = 0;
       for (unsigned d = 0; d < ndev; d++) {
@@ -416,8 +432,12 @@ static void table(const char *what, unsigned nt, bool cholesky, int runs, bool w
         before_bytes += c.bytes_to_device + c.bytes_to_host;
       }
       double t[15];
+      for (int k = 0; k < NK; k++)
+        atomic_store(&nseen[k], 0);
+      atomic_store(&recording, true);
       for (int r = 0; r < runs; r++)
         t[r] = run_app(rt, nt, cholesky);
+      atomic_store(&recording, false);
       double err = check(nt, cholesky);
       uint64_t dev_tasks = 0, bytes = 0;
       for (unsigned d = 0; d < ndev; d++) {
@@ -427,7 +447,7 @@ static void table(const char *what, unsigned nt, bool cholesky, int runs, bool w
         bytes += c.bytes_to_device + c.bytes_to_host;
       }
       tdm_runtime_destroy(rt); /* saves the models */
-      double lb = bound(m, nt, cholesky, dir);
+      double lb = bound(m, nt, cholesky);
       char cmd[64];
       snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
       if (system(cmd) != 0)
