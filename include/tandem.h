@@ -436,7 +436,7 @@ TDM_API const char *tdm_device_class_name(tdm_device_class c);
  * numbered platform by platform, in the order OpenCL lists them. */
 typedef struct tdm_device_info {
   size_t struct_size;
-  unsigned platform; /**< its platform's number */
+  unsigned platform; /**< its platform's number (0 for an emulated device) */
   const char *name, *vendor, *driver_version;
   const char *opencl_version; /**< e.g. "OpenCL 3.0 ..." */
   tdm_device_class device_class;

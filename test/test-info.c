@@ -43,7 +43,7 @@ static const char *const tandem_vars[] = {
     "TANDEM_NWORKERS",       "TANDEM_BIND",         "TANDEM_SPIN_US",
     "TANDEM_LOG_LEVEL",      "TANDEM_SYNTHETIC_TOPOLOGY", "TANDEM_TOPOLOGY_XML",
     "TANDEM_DEVICES",        "TANDEM_OPENCL_CPU",   "TANDEM_DEVICE_MEMORY",
-    "TANDEM_OPENCL_LIBRARY",
+    "TANDEM_OPENCL_LIBRARY", "TANDEM_SIM",          "TANDEM_SCHED",
 };
 
 static int clean_env(void **state) {
@@ -296,6 +296,28 @@ static void test_no_devices(void **state) {
   json_free(doc);
 }
 
+/* Emulated devices: devices of their own class, each with a worker; the
+ * text lists them apart from OpenCL's. */
+static void test_emulated_devices(void **state) {
+  (void)state;
+  setenv("TANDEM_SIM", "gpu:gemm=10,latency=5us,bandwidth=16G;igpu:memory=shared,speedup=2", 1);
+  json *doc = check_json_matches_runtime();
+  const json *devs = json_get(doc, "devices");
+  assert_int_equal(devs->n, 2);
+  for (size_t i = 0; i < devs->n; i++) {
+    assert_string_equal(str(devs->items[i], "class"), "emulated");
+    assert_true(boolean(devs->items[i], "used"));
+  }
+  json_free(doc);
+  char *out;
+  assert_int_equal(run_tool("", &out), 0);
+  assert_non_null(strstr(out, "Emulated devices"));
+  assert_non_null(strstr(out, "Device 0: gpu, worker 2"));
+  assert_non_null(strstr(out, "Device 1: igpu, worker 3"));
+  assert_non_null(strstr(out, "emulated, on a thread of its own"));
+  free(out);
+}
+
 static void test_no_loader(void **state) {
   (void)state;
   setenv("TANDEM_OPENCL_LIBRARY", "/nonexistent/libOpenCL.so.1", 1);
@@ -394,6 +416,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup(test_cpu_devices_admitted, clean_env),
       cmocka_unit_test_setup(test_no_devices, clean_env),
       cmocka_unit_test_setup(test_no_loader, clean_env),
+      cmocka_unit_test_setup(test_emulated_devices, clean_env),
       cmocka_unit_test_setup(test_text_output, clean_env),
 #ifdef TDM_FAKE_OPENCL
       cmocka_unit_test_setup(test_fake_machine, clean_env),

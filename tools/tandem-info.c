@@ -10,6 +10,7 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,7 +215,7 @@ static void print_text(const view *v, const log_store *log) {
              v->kinds[k].worker_ids);
   }
 
-  printf("\nWorkers: %u on CPU cores (one thread per usable core), %u for OpenCL devices\n",
+  printf("\nWorkers: %u on CPU cores (one thread per usable core), %u for devices\n",
          m->cpu_workers, m->device_workers);
   for (unsigned w = 0; w < v->nworkers; w++) {
     const tdm_worker_info *wi = &v->workers[w];
@@ -226,8 +227,10 @@ static void print_text(const view *v, const log_store *log) {
         printf(", NUMA node %d", wi->numa_node);
       printf("\n");
     } else {
-      printf("  worker %-3u device  device %d (%s); uses no CPU core of its own\n", w,
-             wi->device, v->devices[wi->device].name);
+      bool emulated = v->devices[wi->device].device_class == TDM_DEVICE_EMULATED;
+      printf("  worker %-3u device  device %d (%s); %s\n", w, wi->device,
+             v->devices[wi->device].name,
+             emulated ? "emulated, on a thread of its own" : "uses no CPU core of its own");
     }
   }
 
@@ -277,6 +280,19 @@ static void print_text(const view *v, const log_store *log) {
       else
         printf("      Used:     no (%s)\n", without(d->usage, "not used: "));
     }
+  }
+  bool header = false;
+  for (unsigned i = 0; i < m->opencl_devices; i++) {
+    const tdm_device_info *d = &v->devices[i];
+    if (d->device_class != TDM_DEVICE_EMULATED)
+      continue;
+    if (!header)
+      printf("\nEmulated devices (tdm_config.sim, TANDEM_SIM)\n");
+    header = true;
+    printf("  Device %u: %s, worker %d\n", i, d->name, d->worker);
+    printf("    Memory: %s; %s\n", d->shared_memory ? "shared with the host" : "its own",
+           d->memory_reason);
+    printf("    Speed:  %s\n", without(d->usage, "used: "));
   }
   unsigned warnings = 0;
   for (size_t i = 0; i < log->n; i++)
