@@ -644,10 +644,27 @@ tdm_task *tdm__any_take(tdm_runtime *rt);
 /* Into a queue linked through pool_next (*head .. *tail): after the
  * tasks of the same or a higher priority, before the others. */
 void tdm__queue_put(tdm_task **head, tdm_task **tail, tdm_task *t);
-/* From a queue linked through pool_next (*head .. *tail): unlinks and
- * returns the last task if `want` accepts it (NULL: any), else NULL. */
-tdm_task *tdm__queue_take(tdm_task **head, tdm_task **tail, bool (*want)(tdm_task *, void *),
-                          void *data);
+
+/* The tasks placed on a device and not started, in priority order (each
+ * backend guards one with its device's lock; `queued` may be read
+ * without it). */
+typedef struct tdm_devq {
+  tdm_task *head, *tail;
+  _Atomic unsigned queued;
+} tdm_devq;
+/* Lock held: puts t in its place; puts t first (a task that could not
+ * start yet); takes the first, or NULL. */
+void tdm__devq_put(tdm_devq *q, tdm_task *t);
+void tdm__devq_put_first(tdm_devq *q, tdm_task *t);
+tdm_task *tdm__devq_pop(tdm_devq *q);
+/* The next task for device k: the first of q, else (the lock dropped
+ * meanwhile) one from the shared queue, else one waiting elsewhere that
+ * would finish earlier on k (sched.c). Lock held. */
+tdm_task *tdm__devq_next(tdm_runtime *rt, unsigned k, tdm_devq *q, pthread_mutex_t *lock);
+/* Lock not held: takes the last task of q, not started, if `want`
+ * accepts it (called under the lock), else NULL; cheap when q is empty. */
+tdm_task *tdm__devq_take(tdm_runtime *rt, tdm_devq *q, pthread_mutex_t *lock,
+                         bool (*want)(tdm_task *, void *), void *data);
 /* Wakes a worker to finish completed device tasks (any thread). */
 void tdm__wake_for_completion(tdm_runtime *rt);
 

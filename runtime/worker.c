@@ -228,18 +228,61 @@ void tdm__queue_put(tdm_task **head, tdm_task **tail, tdm_task *t) {
   *at = t;
 }
 
-tdm_task *tdm__queue_take(tdm_task **head, tdm_task **tail, bool (*want)(tdm_task *, void *),
-                          void *data) {
-  tdm_task *last = *tail, *prev = NULL;
-  if (!last || (want && !want(last, data)))
+void tdm__devq_put(tdm_devq *q, tdm_task *t) {
+  tdm__queue_put(&q->head, &q->tail, t);
+  q->queued++;
+}
+
+void tdm__devq_put_first(tdm_devq *q, tdm_task *t) {
+  t->pool_next = q->head;
+  q->head = t;
+  if (!q->tail)
+    q->tail = t;
+  q->queued++;
+}
+
+tdm_task *tdm__devq_pop(tdm_devq *q) {
+  tdm_task *t = q->head;
+  if (t) {
+    q->head = t->pool_next;
+    if (!q->head)
+      q->tail = NULL;
+    q->queued--;
+  }
+  return t;
+}
+
+tdm_task *tdm__devq_next(tdm_runtime *rt, unsigned k, tdm_devq *q, pthread_mutex_t *lock) {
+  tdm_task *t = tdm__devq_pop(q);
+  if (t)
+    return t;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(lock));
+  t = tdm__sched_take_shared(rt, 1 + k);
+  if (!t)
+    t = tdm__sched_idle_device(rt, k);
+  TDM_PTHREAD(rt, pthread_mutex_lock(lock));
+  return t;
+}
+
+tdm_task *tdm__devq_take(tdm_runtime *rt, tdm_devq *q, pthread_mutex_t *lock,
+                         bool (*want)(tdm_task *, void *), void *data) {
+  if (!atomic_load_explicit(&q->queued, memory_order_relaxed))
     return NULL;
-  for (tdm_task *t = *head; t != last; t = t->pool_next)
+  TDM_PTHREAD(rt, pthread_mutex_lock(lock));
+  tdm_task *last = q->tail, *prev = NULL;
+  if (!last || (want && !want(last, data))) {
+    TDM_PTHREAD(rt, pthread_mutex_unlock(lock));
+    return NULL;
+  }
+  for (tdm_task *t = q->head; t != last; t = t->pool_next)
     prev = t;
   if (prev)
     prev->pool_next = NULL;
   else
-    *head = NULL;
-  *tail = prev;
+    q->head = NULL;
+  q->tail = prev;
+  q->queued--;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(lock));
   return last;
 }
 

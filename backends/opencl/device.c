@@ -71,8 +71,7 @@ struct tdm_gpu {
   cl_device_id id;
   cl_command_queue compute, transfer;
   pthread_mutex_t lock; /* guards all below */
-  tdm_task *head, *tail; /* tasks placed here, not yet launched */
-  _Atomic unsigned queued; /* their number (read without the lock) */
+  tdm_devq q; /* tasks placed here, not yet launched */
   unsigned inflight, cap;
   program *programs;
   /* memory (discrete devices), under mem_lock, a leaf lock (only handle
@@ -1343,45 +1342,19 @@ static int launch(tdm_gpu *g, tdm_task *t) {
   return LAUNCHED;
 }
 
-/* Takes a task for g: its own queue first, then one from the queue every
- * kind of worker takes from, then one waiting elsewhere that would finish
- * earlier here. g->lock held, dropped while looking elsewhere. */
-static tdm_task *next_for(tdm_gpu *g) {
-  tdm_runtime *rt = g->rt;
-  tdm_task *t = g->head;
-  if (t) {
-    g->head = t->pool_next;
-    if (!g->head)
-      g->tail = NULL;
-    g->queued--;
-    return t;
-  }
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
-  t = tdm__sched_take_shared(rt, 1 + g->k);
-  if (!t)
-    t = tdm__sched_idle_device(rt, g->k);
-  TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
-  return t;
-}
-
 static void pump(tdm_gpu *g) {
   tdm_runtime *rt = g->rt;
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   while (g->inflight < g->cap) {
-    tdm_task *t = next_for(g);
+    tdm_task *t = tdm__devq_next(rt, g->k, &g->q, &g->lock);
     if (!t)
       break;
     if (g->inflight >= g->cap) { /* filled while the lock was dropped */
-      tdm__queue_put(&g->head, &g->tail, t);
-      g->queued++;
+      tdm__devq_put(&g->q, t);
       break;
     }
     if (launch(g, t) == RETRY) { /* first in line once room comes back */
-      t->pool_next = g->head;
-      g->head = t;
-      if (!g->tail)
-        g->tail = t;
-      g->queued++;
+      tdm__devq_put_first(&g->q, t);
       break;
     }
   }
@@ -1393,23 +1366,14 @@ static void pump(tdm_gpu *g) {
 static void cl_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
   tdm_gpu *g = rt->gpus[k];
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
-  tdm__queue_put(&g->head, &g->tail, t);
-  g->queued++;
+  tdm__devq_put(&g->q, t);
   TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
   pump(g);
 }
 
 static tdm_task *cl_take(tdm_runtime *rt, unsigned k, bool (*want)(tdm_task *, void *),
                          void *data) {
-  tdm_gpu *g = rt->gpus[k];
-  if (!atomic_load_explicit(&g->queued, memory_order_relaxed))
-    return NULL;
-  TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
-  tdm_task *t = tdm__queue_take(&g->head, &g->tail, want, data);
-  if (t)
-    g->queued--;
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
-  return t;
+  return tdm__devq_take(rt, &rt->gpus[k]->q, &rt->gpus[k]->lock, want, data);
 }
 
 static void cl_kick(tdm_runtime *rt, unsigned k) {

@@ -46,8 +46,7 @@ typedef struct sim_dev {
    * locks (a leaf). */
   pthread_mutex_t lock; /* guards the queue, stop, idle */
   pthread_cond_t cond;
-  tdm_task *head, *tail;
-  _Atomic unsigned queued;
+  tdm_devq q;
   bool stop, idle;
   pthread_mutex_t link_lock;
   uint64_t link_free[2]; /* ns: when the link is free to the device, to the host */
@@ -362,32 +361,13 @@ static void run(sim_dev *d, tdm_task *t) {
   tdm__task_finish(t);
 }
 
-/* The next task for d (d->lock held; dropped while looking elsewhere). */
-static tdm_task *next_for(sim_dev *d) {
-  tdm_runtime *rt = d->rt;
-  tdm_task *t = d->head;
-  if (t) {
-    d->head = t->pool_next;
-    if (!d->head)
-      d->tail = NULL;
-    d->queued--;
-    return t;
-  }
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&d->lock));
-  t = tdm__sched_take_shared(rt, 1 + d->k);
-  if (!t)
-    t = tdm__sched_idle_device(rt, d->k);
-  TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
-  return t;
-}
-
 static void *device_main(void *arg) {
   sim_dev *d = arg;
   tdm_runtime *rt = d->rt;
   self = d;
   TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
   for (;;) {
-    tdm_task *t = next_for(d);
+    tdm_task *t = tdm__devq_next(rt, d->k, &d->q, &d->lock);
     if (t) {
       TDM_PTHREAD(rt, pthread_mutex_unlock(&d->lock));
       run(d, t);
@@ -396,7 +376,7 @@ static void *device_main(void *arg) {
     }
     if (d->stop)
       break;
-    if (d->head)
+    if (d->q.head)
       continue; /* pushed while the lock was dropped */
     d->idle = true;
     TDM_PTHREAD(rt, pthread_cond_wait(&d->cond, &d->lock));
@@ -420,8 +400,8 @@ static void sim_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
   sim_dev *d = &rt->sim->dev[k];
   fetch(t, node_of(d)); /* its inputs start moving now */
   TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
-  tdm__queue_put(&d->head, &d->tail, t);
-  unsigned queued = ++d->queued;
+  tdm__devq_put(&d->q, t);
+  unsigned queued = d->q.queued;
   if (d->idle)
     TDM_PTHREAD(rt, pthread_cond_signal(&d->cond));
   TDM_PTHREAD(rt, pthread_mutex_unlock(&d->lock));
@@ -436,14 +416,7 @@ static void sim_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
 static tdm_task *sim_take(tdm_runtime *rt, unsigned k, bool (*want)(tdm_task *, void *),
                           void *data) {
   sim_dev *d = &rt->sim->dev[k];
-  if (!atomic_load_explicit(&d->queued, memory_order_relaxed))
-    return NULL;
-  TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
-  tdm_task *t = tdm__queue_take(&d->head, &d->tail, want, data);
-  if (t)
-    d->queued--;
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&d->lock));
-  return t;
+  return tdm__devq_take(rt, &d->q, &d->lock, want, data);
 }
 
 static int sim_current(const tdm_runtime *rt) {
