@@ -5,7 +5,8 @@
  * A 2048 x 2048 image is cut into tiles. Each tile is blurred into a
  * second image (reading its own tile and the same tile of the source; a
  * CPU task), then brightened in place (a task with a CPU and an OpenCL
- * variant: it runs on whichever is free first), and a last stage sums
+ * variant: it runs where the placement policy predicts it finishes
+ * first, TANDEM_SCHED to choose another policy), and a last stage sums
  * every tile into a bucket per tile row (CPU). The dependencies come from
  * the access modes alone; the data follows the tasks between host and
  * device. The demo checks the result against a sequential run and prints
