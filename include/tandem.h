@@ -238,7 +238,9 @@ typedef struct tdm_config {
    * default: inputs cross a link of `latency` (s, ms, us, ns) and
    * `bandwidth` (bytes/s, with k, M, G, T)) or shared (no copies);
    * slow_at, slow_factor: from slow_at on (after creation) the device
-   * runs slow_factor times slower, as a throttling GPU does. An emulated
+   * runs slow_factor times slower, as a throttling GPU does. A class named
+   * "cpu.N" declares instead the speed of the machine's kind N of core
+   * (a hybrid chip's efficiency cores, say: their tasks are stretched). An emulated
    * device runs a task's CPU variant on a thread of its own, then waits
    * until the modelled time has passed. Data stays in host memory; which
    * node holds the current contents is tracked as for a real device, and

@@ -585,6 +585,10 @@ extern const tdm_device_ops tdm__sim_ops;    /* backends/sim/sim.c */
  * the description is bad. */
 tdm_status tdm__sim_setup(tdm_runtime *rt, const char *text);
 void tdm__sim_free(tdm_runtime *rt);
+/* How many times its real duration task t takes on CPU worker `worker`
+ * of an emulated machine: the time scale, over the speed declared for
+ * its kind of core ("cpu.N", default 1). */
+double tdm__sim_cpu_factor(const tdm_runtime *rt, unsigned worker, const tdm_task *t);
 /* Sleeps the calling thread until tdm__now_ns() reaches `until`. */
 void tdm__sleep_until(uint64_t until);
 
@@ -614,11 +618,17 @@ tdm_status tdm__gpu_prepare(tdm_runtime *rt, tdm_task *t, const char *what);
 
 /* Sends a ready codelet task where it will run, by the runtime's policy. */
 void tdm__place(tdm_runtime *rt, tdm_task *t);
-/* From the queue every kind of worker takes from, a task that class cls
- * (0: CPU workers, 1 + k: device k) can run; or NULL. Under heft, tasks
+/* From the queue every kind of worker takes from, a task that worker
+ * `worker` (a CPU worker's id, or nworkers + k for device k) can run; or
+ * NULL. Under heft, tasks
  * shared while their execution times were unknown are placed by their
  * predictions instead, once known. */
-tdm_task *tdm__sched_take_shared(tdm_runtime *rt, unsigned cls);
+tdm_task *tdm__sched_take_shared(tdm_runtime *rt, unsigned worker);
+/* A CPU worker of a hybrid chip: a task placed on its kind of core by
+ * another thread; others: of any kind. NULL if none. */
+tdm_task *tdm__sched_take_kind(tdm_worker *w, bool others);
+/* Whether tasks wait in the kinds' queues (before a worker parks). */
+bool tdm__sched_queued(const tdm_runtime *rt);
 /* An idle CPU worker: a task queued on a device that would finish
  * earlier on the CPU (heft, ws), taken back for w to run; or NULL. */
 tdm_task *tdm__sched_idle_cpu(tdm_worker *w);
@@ -628,9 +638,10 @@ tdm_task *tdm__sched_idle_device(tdm_runtime *rt, unsigned k);
 /* Tasks were pushed on a CPU worker's deque: under ws, idle devices are
  * told (they take from the deques). */
 void tdm__sched_work_shown(tdm_runtime *rt);
-/* t finished on class `cls` (0: the CPU workers, 1 + k: device k) after
- * `seconds` of execution: the model learns, the backlog shrinks. */
-void tdm__sched_done(tdm_task *t, unsigned cls, double seconds);
+/* t finished on worker `worker` (a CPU worker's id, or nworkers + k for
+ * device k) after `seconds` of execution: the model of its kind of
+ * worker learns, the backlog shrinks. */
+void tdm__sched_done(tdm_task *t, unsigned worker, double seconds);
 /* Whether t's duration should be measured (the scheduler learns it). */
 static inline bool tdm__sched_timed(const tdm_task *t) {
   return t->gpu_ok && t->rt->sched;

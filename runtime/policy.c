@@ -653,7 +653,10 @@ tdm_status tdm__vt_parse_machine(const char *text, const char *const *codelets,
       BAD("class name \"%.*s\" longer than %zu characters", (int)nlen, p, sizeof c->name - 1);
     memcpy(c->name, p, nlen);
     c->workers = 1;
-    bool is_cpu = nlen == 3 && !strncmp(p, "cpu", 3), shared = is_cpu;
+    /* "cpu", and "cpu.N" (a kind of core, for emulated machines), work in
+     * the host's memory */
+    bool is_cpu = (nlen == 3 && !strncmp(p, "cpu", 3)) || (nlen > 4 && !strncmp(p, "cpu.", 4)),
+         shared = is_cpu;
     for (int k = 0; k < 8; k++)
       c->speedup[k] = 1;
     double latency = 0, bandwidth = 0;

@@ -441,8 +441,8 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
              hwloc_topology_is_thissystem(rt->topo);
   /* the devices last: an emulated device's thread looks at the CPU
    * workers' deques */
-  if ((st = setup_devices(rt)) || (st = tdm__sched_start(rt)) ||
-      (st = tdm__machine_describe(rt)) || (st = start_workers(rt)) ||
+  if ((st = setup_devices(rt)) || (st = tdm__machine_describe(rt)) ||
+      (st = tdm__sched_start(rt)) || (st = start_workers(rt)) ||
       (rt->dev && (st = rt->dev->start(rt))))
     goto fail;
   atomic_store_explicit(&rt->devices_ready, true, memory_order_release);

@@ -48,8 +48,21 @@ typedef struct sclass {
   unsigned calibrating; /* tasks placed here to calibrate, not finished */
 } sclass;
 
+/* CPU workers of one kind (hybrid chips): the tasks placed on them by a
+ * thread that is not one of them. Its lock is a leaf. */
+typedef struct kind_queue {
+  pthread_mutex_t lock;
+  tdm_devq q;
+} kind_queue;
+
+#define MAX_CPU_CLASSES 8
+
 struct tdm_sched {
   tdm_policy policy;
+  /* Classes: 0 .. ncpu-1 the CPU workers of each kind (one class where
+   * the cores are all alike), then ncpu + k device worker k. */
+  unsigned ncpu;
+  kind_queue *kq; /* per CPU kind, when ncpu > 1 */
   pthread_mutex_t lock; /* guards all below */
   tdm_perfmodel *model;
   bool dirty;
@@ -62,12 +75,25 @@ static const char *codelet_name(const tdm_task *t) {
   return t->cl->name ? t->cl->name : "(unnamed)";
 }
 
+/* Device k's class. */
+static unsigned dev_cls(const tdm_sched *s, unsigned k) {
+  return s->ncpu + k;
+}
+
+/* The class of worker w (CPU workers first, then device workers). */
+static unsigned class_of(const tdm_runtime *rt, unsigned w) {
+  const tdm_sched *s = rt->sched;
+  if (w >= rt->nworkers)
+    return dev_cls(s, w - rt->nworkers);
+  return s->ncpu > 1 ? rt->plan.kind_of[w] : 0;
+}
+
 /* Whether class c can run t. */
 static bool runs(tdm_runtime *rt, unsigned c, const tdm_task *t) {
-  (void)rt;
-  if (c == 0)
+  const tdm_sched *s = rt->sched;
+  if (c < s->ncpu)
     return t->cl->cpu_fn != NULL;
-  return (t->dev_mask >> (c - 1)) & 1;
+  return (t->dev_mask >> (c - s->ncpu)) & 1;
 }
 
 /* The model's prediction for t on class c (lock held): seconds, or < 0;
@@ -78,7 +104,8 @@ static double predict(tdm_sched *s, const tdm_task *t, unsigned c, bool *calibra
 }
 
 static double transfer(tdm_runtime *rt, unsigned c, const tdm_task *t) {
-  return rt->dev->transfer_time(rt, c ? c - 1 : UINT_MAX, t);
+  unsigned ncpu = rt->sched->ncpu;
+  return rt->dev->transfer_time(rt, c < ncpu ? UINT_MAX : c - ncpu, t);
 }
 
 static uint64_t next_random(uint64_t *x) {
@@ -89,12 +116,52 @@ static uint64_t next_random(uint64_t *x) {
   return *x;
 }
 
-/* Sends t to class c, which the scheduler counts as predicted. */
+/* Sends t to class c, which the scheduler counts as predicted. CPU
+ * workers of one kind: the calling worker's deque if it is one of them,
+ * else their kind's queue. */
 static void send(tdm_runtime *rt, tdm_task *t, unsigned c) {
-  if (c == 0)
+  tdm_sched *s = rt->sched;
+  if (c >= s->ncpu) {
+    rt->dev->push(rt, c - s->ncpu, t);
+    return;
+  }
+  tdm_worker *w = tdm__self_in(rt);
+  if (s->ncpu == 1 || (w && class_of(rt, w->id) == c)) {
     tdm__schedule(rt, t);
-  else
-    rt->dev->push(rt, c - 1, t);
+    return;
+  }
+  TDM_PTHREAD(rt, pthread_mutex_lock(&s->kq[c].lock));
+  tdm__devq_put(&s->kq[c].q, t);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&s->kq[c].lock));
+  tdm__wake_for_completion(rt); /* a sleeping worker, of any kind */
+}
+
+tdm_task *tdm__sched_take_kind(tdm_worker *w, bool others) {
+  tdm_runtime *rt = w->rt;
+  tdm_sched *s = rt->sched;
+  if (!s || s->ncpu == 1)
+    return NULL;
+  unsigned own = class_of(rt, w->id);
+  for (unsigned i = 0; i < (others ? s->ncpu : 1); i++) {
+    unsigned c = (own + i) % s->ncpu;
+    kind_queue *k = &s->kq[c];
+    if (!atomic_load_explicit(&k->q.queued, memory_order_relaxed))
+      continue;
+    TDM_PTHREAD(rt, pthread_mutex_lock(&k->lock));
+    tdm_task *t = tdm__devq_pop(&k->q);
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&k->lock));
+    if (t)
+      return t;
+  }
+  return NULL;
+}
+
+bool tdm__sched_queued(const tdm_runtime *rt) {
+  const tdm_sched *s = rt->sched;
+  for (unsigned c = 0; s && s->kq && c < s->ncpu; c++)
+    if (atomic_load(&s->kq[c].q.queued))
+      return true;
+  return false;
 }
 
 /* heft: the class where t finishes first (tdm__heft_pick, shared with
@@ -102,8 +169,8 @@ static void send(tdm_runtime *rt, tdm_task *t, unsigned c) {
  * where (lock held). */
 static unsigned heft_choose(tdm_runtime *rt, tdm_sched *s, tdm_task *t, double *predicted,
                             bool *calib) {
-  tdm_choice c[TDM_MAX_DEVICE_WORKERS + 1];
-  unsigned cls[TDM_MAX_DEVICE_WORKERS + 1], n = 0;
+  tdm_choice c[TDM_MAX_DEVICE_WORKERS + MAX_CPU_CLASSES];
+  unsigned cls[TDM_MAX_DEVICE_WORKERS + MAX_CPU_CLASSES], n = 0;
   double known = -1;
   for (unsigned k = 0; k < s->nclasses; k++) {
     if (!runs(rt, k, t))
@@ -155,8 +222,11 @@ static void share(tdm_runtime *rt, tdm_task *t) {
     rt->dev->kick(rt, k);
 }
 
-tdm_task *tdm__sched_take_shared(tdm_runtime *rt, unsigned cls) {
+tdm_task *tdm__sched_take_shared(tdm_runtime *rt, unsigned worker) {
   tdm_sched *s = rt->sched;
+  if (!s)
+    return NULL;
+  unsigned cls = class_of(rt, worker);
   /* heft: tasks shared while their times were unknown are placed by
    * their predictions once known (a few at a time: the caller has work
    * to do) */
@@ -164,7 +234,7 @@ tdm_task *tdm__sched_take_shared(tdm_runtime *rt, unsigned cls) {
     tdm_task *t = tdm__any_take(rt);
     if (!t)
       return NULL;
-    if (s && s->policy == TDM_POLICY_HEFT && heft_place(rt, t))
+    if (s->policy == TDM_POLICY_HEFT && heft_place(rt, t))
       continue;
     if (runs(rt, cls, t))
       return t;
@@ -189,7 +259,7 @@ void tdm__place(tdm_runtime *rt, tdm_task *t) {
     return;
   case TDM_POLICY_WS: {
     int k = rt->dev->current(rt);
-    if (k >= 0 && runs(rt, 1 + (unsigned)k, t)) {
+    if (k >= 0 && runs(rt, dev_cls(s, (unsigned)k), t)) {
       rt->dev->push(rt, (unsigned)k, t);
     } else if (t->cl->cpu_fn) {
       tdm__schedule(rt, t);
@@ -280,9 +350,9 @@ static tdm_task *take_for(tdm_runtime *rt, unsigned to) {
   if (!s || (s->policy != TDM_POLICY_HEFT && s->policy != TDM_POLICY_WS))
     return NULL;
   for (unsigned j = 0; j < rt->ndevice_workers; j++) {
-    if (1 + j == to)
+    if (dev_cls(s, j) == to)
       continue;
-    steal_ctx x = {.rt = rt, .to = to, .from = 1 + j};
+    steal_ctx x = {.rt = rt, .to = to, .from = dev_cls(s, j)};
     tdm_task *t = rt->dev->take(rt, j, worth_taking, &x);
     if (t)
       return t;
@@ -291,12 +361,15 @@ static tdm_task *take_for(tdm_runtime *rt, unsigned to) {
 }
 
 tdm_task *tdm__sched_idle_cpu(tdm_worker *w) {
-  return take_for(w->rt, 0);
+  tdm_task *t = take_for(w->rt, class_of(w->rt, w->id));
+  /* tasks queued for other kinds of core: never left waiting while a
+   * core is idle */
+  return t ? t : tdm__sched_take_kind(w, true);
 }
 
 tdm_task *tdm__sched_idle_device(tdm_runtime *rt, unsigned k) {
-  tdm_task *t = take_for(rt, 1 + k);
   tdm_sched *s = rt->sched;
+  tdm_task *t = take_for(rt, dev_cls(s, k));
   if (t || !s || s->policy != TDM_POLICY_WS)
     return t;
   /* ws: the CPU workers' deques too; a task this device cannot run goes
@@ -305,7 +378,7 @@ tdm_task *tdm__sched_idle_device(tdm_runtime *rt, unsigned k) {
     t = tdm_deque_steal(&rt->workers[i].deque);
     if (!t)
       continue;
-    if (t->gpu_ok && runs(rt, 1 + k, t))
+    if (t->gpu_ok && runs(rt, dev_cls(s, k), t))
       return t;
     tdm__schedule(rt, t);
     return NULL;
@@ -319,11 +392,12 @@ void tdm__sched_work_shown(tdm_runtime *rt) {
       rt->dev->kick(rt, k);
 }
 
-void tdm__sched_done(tdm_task *t, unsigned cls, double seconds) {
+void tdm__sched_done(tdm_task *t, unsigned worker, double seconds) {
   tdm_runtime *rt = t->rt;
   tdm_sched *s = rt->sched;
   if (!s)
     return;
+  unsigned cls = class_of(rt, worker);
   TDM_PTHREAD(rt, pthread_mutex_lock(&s->lock));
   if (t->sched_cls >= 0) {
     sclass *c = &s->cls[t->sched_cls];
@@ -354,34 +428,65 @@ tdm_status tdm__sched_start(tdm_runtime *rt) {
   if (!s)
     return TDM_ERR_NO_MEMORY;
   s->policy = rt->policy;
-  s->nclasses = 1 + rt->ndevice_workers;
+  s->ncpu = rt->plan.nkinds > 1 && rt->plan.nkinds <= MAX_CPU_CLASSES ? rt->plan.nkinds : 1;
+  s->nclasses = s->ncpu + rt->ndevice_workers;
   s->cls = calloc(s->nclasses, sizeof *s->cls);
+  s->kq = s->ncpu > 1 ? calloc(s->ncpu, sizeof *s->kq) : NULL;
   s->model = tdm__model_new();
   s->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)rt;
-  int err = pthread_mutex_init(&s->lock, NULL);
-  if (err || !s->cls || !s->model) {
-    if (!err)
-      pthread_mutex_destroy(&s->lock);
-    else
+  int err = 0;
+  if (s->cls && s->model && (s->ncpu == 1 || s->kq)) {
+    unsigned nlocks = 0;
+    bool lock_made = !(err = pthread_mutex_init(&s->lock, NULL));
+    while (!err && s->kq && nlocks < s->ncpu &&
+           !(err = pthread_mutex_init(&s->kq[nlocks].lock, NULL)))
+      nlocks++;
+    if (err) { /* undo what was made */
+      for (unsigned i = 0; i < nlocks; i++)
+        pthread_mutex_destroy(&s->kq[i].lock);
+      if (lock_made)
+        pthread_mutex_destroy(&s->lock);
+    }
+  }
+  if (err || !s->cls || !s->model || (s->ncpu > 1 && !s->kq)) {
+    if (err)
       tdm__log(rt, TDM_LOG_ERROR, "pthread_mutex_init: %s", strerror(err));
     tdm__model_free(s->model);
+    free(s->kq);
     free(s->cls);
     free(s);
     return err ? TDM_ERR_SYSTEM : TDM_ERR_NO_MEMORY;
   }
-  snprintf(s->cls[0].name, sizeof s->cls[0].name, "cpu");
-  s->cls[0].workers = rt->nworkers;
+  for (unsigned c = 0; c < s->ncpu; c++) {
+    if (s->ncpu == 1) {
+      snprintf(s->cls[c].name, sizeof s->cls[c].name, "cpu");
+      s->cls[c].workers = rt->nworkers;
+      continue;
+    }
+    tdm_cpu_kind_info ki = {.struct_size = sizeof ki};
+    const char *kind = tdm_runtime_cpu_kind(rt, c, &ki) == TDM_OK ? ki.name : NULL;
+    snprintf(s->cls[c].name, sizeof s->cls[c].name, "cpu:%s", kind && *kind ? kind : "");
+    if (!kind || !*kind) /* unnamed kinds: by rank */
+      snprintf(s->cls[c].name, sizeof s->cls[c].name, "cpu:kind%u", c);
+    for (unsigned w = 0; w < rt->nworkers; w++)
+      s->cls[c].workers += rt->plan.kind_of[w] == c;
+    if (!s->cls[c].workers)
+      s->cls[c].workers = 1; /* no worker of this kind: never chosen */
+  }
   for (unsigned k = 0; k < rt->ndevice_workers; k++) {
     const tdm_device_record *d = &rt->devices[rt->device_of[k]];
-    snprintf(s->cls[1 + k].name, sizeof s->cls[1 + k].name, "%s:%s", rt->dev->name, d->name);
-    s->cls[1 + k].workers = 1;
+    sclass *c = &s->cls[dev_cls(s, k)];
+    snprintf(c->name, sizeof c->name, "%s:%s", rt->dev->name, d->name);
+    c->workers = 1;
   }
   char path[4096];
   if (model_path(rt, path, sizeof path))
     tdm__model_load(s->model, path, rt); /* a bad file is logged and ignored */
   rt->sched = s;
-  tdm__log(rt, TDM_LOG_INFO, "placement policy %s between %u CPU workers and %u devices",
-           tdm__policy_name(s->policy), rt->nworkers, rt->ndevice_workers);
+  tdm__log(rt, TDM_LOG_INFO,
+           "placement policy %s between %u CPU workers (%u %s) and %u devices",
+           tdm__policy_name(s->policy), rt->nworkers, s->ncpu,
+           s->ncpu == 1 ? "kind" : "kinds", rt->ndevice_workers);
   return TDM_OK;
 }
 
@@ -394,6 +499,9 @@ void tdm__sched_stop(tdm_runtime *rt) {
     tdm__model_save(s->model, path, rt);
   tdm__model_free(s->model);
   pthread_mutex_destroy(&s->lock);
+  for (unsigned c = 0; s->kq && c < s->ncpu; c++)
+    pthread_mutex_destroy(&s->kq[c].lock);
+  free(s->kq);
   free(s->cls);
   free(s);
   rt->sched = NULL;

@@ -711,19 +711,19 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
   if (rt->ndevice_workers && !tdm__host_ready(t))
     return; /* its inputs are coming home; it is queued again then */
   tdm__count(&w->tasks_run, 1);
-  if (!rt->recording && !rt->dev) {
+  if (!rt->recording && !rt->dev && !rt->sim) {
     tdm__cpu_run(t);
-  } else { /* timed when tracing or counting, or for the scheduler */
-    bool timed = rt->timing || rt->dev;
+  } else { /* timed when tracing or counting, for the scheduler, emulated */
+    bool timed = rt->timing || rt->dev || rt->sim;
     uint64_t t0 = timed ? tdm__now_ns() : 0;
     tdm__cpu_run(t);
     uint64_t t1 = timed ? tdm__now_ns() : 0;
-    if (rt->time_scale > 1) { /* an emulated machine: slower than this one */
-      tdm__sleep_until(t0 + (uint64_t)((double)(t1 - t0) * rt->time_scale));
+    if (rt->sim) { /* an emulated machine: slower than this one */
+      tdm__sleep_until(t0 + (uint64_t)((double)(t1 - t0) * tdm__sim_cpu_factor(rt, w->id, t)));
       t1 = tdm__now_ns();
     }
     if (tdm__sched_timed(t))
-      tdm__sched_done(t, 0, 1e-9 * (double)(t1 - t0));
+      tdm__sched_done(t, w->id, 1e-9 * (double)(t1 - t0));
     tdm__count(&w->busy_ns, t1 - t0);
     if (rt->recording && t->trace_id)
       tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_TASK,

@@ -257,7 +257,7 @@ tdm_task *tdm__devq_next(tdm_runtime *rt, unsigned k, tdm_devq *q, pthread_mutex
   if (t)
     return t;
   TDM_PTHREAD(rt, pthread_mutex_unlock(lock));
-  t = tdm__sched_take_shared(rt, 1 + k);
+  t = tdm__sched_take_shared(rt, rt->nworkers + k);
   if (!t)
     t = tdm__sched_idle_device(rt, k);
   TDM_PTHREAD(rt, pthread_mutex_lock(lock));
@@ -300,8 +300,10 @@ static tdm_task *find_work(tdm_worker *w) {
     t = tdm_deque_pop(&w->deque);
   if (!t)
     t = take_injected(w);
+  if (!t && devices) /* placed on this kind of core by another thread */
+    t = tdm__sched_take_kind(w, false);
   if (!t && devices)
-    t = tdm__sched_take_shared(rt, 0);
+    t = tdm__sched_take_shared(rt, w->id);
   if (!t)
     t = steal(w);
   if (!t && devices) /* a task waiting on a device, if worth it */
@@ -311,6 +313,8 @@ static tdm_task *find_work(tdm_worker *w) {
 
 static bool any_work(tdm_runtime *rt) {
   if (atomic_load(&rt->inject) || atomic_load(&rt->completions) || atomic_load(&rt->any_n))
+    return true;
+  if (atomic_load_explicit(&rt->devices_ready, memory_order_acquire) && tdm__sched_queued(rt))
     return true;
   for (unsigned i = 0; i < rt->nworkers; i++)
     if (tdm_deque_size(&rt->workers[i].deque) > 0)

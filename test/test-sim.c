@@ -327,6 +327,88 @@ static void test_no_copies_shared_memory(void **state) {
   copies("igpu:speedup=2,memory=shared", false);
 }
 
+/* A hybrid laptop (4 performance cores, kind 1, and 8 efficiency cores,
+ * kind 0, from its hwloc XML) whose efficiency cores are emulated at a
+ * quarter of the speed, with an integrated GPU: each kind of core is a
+ * class of its own, with a model of its own, and the faster cores get
+ * more of the work. */
+static _Atomic unsigned per_worker[64];
+
+static void count_task(const tdm_buffer *b, const void *args, size_t n) {
+  spin_task(b, args, n);
+  int id = tdm_worker_id(the_rt);
+  if (id >= 0 && id < 64)
+    atomic_fetch_add(&per_worker[id], 1);
+}
+
+static void test_cpu_kinds_are_classes(void **state) {
+  (void)state;
+  char dir[64];
+  test_temp_dir(dir, sizeof dir);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.bind_workers = 0;
+  cfg.ignore_env = 1;
+  cfg.topology_xml = TDM_TOPOLOGY_DIR "/hybrid-laptop.xml";
+  cfg.sim = "cpu.0:speedup=0.25;igpu:speedup=2,memory=shared";
+  cfg.cache_dir = dir;
+  reset_counts();
+  for (int i = 0; i < 64; i++)
+    atomic_store(&per_worker[i], 0);
+  t_zero = now_s();
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  the_rt = rt;
+  assert_int_equal(tdm_runtime_ncpu_workers(rt), 12);
+  tdm_codelet counted = gemm;
+  counted.cpu_fn = count_task;
+  static uint64_t data[480][8];
+  tdm_handle *h[480];
+  for (unsigned i = 0; i < 480; i++) {
+    memset(data[i], 0, sizeof data[i]);
+    assert_int_equal(tdm_register_vector(rt, data[i], 8, sizeof(uint64_t), &h[i]), TDM_OK);
+    work w = {.us = 100, .codelet = GEMM, .id = i};
+    tdm_task_desc d = {.codelet = &counted, .handles = {h[i]}, .args = &w, .args_size = sizeof w};
+    assert_int_equal(tdm_submit(rt, &d), TDM_OK);
+  }
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  unsigned p = 0, e = 0, ne = 0, np = 0;
+  for (unsigned w = 0; w < 12; w++) {
+    tdm_worker_info wi = {.struct_size = sizeof wi};
+    assert_int_equal(tdm_runtime_worker(rt, w, &wi), TDM_OK);
+    if (wi.cpu_kind == 1) {
+      p += atomic_load(&per_worker[w]);
+      np++;
+    } else {
+      e += atomic_load(&per_worker[w]);
+      ne++;
+    }
+  }
+  for (unsigned i = 0; i < 480; i++) {
+    assert_int_equal(tdm_handle_unregister(h[i]), TDM_OK);
+    assert_int_equal(data[i][0], i + 1);
+  }
+  unsigned gpu = atomic_load(&per_worker[12]);
+  tdm_runtime_destroy(rt);
+  char path[128];
+  snprintf(path, sizeof path, "%s/perfmodel-v1.txt", dir);
+  tdm_perfmodel *m = tdm__model_new();
+  assert_int_equal(tdm__model_load(m, path, NULL), TDM_OK);
+  bool cal_p = false, cal_e = false;
+  double tp = tdm__model_predict(m, "gemm", 64, "cpu:IntelCore", &cal_p);
+  double te = tdm__model_predict(m, "gemm", 64, "cpu:IntelAtom", &cal_e);
+  tdm__model_free(m);
+  test_remove_dir(dir);
+  printf("per performance core %.1f tasks, per efficiency core %.1f, GPU %u; learnt %.2f ms "
+         "and %.2f ms\n",
+         (double)p / np, (double)e / ne, gpu, 1e3 * tp, 1e3 * te);
+  assert_int_equal(np, 4);
+  assert_int_equal(ne, 8);
+  assert_true(cal_p && cal_e);
+  assert_true(te > 2 * tp);                         /* declared: 4x */
+  assert_true((double)p / np > 2 * (double)e / ne); /* heft: 4x */
+}
+
 /* The emulated devices are devices like the others: listed, numbered,
  * classed; bad descriptions and policies are refused with a message. */
 static void test_description_and_errors(void **state) {
@@ -354,6 +436,7 @@ static void test_description_and_errors(void **state) {
   static const char *const bad[] = {
       "",                                  /* empty */
       "cpu:workers=2",                     /* the CPU is not emulated */
+      "cpu.3:speedup=2",                   /* no such kind of core here */
       "gpu:speedup=10",                    /* own memory without a bandwidth */
       "gpu:speedup=-1,memory=shared",      /* negative */
       "gpu:memory=somewhere",              /* no such memory */
@@ -400,6 +483,7 @@ int main(void) {
       cmocka_unit_test(test_corrupt_model_file),
       cmocka_unit_test(test_copies_own_memory),
       cmocka_unit_test(test_no_copies_shared_memory),
+      cmocka_unit_test(test_cpu_kinds_are_classes),
       cmocka_unit_test(test_description_and_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

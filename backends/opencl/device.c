@@ -1101,7 +1101,7 @@ static bool cl_progress(tdm_runtime *rt) {
       g->last_done = now;
       TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
       if (tdm__sched_timed(t))
-        tdm__sched_done(t, 1 + g->k, ran);
+        tdm__sched_done(t, rt->nworkers + g->k, ran);
       if (x->kernel)
         api->ReleaseEvent(x->kernel);
       free(x);

@@ -53,10 +53,15 @@ typedef struct sim_dev {
   _Atomic uint64_t tasks, to_device, to_host, copies_to_device, copies_to_host, busy_ns;
 } sim_dev;
 
+#define SIM_KINDS 8
+
 struct tdm_sim {
   unsigned n;
   sim_dev *dev;
   uint64_t t0; /* creation: slow_at counts from here */
+  /* CPU workers of kind i run as declared by a class "cpu.i" */
+  bool has_kind[SIM_KINDS];
+  struct tdm_vt_class kind[SIM_KINDS];
 };
 
 static _Thread_local sim_dev *self;
@@ -82,12 +87,37 @@ void tdm__sleep_until(uint64_t until) {
   }
 }
 
-static double speedup_of(const sim_dev *d, const tdm_task *t) {
+static double class_speedup(const struct tdm_vt_class *c, const tdm_task *t) {
   const char *name = t->cl->name;
-  for (unsigned i = 0; name && i < d->decl.nnamed; i++)
-    if (!strcmp(d->decl.named[i].name, name))
-      return d->decl.named[i].speedup;
-  return d->decl.speedup[0];
+  for (unsigned i = 0; name && i < c->nnamed; i++)
+    if (!strcmp(c->named[i].name, name))
+      return c->named[i].speedup;
+  return c->speedup[0];
+}
+
+static double speedup_of(const sim_dev *d, const tdm_task *t) {
+  return class_speedup(&d->decl, t);
+}
+
+double tdm__sim_cpu_factor(const tdm_runtime *rt, unsigned worker, const tdm_task *t) {
+  const tdm_sim *s = rt->sim;
+  unsigned kind = rt->plan.kind_of ? rt->plan.kind_of[worker] : 0;
+  double speed = 1;
+  if (s && kind < SIM_KINDS && s->has_kind[kind]) {
+    speed = class_speedup(&s->kind[kind], t);
+    if (!(speed > 0))
+      speed = 1; /* 0 for a core makes no sense: as a core */
+  }
+  return rt->time_scale / speed;
+}
+
+/* "cpu.N": the kind N of CPU core, or -1. */
+static int kind_class(const char *name) {
+  if (strncmp(name, "cpu.", 4) || !name[4])
+    return -1;
+  char *end;
+  long n = strtol(name + 4, &end, 10);
+  return *end || n < 0 || n >= SIM_KINDS ? -1 : (int)n;
 }
 
 /* ---- setup ------------------------------------------------------------ */
@@ -101,12 +131,19 @@ tdm_status tdm__sim_setup(tdm_runtime *rt, const char *text) {
   }
   unsigned n = 0;
   for (unsigned c = 0; c < m.nclasses; c++) {
-    if (!strcmp(m.classes[c].name, "cpu")) {
-      tdm__log(rt, TDM_LOG_ERROR,
-               "tdm_runtime_create: sim=\"%s\": \"cpu\" is the machine's CPU workers "
-               "(TANDEM_NWORKERS), not an emulated device",
-               text);
-      return TDM_ERR_INVALID_ARG;
+    const char *name = m.classes[c].name;
+    if (!strncmp(name, "cpu", 3) && (!name[3] || name[3] == '.')) {
+      int kind = kind_class(name);
+      if (kind < 0 || (unsigned)kind >= rt->plan.nkinds) {
+        tdm__log(rt, TDM_LOG_ERROR,
+                 "tdm_runtime_create: sim=\"%s\": \"%s\": the CPU workers are the "
+                 "machine's; cpu.N declares the speed of its kind N of core (this machine "
+                 "has %u %s: 0%s)",
+                 text, name, rt->plan.nkinds, rt->plan.nkinds == 1 ? "kind" : "kinds",
+                 rt->plan.nkinds == 1 ? "" : " to nkinds-1");
+        return TDM_ERR_INVALID_ARG;
+      }
+      continue;
     }
     n += m.classes[c].workers;
   }
@@ -132,6 +169,11 @@ tdm_status tdm__sim_setup(tdm_runtime *rt, const char *text) {
   /* the time scale: as asked, else twice the largest speed-up */
   double top = 1;
   for (unsigned c = 0; c < m.nclasses; c++) {
+    int kind = kind_class(m.classes[c].name);
+    if (kind >= 0) {
+      s->has_kind[kind] = true;
+      s->kind[kind] = m.classes[c];
+    }
     top = fmax(top, m.classes[c].speedup[0]);
     for (unsigned i = 0; i < m.classes[c].nnamed; i++)
       top = fmax(top, m.classes[c].named[i].speedup);
@@ -139,6 +181,8 @@ tdm_status tdm__sim_setup(tdm_runtime *rt, const char *text) {
   rt->time_scale = rt->cfg.sim_time_scale ? rt->cfg.sim_time_scale : 2 * top;
   for (unsigned c = 0; c < m.nclasses; c++) {
     const struct tdm_vt_class *cls = &m.classes[c];
+    if (kind_class(cls->name) >= 0)
+      continue; /* a kind of core, not a device */
     for (unsigned w = 0; w < cls->workers; w++) {
       unsigned k = s->n++;
       sim_dev *d = &s->dev[k];
@@ -182,6 +226,8 @@ tdm_status tdm__sim_setup(tdm_runtime *rt, const char *text) {
   rt->ndevices = n;
   rt->ndevice_workers = n;
   tdm__log(rt, TDM_LOG_INFO, "%u emulated devices, time scale %g", n, rt->time_scale);
+  if (!n)
+    rt->ndevices = 0;
   return TDM_OK;
 }
 
@@ -355,7 +401,7 @@ static void run(sim_dev *d, tdm_task *t) {
                                           .t1 = x1,
                                           .bytes = tdm__task_bytes(t),
                                           .name = t->cl->name});
-  tdm__sched_done(t, 1 + d->k, 1e-9 * (double)(x1 - x0));
+  tdm__sched_done(t, rt->nworkers + d->k, 1e-9 * (double)(x1 - x0));
   if (t->callback)
     t->callback(t->callback_data);
   tdm__task_finish(t);
