@@ -10,14 +10,16 @@
  * ready, in time order, so that the model has seen every duration that
  * ended before the decision, as the runtime will.
  *
- * The model: per codelet and class, the speed-up over one CPU core. It
- * starts at the declared speed-up and, once the class has run the codelet,
- * becomes the median of the last observed speed-ups (a spike moves a
- * median by one rank, never the estimate as a whole).
+ * The model is the runtime's (perfmodel.h), fed with the time each task
+ * took per second of one CPU core's work (one "size" per codelet): its
+ * median of the last observations, once calibrated, else the declared
+ * speed-up. A spike moves a median by one rank, never the estimate as a
+ * whole.
  */
 #include "policy.h"
 
 #include "internal.h"
+#include "perfmodel.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -69,27 +71,26 @@ int tdm__heft_pick(const tdm_choice *c, unsigned n, unsigned max_tries, bool *ca
   return all_known ? best : -1;
 }
 
-#define WINDOW 7 /* observations the median is taken over */
-
-typedef struct model {
-  double seen[8][TDM_VT_MAX_CLASSES][WINDOW];
-  unsigned n[8][TDM_VT_MAX_CLASSES];
-} model;
-
-static double predicted_speedup(const model *md, const tdm_vt_machine *m, unsigned codelet,
-                                unsigned c) {
-  unsigned n = md->n[codelet][c];
-  if (!n)
-    return m->classes[c].speedup[codelet];
-  double v[WINDOW];
-  unsigned k = n < WINDOW ? n : WINDOW;
-  memcpy(v, md->seen[codelet][c], k * sizeof *v);
-  return tdm__median(v, k);
+/* The model's names: codelet c is "c<c>", a class its name. */
+static void codelet_key(unsigned codelet, char *buf, size_t size) {
+  snprintf(buf, size, "c%u", codelet);
 }
 
-static void observe(model *md, unsigned codelet, unsigned c, double speedup) {
-  md->seen[codelet][c][md->n[codelet][c] % WINDOW] = speedup;
-  md->n[codelet][c]++;
+/* Seconds per second of a CPU core's work on class c. */
+static double predicted_factor(const tdm_perfmodel *pm, const tdm_vt_machine *m,
+                               unsigned codelet, unsigned c) {
+  char key[16];
+  codelet_key(codelet, key, sizeof key);
+  bool calibrated = false;
+  double f = tdm__model_predict(pm, key, 0, m->classes[c].name, &calibrated);
+  return calibrated && f > 0 ? f : 1 / m->classes[c].speedup[codelet];
+}
+
+static void observe(tdm_perfmodel *pm, const tdm_vt_machine *m, unsigned codelet, unsigned c,
+                    double factor) {
+  char key[16];
+  codelet_key(codelet, key, sizeof key);
+  tdm__model_observe(pm, key, 0, m->classes[c].name, factor);
 }
 
 /* The true duration of task t on class c starting at `at`. */
@@ -112,7 +113,7 @@ typedef struct sim {
   uint32_t *valid;     /* per data item: bit per node */
   double *ready_at;    /* per data item and node */
   double link_free[TDM_VT_MAX_CLASSES][2]; /* per node: to it, from it */
-  model md;
+  tdm_perfmodel *md;
   uint64_t bytes;
   tdm_choice *choices;    /* per worker: heft's candidates */
   unsigned *choice_worker; /* and their workers */
@@ -168,7 +169,7 @@ static double start_time(sim *s, const tdm_vt_task *t, unsigned w, double now, b
 }
 
 static double predicted_time(sim *s, const tdm_vt_task *t, unsigned w) {
-  return t->cpu_time / predicted_speedup(&s->md, s->m, t->codelet, s->class_of[w]);
+  return t->cpu_time * predicted_factor(s->md, s->m, t->codelet, s->class_of[w]);
 }
 
 static bool can_run(const sim *s, const tdm_vt_task *t, unsigned w) {
@@ -270,6 +271,7 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
   }
   unsigned n = g->ntasks;
   s.class_of = malloc(s.nworkers * sizeof *s.class_of);
+  s.md = tdm__model_new();
   s.choices = malloc(s.nworkers * sizeof *s.choices);
   s.choice_worker = malloc(s.nworkers * sizeof *s.choice_worker);
   s.free_at = calloc(s.nworkers, sizeof *s.free_at);
@@ -284,7 +286,7 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
   /* for ws: the worker whose queue holds each ready task */
   unsigned *queue_of = calloc(n ? n : 1, sizeof *queue_of);
   tdm_status st = TDM_OK;
-  if (!s.class_of || !s.choices || !s.choice_worker || !s.free_at || !s.valid || !s.ready_at || !rank || !ready || !left ||
+  if (!s.class_of || !s.md || !s.choices || !s.choice_worker || !s.free_at || !s.valid || !s.ready_at || !rank || !ready || !left ||
       !placed || !r->worker || !r->start || !r->end || !queue_of) {
     st = TDM_ERR_NO_MEMORY;
     goto out;
@@ -374,8 +376,9 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
     while (nfed < nended && r->end[by_end[nfed]] <= now) {
       unsigned i = by_end[nfed++];
       const tdm_vt_task *t = &g->tasks[i];
-      observe(&s.md, t->codelet, s.class_of[r->worker[i]],
-              t->cpu_time / (r->end[i] - r->start[i]));
+      if (t->cpu_time > 0)
+        observe(s.md, m, t->codelet, s.class_of[r->worker[i]],
+                (r->end[i] - r->start[i]) / t->cpu_time);
     }
     const tdm_vt_task *t = &g->tasks[pick];
     if (p == TDM_POLICY_HEFT) {
@@ -442,6 +445,7 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
   free(by_end);
 out:
   free(s.class_of);
+  tdm__model_free(s.md);
   free(s.choices);
   free(s.choice_worker);
   free(s.free_at);
