@@ -118,8 +118,9 @@ typedef struct tdm_vt_result {
 
 /* Runs graph g on machine m under policy p in simulated time. The
  * policies predict with a model that starts from the declared speeds and
- * learns from the durations it sees (a robust mean: the median of the
- * last observations per codelet and class), so that a class that slows
+ * learns from the durations it sees (the runtime's performance model,
+ * perfmodel.h: the median of the last observations per codelet and
+ * class, trusted once calibrated), so that a class that slows
  * down gets less work. `seed` drives random choices. Fills *r (the arrays
  * are malloc'd, r->worker etc.; free with tdm__vt_result_free). Returns
  * TDM_OK, TDM_ERR_INVALID_ARG (a task no class can run, a cycle, bad
