@@ -522,6 +522,9 @@ void tdm__machine_free(tdm_runtime *rt);
 uint64_t tdm__now_ns(void);
 /* Records e in the calling worker's buffer, or the shared one. */
 void tdm__trace_add(tdm_runtime *rt, const tdm_trace_event *e);
+/* When recording: task t ran on worker `worker` from t0 to t1 (ns). */
+void tdm__trace_task(tdm_runtime *rt, const tdm_task *t, unsigned worker, uint64_t t0,
+                     uint64_t t1);
 /* Writes the trace and the graph files asked for (destroy, flush). */
 tdm_status tdm__trace_write(tdm_runtime *rt);
 /* At destroy: the statistics summary through the log, when asked. */

@@ -725,14 +725,7 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
     if (tdm__sched_timed(t))
       tdm__sched_done(t, w->id, 1e-9 * (double)(t1 - t0));
     tdm__count(&w->busy_ns, t1 - t0);
-    if (rt->recording && t->trace_id)
-      tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_TASK,
-                                            .track = (uint16_t)w->id,
-                                            .id = t->trace_id,
-                                            .t0 = t0,
-                                            .t1 = t1,
-                                            .bytes = tdm__task_bytes(t),
-                                            .name = t->cl->name});
+    tdm__trace_task(rt, t, w->id, t0, t1);
   }
   if (rt->ndevice_workers)
     tdm__host_written(t);

@@ -59,6 +59,19 @@ void tdm__trace_add(tdm_runtime *rt, const tdm_trace_event *e) {
   buf_add(rt, w ? &w->trace : &rt->trace_shared, e);
 }
 
+void tdm__trace_task(tdm_runtime *rt, const tdm_task *t, unsigned worker, uint64_t t0,
+                     uint64_t t1) {
+  if (!rt->recording || !t->trace_id)
+    return;
+  tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_TASK,
+                                        .track = (uint16_t)worker,
+                                        .id = t->trace_id,
+                                        .t0 = t0,
+                                        .t1 = t1,
+                                        .bytes = tdm__task_bytes(t),
+                                        .name = t->cl->name});
+}
+
 /* ---- gathering ------------------------------------------------------------ */
 
 typedef struct all_events {

@@ -1083,14 +1083,7 @@ static bool cl_progress(tdm_runtime *rt) {
       g->inflight--;
       if (command_times(g, x->kernel, &t0, &t1)) {
         atomic_fetch_add_explicit(&g->busy_ns, t1 - t0, memory_order_relaxed);
-        if (rt->recording && t->trace_id)
-          tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_TASK,
-                                                .track = (uint16_t)(rt->nworkers + g->k),
-                                                .id = t->trace_id,
-                                                .t0 = t0,
-                                                .t1 = t1,
-                                                .bytes = tdm__task_bytes(t),
-                                                .name = t->cl->name});
+        tdm__trace_task(rt, t, rt->nworkers + g->k, t0, t1);
       } else { /* in-order queue: it ran after its launch and the one before */
         uint64_t from = x->launched > g->last_done ? x->launched : g->last_done;
         atomic_fetch_add_explicit(&g->busy_ns, now > from ? now - from : 0,

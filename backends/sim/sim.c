@@ -393,14 +393,7 @@ static void run(sim_dev *d, tdm_task *t) {
   }
   atomic_fetch_add_explicit(&d->tasks, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&d->busy_ns, x1 - x0, memory_order_relaxed);
-  if (rt->recording && t->trace_id)
-    tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_TASK,
-                                          .track = (uint16_t)(rt->nworkers + d->k),
-                                          .id = t->trace_id,
-                                          .t0 = x0,
-                                          .t1 = x1,
-                                          .bytes = tdm__task_bytes(t),
-                                          .name = t->cl->name});
+  tdm__trace_task(rt, t, rt->nworkers + d->k, x0, x1);
   tdm__sched_done(t, rt->nworkers + d->k, 1e-9 * (double)(x1 - x0));
   if (t->callback)
     t->callback(t->callback_data);
