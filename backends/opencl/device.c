@@ -1077,24 +1077,21 @@ static bool cl_progress(tdm_runtime *rt) {
       api->ReleaseEvent(x->done);
       pin(g, t, t->nbuf, -1);
       atomic_fetch_add_explicit(&g->tasks, 1, memory_order_relaxed);
-      uint64_t now = tdm__now_ns(), t0, t1;
+      uint64_t now = tdm__now_ns(), t0, t1, ran;
       TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
-      uint64_t busy_before = atomic_load_explicit(&g->busy_ns, memory_order_relaxed);
       g->inflight--;
       if (command_times(g, x->kernel, &t0, &t1)) {
-        atomic_fetch_add_explicit(&g->busy_ns, t1 - t0, memory_order_relaxed);
+        ran = t1 - t0;
         tdm__trace_task(rt, t, rt->nworkers + g->k, t0, t1);
       } else { /* in-order queue: it ran after its launch and the one before */
         uint64_t from = x->launched > g->last_done ? x->launched : g->last_done;
-        atomic_fetch_add_explicit(&g->busy_ns, now > from ? now - from : 0,
-                                  memory_order_relaxed);
+        ran = now > from ? now - from : 0;
       }
-      double ran = 1e-9 * (double)(atomic_load_explicit(&g->busy_ns, memory_order_relaxed) -
-                                   busy_before);
+      atomic_fetch_add_explicit(&g->busy_ns, ran, memory_order_relaxed);
       g->last_done = now;
       TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
       if (tdm__sched_timed(t))
-        tdm__sched_done(t, rt->nworkers + g->k, ran);
+        tdm__sched_done(t, rt->nworkers + g->k, 1e-9 * (double)ran);
       if (x->kernel)
         api->ReleaseEvent(x->kernel);
       free(x);
