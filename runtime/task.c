@@ -711,10 +711,12 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
   if (rt->ndevice_workers && !tdm__host_ready(t))
     return; /* its inputs are coming home; it is queued again then */
   tdm__count(&w->tasks_run, 1);
-  if (!rt->recording && !rt->dev && !rt->sim) {
+  /* timed when tracing or counting, for the scheduler's model (a task a
+   * device could run), or to stretch it on an emulated machine */
+  bool timed = rt->timing || rt->sim || tdm__sched_timed(t);
+  if (!rt->recording && !timed) {
     tdm__cpu_run(t);
-  } else { /* timed when tracing or counting, for the scheduler, emulated */
-    bool timed = rt->timing || rt->dev || rt->sim;
+  } else {
     uint64_t t0 = timed ? tdm__now_ns() : 0;
     tdm__cpu_run(t);
     uint64_t t1 = timed ? tdm__now_ns() : 0;
@@ -724,7 +726,8 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
     }
     if (tdm__sched_timed(t))
       tdm__sched_done(t, w->id, 1e-9 * (double)(t1 - t0));
-    tdm__count(&w->busy_ns, t1 - t0);
+    if (rt->timing) /* the statistics measure times only when asked */
+      tdm__count(&w->busy_ns, t1 - t0);
     tdm__trace_task(rt, t, w->id, t0, t1);
   }
   if (rt->ndevice_workers)
