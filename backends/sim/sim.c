@@ -350,6 +350,18 @@ static void written(tdm_handle *h, unsigned node) {
     *r = 0;
 }
 
+/* After t ran on `node`: what it wrote lives there only. */
+static void outputs_on(tdm_task *t, unsigned node) {
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    if (!(t->modes[i] & TDM_W))
+      continue;
+    tdm_handle *h = t->handles[i];
+    tdm__spin_lock(&h->lock);
+    written(h, node);
+    tdm__spin_unlock(&h->lock);
+  }
+}
+
 /* The inputs of t on node `node`: their copies booked (placement starts
  * them at once: prefetch). Returns when they are all there. */
 static uint64_t fetch(tdm_task *t, unsigned node) {
@@ -383,14 +395,7 @@ static void run(sim_dev *d, tdm_task *t) {
     factor *= d->decl.slow_factor;
   tdm__sleep_until(x0 + (uint64_t)((double)ran * factor));
   uint64_t x1 = tdm__now_ns();
-  for (unsigned i = 0; i < t->nbuf; i++) {
-    if (!(t->modes[i] & TDM_W))
-      continue;
-    tdm_handle *h = t->handles[i];
-    tdm__spin_lock(&h->lock);
-    written(h, node);
-    tdm__spin_unlock(&h->lock);
-  }
+  outputs_on(t, node);
   atomic_fetch_add_explicit(&d->tasks, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&d->busy_ns, x1 - x0, memory_order_relaxed);
   tdm__trace_task(rt, t, rt->nworkers + d->k, x0, x1);
@@ -463,7 +468,7 @@ static int sim_current(const tdm_runtime *rt) {
 }
 
 static double sim_transfer_time(tdm_runtime *rt, unsigned k, const tdm_task *t) {
-  unsigned node = k == UINT_MAX || rt->sim->dev[k].shared ? 0 : 1 + k;
+  unsigned node = k == UINT_MAX ? 0 : node_of(&rt->sim->dev[k]);
   double s = 0;
   for (unsigned i = 0; i < t->nbuf; i++) {
     if (!(t->modes[i] & TDM_R))
@@ -507,14 +512,7 @@ static bool sim_host_ready(tdm_task *t) {
 }
 
 static void sim_host_written(tdm_task *t) {
-  for (unsigned i = 0; i < t->nbuf; i++) {
-    if (!(t->modes[i] & TDM_W))
-      continue;
-    tdm_handle *h = t->handles[i];
-    tdm__spin_lock(&h->lock);
-    written(h, 0);
-    tdm__spin_unlock(&h->lock);
-  }
+  outputs_on(t, 0);
 }
 
 static void sim_handle_home(tdm_handle *h, bool will_write) {
