@@ -53,26 +53,25 @@ static void gemm_nn(const tdm_buffer *b, const void *args, size_t n) { /* C += A
     }
 }
 
-static void gemm_nt(const tdm_buffer *b, const void *args, size_t n) { /* C -= A B^T */
-  (void)args, (void)n;
+/* C -= A B^T */
+static void minus_abt(const tdm_buffer *a, const tdm_buffer *b, const tdm_buffer *c) {
   for (size_t i = 0; i < B; i++)
     for (size_t j = 0; j < B; j++) {
       double s = 0;
       for (size_t k = 0; k < B; k++)
-        s += AT(b[0], i, k) * AT(b[1], j, k);
-      AT(b[2], i, j) -= s;
+        s += AT(*a, i, k) * AT(*b, j, k);
+      AT(*c, i, j) -= s;
     }
+}
+
+static void gemm_nt(const tdm_buffer *b, const void *args, size_t n) { /* C -= A B^T */
+  (void)args, (void)n;
+  minus_abt(&b[0], &b[1], &b[2]);
 }
 
 static void syrk(const tdm_buffer *b, const void *args, size_t n) { /* C -= A A^T */
   (void)args, (void)n;
-  for (size_t i = 0; i < B; i++)
-    for (size_t j = 0; j < B; j++) {
-      double s = 0;
-      for (size_t k = 0; k < B; k++)
-        s += AT(b[0], i, k) * AT(b[0], j, k);
-      AT(b[1], i, j) -= s;
-    }
+  minus_abt(&b[0], &b[0], &b[1]);
 }
 
 static void trsm(const tdm_buffer *b, const void *args, size_t n) { /* X L^T = X */
