@@ -247,6 +247,7 @@ tdm_task *tdm__sched_take_shared(tdm_runtime *rt, unsigned worker) {
 void tdm__place(tdm_runtime *rt, tdm_task *t) {
   tdm_sched *s = rt->sched;
   t->sched_cls = -1;
+  t->sched_calib = false;
   if (!t->gpu_ok || !s) {
     tdm__schedule(rt, t);
     return;
@@ -297,15 +298,22 @@ void tdm__place(tdm_runtime *rt, tdm_task *t) {
     share(rt, t);
 }
 
+/* Takes t's share out of the backlog of the class it was placed on, and
+ * its calibration try (lock held). */
+static void release(tdm_sched *s, tdm_task *t) {
+  if (t->sched_cls >= 0) {
+    sclass *c = &s->cls[t->sched_cls];
+    c->backlog = fmax(0, c->backlog - t->sched_predicted);
+    if (t->sched_calib && c->calibrating)
+      c->calibrating--;
+  }
+  t->sched_cls = -1;
+  t->sched_calib = false;
+}
+
 /* Moves t's share of the backlog from its class to class c (lock held). */
 static void move_to(tdm_sched *s, tdm_task *t, unsigned c, double predicted) {
-  if (t->sched_cls >= 0) {
-    sclass *from = &s->cls[t->sched_cls];
-    from->backlog = fmax(0, from->backlog - t->sched_predicted);
-    if (t->sched_calib && from->calibrating)
-      from->calibrating--;
-  }
-  t->sched_calib = false;
+  release(s, t);
   t->sched_cls = (int8_t)c;
   t->sched_predicted = (float)predicted;
   s->cls[c].backlog += predicted;
@@ -399,13 +407,7 @@ void tdm__sched_done(tdm_task *t, unsigned worker, double seconds) {
     return;
   unsigned cls = class_of(rt, worker);
   TDM_PTHREAD(rt, pthread_mutex_lock(&s->lock));
-  if (t->sched_cls >= 0) {
-    sclass *c = &s->cls[t->sched_cls];
-    c->backlog = fmax(0, c->backlog - t->sched_predicted);
-    if (t->sched_calib && c->calibrating)
-      c->calibrating--;
-    t->sched_cls = -1;
-  }
+  release(s, t);
   if (cls < s->nclasses && seconds >= 0 &&
       tdm__model_observe(s->model, codelet_name(t), tdm__task_bytes(t), s->cls[cls].name,
                          seconds))

@@ -332,6 +332,7 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   t->priority = desc->priority;
   t->gpu_ok = false;
   t->sched_cls = -1;
+  t->sched_calib = false;
   if (rt->recording)
     t->trace_id = atomic_fetch_add_explicit(&rt->next_task_id, 1, memory_order_relaxed) + 1;
   if (cl->opencl || rt->dev) {
