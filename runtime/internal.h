@@ -10,6 +10,8 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <sys/types.h>
 
 #include "deque.h"
 #include "devices.h"
@@ -93,11 +95,45 @@ void tdm__fail_allocation(tdm_runtime *rt, long n);
 uint64_t tdm__fnv1a(const void *data, size_t n, uint64_t h);
 /* The median of v[0 .. n-1], n > 0; sorts v. */
 double tdm__median(double *v, unsigned n);
-/* Tandem's cache directory (compiled programs, performance models) into
- * buf, created (mode 0700) if missing: tdm_config.cache_dir, else
- * $XDG_CACHE_HOME/tandem, else $HOME/.cache/tandem. False when there is
- * none to use (logged when it cannot be created). */
-bool tdm__cache_dir(const tdm_runtime *rt, char *buf, size_t size);
+/* ---- files (files.c: what is trusted and how files are written) ------- */
+
+/* Tandem's cache directory (compiled programs, performance models), open,
+ * or -1 when there is none to use: tdm_config.cache_dir, else
+ * $XDG_CACHE_HOME/tandem, else $HOME/.cache/tandem, created (mode 0700)
+ * if missing, and used only if it belongs to this user and no one else
+ * may write to it (else logged once). Opened on first use, kept until
+ * destroy (tdm__cache_close). */
+int tdm__cache_fd(tdm_runtime *rt);
+void tdm__cache_close(tdm_runtime *rt);
+/* Opens `name` (relative to dirfd) for reading if nobody but this user
+ * could have written it: a regular file, not a link, owned by this user,
+ * not writable by group or others. -1 when it is missing (quietly) or
+ * untrusted (logged, `what` naming the file's use). rt may be NULL. */
+int tdm__open_trusted(const tdm_runtime *rt, int dirfd, const char *name, const char *what);
+
+/* A file being written: a new file under a unique name beside its final
+ * name, renamed over it by tdm__out_commit. */
+typedef struct tdm_outfile {
+  FILE *f;             /* write the contents here */
+  int dirfd;           /* the directory the file goes in */
+  bool own_dir;        /* dirfd was opened for this file */
+  tdm_log_level level; /* of the messages on failure */
+  const char *what;
+  char *name;          /* final name, in dirfd */
+  char tmp[256];       /* temporary name, in dirfd; empty when none */
+} tdm_outfile;
+/* Starts writing `path` (relative to dirfd: AT_FDCWD for a path of the
+ * user's). The temporary file is created with O_EXCL | O_NOFOLLOW and
+ * `mode` (less the umask); a final name that exists and is not a regular
+ * file (a link, a device, a directory) is refused. False, logged at
+ * `level` with `what`, on failure. rt may be NULL. */
+bool tdm__out_open(const tdm_runtime *rt, tdm_outfile *o, int dirfd, const char *path,
+                   mode_t mode, tdm_log_level level, const char *what);
+/* Closes the file and renames it into place; false (logged, the temporary
+ * file removed, the old file left) on any write error. */
+bool tdm__out_commit(const tdm_runtime *rt, tdm_outfile *o);
+/* Gives up: closes and removes the temporary file. */
+void tdm__out_abort(tdm_outfile *o);
 
 /* ---- logging ---------------------------------------------------------- */
 
@@ -395,6 +431,9 @@ struct tdm_runtime {
   char *devices_text; /* cfg.devices points here */
   char *opencl_library; /* cfg.opencl_library points here */
   char *cache_dir;      /* cfg.cache_dir points here */
+  pthread_mutex_t cache_lock; /* guards the two below */
+  bool cache_tried;           /* tdm__cache_fd looked for the directory */
+  int cache_fd;               /* the directory, open; -1: none */
   unsigned ndevice_workers;
   unsigned *device_of;
   struct tdm_gpu **gpus; /* device worker k (backends/opencl/device.c) */

@@ -16,13 +16,17 @@
 #include "perfmodel.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 typedef struct size_entry {
   uint64_t size;
+  bool fresh; /* observed since loaded: saving keeps this window */
   unsigned n; /* observations ever, the last TDM_MODEL_WINDOW kept */
   double seen[TDM_MODEL_WINDOW];
 } size_entry;
@@ -67,9 +71,10 @@ static entry *find(const tdm_perfmodel *m, const char *codelet, const char *cls)
   return NULL;
 }
 
-/* A copy of s with tabs and newlines made spaces (they separate fields). */
+/* A copy of s with tabs and newlines made spaces (they separate fields),
+ * cut to TDM_MODEL_NAME_MAX bytes so that a record fits a line. */
 static char *clean_copy(const char *s) {
-  char *c = strdup(s ? s : "(unnamed)");
+  char *c = strndup(s ? s : "(unnamed)", TDM_MODEL_NAME_MAX);
   for (char *p = c; p && *p; p++)
     if (*p == '\t' || *p == '\n' || *p == '\r')
       *p = ' ';
@@ -120,6 +125,7 @@ bool tdm__model_observe(tdm_perfmodel *m, const char *codelet, uint64_t size, co
     return false;
   s->seen[s->n % TDM_MODEL_WINDOW] = seconds;
   s->n++;
+  s->fresh = true;
   return true;
 }
 
@@ -173,66 +179,102 @@ double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t 
 
 #define HEADER "tandem-perfmodel 1\n"
 
-tdm_status tdm__model_save(const tdm_perfmodel *m, const char *path, const tdm_runtime *rt) {
-  /* the text in memory first: its checksum goes at its end */
-  size_t cap = 4096, len = 0;
-  char *text = malloc(cap);
+/* Writes m's records to o, then the end line. */
+static bool write_records(const tdm_perfmodel *m, FILE *f) {
+  uint64_t h = TDM_FNV_OFFSET;
   unsigned records = 0;
-  bool ok = text != NULL;
-  if (ok)
-    len = (size_t)snprintf(text, cap, "%s", HEADER);
-  for (const entry *e = m->entries; e && ok; e = e->next)
-    for (unsigned i = 0; i < e->nsizes && ok; i++) {
+  char line[256];
+  h = tdm__fnv1a(HEADER, strlen(HEADER), h);
+  fputs(HEADER, f);
+  for (const entry *e = m->entries; e; e = e->next)
+    for (unsigned i = 0; i < e->nsizes; i++) {
       const size_entry *s = &e->sizes[i];
       unsigned k = s->n < TDM_MODEL_WINDOW ? s->n : TDM_MODEL_WINDOW;
-      size_t need = strlen(e->codelet) + strlen(e->cls) + 64 + 24 * (size_t)k;
-      if (len + need >= cap) {
-        while (len + need >= cap)
-          cap *= 2;
-        char *t = realloc(text, cap);
-        if (!t) {
-          ok = false;
-          break;
-        }
-        text = t;
+      /* the names as they are, the numbers through a small buffer */
+      int n = snprintf(line, sizeof line, "\t%llu\t%u", (unsigned long long)s->size, k);
+      h = tdm__fnv1a(e->codelet, strlen(e->codelet), h);
+      h = tdm__fnv1a("\t", 1, h);
+      h = tdm__fnv1a(e->cls, strlen(e->cls), h);
+      h = tdm__fnv1a(line, (size_t)n, h);
+      fprintf(f, "%s\t%s%s", e->codelet, e->cls, line);
+      for (unsigned j = 0; j < k; j++) { /* oldest first, so the window survives */
+        n = snprintf(line, sizeof line, "\t%.9g", s->seen[(s->n - k + j) % TDM_MODEL_WINDOW]);
+        h = tdm__fnv1a(line, (size_t)n, h);
+        fputs(line, f);
       }
-      len += (size_t)snprintf(text + len, cap - len, "%s\t%s\t%llu\t%u", e->codelet, e->cls,
-                              (unsigned long long)s->size, k);
-      for (unsigned j = 0; j < k; j++) /* oldest first, so the window survives */
-        len += (size_t)snprintf(text + len, cap - len, "\t%.9g",
-                                s->seen[(s->n - k + j) % TDM_MODEL_WINDOW]);
-      text[len++] = '\n';
+      h = tdm__fnv1a("\n", 1, h);
+      fputc('\n', f);
       records++;
     }
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = ok ? fopen(tmp, "w") : NULL;
-  if (f) {
-    fwrite(text, 1, len, f);
-    fprintf(f, "end %u %016llx\n", records,
-            (unsigned long long)tdm__fnv1a(text, len, TDM_FNV_OFFSET));
-    ok = !ferror(f);
-    if (fclose(f) != 0)
-      ok = false;
-    ok = ok && rename(tmp, path) == 0;
-    if (!ok)
-      remove(tmp);
-  }
-  free(text);
-  if (!f || !ok) {
-    if (rt)
-      tdm__log(rt, TDM_LOG_WARNING, "performance model: cannot write %s: %s", path,
-               strerror(errno));
-    return TDM_ERR_SYSTEM;
-  }
-  return TDM_OK;
+  fprintf(f, "end %u %016llx\n", records, (unsigned long long)h);
+  return !ferror(f);
 }
 
-tdm_status tdm__model_load(tdm_perfmodel *m, const char *path, const tdm_runtime *rt) {
+/* Takes the file on disk into m, under the writers' lock: its windows
+ * replace those m has not added to since it was loaded, and its records
+ * that m lacks are added, so that what another process saved meanwhile
+ * is kept. */
+static void merge_disk(tdm_perfmodel *m, int dirfd, const char *name, const tdm_runtime *rt) {
+  tdm_perfmodel *disk = tdm__model_new();
+  (void)rt; /* quiet: the load at start said what was wrong with the file */
+  if (!disk || tdm__model_load(disk, dirfd, name, NULL) != TDM_OK) {
+    tdm__model_free(disk);
+    return;
+  }
+  for (const entry *e = disk->entries; e; e = e->next)
+    for (unsigned i = 0; i < e->nsizes; i++) {
+      size_entry *mine = size_slot(m, e->codelet, e->cls, e->sizes[i].size);
+      if (mine && !mine->fresh)
+        *mine = e->sizes[i];
+    }
+  tdm__model_free(disk);
+}
+
+tdm_status tdm__model_save(tdm_perfmodel *m, int dirfd, const char *name, const tdm_runtime *rt) {
+  /* One writer at a time (flock on a lock file beside the model), so that
+   * the merge reads what the previous writer wrote. */
+  size_t n = strlen(name) + sizeof ".lock";
+  char *lock_name = malloc(n);
+  int lock = -1;
+  if (lock_name) {
+    snprintf(lock_name, n, "%s.lock", name);
+    lock = openat(dirfd, lock_name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    while (lock >= 0 && flock(lock, LOCK_EX) != 0 && errno == EINTR)
+      ;
+  }
+  if (lock < 0)
+    tdm__log(rt, TDM_LOG_WARNING, "performance model: cannot lock %s: %s; saving unmerged",
+             lock_name ? lock_name : name, lock_name ? strerror(errno) : "out of memory");
+  free(lock_name);
+  if (lock >= 0)
+    merge_disk(m, dirfd, name, rt);
+  tdm_outfile o;
+  bool ok = tdm__out_open(rt, &o, dirfd, name, 0600, TDM_LOG_WARNING, "performance model");
+  if (ok && !write_records(m, o.f)) {
+    tdm__out_abort(&o);
+    ok = false;
+    tdm__log(rt, TDM_LOG_WARNING, "performance model: cannot write %s", name);
+  } else if (ok) {
+    ok = tdm__out_commit(rt, &o);
+  }
+  if (lock >= 0)
+    close(lock); /* and the lock with it */
+  for (entry *e = m->entries; ok && e; e = e->next)
+    for (unsigned i = 0; i < e->nsizes; i++)
+      e->sizes[i].fresh = false;
+  return ok ? TDM_OK : TDM_ERR_SYSTEM;
+}
+
+tdm_status tdm__model_load(tdm_perfmodel *m, int dirfd, const char *path,
+                          const tdm_runtime *rt) {
   clear(m);
-  FILE *f = fopen(path, "r");
-  if (!f)
+  int fd = tdm__open_trusted(rt, dirfd, path, "performance model");
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+  if (!f) {
+    if (fd >= 0)
+      close(fd);
     return TDM_ERR_SYSTEM;
+  }
   const char *why = NULL;
   char line[8192];
   uint64_t h = TDM_FNV_OFFSET;
@@ -279,6 +321,9 @@ tdm_status tdm__model_load(tdm_perfmodel *m, const char *path, const tdm_runtime
   if (!why && !ended)
     why = "truncated (no end line)";
   fclose(f);
+  for (entry *e = m->entries; e; e = e->next) /* as loaded: nothing new */
+    for (unsigned i = 0; i < e->nsizes; i++)
+      e->sizes[i].fresh = false;
   if (why) {
     clear(m);
     if (rt)

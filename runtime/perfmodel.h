@@ -26,6 +26,7 @@
 
 #define TDM_MODEL_CALIBRATION 3 /* observations before a size is trusted */
 #define TDM_MODEL_WINDOW 15     /* observations kept per size */
+#define TDM_MODEL_NAME_MAX 1024 /* bytes of a codelet or class name kept */
 
 typedef struct tdm_perfmodel tdm_perfmodel;
 
@@ -44,12 +45,17 @@ bool tdm__model_observe(tdm_perfmodel *m, const char *codelet, uint64_t size, co
 double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t size,
                           const char *cls, bool *calibrated);
 
-/* Saves to / loads from a file. Load replaces the model's contents; on a
- * bad file it leaves the model empty, logs why (rt may be NULL) and
- * returns TDM_ERR_INVALID_ARG; a missing file is TDM_ERR_SYSTEM without a
- * message. Save returns TDM_OK or TDM_ERR_SYSTEM (logged). */
-tdm_status tdm__model_save(const tdm_perfmodel *m, const char *path, const tdm_runtime *rt);
-tdm_status tdm__model_load(tdm_perfmodel *m, const char *path, const tdm_runtime *rt);
+/* Saves to / loads from the file `name` relative to dirfd (AT_FDCWD for
+ * a path), read only if nobody else could have written it (files.c).
+ * Load replaces the model's contents; on a bad file it leaves the model
+ * empty, logs why (rt may be NULL) and returns TDM_ERR_INVALID_ARG; a
+ * missing or untrusted file is TDM_ERR_SYSTEM (logged when untrusted).
+ * Save merges with the file as it is now, under a lock (name + ".lock"),
+ * so that concurrent processes lose none of each other's records: the
+ * windows m added to since it was loaded win, the file's other records
+ * are kept. It returns TDM_OK or TDM_ERR_SYSTEM (logged). */
+tdm_status tdm__model_save(tdm_perfmodel *m, int dirfd, const char *name, const tdm_runtime *rt);
+tdm_status tdm__model_load(tdm_perfmodel *m, int dirfd, const char *name, const tdm_runtime *rt);
 
 /* A link between the host and a device: time = latency + bytes /
  * bandwidth, learnt from the copies made. The fit is Theil-Sen's (Theil

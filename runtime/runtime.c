@@ -284,8 +284,12 @@ static tdm_status init_sync(tdm_runtime *rt) {
     goto fail6;
   if ((err = pthread_mutex_init(&rt->trace_lock, NULL)))
     goto fail7;
+  if ((err = pthread_mutex_init(&rt->cache_lock, NULL)))
+    goto fail8;
   rt->mutexes_ready = true;
   return TDM_OK;
+fail8:
+  pthread_mutex_destroy(&rt->trace_lock);
 fail7:
   pthread_mutex_destroy(&rt->any_lock);
 fail6:
@@ -308,6 +312,7 @@ fail:
 static void destroy_sync(tdm_runtime *rt) {
   if (!rt->mutexes_ready)
     return;
+  pthread_mutex_destroy(&rt->cache_lock);
   pthread_mutex_destroy(&rt->trace_lock);
   pthread_mutex_destroy(&rt->any_lock);
   pthread_mutex_destroy(&rt->handles_lock);
@@ -349,6 +354,7 @@ static void teardown(tdm_runtime *rt) {
   tdm__machine_free(rt);
   tdm__sim_free(rt);
   tdm__opencl_close(rt);
+  tdm__cache_close(rt);
   free(rt->platforms);
   free(rt->devices);
   free(rt->device_of);
@@ -411,6 +417,7 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   if (!rt)
     return TDM_ERR_NO_MEMORY;
   atomic_init(&rt->alloc_countdown, -1);
+  rt->cache_fd = -1;
   rt->cfg = defaults;
   memcpy(&rt->cfg, config, config->struct_size < sizeof rt->cfg ? config->struct_size : sizeof rt->cfg);
   rt->cfg.struct_size = sizeof rt->cfg;

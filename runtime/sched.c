@@ -415,14 +415,6 @@ void tdm__sched_done(tdm_task *t, unsigned worker, double seconds) {
   TDM_PTHREAD(rt, pthread_mutex_unlock(&s->lock));
 }
 
-static bool model_path(const tdm_runtime *rt, char *buf, size_t size) {
-  char dir[4000];
-  if (!tdm__cache_dir(rt, dir, sizeof dir))
-    return false;
-  int n = snprintf(buf, size, "%s/" MODEL_FILE, dir);
-  return n > 0 && (size_t)n < size;
-}
-
 tdm_status tdm__sched_start(tdm_runtime *rt) {
   if (!rt->ndevice_workers)
     return TDM_OK;
@@ -481,9 +473,9 @@ tdm_status tdm__sched_start(tdm_runtime *rt) {
     snprintf(c->name, sizeof c->name, "%s:%s", rt->dev->name, d->name);
     c->workers = 1;
   }
-  char path[4096];
-  if (model_path(rt, path, sizeof path))
-    tdm__model_load(s->model, path, rt); /* a bad file is logged and ignored */
+  int dir = tdm__cache_fd(rt);
+  if (dir >= 0)
+    tdm__model_load(s->model, dir, MODEL_FILE, rt); /* a bad file is logged and ignored */
   rt->sched = s;
   tdm__log(rt, TDM_LOG_INFO,
            "placement policy %s between %u CPU workers (%u %s) and %u devices",
@@ -496,9 +488,9 @@ void tdm__sched_stop(tdm_runtime *rt) {
   tdm_sched *s = rt->sched;
   if (!s)
     return;
-  char path[4096];
-  if (s->dirty && model_path(rt, path, sizeof path))
-    tdm__model_save(s->model, path, rt);
+  int dir = s->dirty ? tdm__cache_fd(rt) : -1;
+  if (dir >= 0)
+    tdm__model_save(s->model, dir, MODEL_FILE, rt);
   tdm__model_free(s->model);
   pthread_mutex_destroy(&s->lock);
   for (unsigned c = 0; s->kq && c < s->ncpu; c++)

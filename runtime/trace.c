@@ -16,7 +16,7 @@
  */
 #include "internal.h"
 
-#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,13 +205,10 @@ static void track_names(FILE *f, tdm_runtime *rt) {
 }
 
 static bool write_trace(tdm_runtime *rt, const all_events *a, const task_index *x) {
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", rt->trace_path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    tdm__log(rt, TDM_LOG_ERROR, "trace: cannot write %s: %s", tmp, strerror(errno));
+  tdm_outfile o;
+  if (!tdm__out_open(rt, &o, AT_FDCWD, rt->trace_path, 0666, TDM_LOG_ERROR, "trace"))
     return false;
-  }
+  FILE *f = o.f;
   fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"Tandem %d.%d.%d\"},\n"
              "\"traceEvents\":[\n",
           TDM_VERSION_MAJOR, TDM_VERSION_MINOR, TDM_VERSION_PATCH);
@@ -261,14 +258,8 @@ static bool write_trace(tdm_runtime *rt, const all_events *a, const task_index *
     }
   }
   fprintf(f, "\n]}\n");
-  bool ok = !ferror(f);
-  if (fclose(f) != 0)
-    ok = false;
-  if (!ok || rename(tmp, rt->trace_path) != 0) {
-    tdm__log(rt, TDM_LOG_ERROR, "trace: cannot write %s: %s", rt->trace_path, strerror(errno));
-    remove(tmp);
+  if (!tdm__out_commit(rt, &o))
     return false;
-  }
   tdm__log(rt, TDM_LOG_INFO, "trace: %zu events written to %s", a->n, rt->trace_path);
   return true;
 }
@@ -295,11 +286,10 @@ static const char *colour_of(const tdm_runtime *rt, const tdm_trace_event *ran) 
 }
 
 static bool write_dag(tdm_runtime *rt, const all_events *a, const task_index *x) {
-  FILE *f = fopen(rt->dag_path, "w");
-  if (!f) {
-    tdm__log(rt, TDM_LOG_ERROR, "graph: cannot write %s: %s", rt->dag_path, strerror(errno));
+  tdm_outfile o;
+  if (!tdm__out_open(rt, &o, AT_FDCWD, rt->dag_path, 0666, TDM_LOG_ERROR, "graph"))
     return false;
-  }
+  FILE *f = o.f;
   fprintf(f, "digraph tandem {\n  node [shape=box, style=filled, fontname=\"sans\"];\n"
              "  subgraph cluster_legend {\n    label=\"ran on\"; fontname=\"sans\";\n"
              "    legend_cpu [label=\"CPU worker\", fillcolor=lightblue];\n"
@@ -323,12 +313,7 @@ static bool write_dag(tdm_runtime *rt, const all_events *a, const task_index *x)
       fprintf(f, "  t%llu -> t%llu;\n", (unsigned long long)a->ev[i].id2,
               (unsigned long long)a->ev[i].id);
   fprintf(f, "}\n");
-  bool ok = !ferror(f);
-  if (fclose(f) != 0 || !ok) {
-    tdm__log(rt, TDM_LOG_ERROR, "graph: cannot write %s", rt->dag_path);
-    return false;
-  }
-  return true;
+  return tdm__out_commit(rt, &o);
 }
 
 tdm_status tdm__trace_write(tdm_runtime *rt) {

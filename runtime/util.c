@@ -2,10 +2,8 @@
  * growable task arrays. */
 #include "internal.h"
 
-#include <errno.h>
 #include <sched.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -41,6 +39,8 @@ void tdm__vlog(tdm_log_fn fn, void *data, tdm_log_level max,
 }
 
 void tdm__log(const tdm_runtime *rt, tdm_log_level level, const char *fmt, ...) {
+  if (!rt)
+    return;
   va_list ap;
   va_start(ap, fmt);
   tdm__vlog(rt->cfg.log_fn, rt->cfg.log_data, rt->cfg.log_level, level, fmt, ap);
@@ -168,46 +168,3 @@ double tdm__median(double *v, unsigned n) {
   qsort(v, n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
-
-/* Makes dir and its missing parents, mode 0700. */
-static bool make_dirs(const tdm_runtime *rt, const char *dir) {
-  char *path = strdup(dir);
-  if (!path)
-    return false;
-  bool ok = true;
-  for (char *p = path + 1; ok; p++) {
-    if (*p != '/' && *p != 0)
-      continue;
-    char c = *p;
-    *p = 0;
-    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-      tdm__log(rt, TDM_LOG_WARNING, "cache: cannot create %s: %s", path, strerror(errno));
-      ok = false;
-    }
-    *p = c;
-    if (!c)
-      break;
-  }
-  free(path);
-  return ok;
-}
-
-/* The cache directory into buf, created if missing; false when there is
- * none to use. */
-bool tdm__cache_dir(const tdm_runtime *rt, char *buf, size_t size) {
-  const char *dir = rt->cfg.cache_dir;
-  int n;
-  if (dir && *dir) {
-    n = snprintf(buf, size, "%s", dir);
-  } else {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && xdg[0] == '/')
-      n = snprintf(buf, size, "%s/tandem", xdg);
-    else if (home && *home)
-      n = snprintf(buf, size, "%s/.cache/tandem", home);
-    else
-      return false;
-  }
-  return n > 0 && (size_t)n < size && make_dirs(rt, buf);
-}
-

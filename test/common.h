@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <unistd.h>
 #include <pthread.h>
 #include <stdatomic.h>

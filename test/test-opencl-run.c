@@ -21,6 +21,7 @@
 #include <dirent.h>
 #include <stdbool.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define N 4096
@@ -604,33 +605,247 @@ static void test_too_large(void **state) {
 
 /* ---- the on-disk program cache ------------------------------------------ */
 
-/* Runs one saxpy on the device in a new runtime; returns its log. */
-static void one_saxpy(test_log *log) {
+/* Runs one saxpy (y = x + y, x = y = 1) with `cl` on the device in a new
+ * runtime; returns y, which every element holds, and the log. */
+static float saxpy_with(const tdm_codelet *cl, test_log *log) {
   tdm_runtime *rt = device_runtime(log, 1);
   float *x = array(1, 0), *y = array(1, 0);
   tdm_handle *hx, *hy;
   assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
   assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
-  saxpy(rt, &saxpy_gpu_only, hx, hy, 1.0f);
+  saxpy(rt, cl, hx, hy, 1.0f);
   tdm_runtime_destroy(rt);
-  assert_true(y[0] == 2.0f && y[N - 1] == 2.0f);
+  float v = y[0];
+  for (int i = 0; i < N; i++)
+    assert_true(y[i] == v);
   tdm_free(x);
   tdm_free(y);
+  return v;
+}
+
+static void one_saxpy(test_log *log) {
+  assert_true(saxpy_with(&saxpy_gpu_only, log) == 2.0f);
 }
 
 /* The one entry of the (fresh) cache directory. */
-static void the_entry(char *path, size_t size) {
-  DIR *d = opendir(cache_dir);
+static void the_entry_in(const char *dir, char *path, size_t size) {
+  DIR *d = opendir(dir);
   assert_non_null(d);
   struct dirent *e;
   int n = 0;
   while ((e = readdir(d)))
     if (strstr(e->d_name, ".clbin")) {
-      snprintf(path, size, "%s/%s", cache_dir, e->d_name);
+      snprintf(path, size, "%s/%s", dir, e->d_name);
       n++;
     }
   closedir(d);
   assert_int_equal(n, 1);
+}
+
+static void the_entry(char *path, size_t size) {
+  the_entry_in(cache_dir, path, size);
+}
+
+/* ---- forged entries: a binary cache is code ------------------------------
+ * An entry is "TDMCLBIN", u32 version, u32 key length, the key, u64 binary
+ * size, u64 FNV-1a of the binary, the binary (backends/opencl/cache.c).
+ * Anyone who can write an entry can make it valid: the key is no secret
+ * and the checksum authenticates nothing. What keeps another user's code
+ * out is that Tandem reads only entries nobody else could have written. */
+
+/* The same kernel, name and arguments, that writes 666 everywhere. */
+static const tdm_opencl_variant evil_cl = {
+    .source = "__kernel void saxpy(__global const float *x, ulong nx,\n"
+              "                    __global float *y, ulong ny, float a) {\n"
+              "  y[get_global_id(0)] = 666.0f;\n"
+              "}\n",
+    .kernel = "saxpy"};
+static const tdm_codelet evil = {
+    .name = "evil", .nbuffers = 2, .modes = {TDM_R, TDM_RW}, .opencl = &evil_cl};
+
+typedef struct entry_file {
+  unsigned char *bytes;
+  size_t size;
+  size_t key_at, key_len, bin_at, bin_len;
+} entry_file;
+
+static entry_file read_entry(const char *path) {
+  entry_file e = {0};
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  e.size = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  e.bytes = malloc(e.size);
+  assert_non_null(e.bytes);
+  assert_int_equal(fread(e.bytes, 1, e.size, f), e.size);
+  fclose(f);
+  uint32_t klen;
+  uint64_t blen;
+  memcpy(&klen, e.bytes + 12, 4);
+  e.key_at = 16;
+  e.key_len = klen;
+  memcpy(&blen, e.bytes + 16 + klen, 8);
+  e.bin_at = 16 + klen + 16;
+  e.bin_len = blen;
+  assert_int_equal(e.bin_at + e.bin_len, e.size);
+  return e;
+}
+
+static uint64_t fnv1a(const unsigned char *p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* A valid entry for `victim`'s key holding `code`'s binary, at path, with
+ * the given mode. */
+static void forge(const char *path, const entry_file *victim, const entry_file *code,
+                  mode_t mode) {
+  unlink(path);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  uint64_t blen = code->bin_len, h = fnv1a(code->bytes + code->bin_at, code->bin_len);
+  fwrite(victim->bytes, 1, victim->key_at + victim->key_len, f); /* header and key */
+  fwrite(&blen, 8, 1, f);
+  fwrite(&h, 8, 1, f);
+  fwrite(code->bytes + code->bin_at, 1, code->bin_len, f);
+  assert_int_equal(fclose(f), 0);
+  assert_int_equal(chmod(path, mode), 0);
+}
+
+/* Fills *victim with the saxpy entry of cache_dir and *code with the
+ * entry of the evil kernel, built in a directory of its own. */
+static void victim_and_code(entry_file *victim, entry_file *code, char *path, size_t size) {
+  test_log log;
+  one_saxpy(&log);
+  the_entry(path, size);
+  *victim = read_entry(path);
+  char keep[sizeof cache_dir], other[512];
+  snprintf(keep, sizeof keep, "%s", cache_dir);
+  snprintf(cache_dir, sizeof cache_dir, "%.100s-evil", keep);
+  assert_true(saxpy_with(&evil, &log) == 666.0f);
+  the_entry(other, sizeof other);
+  *code = read_entry(other);
+  test_remove_dir(cache_dir);
+  snprintf(cache_dir, sizeof cache_dir, "%s", keep);
+}
+
+/* A forged entry of the user's own is run (that is what a binary cache
+ * is); the same entry writable by others, or behind a link, is not. */
+static void test_forged_entries(void **state) {
+  (void)state;
+  char sub[sizeof cache_dir], path[512], elsewhere[600];
+  snprintf(sub, sizeof sub, "%s", cache_dir);
+  if (snprintf(cache_dir, sizeof cache_dir, "%.100s/f", sub) < 0)
+    fail();
+  entry_file victim, code;
+  victim_and_code(&victim, &code, path, sizeof path);
+  test_log log;
+
+  forge(path, &victim, &code, 0600);
+  assert_true(saxpy_with(&saxpy_gpu_only, &log) == 666.0f); /* the threat is real */
+  assert_true(test_log_has(&log, "from the cache"));
+
+  forge(path, &victim, &code, 0666); /* anyone could have written it */
+  assert_true(saxpy_with(&saxpy_gpu_only, &log) == 2.0f);
+  assert_true(test_log_has(&log, "not reading"));
+  assert_true(test_log_has(&log, "writable by others"));
+  assert_true(test_log_has(&log, "OpenCL cache: wrote")); /* replaced */
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  assert_true(saxpy_with(&saxpy_gpu_only, &log) == 2.0f);
+  assert_true(test_log_has(&log, "from the cache"));
+
+  snprintf(elsewhere, sizeof elsewhere, "%s.forged", sub);
+  forge(elsewhere, &victim, &code, 0600);
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(symlink(elsewhere, path), 0); /* a link to it */
+  assert_true(saxpy_with(&saxpy_gpu_only, &log) == 2.0f);
+  assert_true(test_log_has(&log, "not reading"));
+  assert_true(test_log_has(&log, "a symbolic link"));
+  unlink(elsewhere);
+
+  free(victim.bytes);
+  free(code.bytes);
+  test_remove_dir(cache_dir);
+  snprintf(cache_dir, sizeof cache_dir, "%s", sub);
+}
+
+/* ---- a second user (as root: a child that drops to uid 65534) ---------- */
+
+#define OTHER_UID 65534
+
+static entry_file planted_victim, planted_code;
+static char planted_dir[sizeof cache_dir], planted_name[64];
+
+/* The other user: a cache directory of theirs, open to all, holding a
+ * forged entry for the victim's program. */
+static void plant(void) {
+  char path[512];
+  if (mkdir(planted_dir, 0777) != 0 || chmod(planted_dir, 0777) != 0)
+    _exit(4);
+  /* the entry's name is no secret: the hash of a key anyone can form */
+  snprintf(path, sizeof path, "%s/%s", planted_dir, planted_name);
+  forge(path, &planted_victim, &planted_code, 0644);
+}
+
+static void test_other_users_entries(void **state) {
+  (void)state;
+  char sub[sizeof cache_dir], path[512];
+  snprintf(sub, sizeof sub, "%s", cache_dir);
+  if (snprintf(cache_dir, sizeof cache_dir, "%.100s/u", sub) < 0)
+    fail();
+  victim_and_code(&planted_victim, &planted_code, path, sizeof path);
+  snprintf(planted_name, sizeof planted_name, "%s", strrchr(path, '/') + 1);
+  assert_int_equal(chmod(sub, 0777), 0); /* a shared directory, as /tmp */
+
+  /* the other user's directory, as XDG_CACHE_HOME=/tmp would give */
+  if (snprintf(planted_dir, sizeof planted_dir, "%.100s/theirs", sub) < 0)
+    fail();
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (setgid(OTHER_UID) != 0 || setuid(OTHER_UID) != 0)
+      _exit(3);
+    plant();
+    _exit(0);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  char to[600];
+  snprintf(to, sizeof to, "%s/%s", planted_dir, planted_name);
+  struct stat st;
+  assert_int_equal(stat(to, &st), 0);
+  assert_int_equal(st.st_uid, OTHER_UID);
+  char keep[sizeof cache_dir];
+  snprintf(keep, sizeof keep, "%s", cache_dir);
+  snprintf(cache_dir, sizeof cache_dir, "%s", planted_dir);
+  test_log log;
+  assert_true(saxpy_with(&saxpy_gpu_only, &log) == 2.0f);
+  assert_true(test_log_has(&log, "cache: not using"));
+  assert_true(test_log_has(&log, "owned by uid 65534"));
+  assert_false(test_log_has(&log, "from the cache"));
+  snprintf(cache_dir, sizeof cache_dir, "%s", keep);
+
+  /* the other user's entry in the victim's own directory */
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(rename(to, path), 0);
+  assert_int_equal(lchown(path, OTHER_UID, OTHER_UID), 0);
+  assert_true(saxpy_with(&saxpy_gpu_only, &log) == 2.0f);
+  assert_true(test_log_has(&log, "not reading"));
+  assert_true(test_log_has(&log, "owned by uid 65534"));
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_uid, geteuid()); /* replaced by the victim's own */
+
+  free(planted_victim.bytes);
+  free(planted_code.bytes);
+  test_remove_dir(cache_dir);
+  rmdir(planted_dir);
+  snprintf(cache_dir, sizeof cache_dir, "%s", sub);
 }
 
 static void test_program_cache(void **state) {
@@ -751,12 +966,17 @@ static void test_two_devices_gemm_both_variants(void **state) {
 
 int main(int argc, char **argv) {
   if (argc < 2 || argc > 3 || (strcmp(argv[1], "integrated") && strcmp(argv[1], "discrete")) ||
-      (argc == 3 && strcmp(argv[2], "two-devices"))) {
-    fprintf(stderr, "usage: test-opencl-run integrated|discrete [two-devices]\n");
+      (argc == 3 && strcmp(argv[2], "two-devices") && strcmp(argv[2], "two-users"))) {
+    fprintf(stderr, "usage: test-opencl-run integrated|discrete [two-devices|two-users]\n");
     return 2;
   }
   discrete = !strcmp(argv[1], "discrete");
-  bool two = argc == 3;
+  bool users = argc == 3 && !strcmp(argv[2], "two-users");
+  if (users && geteuid() != 0) {
+    printf("needs root to act as a second user: skipped\n");
+    return 77;
+  }
+  bool two = argc == 3 && !users;
   snprintf(cache_dir, sizeof cache_dir, "/tmp/tandem-test-XXXXXX");
   if (!mkdtemp(cache_dir))
     return 1;
@@ -770,6 +990,12 @@ int main(int argc, char **argv) {
     printf("not %s OpenCL CPU device%s here (install pocl-opencl-icd): skipped\n",
            two ? "two" : "an", two ? "s (POCL_DEVICES=\"pthread pthread\")" : "");
     return 77;
+  }
+  if (users) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_other_users_entries)};
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    test_remove_dir(cache_dir);
+    return rc;
   }
   if (two) {
     const struct CMUnitTest tests[] = {
@@ -793,6 +1019,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_eviction),
       cmocka_unit_test(test_too_large),
       cmocka_unit_test(test_program_cache),
+      cmocka_unit_test(test_forged_entries),
       cmocka_unit_test(test_build_failure),
       cmocka_unit_test(test_no_device),
   };

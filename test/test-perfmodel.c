@@ -69,9 +69,9 @@ static tdm_perfmodel *sample(void) {
 static void test_save_and_load(void **state) {
   (void)state;
   tdm_perfmodel *m = sample();
-  assert_int_equal(tdm__model_save(m, path, NULL), TDM_OK);
+  assert_int_equal(tdm__model_save(m, AT_FDCWD, path, NULL), TDM_OK);
   tdm_perfmodel *l = tdm__model_new();
-  assert_int_equal(tdm__model_load(l, path, NULL), TDM_OK);
+  assert_int_equal(tdm__model_load(l, AT_FDCWD, path, NULL), TDM_OK);
   bool cal;
   assert_true(fabs(tdm__model_predict(l, "gemm", 1 << 20, "gpu", &cal) -
                    tdm__model_predict(m, "gemm", 1 << 20, "gpu", NULL)) < 1e-15);
@@ -88,7 +88,7 @@ static void expect_ignored(const char *why) {
   tdm_runtime *rt = test_runtime(1, &log);
   tdm_perfmodel *l = tdm__model_new();
   tdm__model_observe(l, "gemm", 1, "gpu", 1); /* replaced by the load */
-  assert_int_equal(tdm__model_load(l, path, rt), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm__model_load(l, AT_FDCWD, path, rt), TDM_ERR_INVALID_ARG);
   if (!test_log_has(&log, why))
     fail_msg("the log does not say \"%s\": %s", why, log.last);
   assert_true(tdm__model_predict(l, "gemm", 1, "gpu", NULL) < 0);
@@ -99,7 +99,7 @@ static void expect_ignored(const char *why) {
 static void test_bad_files(void **state) {
   (void)state;
   tdm_perfmodel *m = sample();
-  assert_int_equal(tdm__model_save(m, path, NULL), TDM_OK);
+  assert_int_equal(tdm__model_save(m, AT_FDCWD, path, NULL), TDM_OK);
   tdm__model_free(m);
   FILE *f = fopen(path, "r+");
   assert_non_null(f);
@@ -114,7 +114,7 @@ static void test_bad_files(void **state) {
   expect_ignored("corrupt");
   /* truncated */
   m = sample();
-  tdm__model_save(m, path, NULL);
+  tdm__model_save(m, AT_FDCWD, path, NULL);
   tdm__model_free(m);
   assert_int_equal(truncate(path, size - 5), 0);
   expect_ignored("truncated");
@@ -131,7 +131,7 @@ static void test_bad_files(void **state) {
   tdm_runtime *rt = test_runtime(1, &log);
   unsigned before = test_log_count(&log);
   tdm_perfmodel *l = tdm__model_new();
-  assert_int_equal(tdm__model_load(l, path, rt), TDM_ERR_SYSTEM);
+  assert_int_equal(tdm__model_load(l, AT_FDCWD, path, rt), TDM_ERR_SYSTEM);
   assert_int_equal(test_log_count(&log), before);
   tdm__model_free(l);
   tdm_runtime_destroy(rt);
@@ -173,5 +173,8 @@ int main(void) {
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   unlink(path);
+  char lock[80];
+  snprintf(lock, sizeof lock, "%s.lock", path); /* the writers' lock */
+  unlink(lock);
   return rc;
 }

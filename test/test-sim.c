@@ -219,7 +219,7 @@ static void test_models_persist(void **state) {
   char path[128];
   snprintf(path, sizeof path, "%s/perfmodel-v1.txt", dir);
   tdm_perfmodel *m = tdm__model_new();
-  assert_int_equal(tdm__model_load(m, path, NULL), TDM_OK);
+  assert_int_equal(tdm__model_load(m, AT_FDCWD, path, NULL), TDM_OK);
   bool cal = false;
   double cpu = tdm__model_predict(m, "gemm", 64, "cpu", &cal);
   assert_true(cal);
@@ -257,7 +257,7 @@ static void test_corrupt_model_file(void **state) {
   assert_true(share(GEMM, 1) >= 0.5); /* the bogus 1e9 s was not believed */
   tdm_runtime_destroy(rt);
   tdm_perfmodel *m = tdm__model_new();
-  assert_int_equal(tdm__model_load(m, path, NULL), TDM_OK);
+  assert_int_equal(tdm__model_load(m, AT_FDCWD, path, NULL), TDM_OK);
   bool cal = false;
   assert_true(tdm__model_predict(m, "gemm", 64, "emulated:gpu", &cal) < 1);
   tdm__model_free(m);
@@ -393,7 +393,7 @@ static void test_cpu_kinds_are_classes(void **state) {
   char path[128];
   snprintf(path, sizeof path, "%s/perfmodel-v1.txt", dir);
   tdm_perfmodel *m = tdm__model_new();
-  assert_int_equal(tdm__model_load(m, path, NULL), TDM_OK);
+  assert_int_equal(tdm__model_load(m, AT_FDCWD, path, NULL), TDM_OK);
   bool cal_p = false, cal_e = false;
   double tp = tdm__model_predict(m, "gemm", 64, "cpu:IntelCore", &cal_p);
   double te = tdm__model_predict(m, "gemm", 64, "cpu:IntelAtom", &cal_e);

@@ -19,15 +19,17 @@
  *   binary size  u64, then its FNV-1a hash u64, then the binary
  *
  * An entry that is truncated, corrupt or of another version is ignored
- * with a log message and replaced after the program is built again.
- * Entries are written to a temporary file and renamed into place, so a
- * reader never sees half an entry. Integers are in the machine's byte
- * order: the binaries are for this machine's devices anyway.
+ * with a log message and replaced after the program is built again. The
+ * checksum only detects damage: it authenticates nothing. What keeps
+ * another user's code out is that the directory and the entry must be
+ * this user's and writable by nobody else (runtime/files.c), which is
+ * checked on every load. Entries are written to a temporary file and
+ * renamed into place, so a reader never sees half an entry. Integers are
+ * in the machine's byte order: the binaries are for this machine's
+ * devices anyway.
  */
 #include "cl.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,14 +39,9 @@
 static const char magic[8] = {'T', 'D', 'M', 'C', 'L', 'B', 'I', 'N'};
 enum { CACHE_VERSION = 1 };
 
-static bool entry_path(const tdm_runtime *rt, const char *key, size_t keylen, char *buf,
-                       size_t size) {
-  char dir[4096];
-  if (!tdm__cache_dir(rt, dir, sizeof dir))
-    return false;
-  int n = snprintf(buf, size, "%s/%016llx.clbin", dir,
-                   (unsigned long long)tdm__fnv1a(key, keylen, TDM_FNV_OFFSET));
-  return n > 0 && (size_t)n < size;
+/* The entry's file name in the cache directory. */
+static void entry_name(const char *key, size_t keylen, char name[32]) {
+  snprintf(name, 32, "%016llx.clbin", (unsigned long long)tdm__fnv1a(key, keylen, TDM_FNV_OFFSET));
 }
 
 static bool read_all(int fd, void *buf, size_t n) {
@@ -59,25 +56,14 @@ static bool read_all(int fd, void *buf, size_t n) {
   return true;
 }
 
-static bool write_all(int fd, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n) {
-    ssize_t put = write(fd, p, n);
-    if (put <= 0)
-      return false;
-    p += put;
-    n -= (size_t)put;
-  }
-  return true;
-}
-
-void *tdm__cache_load(const tdm_runtime *rt, const char *key, size_t keylen, size_t *size) {
-  char path[4200];
-  if (!entry_path(rt, key, keylen, path, sizeof path))
-    return NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+void *tdm__cache_load(tdm_runtime *rt, const char *key, size_t keylen, size_t *size) {
+  int dir = tdm__cache_fd(rt);
+  char path[32];
+  entry_name(key, keylen, path);
+  /* a binary is code: only a file nobody else could have written */
+  int fd = dir < 0 ? -1 : tdm__open_trusted(rt, dir, path, "OpenCL cache");
   if (fd < 0)
-    return NULL; /* not cached yet */
+    return NULL; /* not cached yet, or not to be trusted (logged) */
   char m[8];
   uint32_t version = 0, klen = 0;
   uint64_t bsize = 0, bhash = 0;
@@ -113,29 +99,23 @@ void *tdm__cache_load(const tdm_runtime *rt, const char *key, size_t keylen, siz
   return bin;
 }
 
-void tdm__cache_store(const tdm_runtime *rt, const char *key, size_t keylen, const void *bin,
+void tdm__cache_store(tdm_runtime *rt, const char *key, size_t keylen, const void *bin,
                       size_t size) {
-  char path[4200], tmp[4300];
-  if (!entry_path(rt, key, keylen, path, sizeof path))
+  int dir = tdm__cache_fd(rt);
+  char path[32];
+  entry_name(key, keylen, path);
+  tdm_outfile o;
+  if (dir < 0 || !tdm__out_open(rt, &o, dir, path, 0600, TDM_LOG_WARNING, "OpenCL cache"))
     return;
-  snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
-  int fd = mkstemp(tmp); /* mode 0600 */
-  if (fd < 0) {
-    tdm__log(rt, TDM_LOG_WARNING, "OpenCL cache: cannot write %s: %s", tmp, strerror(errno));
-    return;
-  }
   uint32_t version = CACHE_VERSION, klen = (uint32_t)keylen;
   uint64_t bsize = size, bhash = tdm__fnv1a(bin, size, TDM_FNV_OFFSET);
-  bool ok = write_all(fd, magic, sizeof magic) && write_all(fd, &version, sizeof version) &&
-            write_all(fd, &klen, sizeof klen) && write_all(fd, key, keylen) &&
-            write_all(fd, &bsize, sizeof bsize) && write_all(fd, &bhash, sizeof bhash) &&
-            write_all(fd, bin, size);
-  if (close(fd) != 0)
-    ok = false;
-  if (!ok || rename(tmp, path) != 0) {
-    tdm__log(rt, TDM_LOG_WARNING, "OpenCL cache: cannot write %s: %s", path, strerror(errno));
-    unlink(tmp);
-    return;
-  }
-  tdm__log(rt, TDM_LOG_INFO, "OpenCL cache: wrote %s (%zu bytes)", path, size);
+  fwrite(magic, sizeof magic, 1, o.f);
+  fwrite(&version, sizeof version, 1, o.f);
+  fwrite(&klen, sizeof klen, 1, o.f);
+  fwrite(key, 1, keylen, o.f);
+  fwrite(&bsize, sizeof bsize, 1, o.f);
+  fwrite(&bhash, sizeof bhash, 1, o.f);
+  fwrite(bin, 1, size, o.f);
+  if (tdm__out_commit(rt, &o)) /* a write error is caught there, from the stream's state */
+    tdm__log(rt, TDM_LOG_INFO, "OpenCL cache: wrote %s (%zu bytes)", path, size);
 }

@@ -89,8 +89,8 @@ struct tdm_opencl {
 
 /* cache.c: program binaries on disk */
 /* The cached binary for `key` (malloc'd, *size bytes), or NULL. */
-void *tdm__cache_load(const tdm_runtime *rt, const char *key, size_t keylen, size_t *size);
-void tdm__cache_store(const tdm_runtime *rt, const char *key, size_t keylen, const void *bin,
+void *tdm__cache_load(tdm_runtime *rt, const char *key, size_t keylen, size_t *size);
+void tdm__cache_store(tdm_runtime *rt, const char *key, size_t keylen, const void *bin,
                       size_t size);
 
 #endif
