@@ -68,6 +68,15 @@ typedef struct tdm_taskvec {
   struct tdm_task *inline_items[2];
 } tdm_taskvec;
 
+/* A created task's place in the graph of explicit dependencies
+ * (depgraph.c). */
+typedef struct tdm_links {
+  tdm_taskvec deps;  /* its explicit predecessors, a reference each */
+  tdm_taskvec succs; /* created tasks that named it, a reference each */
+  uint64_t ord;      /* its place in a topological order of created tasks */
+  uint64_t mark;     /* the last search that visited it */
+} tdm_links;
+
 void tdm__taskvec_init(tdm_taskvec *v);
 int tdm__taskvec_push(tdm_runtime *rt, tdm_taskvec *v, struct tdm_task *t);
 void tdm__taskvec_free(tdm_taskvec *v);
@@ -250,9 +259,9 @@ typedef struct tdm_task {
   struct tdm_task *pool_next;  /* free list and injection stack link */
   struct tdm_task *batch_next; /* shared pool: next batch */
   union {
-    /* Explicit dependencies while created (references held); allocated
-     * on first use, NULL otherwise, and NULL again once submitted. */
-    tdm_taskvec *deps;
+    /* Explicit dependencies while created (depgraph.c); allocated on
+     * first use, NULL otherwise, and NULL again once submitted. */
+    tdm_links *links;
     /* Once ready: while its commands run on a device, or its inputs come
      * home (backends/opencl/device.c); NULL otherwise. */
     void *dx;
@@ -410,6 +419,8 @@ struct tdm_runtime {
 
   /* Explicit-dependency graph edits (rare) are serialised. */
   pthread_mutex_t deps_lock;
+  _Atomic uint64_t graph_ord; /* depgraph.c: ords given out */
+  uint64_t graph_epoch;       /* depgraph.c, under deps_lock */
 
   /* Every handle not yet freed (for destroy), and the recently
    * unregistered ones, kept alive so that a stale use is detected. */
@@ -490,6 +501,19 @@ static inline tdm_worker *tdm__self_in(const tdm_runtime *rt) {
   tdm_worker *w = tdm__self;
   return (w && w->rt == rt) ? w : NULL;
 }
+
+/* depgraph.c */
+/* Gives a task being created (tdm_task_create) its place in the graph. */
+tdm_status tdm__graph_enter(tdm_runtime *rt, tdm_task *t);
+/* The rest under deps_lock. */
+/* Adds pred to task's explicit dependencies (a reference held), unless
+ * that would form a cycle (TDM_ERR_CYCLE) or memory runs out. task is
+ * created; pred may have been submitted. */
+tdm_status tdm__graph_add(tdm_runtime *rt, tdm_task *task, tdm_task *pred);
+/* Drops a task's links and the references they hold (it is submitted or
+ * discarded); tdm__graph_free frees them without (runtime destroy). */
+void tdm__graph_drop(tdm_task *t);
+void tdm__graph_free(tdm_task *t);
 
 /* worker.c */
 /* One round of polling while idle or waiting: for the first rounds a short

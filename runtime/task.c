@@ -169,7 +169,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->rt = rt;
   t->cl = NULL;
   t->edges = t->inline_edges;
-  t->deps = NULL; /* and dx, which shares its place */
+  t->links = NULL; /* and dx, which shares its place */
   t->callback = NULL;
   t->callback_data = NULL;
   t->args = NULL;
@@ -184,11 +184,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
 /* Frees what a task owns outside its slab (not the references it holds:
  * at destroy every task goes at once). */
 static void free_task_memory(tdm_task *t) {
-  if (t->deps) {
-    tdm__taskvec_free(t->deps);
-    free(t->deps);
-    t->deps = NULL;
-  }
+  tdm__graph_free(t);
   if (t->args != t->inline_args)
     free(t->args);
   if (t->edges != t->inline_edges)
@@ -226,15 +222,6 @@ void tdm__taskvec_release(tdm_taskvec *v) {
   tdm__taskvec_free(v);
 }
 
-/* Drops the explicit dependency list and the references it holds. */
-static void drop_deps(tdm_task *t) {
-  if (!t->deps)
-    return;
-  tdm__taskvec_release(t->deps);
-  free(t->deps);
-  t->deps = NULL;
-}
-
 void tdm__task_unref(tdm_task *t) {
   /* acq_rel: the last owner sees every other owner's writes before freeing */
   if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
@@ -242,7 +229,7 @@ void tdm__task_unref(tdm_task *t) {
   for (unsigned i = 0; i < t->nbuf; i++)
     if (t->tile_mask & (1u << i))
       tdm__handle_unref(t->handles[i]);
-  drop_deps(t);
+  tdm__graph_drop(t);
   free_task_memory(t);
   pool_put(t->rt, t);
 }
@@ -341,6 +328,10 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
       tdm__task_unref(t);
       return st;
     }
+  }
+  if (user_ref && tdm__graph_enter(rt, t)) {
+    tdm__task_unref(t);
+    return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for task %s", what, name);
   }
   t->user_ref = user_ref;
   if (user_ref)
@@ -552,16 +543,17 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
    * dependency list is read and emptied under deps_lock. */
   if (t->user_ref)
     TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
-  unsigned ndeps = t->deps ? t->deps->n : 0;
+  tdm_task **deps = t->links ? t->links->deps.items : NULL;
+  unsigned ndeps = t->links ? t->links->deps.n : 0;
   for (unsigned i = 0; i < ndeps; i++)
-    if (atomic_load(&t->deps->items[i]->state) == TDM_TS_CREATED) {
+    if (atomic_load(&deps[i]->state) == TDM_TS_CREATED) {
       st = TDM_ERR_DEP_NOT_SUBMITTED;
       tdm__log(rt, TDM_LOG_ERROR,
                "submit of %s refused: it depends on a task not submitted yet", name);
       goto unlock_deps;
     }
   for (unsigned i = 0; i < ndeps; i++)
-    if (preds_add(&preds, t->deps->items[i])) {
+    if (preds_add(&preds, deps[i])) {
       st = TDM_ERR_NO_MEMORY;
       goto unlock_deps;
     }
@@ -641,7 +633,7 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
     for (unsigned i = 0; i < t->nbuf; i++)
       t->handles[i]->unsubmitted--;
   tdm__handles_unlock(hs, nh);
-  drop_deps(t);
+  tdm__graph_drop(t);
   if (t->user_ref)
     TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
 
@@ -778,38 +770,6 @@ tdm_status tdm_task_create(tdm_runtime *rt, const tdm_task_desc *desc, tdm_task 
   return task_build(rt, desc, true, out, "tdm_task_create");
 }
 
-static tdm_taskvec *new_taskvec(tdm_runtime *rt) {
-  tdm_taskvec *v = tdm__malloc(rt, sizeof *v);
-  if (v)
-    tdm__taskvec_init(v);
-  return v;
-}
-
-/* Does `from` depend, through created tasks' explicit dependencies, on
- * `target`? 1: yes, 0: no, -1: out of memory. Called with deps_lock held.
- * Depth-first, iterative. */
-static int reaches(tdm_runtime *rt, tdm_task *from, tdm_task *target) {
-  tdm_taskvec stack;
-  tdm__taskvec_init(&stack);
-  int found = tdm__taskvec_push(rt, &stack, from) ? -1 : 0;
-  while (stack.n && !found) {
-    tdm_task *x = stack.items[--stack.n];
-    if (x == target) {
-      found = 1;
-      break;
-    }
-    /* only created tasks can lie on a cycle: a submitted task depends
-     * only on tasks submitted before it */
-    if (atomic_load(&x->state) != TDM_TS_CREATED)
-      continue;
-    for (unsigned i = 0; x->deps && i < x->deps->n && !found; i++)
-      if (tdm__taskvec_push(rt, &stack, x->deps->items[i]))
-        found = -1;
-  }
-  tdm__taskvec_free(&stack);
-  return found;
-}
-
 tdm_status tdm_task_depends_on(tdm_task *task, tdm_task *pred) {
   if (!task || !pred)
     return task ? bad(task->rt, TDM_ERR_INVALID_ARG, "%s: NULL task",
@@ -819,24 +779,18 @@ tdm_status tdm_task_depends_on(tdm_task *task, tdm_task *pred) {
   if (pred->rt != rt)
     return bad(rt, TDM_ERR_WRONG_RUNTIME, "%s: the tasks belong to different runtimes",
                "tdm_task_depends_on");
-  tdm_status st = TDM_OK;
-  int reach = 0;
+  tdm_status st = TDM_ERR_ALREADY_SUBMITTED;
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
-  if (atomic_load(&task->state) != TDM_TS_CREATED) {
-    st = TDM_ERR_ALREADY_SUBMITTED;
+  if (atomic_load(&task->state) == TDM_TS_CREATED)
+    st = tdm__graph_add(rt, task, pred);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
+  if (st == TDM_ERR_ALREADY_SUBMITTED)
     tdm__log(rt, TDM_LOG_ERROR, "tdm_task_depends_on: the task was already submitted");
-  } else if ((reach = reaches(rt, pred, task)) > 0) {
-    st = TDM_ERR_CYCLE;
+  else if (st == TDM_ERR_CYCLE)
     tdm__log(rt, TDM_LOG_ERROR,
              "tdm_task_depends_on: refused, the dependency would form a cycle");
-  } else if (reach < 0 || (!task->deps && !(task->deps = new_taskvec(rt))) ||
-             tdm__taskvec_push(rt, task->deps, pred)) {
-    st = TDM_ERR_NO_MEMORY;
+  else if (st)
     tdm__log(rt, TDM_LOG_ERROR, "tdm_task_depends_on: out of memory");
-  } else {
-    tdm__task_ref(pred);
-  }
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
   return st;
 }
 
@@ -871,7 +825,7 @@ void tdm_task_release(tdm_task *task) {
   if (created) {
     /* discarded unsubmitted: it no longer holds its handles or deps;
      * state DONE lets tasks that named it as a dependency be submitted */
-    drop_deps(task);
+    tdm__graph_drop(task);
     atomic_store(&task->state, TDM_TS_DONE);
   }
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));

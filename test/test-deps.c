@@ -3,6 +3,8 @@
  * one task and for all. */
 #include "common.h"
 
+#include <stdbool.h>
+
 /* A cell that tasks read and write, with a record of what they saw. */
 typedef struct {
   _Atomic int value;
@@ -286,6 +288,141 @@ static void test_args_copied(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* ---- the cycle check ---------------------------------------------------- */
+
+enum { GN = 48 };
+static _Atomic int run_order[GN];
+static _Atomic int run_clock;
+
+static void record_run(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b;
+  (void)n;
+  atomic_store(&run_order[*(const int *)args], atomic_fetch_add(&run_clock, 1));
+}
+
+/* Does `from` reach `to` through the accepted edges (dep[x][y]: x depends
+ * on y) of tasks still alive? */
+static bool reaches(bool dep[GN][GN], const bool *alive, int from, int to) {
+  bool seen[GN] = {false};
+  int stack[GN], n = 0;
+  stack[n++] = from;
+  seen[from] = true;
+  while (n) {
+    int x = stack[--n];
+    if (x == to)
+      return true;
+    for (int y = 0; y < GN; y++)
+      if (dep[x][y] && alive[y] && !seen[y]) {
+        seen[y] = true;
+        stack[n++] = y;
+      }
+  }
+  return false;
+}
+
+/* Random edges between created tasks, added in any order of creation and
+ * with tasks discarded on the way: each is refused exactly when it would
+ * close a cycle (checked against a search of the accepted graph); then
+ * the tasks, submitted in an order their dependencies allow, run after
+ * every task they depend on. */
+static void test_cycle_check_random(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(2, NULL);
+  static const tdm_codelet cl = {.name = "node", .cpu_fn = record_run};
+  uint64_t rng = 0x2545f4914f6cdd1dull;
+  for (int round = 0; round < 20; round++) {
+    tdm_task *t[GN];
+    bool dep[GN][GN] = {{false}}, alive[GN], submitted[GN] = {false};
+    for (int i = 0; i < GN; i++) {
+      assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl, .args = &i,
+                                                            .args_size = sizeof i},
+                                       &t[i]),
+                       TDM_OK);
+      alive[i] = true;
+      atomic_store(&run_order[i], -1);
+    }
+    unsigned refused = 0;
+    for (int e = 0; e < 6 * GN; e++) {
+      rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+      int a = (int)(rng % GN), b = (int)((rng >> 20) % GN);
+      if (rng % 97 == 0 && alive[a]) { /* now and then a task is discarded */
+        tdm_task_release(t[a]);
+        alive[a] = false;
+        continue;
+      }
+      if (!alive[a] || !alive[b])
+        continue;
+      bool cycle = reaches(dep, alive, b, a); /* a would wait for b */
+      tdm_status st = tdm_task_depends_on(t[a], t[b]);
+      assert_int_equal(st, cycle ? TDM_ERR_CYCLE : TDM_OK);
+      if (!cycle)
+        dep[a][b] = true;
+      refused += cycle;
+    }
+    assert_true(refused > 0); /* the graphs are dense enough to try cycles */
+    /* submit in waves: a task whose alive dependencies are all submitted */
+    for (int done = 0, progress = 1; progress;) {
+      progress = 0;
+      for (int i = 0; i < GN; i++) {
+        if (!alive[i] || submitted[i])
+          continue;
+        bool ready = true;
+        for (int j = 0; j < GN; j++)
+          ready = ready && !(dep[i][j] && alive[j] && !submitted[j]);
+        if (ready) {
+          assert_int_equal(tdm_task_submit(t[i]), TDM_OK);
+          submitted[i] = true;
+          progress = 1;
+          done++;
+        }
+      }
+    }
+    assert_int_equal(tdm_wait_all(rt), TDM_OK);
+    for (int i = 0; i < GN; i++) {
+      if (!alive[i])
+        continue;
+      assert_true(submitted[i]); /* acyclic: every task could go */
+      for (int j = 0; j < GN; j++)
+        if (dep[i][j] && alive[j])
+          assert_true(atomic_load(&run_order[j]) < atomic_load(&run_order[i]));
+      tdm_task_release(t[i]);
+    }
+  }
+  tdm_runtime_destroy(rt);
+}
+
+/* A long chain and a 2-wide lattice of created tasks (the shapes that took
+ * exponential or quadratic time before the check kept an order): accepted,
+ * and run in order. Their timings are in bench-core --checks. */
+static void test_long_chain_and_lattice(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(2, NULL);
+  static const tdm_codelet cl = {.name = "link", .cpu_fn = record_run};
+  enum { LEN = 20000 };
+  static tdm_task *t[LEN];
+  int zero = 0;
+  for (int shape = 0; shape < 2; shape++) {
+    int width = shape ? 2 : 1, n = LEN / width * width;
+    for (int i = 0; i < n; i++) {
+      assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl, .args = &zero,
+                                                            .args_size = sizeof zero},
+                                       &t[i]),
+                       TDM_OK);
+      int layer = i / width;
+      for (int k = 0; layer > 0 && k < width; k++)
+        assert_int_equal(tdm_task_depends_on(t[i], t[(layer - 1) * width + k]), TDM_OK);
+    }
+    /* closing the lattice on itself is refused */
+    assert_int_equal(tdm_task_depends_on(t[0], t[n - 1]), TDM_ERR_CYCLE);
+    for (int i = 0; i < n; i++)
+      assert_int_equal(tdm_task_submit(t[i]), TDM_OK);
+    assert_int_equal(tdm_task_wait(t[n - 1]), TDM_OK);
+    for (int i = 0; i < n; i++)
+      tdm_task_release(t[i]);
+  }
+  tdm_runtime_destroy(rt);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_read_after_write),
@@ -296,6 +433,8 @@ int main(void) {
       cmocka_unit_test(test_nested_submission),
       cmocka_unit_test(test_callback_and_task_wait),
       cmocka_unit_test(test_args_copied),
+      cmocka_unit_test(test_cycle_check_random),
+      cmocka_unit_test(test_long_chain_and_lattice),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

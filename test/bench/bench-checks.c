@@ -1,0 +1,158 @@
+/*
+ * bench-checks: what Tandem's checks of the application's input cost on
+ * the shapes that would make a naive check slow.
+ *
+ *  (a) the cycle check of tdm_task_depends_on: a chain of 100,000 created
+ *      tasks, each depending on the one before, and a lattice 2 wide and
+ *      10,000 deep, each task depending on both tasks of the layer before;
+ *      also both with the edges added from the sinks back to the sources
+ *      (no search either: what counts is the order of creation), and a
+ *      chain of 3,000 tasks created sinks first (each edge then goes
+ *      against the order kept, the worst case: the check searches and
+ *      reorders the whole chain built so far);
+ *      timed from the first create to the last depends_on, then to the
+ *      end of the run.
+ *  (b) the overlap check of registration: 100,000 disjoint vectors
+ *      registered then unregistered, per call, against the same with one
+ *      vector registered and unregistered 100,000 times (the check then
+ *      has nothing to search).
+ *
+ * Every figure is the median of REPS runs.
+ *
+ * usage: bench-checks [--quick]   (--quick: a tenth of the sizes)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tandem.h"
+
+#define REPS 5
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void check(tdm_status st, const char *what) {
+  if (st != TDM_OK) {
+    fprintf(stderr, "bench-checks: %s: %s\n", what, tdm_strerror(st));
+    exit(1);
+  }
+}
+
+static void nothing(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b;
+  (void)args;
+  (void)n;
+}
+
+static const tdm_codelet empty = {.name = "empty", .cpu_fn = nothing};
+
+enum { SOURCES_FIRST, SINKS_FIRST, CREATED_SINKS_FIRST };
+
+/* Builds `layers` layers of `width` created tasks, each depending on every
+ * task of the layer before, in the given order; *build: seconds to the
+ * last depends_on; returns seconds to the end of the run. */
+static double graph(tdm_runtime *rt, long layers, int width, int order, double *build) {
+  long n = layers * width;
+  tdm_task **t = malloc((size_t)n * sizeof *t);
+  if (!t)
+    exit(1);
+  /* node k of the graph (layer k / width) is t[at(k)] */
+#define at(k) (order == CREATED_SINKS_FIRST ? n - 1 - (k) : (k))
+  double t0 = now();
+  for (long i = 0; i < n; i++)
+    check(tdm_task_create(rt, &(tdm_task_desc){.codelet = &empty}, &t[i]), "create");
+  for (long l = 1; l < layers; l++) {
+    long layer = order == SINKS_FIRST ? layers - l : l;
+    for (int a = 0; a < width; a++)
+      for (int b = 0; b < width; b++)
+        check(tdm_task_depends_on(t[at(layer * width + a)], t[at((layer - 1) * width + b)]),
+              "depends_on");
+  }
+  *build = now() - t0;
+  for (long k = 0; k < n; k++)
+    check(tdm_task_submit(t[at(k)]), "submit");
+#undef at
+  check(tdm_wait_all(rt), "wait_all");
+  double total = now() - t0;
+  for (long i = 0; i < n; i++)
+    tdm_task_release(t[i]);
+  free(t);
+  return total;
+}
+
+static void graphs(tdm_runtime *rt, long scale) {
+  static const struct {
+    const char *name, *order_name;
+    long layers;
+    int width, order;
+  } shapes[] = {
+      {"chain 100,000", "edges sources first", 100000, 1, SOURCES_FIRST},
+      {"chain 100,000", "edges sinks first", 100000, 1, SINKS_FIRST},
+      {"lattice 2 x 10,000", "edges sources first", 10000, 2, SOURCES_FIRST},
+      {"lattice 2 x 10,000", "edges sinks first", 10000, 2, SINKS_FIRST},
+      {"chain 3,000", "created sinks first", 3000, 1, CREATED_SINKS_FIRST},
+  };
+  printf("(a) cycle check (median of %d)                 build (s)   build+run (s)\n", REPS);
+  for (unsigned s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    double b[REPS], r[REPS];
+    for (int i = 0; i < REPS; i++)
+      r[i] = graph(rt, shapes[s].layers / scale, shapes[s].width, shapes[s].order, &b[i]);
+    printf("    %-20s %-22s %9.4f   %9.4f\n", shapes[s].name, shapes[s].order_name,
+           median(b, REPS), median(r, REPS));
+  }
+}
+
+static void registrations(tdm_runtime *rt, long scale) {
+  long n = 100000 / scale;
+  double *data = malloc((size_t)n * 2 * sizeof *data);
+  tdm_handle **h = malloc((size_t)n * sizeof *h);
+  if (!data || !h)
+    exit(1);
+  double many[REPS], one[REPS];
+  for (int i = 0; i < REPS; i++) {
+    double t0 = now();
+    for (long k = 0; k < n; k++) /* every other slot: no two touch */
+      check(tdm_register_vector(rt, data + 2 * k, 1, sizeof(double), &h[k]), "register");
+    for (long k = 0; k < n; k++)
+      check(tdm_handle_unregister(h[k]), "unregister");
+    many[i] = (now() - t0) / (double)n;
+    t0 = now();
+    for (long k = 0; k < n; k++) {
+      check(tdm_register_vector(rt, data, 1, sizeof(double), &h[0]), "register");
+      check(tdm_handle_unregister(h[0]), "unregister");
+    }
+    one[i] = (now() - t0) / (double)n;
+  }
+  printf("(b) registration (median of %d)           per register + unregister (us)\n", REPS);
+  printf("    %ld vectors registered at once      %9.3f\n", n, 1e6 * median(many, REPS));
+  printf("    one vector at a time                  %9.3f\n", 1e6 * median(one, REPS));
+  free(data);
+  free(h);
+}
+
+int main(int argc, char **argv) {
+  long scale = argc > 1 && !strcmp(argv[1], "--quick") ? 10 : 1;
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  tdm_runtime *rt = NULL;
+  check(tdm_runtime_create(&cfg, &rt), "runtime");
+  graphs(rt, scale);
+  registrations(rt, scale);
+  tdm_runtime_destroy(rt);
+  return 0;
+}
