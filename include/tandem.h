@@ -81,7 +81,9 @@ extern "C" {
   XX(ERR_BUILD, -19, "an OpenCL program failed to build (the build log is in the log)") \
   XX(ERR_NO_DEVICE, -20, "the task can only run on an OpenCL device and no device is used") \
   XX(ERR_NOT_SUPPORTED, -21, "not supported (see the log)")                  \
-  XX(ERR_TOO_LARGE, -22, "a buffer is larger than a device can hold (see the log)")
+  XX(ERR_TOO_LARGE, -22, "a buffer is larger than a device can hold (see the log)") \
+  XX(ERR_FORKED, -23, "the runtime belongs to the parent process: this process is a fork() of it") \
+  XX(ERR_OVERLAP, -24, "the memory overlaps memory already registered with the runtime")
 
 typedef enum tdm_status {
 #define TDM__STATUS_ENUM(name, value, msg) TDM_##name = (value),
@@ -121,6 +123,10 @@ typedef enum tdm_device_memory {
   TDM_MEMORY_SEPARATE = 2     /**< as a discrete GPU: copies */
 } tdm_device_memory;
 
+/** The largest synthetic topology taken (tdm_config.synthetic_topology). */
+#define TDM_MAX_SYNTHETIC_PUS 16384
+#define TDM_MAX_SYNTHETIC_OBJECTS 65536
+
 typedef struct tdm_config {
   /** sizeof(tdm_config) as the caller was compiled; set by tdm_config_init.
    * Lets the structure grow at its end without breaking old callers. */
@@ -145,8 +151,10 @@ typedef struct tdm_config {
   tdm_log_level log_level;
   /** hwloc synthetic topology description (e.g. "pack:2 core:4 pu:2") used
    * instead of the real machine, to plan and test placement. Workers are
-   * then not bound. NULL (default): the real machine. Environment:
-   * TANDEM_SYNTHETIC_TOPOLOGY. */
+   * then not bound. At most TDM_MAX_SYNTHETIC_PUS processing units and
+   * TDM_MAX_SYNTHETIC_OBJECTS objects in all: a larger one is refused at
+   * once (TDM_ERR_TOPOLOGY) rather than built. NULL (default): the real
+   * machine. Environment: TANDEM_SYNTHETIC_TOPOLOGY. */
   const char *synthetic_topology;
   /** Nonzero: ignore the TANDEM_* environment variables (default 0). */
   int ignore_env;
@@ -189,11 +197,19 @@ typedef struct tdm_config {
    * runtime; 0 (default): what the device reports. When full, the least
    * recently used copies that no running task uses are dropped (written
    * back first when they are the only copy). Environment:
-   * TANDEM_DEVICE_MEMORY_LIMIT (bytes; a k, M or G suffix allowed). */
+   * TANDEM_DEVICE_MEMORY_LIMIT (bytes; a k, M or G suffix allowed). At
+   * most 2^50 (1 PiB): more is refused (TDM_ERR_INVALID_ARG; in the
+   * environment, ignored with a warning). */
   uint64_t device_memory_limit;
-  /** Directory of the on-disk cache of compiled OpenCL programs. NULL
-   * (default): $XDG_CACHE_HOME/tandem, else $HOME/.cache/tandem. Created
-   * with mode 0700, entries 0600. Environment: TANDEM_CACHE_DIR. */
+  /** Directory of the on-disk cache of compiled OpenCL programs and
+   * performance models. NULL (default): $XDG_CACHE_HOME/tandem, else
+   * $HOME/.cache/tandem. Created with mode 0700, files 0600. A compiled
+   * program is code that runs in the process, so the cache is used only
+   * if the directory belongs to the effective user and neither its group
+   * nor others may write to it (else the runtime warns once and runs
+   * without a cache), and a file in it is read only if it is a regular
+   * file (not a link) of the user's that neither group nor others may
+   * write. Environment: TANDEM_CACHE_DIR. */
   const char *cache_dir;
   /** Tasks each device may have in flight (their transfers and kernels
    * enqueued): while one kernel runs, the inputs of the next ones are

@@ -200,6 +200,7 @@ static tdm_status do_register(tdm_runtime *rt, uint8_t kind, const tdm_buffer *b
   *out = NULL;
   if (!rt)
     return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, what);
   if (!buf->ptr || !buf->elem_size || !buf->nx || !buf->ny)
     return hbad(rt, TDM_ERR_INVALID_ARG, what, "NULL pointer or zero size");
   if (atomic_load(&rt->closing) && !tdm__self_in(rt))
@@ -233,6 +234,7 @@ tdm_status tdm_handle_buffer(const tdm_handle *h, tdm_buffer *out) {
   tdm_runtime *rt = runtime_of(h);
   if (!rt || !out)
     return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, "tdm_handle_buffer");
   tdm_status st = tdm__handle_check(rt, h, "tdm_handle_buffer");
   if (st)
     return st;
@@ -262,6 +264,7 @@ tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_col
   tdm_runtime *rt = runtime_of(h);
   if (!rt)
     return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, what);
   tdm_status st = tdm__handle_check(rt, h, what);
   if (st)
     return st;
@@ -330,6 +333,7 @@ tdm_status tdm_matrix_tiles(const tdm_handle *h, size_t *tile_rows_out,
   tdm_runtime *rt = runtime_of(h);
   if (!rt || !tile_rows_out || !tile_cols_out)
     return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, "tdm_matrix_tiles");
   tdm_status st = tdm__handle_check(rt, h, "tdm_matrix_tiles");
   if (st)
     return st;
@@ -346,7 +350,8 @@ tdm_status tdm_matrix_tiles(const tdm_handle *h, size_t *tile_rows_out,
 
 tdm_handle *tdm_matrix_tile(const tdm_handle *h, size_t i, size_t j) {
   tdm_runtime *rt = runtime_of(h);
-  if (!rt || tdm__handle_check(rt, h, "tdm_matrix_tile"))
+  if (!rt || (tdm__forked(rt) && tdm__forked_error(rt, "tdm_matrix_tile")) ||
+      tdm__handle_check(rt, h, "tdm_matrix_tile"))
     return NULL;
   tdm_handle *mh = (tdm_handle *)h, *tile = NULL;
   tdm__spin_lock(&mh->lock);
@@ -366,6 +371,7 @@ tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
   tdm_runtime *rt = runtime_of(h);
   if (!rt)
     return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, what);
   tdm_status st = tdm__handle_check(rt, h, what);
   if (st)
     return st;
@@ -447,6 +453,7 @@ tdm_status tdm_handle_acquire(tdm_handle *h, tdm_access mode) {
   tdm_runtime *rt = runtime_of(h);
   if (!rt)
     return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, what);
   tdm_status st = tdm__check_blocking(rt, what);
   if (!st)
     st = tdm__handle_check(rt, h, what);
@@ -496,6 +503,7 @@ tdm_status tdm_handle_release(tdm_handle *h) {
   tdm_runtime *rt = runtime_of(h);
   if (!rt)
     return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, "tdm_handle_release");
   tdm_status st = tdm__handle_check(rt, h, "tdm_handle_release");
   if (st)
     return st;
@@ -515,6 +523,7 @@ tdm_status tdm_handle_unregister(tdm_handle *h) {
   tdm_runtime *rt = runtime_of(h);
   if (!rt)
     return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, what);
   tdm_status st = tdm__check_blocking(rt, what);
   if (!st)
     st = tdm__handle_check(rt, h, what);

@@ -144,6 +144,38 @@ bool tdm__out_commit(const tdm_runtime *rt, tdm_outfile *o);
 /* Gives up: closes and removes the temporary file. */
 void tdm__out_abort(tdm_outfile *o);
 
+/* The largest device memory limit taken (tdm_config.device_memory_limit,
+ * TANDEM_DEVICE_MEMORY_LIMIT): 1 PiB, beyond any device. */
+#define TDM_MAX_MEMORY_LIMIT (UINT64_C(1) << 50)
+
+/* Seconds to nanoseconds, saturating (negative or NaN: 0; beyond about
+ * 146 years: that), so that modelled times never overflow a conversion. */
+static inline uint64_t tdm__ns_of(double seconds) {
+  const double most = 4.6e18;
+  double ns = seconds * 1e9;
+  return ns > 0 ? (ns < most ? (uint64_t)ns : (uint64_t)most) : 0;
+}
+
+/* ---- fork --------------------------------------------------------------- */
+
+/* fork()s seen by this process: a handler registered with pthread_atfork
+ * at the first tdm_runtime_create adds one in each child. A runtime whose
+ * fork_generation differs was made by a parent: its threads do not exist
+ * here, so every call on it fails with TDM_ERR_FORKED rather than wait
+ * for them. Process-wide by nature: fork is. */
+extern _Atomic unsigned tdm__fork_generation;
+/* relaxed: written once, in the child, before any other thread exists */
+#define tdm__forked(rt)                                                        \
+  (atomic_load_explicit(&tdm__fork_generation, memory_order_relaxed) !=        \
+   (rt)->fork_generation)
+/* Logs that `what` was called on a parent's runtime; TDM_ERR_FORKED. */
+tdm_status tdm__forked_error(const tdm_runtime *rt, const char *what);
+#define TDM_FORK_GUARD(rt, what)                                               \
+  do {                                                                         \
+    if (tdm__forked(rt))                                                       \
+      return tdm__forked_error((rt), (what));                                  \
+  } while (0)
+
 /* ---- logging ---------------------------------------------------------- */
 
 void tdm__log(const tdm_runtime *rt, tdm_log_level level, const char *fmt, ...)
@@ -481,6 +513,8 @@ struct tdm_runtime {
   pthread_mutex_t trace_lock; /* one flush at a time */
 
   bool mutexes_ready;
+  unsigned fork_generation; /* tdm__fork_generation at creation */
+  pid_t pid;                /* the creating process, for messages */
   _Atomic long alloc_countdown; /* see tdm__fail_allocation; -1: off */
 };
 

@@ -236,11 +236,15 @@ static tdm_status out_of_range(const tdm_runtime *rt, const char *what, unsigned
 }
 
 tdm_status tdm_runtime_machine(const tdm_runtime *rt, tdm_machine_info *info) {
+  if (rt)
+    TDM_FORK_GUARD(rt, "tdm_runtime_machine");
   return answer(rt, "tdm_runtime_machine", info, rt ? &rt->machine->info : NULL,
                 sizeof *info);
 }
 
 tdm_status tdm_runtime_cpu_kind(const tdm_runtime *rt, unsigned kind, tdm_cpu_kind_info *info) {
+  if (rt)
+    TDM_FORK_GUARD(rt, "tdm_runtime_cpu_kind");
   if (rt && kind >= rt->machine->info.cpu_kinds)
     return out_of_range(rt, "tdm_runtime_cpu_kind", kind, rt->machine->info.cpu_kinds);
   return answer(rt, "tdm_runtime_cpu_kind", info, rt ? &rt->machine->kinds[kind] : NULL,
@@ -248,6 +252,8 @@ tdm_status tdm_runtime_cpu_kind(const tdm_runtime *rt, unsigned kind, tdm_cpu_ki
 }
 
 tdm_status tdm_runtime_worker(const tdm_runtime *rt, unsigned worker, tdm_worker_info *info) {
+  if (rt)
+    TDM_FORK_GUARD(rt, "tdm_runtime_worker");
   unsigned n = tdm_runtime_nworkers(rt);
   if (rt && worker >= n)
     return out_of_range(rt, "tdm_runtime_worker", worker, n);
@@ -257,6 +263,8 @@ tdm_status tdm_runtime_worker(const tdm_runtime *rt, unsigned worker, tdm_worker
 
 tdm_status tdm_runtime_platform(const tdm_runtime *rt, unsigned platform,
                                 tdm_platform_info *info) {
+  if (rt)
+    TDM_FORK_GUARD(rt, "tdm_runtime_platform");
   if (rt && platform >= rt->nplatforms)
     return out_of_range(rt, "tdm_runtime_platform", platform, rt->nplatforms);
   if (!rt)
@@ -271,6 +279,8 @@ tdm_status tdm_runtime_platform(const tdm_runtime *rt, unsigned platform,
 }
 
 tdm_status tdm_runtime_device(const tdm_runtime *rt, unsigned device, tdm_device_info *info) {
+  if (rt)
+    TDM_FORK_GUARD(rt, "tdm_runtime_device");
   if (rt && device >= rt->ndevices)
     return out_of_range(rt, "tdm_runtime_device", device, rt->ndevices);
   if (!rt)

@@ -607,7 +607,9 @@ double tdm__vt_lower_bound(const tdm_vt_machine *m, const tdm_vt_graph *g) {
 
 /* ---- machine descriptions -------------------------------------------------- */
 
-/* A number with an optional unit suffix: *scale per unit as given. */
+/* A number with an optional unit suffix: *scale per unit as given. Values
+ * beyond TDM_VT_MAX_VALUE are refused: nothing real is that large, and
+ * the emulated devices multiply them into nanosecond counts. */
 static bool number(const char *s, size_t len, const char *const *units, const double *scales,
                    double *out) {
   char buf[64];
@@ -621,14 +623,19 @@ static bool number(const char *s, size_t len, const char *const *units, const do
     return false;
   if (!*end) {
     *out = v;
-    return true;
+    return v <= TDM_VT_MAX_VALUE;
   }
   for (unsigned i = 0; units && units[i]; i++)
     if (!strcmp(end, units[i])) {
       *out = v * scales[i];
-      return true;
+      return v <= TDM_VT_MAX_VALUE;
     }
   return false;
+}
+
+/* Whether x lies in [lo, hi]: the documented range of a setting. */
+static bool within(double x, double lo, double hi) {
+  return x >= lo && x <= hi;
 }
 
 tdm_status tdm__vt_parse_machine(const char *text, const char *const *codelets,
@@ -687,24 +694,31 @@ tdm_status tdm__vt_parse_machine(const char *text, const char *const *codelets,
         else
           BAD("memory=%.*s: shared or own", (int)vlen, v);
       } else if (KEY("speedup")) {
-        if (!number(v, vlen, NULL, NULL, &x) || x <= 0)
-          BAD("speedup=%.*s: a positive number", (int)vlen, v);
+        if (!number(v, vlen, NULL, NULL, &x) ||
+            !within(x, TDM_VT_MIN_SPEEDUP, TDM_VT_MAX_SPEEDUP))
+          BAD("speedup=%.*s: a positive number from %g to %g", (int)vlen, v,
+              TDM_VT_MIN_SPEEDUP, TDM_VT_MAX_SPEEDUP);
         for (int k = 0; k < 8; k++)
           c->speedup[k] = x;
       } else if (KEY("latency") || KEY("slow_at")) {
-        if (!number(v, vlen, times, time_scale, &x))
-          BAD("%.*s=%.*s: a time (s, ms, us, ns)", (int)klen, q, (int)vlen, v);
+        if (!number(v, vlen, times, time_scale, &x) || x > TDM_VT_MAX_TIME)
+          BAD("%.*s=%.*s: a time (s, ms, us, ns) up to %g s", (int)klen, q, (int)vlen, v,
+              TDM_VT_MAX_TIME);
         if (KEY("latency"))
           latency = x;
         else
           c->slow_at = x;
       } else if (KEY("bandwidth")) {
-        if (!number(v, vlen, rates, rate_scale, &x) || x <= 0)
-          BAD("bandwidth=%.*s: bytes per second (k, M, G, T)", (int)vlen, v);
+        if (!number(v, vlen, rates, rate_scale, &x) ||
+            !within(x, TDM_VT_MIN_BANDWIDTH, TDM_VT_MAX_BANDWIDTH))
+          BAD("bandwidth=%.*s: bytes per second (k, M, G, T) from %g to %g", (int)vlen, v,
+              TDM_VT_MIN_BANDWIDTH, TDM_VT_MAX_BANDWIDTH);
         bandwidth = x;
       } else if (KEY("slow_factor")) {
-        if (!number(v, vlen, NULL, NULL, &x) || x <= 0)
-          BAD("slow_factor=%.*s: a positive number", (int)vlen, v);
+        if (!number(v, vlen, NULL, NULL, &x) ||
+            !within(x, TDM_VT_MIN_SPEEDUP, TDM_VT_MAX_SPEEDUP))
+          BAD("slow_factor=%.*s: a positive number from %g to %g", (int)vlen, v,
+              TDM_VT_MIN_SPEEDUP, TDM_VT_MAX_SPEEDUP);
         c->slow_factor = x;
       } else if (!codelets) {
         if (c->nnamed == 8)
@@ -712,8 +726,10 @@ tdm_status tdm__vt_parse_machine(const char *text, const char *const *codelets,
         if (klen >= sizeof c->named[0].name)
           BAD("codelet name \"%.*s\" longer than %zu characters", (int)klen, q,
               sizeof c->named[0].name - 1);
-        if (!number(v, vlen, NULL, NULL, &x))
-          BAD("%.*s=%.*s: a number (0: cannot run it)", (int)klen, q, (int)vlen, v);
+        if (!number(v, vlen, NULL, NULL, &x) ||
+            (x != 0 && !within(x, TDM_VT_MIN_SPEEDUP, TDM_VT_MAX_SPEEDUP)))
+          BAD("%.*s=%.*s: 0 (cannot run it) or a speed-up from %g to %g", (int)klen, q,
+              (int)vlen, v, TDM_VT_MIN_SPEEDUP, TDM_VT_MAX_SPEEDUP);
         memcpy(c->named[c->nnamed].name, q, klen);
         c->named[c->nnamed++].speedup = x;
       } else {
@@ -722,8 +738,10 @@ tdm_status tdm__vt_parse_machine(const char *text, const char *const *codelets,
           ;
         if (k == ncodelets || k == 8)
           BAD("unknown setting \"%.*s\"", (int)klen, q);
-        if (!number(v, vlen, NULL, NULL, &x))
-          BAD("%.*s=%.*s: a number (0: cannot run it)", (int)klen, q, (int)vlen, v);
+        if (!number(v, vlen, NULL, NULL, &x) ||
+            (x != 0 && !within(x, TDM_VT_MIN_SPEEDUP, TDM_VT_MAX_SPEEDUP)))
+          BAD("%.*s=%.*s: 0 (cannot run it) or a speed-up from %g to %g", (int)klen, q,
+              (int)vlen, v, TDM_VT_MIN_SPEEDUP, TDM_VT_MAX_SPEEDUP);
         c->speedup[k] = x;
       }
 #undef KEY

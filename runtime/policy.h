@@ -51,6 +51,13 @@ typedef struct tdm_choice {
 int tdm__heft_pick(const tdm_choice *c, unsigned n, unsigned max_tries, bool *calibrating);
 
 #define TDM_VT_MAX_CLASSES 16
+/* The ranges of a machine description's numbers (tdm__vt_parse_machine). */
+#define TDM_VT_MAX_VALUE 1e15
+#define TDM_VT_MIN_SPEEDUP 1e-3
+#define TDM_VT_MAX_SPEEDUP 1e5
+#define TDM_VT_MAX_TIME 1e3
+#define TDM_VT_MIN_BANDWIDTH 1e3
+#define TDM_VT_MAX_BANDWIDTH 1e15
 #define TDM_VT_MAX_BUFFERS TDM_MAX_BUFFERS
 
 /* A machine: workers of classes; each class works in one memory node
@@ -145,6 +152,9 @@ void tdm__vt_result_free(tdm_vt_result *r);
  *            | slow_at=T, slow_factor=X   slows down from T on
  *
  * e.g. "cpu:workers=2;gpu:speedup=10,small=0.5,latency=10us,bandwidth=10G".
+ * Ranges (anything outside is refused, so that no product of them
+ * overflows): speed-ups and slow_factor from 1e-3 to 1e5 (a codelet's may
+ * also be 0), times up to 1000 s, bandwidths from 1 kB/s to 1e15 B/s.
  * With codelets NULL, any other key is a codelet's name, kept in the
  * class's `named` list (at most 8, names up to 31 characters).
  * Returns TDM_OK, or TDM_ERR_INVALID_ARG with what is wrong in err. */

@@ -7,6 +7,28 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
+
+_Atomic unsigned tdm__fork_generation;
+
+static void forked_child(void) {
+  /* relaxed: the child has one thread now */
+  atomic_fetch_add_explicit(&tdm__fork_generation, 1, memory_order_relaxed);
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static int atfork_err;
+static void register_atfork(void) {
+  atfork_err = pthread_atfork(NULL, NULL, forked_child);
+}
+
+tdm_status tdm__forked_error(const tdm_runtime *rt, const char *what) {
+  tdm__log(rt, TDM_LOG_ERROR,
+           "%s: the runtime was created by process %d, and this process (%d) is a fork of "
+           "it: its workers are not here; create a runtime in this process instead",
+           what, (int)rt->pid, (int)getpid());
+  return TDM_ERR_FORKED;
+}
 
 void tdm_config_init(tdm_config *config) {
   if (!config)
@@ -19,17 +41,29 @@ void tdm_config_init(tdm_config *config) {
   config->log_level = TDM_LOG_WARNING;
 }
 
+/* A whole number in decimal digits and nothing else (no sign, space or
+ * blank: strtoull would take " -1" for 2^64 - 1), at most max; *end is
+ * what follows the digits. */
+static bool digits(const char *s, uint64_t max, uint64_t *out, const char **end) {
+  if (*s < '0' || *s > '9')
+    return false;
+  char *e;
+  errno = 0;
+  unsigned long long v = strtoull(s, &e, 10);
+  *end = e;
+  *out = v;
+  return !errno && v <= max;
+}
+
 /* Reads an unsigned environment variable into *out; leaves *out alone and
- * warns when it is malformed. */
+ * warns, naming it, when it is blank, signed, malformed or beyond max. */
 static void env_unsigned(tdm_runtime *rt, const char *name, unsigned max,
                          unsigned *out) {
-  const char *s = getenv(name);
-  if (!s || !*s)
+  const char *s = getenv(name), *end;
+  uint64_t v;
+  if (!s)
     return;
-  char *end;
-  errno = 0;
-  unsigned long v = strtoul(s, &end, 10);
-  if (errno || *end || s[0] == '-' || v > max) {
+  if (!digits(s, max, &v, &end) || *end) {
     tdm__log(rt, TDM_LOG_WARNING, "ignoring %s=\"%s\": expected an integer in [0, %u]",
              name, s, max);
     return;
@@ -119,10 +153,10 @@ static void apply_env(tdm_runtime *rt) {
   if (s && *s)
     rt->cfg.sim = s;
   s = getenv("TANDEM_SIM_SCALE");
-  if (s && *s) {
+  if (s) {
     char *end;
     double v = strtod(s, &end);
-    if (end == s || *end || !(v >= 1 && v <= 1e6))
+    if (*s < '0' || *s > '9' || *end || !(v >= 1 && v <= 1e6))
       tdm__log(rt, TDM_LOG_WARNING,
                "ignoring TANDEM_SIM_SCALE=\"%s\": expected a number from 1 to 1e6", s);
     else
@@ -132,20 +166,20 @@ static void apply_env(tdm_runtime *rt) {
   env_unsigned(rt, "TANDEM_STATS", 1, &stats);
   rt->cfg.stats = (int)stats;
   s = getenv("TANDEM_DEVICE_MEMORY_LIMIT");
-  if (s && *s) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
+  if (s) {
+    const char *end = s;
+    uint64_t v = 0;
+    bool ok = digits(s, TDM_MAX_MEMORY_LIMIT, &v, &end);
     unsigned shift = *end == 'k' || *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
     if (shift)
       end++;
-    if (errno || *end || s[0] == '-' || v > (UINT64_MAX >> shift))
+    if (!ok || *end || v > (TDM_MAX_MEMORY_LIMIT >> shift))
       tdm__log(rt, TDM_LOG_WARNING,
                "ignoring TANDEM_DEVICE_MEMORY_LIMIT=\"%s\": expected bytes, with k, M or G "
-               "allowed",
+               "allowed, up to 2^50 (1 PiB)",
                s);
     else
-      rt->cfg.device_memory_limit = (uint64_t)v << shift;
+      rt->cfg.device_memory_limit = v << shift;
   }
 }
 
@@ -209,6 +243,12 @@ static tdm_status check_device_config(tdm_runtime *rt) {
     tdm__log(rt, TDM_LOG_ERROR,
              "tdm_runtime_create: scheduler=\"%s\": expected heft, ws, eager or random",
              rt->cfg.scheduler);
+    return TDM_ERR_INVALID_ARG;
+  }
+  if (rt->cfg.device_memory_limit > TDM_MAX_MEMORY_LIMIT) {
+    tdm__log(rt, TDM_LOG_ERROR,
+             "tdm_runtime_create: device_memory_limit %llu: at most 2^50 bytes (1 PiB)",
+             (unsigned long long)rt->cfg.device_memory_limit);
     return TDM_ERR_INVALID_ARG;
   }
   double scale = rt->cfg.sim_time_scale;
@@ -413,11 +453,16 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
     return TDM_ERR_INVALID_ARG;
   }
 
+  int err = pthread_once(&atfork_once, register_atfork);
+  if (err || atfork_err)
+    return TDM_ERR_NO_MEMORY; /* pthread_atfork fails only for want of memory */
   tdm_runtime *rt = calloc(1, sizeof *rt);
   if (!rt)
     return TDM_ERR_NO_MEMORY;
+  rt->fork_generation = atomic_load_explicit(&tdm__fork_generation, memory_order_relaxed);
   atomic_init(&rt->alloc_countdown, -1);
   rt->cache_fd = -1;
+  rt->pid = getpid();
   rt->cfg = defaults;
   memcpy(&rt->cfg, config, config->struct_size < sizeof rt->cfg ? config->struct_size : sizeof rt->cfg);
   rt->cfg.struct_size = sizeof rt->cfg;
@@ -479,6 +524,7 @@ tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what) {
 tdm_status tdm_wait_all(tdm_runtime *rt) {
   if (!rt)
     return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, "tdm_wait_all");
   tdm_status st = tdm__check_blocking(rt, "tdm_wait_all");
   if (st)
     return st;
@@ -505,6 +551,10 @@ tdm_status tdm_wait_all(tdm_runtime *rt) {
 void tdm_runtime_destroy(tdm_runtime *rt) {
   if (!rt)
     return;
+  if (tdm__forked(rt)) { /* the workers are the parent's: nothing to stop */
+    tdm__forked_error(rt, "tdm_runtime_destroy");
+    return;
+  }
   if (tdm__check_blocking(rt, "tdm_runtime_destroy"))
     return;
   atomic_store(&rt->closing, true);
@@ -518,14 +568,16 @@ void tdm_runtime_destroy(tdm_runtime *rt) {
 }
 
 unsigned tdm_runtime_nworkers(const tdm_runtime *rt) {
-  return rt ? rt->nworkers + rt->ndevice_workers : 0;
+  return rt && !tdm__forked(rt) ? rt->nworkers + rt->ndevice_workers : 0;
 }
 
 unsigned tdm_runtime_ncpu_workers(const tdm_runtime *rt) {
-  return rt ? rt->nworkers : 0;
+  return rt && !tdm__forked(rt) ? rt->nworkers : 0;
 }
 
 int tdm_worker_id(const tdm_runtime *rt) {
+  if (rt && tdm__forked(rt))
+    return -1; /* no thread of this process is a worker of rt */
   tdm_worker *w = rt ? tdm__self_in(rt) : NULL;
   if (w)
     return (int)w->id;

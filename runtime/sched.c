@@ -517,6 +517,7 @@ tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
                                        tdm_device_counters *out) {
   if (!rt || !out || out->struct_size < sizeof *out)
     return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, "tdm_runtime_device_counters");
   if (device >= rt->ndevices) {
     tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_device_counters: no device %u", device);
     return TDM_ERR_INVALID_ARG;

@@ -261,6 +261,7 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
                              bool user_ref, tdm_task **out, const char *what) {
   if (!rt)
     return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, what);
   if (!desc || !desc->codelet)
     return bad(rt, TDM_ERR_INVALID_ARG, "%s: NULL task description or codelet", what);
   const tdm_codelet *cl = desc->codelet;
@@ -714,7 +715,7 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
     tdm__cpu_run(t);
     uint64_t t1 = timed ? tdm__now_ns() : 0;
     if (rt->sim) { /* an emulated machine: slower than this one */
-      tdm__sleep_until(t0 + (uint64_t)((double)(t1 - t0) * tdm__sim_cpu_factor(rt, w->id, t)));
+      tdm__sleep_until(t0 + tdm__ns_of((double)(t1 - t0) * 1e-9 * tdm__sim_cpu_factor(rt, w->id, t)));
       t1 = tdm__now_ns();
     }
     if (tdm__sched_timed(t))
@@ -776,6 +777,7 @@ tdm_status tdm_task_depends_on(tdm_task *task, tdm_task *pred) {
                       "tdm_task_depends_on")
                 : TDM_ERR_INVALID_ARG;
   tdm_runtime *rt = task->rt;
+  TDM_FORK_GUARD(rt, "tdm_task_depends_on");
   if (pred->rt != rt)
     return bad(rt, TDM_ERR_WRONG_RUNTIME, "%s: the tasks belong to different runtimes",
                "tdm_task_depends_on");
@@ -797,6 +799,7 @@ tdm_status tdm_task_depends_on(tdm_task *task, tdm_task *pred) {
 tdm_status tdm_task_submit(tdm_task *task) {
   if (!task)
     return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(task->rt, "tdm_task_submit");
   if (atomic_load(&task->state) != TDM_TS_CREATED)
     return bad(task->rt, TDM_ERR_ALREADY_SUBMITTED, "%s: task already submitted",
                "tdm_task_submit");
@@ -806,6 +809,7 @@ tdm_status tdm_task_submit(tdm_task *task) {
 tdm_status tdm_task_wait(tdm_task *task) {
   if (!task)
     return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(task->rt, "tdm_task_wait");
   tdm_status st = tdm__check_blocking(task->rt, "tdm_task_wait");
   if (st)
     return st;
@@ -820,6 +824,10 @@ void tdm_task_release(tdm_task *task) {
   if (!task)
     return;
   tdm_runtime *rt = task->rt;
+  if (tdm__forked(rt)) {
+    tdm__forked_error(rt, "tdm_task_release");
+    return;
+  }
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
   bool created = atomic_load(&task->state) == TDM_TS_CREATED;
   if (created) {

@@ -21,13 +21,50 @@
  */
 #include "internal.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* How many leaves and objects a synthetic description makes: the arities
+ * (a number at the start of a level, or after "type:") multiplied level
+ * by level, ignoring attributes in parentheses; saturating. */
+static void synthetic_size(const char *s, uint64_t *leaves, uint64_t *objects) {
+  const uint64_t big = UINT64_MAX / 2;
+  uint64_t width = 1, total = 1;
+  int depth = 0;
+  for (const char *p = s; *p;) {
+    bool at_level = p == s || p[-1] == ':' || isspace((unsigned char)p[-1]);
+    if (*p == '(' || *p == ')') {
+      depth += *p == '(' ? 1 : -1;
+      p++;
+    } else if (!depth && at_level && isdigit((unsigned char)*p)) {
+      char *end;
+      unsigned long long v = strtoull(p, &end, 10);
+      width = v && width > big / v ? big : width * v;
+      total = total > big - width ? big : total + width;
+      p = end;
+    } else {
+      p++;
+    }
+  }
+  *leaves = width;
+  *objects = total;
+}
 
 tdm_status tdm__topology_load(const tdm_runtime *rt, const char *synthetic,
                               const char *xml, hwloc_topology_t *out) {
   hwloc_topology_t topo;
   *out = NULL;
+  uint64_t leaves, objects;
+  if (synthetic && (synthetic_size(synthetic, &leaves, &objects),
+                    leaves > TDM_MAX_SYNTHETIC_PUS || objects > TDM_MAX_SYNTHETIC_OBJECTS)) {
+    tdm__log(rt, TDM_LOG_ERROR,
+             "synthetic topology \"%.200s\" is too large: %llu processing units and %llu "
+             "objects, at most %d and %d",
+             synthetic, (unsigned long long)leaves, (unsigned long long)objects,
+             TDM_MAX_SYNTHETIC_PUS, TDM_MAX_SYNTHETIC_OBJECTS);
+    return TDM_ERR_TOPOLOGY;
+  }
   if (hwloc_topology_init(&topo) < 0) {
     tdm__log(rt, TDM_LOG_ERROR, "hwloc_topology_init failed");
     return TDM_ERR_TOPOLOGY;

@@ -344,6 +344,7 @@ tdm_status tdm__trace_write(tdm_runtime *rt) {
 tdm_status tdm_trace_flush(tdm_runtime *rt) {
   if (!rt)
     return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, "tdm_trace_flush");
   if (!rt->trace_path) {
     tdm__log(rt, TDM_LOG_ERROR, "tdm_trace_flush: no trace was asked for (trace_path)");
     return TDM_ERR_INVALID_ARG;
@@ -355,6 +356,8 @@ tdm_status tdm_trace_flush(tdm_runtime *rt) {
 
 tdm_status tdm_runtime_worker_stats(const tdm_runtime *rt, unsigned worker,
                                     tdm_worker_stats *out) {
+  if (rt)
+    TDM_FORK_GUARD(rt, "tdm_runtime_worker_stats");
   if (!rt || !out || out->struct_size < sizeof *out) {
     if (rt)
       tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_worker_stats: NULL or struct_size too small");

@@ -2,6 +2,8 @@
  * crashes and nothing leaks (the sanitizer runs check the latter). */
 #include "common.h"
 
+#include "internal.h"
+
 static void noop(const tdm_buffer *b, const void *a, size_t n) { (void)b; (void)a; (void)n; }
 static const tdm_codelet cl_r = {.name = "r", .cpu_fn = noop, .nbuffers = 1, .modes = {TDM_R}};
 static const tdm_codelet cl_none = {.name = "none", .cpu_fn = noop};
@@ -302,10 +304,97 @@ static void test_submit_after_destroy_began(void **state) {
   assert_int_equal(c.child_ran, 1);
 }
 
+/* Numeric environment variables that are blank, signed, padded, not a
+ * number or absurd are ignored with a warning that names the variable;
+ * good ones are taken. */
+static void test_environment_values(void **state) {
+  (void)state;
+  static const struct {
+    const char *name, *value;
+  } bad[] = {
+      {"TANDEM_NWORKERS", ""},
+      {"TANDEM_NWORKERS", " "},
+      {"TANDEM_NWORKERS", "-1"},
+      {"TANDEM_NWORKERS", " -1"},
+      {"TANDEM_NWORKERS", "+3"},
+      {"TANDEM_NWORKERS", "3 "},
+      {"TANDEM_NWORKERS", "1e3"},
+      {"TANDEM_NWORKERS", "4097"},
+      {"TANDEM_NWORKERS", "99999999999999999999999"},
+      {"TANDEM_SPIN_US", "-5"},
+      {"TANDEM_STATS", "2"},
+      {"TANDEM_BIND", ""},
+      {"TANDEM_DEVICE_TASKS", "0x10"},
+      {"TANDEM_DEVICE_MEMORY_LIMIT", " -1"},
+      {"TANDEM_DEVICE_MEMORY_LIMIT", "-1"},
+      {"TANDEM_DEVICE_MEMORY_LIMIT", ""},
+      {"TANDEM_DEVICE_MEMORY_LIMIT", "18446744073709551615"},
+      {"TANDEM_DEVICE_MEMORY_LIMIT", "1048577G"},
+      {"TANDEM_DEVICE_MEMORY_LIMIT", "64T"},
+      {"TANDEM_SIM_SCALE", ""},
+      {"TANDEM_SIM_SCALE", " 2"},
+      {"TANDEM_SIM_SCALE", "inf"},
+      {"TANDEM_SIM_SCALE", "nan"},
+      {"TANDEM_SIM_SCALE", "1e400"},
+  };
+  unsigned cores = 0;
+  for (size_t i = 0; i <= sizeof bad / sizeof bad[0]; i++) {
+    if (i < sizeof bad / sizeof bad[0])
+      assert_int_equal(setenv(bad[i].name, bad[i].value, 1), 0);
+    test_log log;
+    tdm_config cfg;
+    tdm_config_init(&cfg);
+    cfg.bind_workers = 0;
+    cfg.devices = "none";
+    test_log_attach(&cfg, &log);
+    tdm_runtime *rt = NULL;
+    assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+    if (i == sizeof bad / sizeof bad[0]) { /* none set: the default */
+      assert_int_equal(tdm_runtime_ncpu_workers(rt), cores);
+      tdm_runtime_destroy(rt);
+      break;
+    }
+    char want[128];
+    snprintf(want, sizeof want, "ignoring %s=\"%s\"", bad[i].name, bad[i].value);
+    if (!test_log_has(&log, want))
+      fail_msg("%s=\"%s\": no warning (log: %s)", bad[i].name, bad[i].value, log.all);
+    assert_int_equal(rt->cfg.device_memory_limit, 0);
+    assert_true(rt->cfg.sim_time_scale == 0);
+    if (!cores)
+      cores = tdm_runtime_ncpu_workers(rt);
+    assert_int_equal(tdm_runtime_ncpu_workers(rt), cores); /* not taken */
+    tdm_runtime_destroy(rt);
+    unsetenv(bad[i].name);
+  }
+  /* good values are taken */
+  setenv("TANDEM_DEVICE_MEMORY_LIMIT", "64M", 1);
+  setenv("TANDEM_NWORKERS", "3", 1);
+  setenv("TANDEM_SIM_SCALE", "2.5", 1);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.bind_workers = 0;
+  cfg.devices = "none";
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  assert_int_equal(rt->cfg.device_memory_limit, 64u << 20);
+  assert_int_equal(tdm_runtime_ncpu_workers(rt), 3);
+  assert_true(rt->cfg.sim_time_scale == 2.5);
+  tdm_runtime_destroy(rt);
+  unsetenv("TANDEM_DEVICE_MEMORY_LIMIT");
+  unsetenv("TANDEM_NWORKERS");
+  unsetenv("TANDEM_SIM_SCALE");
+  /* and through the config: a limit beyond 2^50 is refused */
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.device_memory_limit = (UINT64_C(1) << 50) + 1;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_INVALID_ARG);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_table),
       cmocka_unit_test(test_bad_config),
+      cmocka_unit_test(test_environment_values),
       cmocka_unit_test(test_null_pointers),
       cmocka_unit_test(test_too_many_buffers_and_bad_modes),
       cmocka_unit_test(test_foreign_and_stale_handles),

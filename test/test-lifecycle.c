@@ -5,7 +5,9 @@
 
 #include <dirent.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -175,11 +177,141 @@ static void test_idle_runtime_parks(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* ---- fork --------------------------------------------------------------- */
+
+static void slow_add(const tdm_buffer *b, const void *args, size_t n) {
+  sleep_ms(100);
+  add_one(b, args, n);
+}
+
+static const tdm_codelet cl_slow = {.name = "slow", .cpu_fn = slow_add,
+                                    .nbuffers = 1, .modes = {TDM_RW}};
+
+/* In the child: fails with the line number when a check does not hold
+ * (no cmocka here: its state is the parent's). */
+#define CHILD_CHECK(cond)                                                      \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "child: %s failed (line %d)\n", #cond, __LINE__);       \
+      _exit(1);                                                                \
+    }                                                                          \
+  } while (0)
+#define FORKED(call) CHILD_CHECK((call) == TDM_ERR_FORKED)
+
+static void child_of_runtime(tdm_runtime *rt, tdm_handle *h, tdm_handle *m, tdm_task *t) {
+  alarm(60); /* a hang kills the child: the parent sees the signal */
+  long v[4] = {0};
+  tdm_handle *other = NULL;
+  tdm_buffer b;
+  size_t r, c;
+  tdm_machine_info mi = {.struct_size = sizeof mi};
+  tdm_cpu_kind_info ki = {.struct_size = sizeof ki};
+  tdm_worker_info wi = {.struct_size = sizeof wi};
+  tdm_platform_info pi = {.struct_size = sizeof pi};
+  tdm_device_info di = {.struct_size = sizeof di};
+  tdm_device_counters dc = {.struct_size = sizeof dc};
+  tdm_worker_stats ws = {.struct_size = sizeof ws};
+  FORKED(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_add, .handles = {h}}));
+  FORKED(tdm_wait_all(rt));
+  tdm_task *made = NULL;
+  FORKED(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl_add, .handles = {h}}, &made));
+  CHILD_CHECK(made == NULL);
+  FORKED(tdm_task_depends_on(t, t));
+  FORKED(tdm_task_submit(t));
+  FORKED(tdm_task_wait(t));
+  FORKED(tdm_register_vector(rt, v, 4, sizeof(long), &other));
+  FORKED(tdm_register_matrix(rt, v, 2, 2, 2, sizeof(long), &other));
+  CHILD_CHECK(other == NULL);
+  FORKED(tdm_handle_buffer(h, &b));
+  FORKED(tdm_handle_acquire(h, TDM_R));
+  FORKED(tdm_handle_release(h));
+  FORKED(tdm_matrix_partition(m, 1, 1, 0));
+  FORKED(tdm_matrix_tiles(m, &r, &c));
+  CHILD_CHECK(tdm_matrix_tile(m, 0, 0) == NULL);
+  FORKED(tdm_matrix_unpartition(m, 0));
+  FORKED(tdm_handle_unregister(h));
+  FORKED(tdm_runtime_machine(rt, &mi));
+  FORKED(tdm_runtime_cpu_kind(rt, 0, &ki));
+  FORKED(tdm_runtime_worker(rt, 0, &wi));
+  FORKED(tdm_runtime_platform(rt, 0, &pi));
+  FORKED(tdm_runtime_device(rt, 0, &di));
+  FORKED(tdm_runtime_device_counters(rt, 0, &dc));
+  FORKED(tdm_runtime_worker_stats(rt, 0, &ws));
+  FORKED(tdm_trace_flush(rt));
+  CHILD_CHECK(tdm_runtime_nworkers(rt) == 0 && tdm_runtime_ncpu_workers(rt) == 0);
+  CHILD_CHECK(tdm_worker_id(rt) == -1);
+  tdm_task_release(t);     /* does nothing, does not hang */
+  tdm_runtime_destroy(rt); /* likewise */
+  /* a runtime of the child's own works */
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.ignore_env = 1;
+  cfg.devices = "none";
+  tdm_runtime *mine = NULL;
+  CHILD_CHECK(tdm_runtime_create(&cfg, &mine) == TDM_OK);
+  CHILD_CHECK(tdm_register_vector(mine, v, 4, sizeof(long), &other) == TDM_OK);
+  for (int i = 0; i < 100; i++)
+    CHILD_CHECK(tdm_submit(mine, &(tdm_task_desc){.codelet = &cl_add, .handles = {other}}) ==
+                TDM_OK);
+  CHILD_CHECK(tdm_wait_all(mine) == TDM_OK);
+  CHILD_CHECK(tdm_handle_unregister(other) == TDM_OK);
+  tdm_runtime_destroy(mine);
+  CHILD_CHECK(v[0] == 100 && v[3] == 100);
+  _exit(0);
+}
+
+/* A child of a process with a runtime (work in flight, a created task)
+ * gets TDM_ERR_FORKED from every call on it, never a hang, and may make a
+ * runtime of its own; the parent's runtime goes on unharmed. */
+static void test_fork(void **state) {
+  (void)state;
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.ignore_env = 1;
+  cfg.devices = "none";
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  long v[4] = {0}, w[4] = {0};
+  tdm_handle *h, *m;
+  assert_int_equal(tdm_register_vector(rt, v, 4, sizeof(long), &h), TDM_OK);
+  assert_int_equal(tdm_register_matrix(rt, w, 2, 2, 2, sizeof(long), &m), TDM_OK);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_slow, .handles = {h}}),
+                     TDM_OK);
+  tdm_task *t;
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl_add, .handles = {h}}, &t),
+                   TDM_OK);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0)
+    child_of_runtime(rt, h, m, t);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  if (!WIFEXITED(status))
+    fail_msg("the child was killed by signal %d (a hang?)", WTERMSIG(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  /* the parent's runtime is unharmed */
+  assert_int_equal(tdm_task_submit(t), TDM_OK);
+  assert_int_equal(tdm_task_wait(t), TDM_OK);
+  tdm_task_release(t);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(m), TDM_OK);
+  tdm_runtime_destroy(rt);
+  assert_int_equal(v[0], 4);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_destroy_null_is_harmless),
       cmocka_unit_test(test_two_runtimes_side_by_side),
       cmocka_unit_test(test_idle_runtime_parks),
+      cmocka_unit_test(test_fork),
       cmocka_unit_test(test_create_destroy_1000_cycles),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -283,6 +283,35 @@ static void test_bad_synthetic_topology(void **state) {
   assert_true(test_log_errors(&log) >= 1);
 }
 
+/* Descriptions beyond the documented size are refused at once, before
+ * hwloc builds millions of objects; the largest one taken loads. */
+static void test_huge_synthetic_topology(void **state) {
+  (void)state;
+  static const char *const huge[] = {
+      "pack:1000 core:1000 pu:1000",
+      "pack:4 core:4 pu:1025",                              /* 16400 PUs */
+      "pack:99999999999999999999 pu:99999999999999999999", /* overflows */
+      "numa:2(memory=1GB) core:20000",
+  };
+  for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+    test_log log;
+    tdm_config cfg;
+    tdm_config_init(&cfg);
+    cfg.ignore_env = 1;
+    cfg.synthetic_topology = huge[i];
+    test_log_attach(&cfg, &log);
+    tdm_runtime *rt;
+    assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_TOPOLOGY);
+    assert_true(test_log_has(&log, "is too large")); /* refused before hwloc builds it */
+  }
+  /* 1 + 2 + 8 + 64 + 16384 objects: taken */
+  hwloc_topology_t topo;
+  assert_int_equal(tdm__topology_load(&dummy, "pack:2 numa:4 core:8 pu:256", NULL, &topo),
+                   TDM_OK);
+  assert_int_equal(hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU), 16384);
+  hwloc_topology_destroy(topo);
+}
+
 /* A runtime on a synthetic machine: 8 workers, unbound, running tasks. */
 static void count_task(const tdm_buffer *b, const void *args, size_t n) {
   (void)b; (void)n;
@@ -342,6 +371,7 @@ int main(void) {
       cmocka_unit_test(test_xml_two_socket_numa_server),
       cmocka_unit_test(test_xml_hybrid_laptop),
       cmocka_unit_test(test_bad_synthetic_topology),
+      cmocka_unit_test(test_huge_synthetic_topology),
       cmocka_unit_test(test_runtime_on_synthetic_machine),
       cmocka_unit_test(test_affinity_mask_respected),
   };

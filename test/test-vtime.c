@@ -261,6 +261,15 @@ static void test_parse_machine(void **state) {
       {"gpu:bandwidth=fast", "bytes per second"},
       {"cpu:memory=both", "shared or own"},
       {"cpu:speedup=-1", "positive"},
+      {"gpu:speedup=1e308,memory=shared", "from 0.001 to 100000"},
+      {"gpu:speedup=inf,memory=shared", "from 0.001 to 100000"},
+      {"gpu:gemm=1e6,memory=shared", "0 (cannot run it) or a speed-up"},
+      {"gpu:latency=1e300s,bandwidth=1G", "up to 1000 s"},
+      {"gpu:latency=2000s,bandwidth=1G", "up to 1000 s"},
+      {"gpu:bandwidth=1e-300", "from 1000 to"},
+      {"gpu:bandwidth=2000T", "from 1000 to"},
+      {"gpu:memory=shared,slow_at=1s,slow_factor=1e9", "slow_factor"},
+      {"cpu:workers=1e300", "workers"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     err[0] = 0;

@@ -253,7 +253,7 @@ static uint64_t book_copy(sim_dev *d, bool to_device, uint64_t bytes, uint64_t a
     start = now;
   if (start < after)
     start = after;
-  uint64_t end = start + (uint64_t)(seconds * 1e9);
+  uint64_t end = start + tdm__ns_of(seconds);
   d->link_free[!to_device] = end;
   TDM_PTHREAD(rt, pthread_mutex_unlock(&d->link_lock));
   atomic_fetch_add_explicit(to_device ? &d->to_device : &d->to_host, bytes,
@@ -393,7 +393,7 @@ static void run(sim_dev *d, tdm_task *t) {
   if (d->decl.slow_at > 0 && d->decl.slow_factor > 0 &&
       (double)(x0 - rt->sim->t0) >= d->decl.slow_at * rt->time_scale * 1e9)
     factor *= d->decl.slow_factor;
-  tdm__sleep_until(x0 + (uint64_t)((double)ran * factor));
+  tdm__sleep_until(x0 + tdm__ns_of((double)ran * 1e-9 * factor));
   uint64_t x1 = tdm__now_ns();
   outputs_on(t, node);
   atomic_fetch_add_explicit(&d->tasks, 1, memory_order_relaxed);
