@@ -75,7 +75,10 @@ void tdm__handles_unlock(tdm_handle **hs, unsigned n) {
 
 /* ---- allocation and freeing -------------------------------------------- */
 
-static tdm_handle *handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *buf) {
+/* A new handle; for a registration (not a tile), NULL and *clash set to
+ * the registered handle when it would share memory with one. */
+static tdm_handle *handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *buf,
+                              bool registration, tdm_handle **clash) {
   tdm_handle *h = tdm__calloc(rt, 1, sizeof *h);
   if (!h)
     return NULL;
@@ -88,6 +91,15 @@ static tdm_handle *handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *b
   tdm__taskvec_init(&h->writers);
   tdm__taskvec_init(&h->readers);
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->handles_lock));
+  tdm_range *other = registration ? tdm__ranges_find(&rt->ranges, buf) : NULL;
+  if (other) {
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->handles_lock));
+    *clash = (tdm_handle *)((char *)other - offsetof(tdm_handle, range));
+    free(h);
+    return NULL;
+  }
+  if (registration)
+    tdm__ranges_insert(&rt->ranges, &h->range, &h->buf);
   h->all_next = rt->all_handles;
   if (rt->all_handles)
     rt->all_handles->all_prev = h;
@@ -159,6 +171,7 @@ void tdm__handles_destroy(tdm_runtime *rt) {
     h = next;
   }
   rt->all_handles = NULL;
+  rt->ranges.root = NULL;
   rt->quarantine_head = rt->quarantine_tail = NULL;
   rt->nquarantine = 0;
 }
@@ -176,6 +189,8 @@ static void quarantine(tdm_handle *h) {
   atomic_store(&h->magic, TDM_HANDLE_DEAD);
   h->quarantine_next = NULL;
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->handles_lock));
+  if (h->range.buf) /* the memory is the application's again */
+    tdm__ranges_remove(&rt->ranges, &h->range);
   if (rt->quarantine_tail)
     rt->quarantine_tail->quarantine_next = h;
   else
@@ -203,9 +218,20 @@ static tdm_status do_register(tdm_runtime *rt, uint8_t kind, const tdm_buffer *b
   TDM_FORK_GUARD(rt, what);
   if (!buf->ptr || !buf->elem_size || !buf->nx || !buf->ny)
     return hbad(rt, TDM_ERR_INVALID_ARG, what, "NULL pointer or zero size");
+  uintptr_t lo, hi;
+  if (!tdm__buffer_span(buf, &lo, &hi))
+    return hbad(rt, TDM_ERR_INVALID_ARG, what, "its size in bytes overflows");
   if (atomic_load(&rt->closing) && !tdm__self_in(rt))
     return hbad(rt, TDM_ERR_SHUTTING_DOWN, what, "the runtime is being destroyed");
-  tdm_handle *h = handle_new(rt, kind, buf);
+  tdm_handle *clash = NULL;
+  tdm_handle *h = handle_new(rt, kind, buf, true, &clash);
+  if (!h && clash) {
+    tdm__log(rt, TDM_LOG_ERROR,
+             "%s: refused: bytes %p to %p overlap a registered handle (%p to %p); two "
+             "handles over the same memory would race",
+             what, (void *)lo, (void *)hi, clash->buf.ptr, (void *)clash->range.hi);
+    return TDM_ERR_OVERLAP;
+  }
   if (!h)
     return hbad(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
   *out = h;
@@ -296,7 +322,7 @@ tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_col
       b.ptr = (char *)h->buf.ptr + (r0 * h->buf.ld + c0) * h->buf.elem_size;
       b.nx = h->buf.nx - r0 < tile_rows ? h->buf.nx - r0 : tile_rows;
       b.ny = h->buf.ny - c0 < tile_cols ? h->buf.ny - c0 : tile_cols;
-      tdm_handle *tile = handle_new(rt, TDM_HANDLE_MATRIX, &b);
+      tdm_handle *tile = handle_new(rt, TDM_HANDLE_MATRIX, &b, false, NULL);
       if (!tile) {
         st = hbad(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
         break;

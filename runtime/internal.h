@@ -324,6 +324,29 @@ typedef struct tdm_edge tdm_edge;
 
 enum tdm_handle_kind { TDM_HANDLE_VECTOR = 1, TDM_HANDLE_MATRIX = 2 };
 
+/* The bytes a registered handle spans, in the runtime's interval tree of
+ * registered memory (ranges.c). */
+typedef struct tdm_range {
+  uintptr_t lo, hi; /* [lo, hi) */
+  uintptr_t max_hi; /* the largest hi in this subtree */
+  uint32_t prio;
+  struct tdm_range *left, *right;
+  const tdm_buffer *buf; /* the handle's; NULL when not in the tree */
+} tdm_range;
+typedef struct tdm_ranges {
+  tdm_range *root;
+  uint64_t rng; /* treap priorities; nonzero */
+} tdm_ranges;
+/* [*lo, *hi): the bytes from b's first element to the end of its last row;
+ * false when that overflows. */
+bool tdm__buffer_span(const tdm_buffer *b, uintptr_t *lo, uintptr_t *hi);
+/* A registered range sharing a byte with b (exactly: rows that interleave
+ * do not count), or NULL. */
+tdm_range *tdm__ranges_find(const tdm_ranges *t, const tdm_buffer *b);
+/* Adds x, the range of b (whose span does not overflow); removes it. */
+void tdm__ranges_insert(tdm_ranges *t, tdm_range *x, const tdm_buffer *b);
+void tdm__ranges_remove(tdm_ranges *t, tdm_range *x);
+
 struct tdm_handle {
   _Atomic uint32_t magic;
   /* References: one while registered (then one while in quarantine), and
@@ -349,6 +372,9 @@ struct tdm_handle {
   size_t tile_rows, tile_cols;
   /* Every handle not yet freed is on the runtime's list (handles_lock). */
   tdm_handle *all_prev, *all_next;
+  /* Its memory in rt->ranges while registered, not for a tile
+   * (handles_lock). */
+  tdm_range range;
   tdm_handle *quarantine_next;
   /* Where the contents are (the device backend), under `lock`:
    * bit 0 the host, bit 1 + k device worker k's memory; rep[0] the host's
@@ -458,6 +484,7 @@ struct tdm_runtime {
    * unregistered ones, kept alive so that a stale use is detected. */
   pthread_mutex_t handles_lock;
   tdm_handle *all_handles;
+  tdm_ranges ranges; /* the memory of registered handles */
   tdm_handle *quarantine_head, *quarantine_tail;
   size_t nquarantine;
 

@@ -3,6 +3,7 @@
  * tasks on the matrix and on the tiles, including uneven and nested tiles. */
 #include "common.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 
 typedef struct {
@@ -216,6 +217,138 @@ static void test_many_tiles(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* ---- registered memory never overlaps -------------------------------------- */
+
+static tdm_status reg_matrix(tdm_runtime *rt, int *base, size_t r0, size_t c0, size_t rows,
+                             size_t cols, size_t ld, tdm_handle **h) {
+  return tdm_register_matrix(rt, base + r0 * ld + c0, ld, rows, cols, sizeof(int), h);
+}
+
+/* Two handles over the same bytes would each keep their own order of
+ * tasks: updates through them race and get lost. Refused, whatever the
+ * shapes; memory that merely interleaves, touches, was unregistered or
+ * belongs to another runtime is taken. */
+static void test_overlap_refused(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = test_runtime(2, &log), *other = test_runtime(1, NULL);
+  static int a[8 * 10];
+  tdm_handle *h1, *h2, *h3, *x;
+  assert_int_equal(tdm_register_vector(rt, a, 40, sizeof(int), &h1), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, a, 40, sizeof(int), &x), TDM_ERR_OVERLAP);
+  assert_null(x);
+  assert_true(test_log_has(&log, "overlap a registered handle"));
+  assert_int_equal(tdm_register_vector(rt, a + 39, 2, sizeof(int), &x), TDM_ERR_OVERLAP);
+  assert_int_equal(tdm_register_vector(rt, a + 10, 1, sizeof(int), &x), TDM_ERR_OVERLAP);
+  assert_int_equal(reg_matrix(rt, a, 0, 0, 8, 2, 10, &x), TDM_ERR_OVERLAP);
+  /* the same memory in another runtime is another matter */
+  assert_int_equal(tdm_register_vector(other, a, 40, sizeof(int), &x), TDM_OK);
+  /* touching is not overlapping */
+  assert_int_equal(tdm_register_vector(rt, a + 40, 4, sizeof(int), &h2), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h1), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h2), TDM_OK);
+  /* the left and right halves of a row-major 8 x 10 matrix (columns 0-3
+   * and 4-7) interleave row by row and share no byte; columns 8-9 stay
+   * free between their rows */
+  assert_int_equal(reg_matrix(rt, a, 0, 0, 8, 4, 10, &h1), TDM_OK);
+  assert_int_equal(reg_matrix(rt, a, 0, 4, 8, 4, 10, &h2), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, a + 3 * 10 + 8, 2, sizeof(int), &h3), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, a + 3 * 10 + 7, 2, sizeof(int), &x), TDM_ERR_OVERLAP);
+  assert_int_equal(tdm_register_vector(rt, a + 7 * 10 + 3, 1, sizeof(int), &x), TDM_ERR_OVERLAP);
+  assert_int_equal(reg_matrix(rt, a, 2, 3, 2, 2, 10, &x), TDM_ERR_OVERLAP);
+  assert_int_equal(reg_matrix(rt, a, 0, 8, 8, 2, 10, &x), TDM_ERR_OVERLAP); /* h3's */
+  /* once unregistered, the memory is the application's again */
+  assert_int_equal(tdm_handle_unregister(h2), TDM_OK);
+  assert_int_equal(reg_matrix(rt, a, 0, 4, 8, 4, 10, &h2), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h1), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h2), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h3), TDM_OK);
+  /* tiles of a partitioned matrix are the matrix's, not a clash */
+  assert_int_equal(reg_matrix(rt, a, 0, 0, 8, 8, 10, &h1), TDM_OK);
+  assert_int_equal(tdm_matrix_partition(h1, 4, 4, 0), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, a + 5, 1, sizeof(int), &x), TDM_ERR_OVERLAP);
+  assert_int_equal(tdm_matrix_unpartition(h1, 0), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h1), TDM_OK);
+  tdm_runtime_destroy(rt);
+  tdm_runtime_destroy(other);
+}
+
+/* Sizes whose bytes overflow size_t or the address space are refused. */
+static void test_sizes_that_overflow(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = test_runtime(1, &log);
+  static int a[4];
+  tdm_handle *x;
+  assert_int_equal(tdm_register_vector(rt, a, SIZE_MAX / 2, 4, &x), TDM_ERR_INVALID_ARG);
+  assert_true(test_log_has(&log, "overflows"));
+  assert_int_equal(tdm_register_vector(rt, a, 3, SIZE_MAX / 2, &x), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_register_matrix(rt, a, SIZE_MAX / 4, 8, 2, 4, &x), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_register_vector(rt, (void *)(UINTPTR_MAX - 8), 4, 8, &x),
+                   TDM_ERR_INVALID_ARG);
+  tdm_runtime_destroy(rt);
+}
+
+/* Random vectors and matrices registered and unregistered over a small
+ * arena: each registration is refused exactly when one of its bytes is
+ * already registered (a byte map says). */
+static void test_overlap_random(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(1, NULL);
+  enum { ARENA = 4096, LIVE = 64 };
+  static unsigned char arena[ARENA];
+  static int owner[ARENA]; /* slot + 1 of the handle holding a byte, or 0 */
+  tdm_handle *h[LIVE] = {NULL};
+  memset(owner, 0, sizeof owner);
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  unsigned refused = 0, taken = 0;
+  for (int step = 0; step < 20000; step++) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    unsigned slot = (unsigned)(rng % LIVE);
+    if (h[slot]) {
+      assert_int_equal(tdm_handle_unregister(h[slot]), TDM_OK);
+      h[slot] = NULL;
+      for (int i = 0; i < ARENA; i++)
+        if (owner[i] == (int)slot + 1)
+          owner[i] = 0;
+      continue;
+    }
+    size_t elem = 1 + (rng >> 8) % 4, rows = 1 + (rng >> 12) % 8, cols = 1 + (rng >> 16) % 8;
+    size_t ld = cols + (rng >> 20) % 8, span = ((rows - 1) * ld + cols) * elem;
+    size_t at = (rng >> 24) % (ARENA - span);
+    bool clash = false;
+    for (size_t r = 0; r < rows; r++)
+      for (size_t b = 0; b < cols * elem; b++)
+        clash = clash || owner[at + r * ld * elem + b];
+    tdm_status st = (rng >> 40) % 3 ? tdm_register_matrix(rt, arena + at, ld, rows, cols, elem,
+                                                            &h[slot])
+                                    : tdm_register_vector(rt, arena + at, rows * cols, elem,
+                                                          &h[slot]);
+    if ((rng >> 40) % 3 == 0) { /* a vector is contiguous: its own bytes */
+      ld = cols = rows * cols;
+      rows = 1;
+      clash = false;
+      for (size_t b = 0; b < cols * elem; b++)
+        clash = clash || owner[at + b];
+    }
+    assert_int_equal(st, clash ? TDM_ERR_OVERLAP : TDM_OK);
+    if (st == TDM_OK) {
+      taken++;
+      for (size_t r = 0; r < rows; r++)
+        for (size_t b = 0; b < cols * elem; b++)
+          owner[at + r * ld * elem + b] = (int)slot + 1;
+    } else {
+      refused++;
+      h[slot] = NULL;
+    }
+  }
+  for (unsigned s = 0; s < LIVE; s++)
+    if (h[s])
+      assert_int_equal(tdm_handle_unregister(h[s]), TDM_OK);
+  assert_true(refused > 100 && taken > 100);
+  tdm_runtime_destroy(rt);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_acquire_waits_for_writers),
@@ -226,6 +359,9 @@ int main(void) {
       cmocka_unit_test(test_partition_keeps_order),
       cmocka_unit_test(test_acquire_tile),
       cmocka_unit_test(test_many_tiles),
+      cmocka_unit_test(test_overlap_refused),
+      cmocka_unit_test(test_sizes_that_overflow),
+      cmocka_unit_test(test_overlap_random),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

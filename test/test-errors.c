@@ -137,10 +137,10 @@ static void test_unregister_busy_handle(void **state) {
   (void)state;
   test_log log;
   tdm_runtime *rt = test_runtime(2, &log);
-  float m[16];
+  float m[16], m2[16];
   tdm_handle *h, *mat;
   assert_int_equal(tdm_register_vector(rt, m, 16, sizeof(float), &h), TDM_OK);
-  assert_int_equal(tdm_register_matrix(rt, m, 4, 4, 4, sizeof(float), &mat), TDM_OK);
+  assert_int_equal(tdm_register_matrix(rt, m2, 4, 4, 4, sizeof(float), &mat), TDM_OK);
   /* named by a created, unsubmitted task */
   tdm_task *t;
   assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl_r, .handles = {h}}, &t),
