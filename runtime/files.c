@@ -105,8 +105,10 @@ static const char *shown(const char *path, char buf[TDM_SHOWN_PATH]) {
   size_t n = strlen(path);
   if (n < TDM_SHOWN_PATH)
     return path;
-  snprintf(buf, TDM_SHOWN_PATH, "%.*s...%s", TDM_SHOWN_PATH / 2 - 2, path,
-           path + n - (TDM_SHOWN_PATH / 2 - 2));
+  const size_t half = TDM_SHOWN_PATH / 2 - 2; /* half + 3 + half + 1 fit */
+  memcpy(buf, path, half);
+  memcpy(buf + half, "...", 3);
+  memcpy(buf + half + 3, path + n - half, half + 1); /* with the final NUL */
   return buf;
 }
 

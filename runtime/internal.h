@@ -144,6 +144,12 @@ bool tdm__out_commit(const tdm_runtime *rt, tdm_outfile *o);
 /* Gives up: closes and removes the temporary file. */
 void tdm__out_abort(tdm_outfile *o);
 
+/* Configuration text (runtime.c). A count: decimal digits and nothing
+ * else (no sign, no space), at most max. Bytes: the same with an optional
+ * k, M or G suffix (powers of 1024), at most max in all. */
+bool tdm__parse_count(const char *s, uint64_t max, uint64_t *out);
+bool tdm__parse_bytes(const char *s, uint64_t max, uint64_t *out);
+
 /* The largest device memory limit taken (tdm_config.device_memory_limit,
  * TANDEM_DEVICE_MEMORY_LIMIT): 1 PiB, beyond any device. */
 #define TDM_MAX_MEMORY_LIMIT (UINT64_C(1) << 50)
@@ -194,6 +200,11 @@ void tdm__vlog(tdm_log_fn fn, void *data, tdm_log_level max,
   } while (0)
 
 /* ---- topology and worker placement (topology.c) ------------------------ */
+
+/* How many leaves and objects a synthetic description makes: the arities
+ * (a number at the start of a level, or after "type:") multiplied level
+ * by level, ignoring attributes in parentheses; saturating. */
+void tdm__synthetic_size(const char *s, uint64_t *leaves, uint64_t *objects);
 
 /* Where each worker runs and whom it steals from, computed from an hwloc
  * topology. Kept separate from thread creation so that tests can check it

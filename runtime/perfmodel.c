@@ -265,16 +265,8 @@ tdm_status tdm__model_save(tdm_perfmodel *m, int dirfd, const char *name, const 
   return ok ? TDM_OK : TDM_ERR_SYSTEM;
 }
 
-tdm_status tdm__model_load(tdm_perfmodel *m, int dirfd, const char *path,
-                          const tdm_runtime *rt) {
+const char *tdm__model_parse(tdm_perfmodel *m, FILE *f) {
   clear(m);
-  int fd = tdm__open_trusted(rt, dirfd, path, "performance model");
-  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
-  if (!f) {
-    if (fd >= 0)
-      close(fd);
-    return TDM_ERR_SYSTEM;
-  }
   const char *why = NULL;
   char line[8192];
   uint64_t h = TDM_FNV_OFFSET;
@@ -302,33 +294,49 @@ tdm_status tdm__model_load(tdm_perfmodel *m, int dirfd, const char *path,
     line[n - 1] = 0;
     char *codelet = strtok(line, "\t"), *cls = strtok(NULL, "\t");
     char *size_s = strtok(NULL, "\t"), *count_s = strtok(NULL, "\t");
-    if (!codelet || !cls || !size_s || !count_s) {
+    uint64_t size, k;
+    if (!codelet || !cls || !size_s || !count_s || !tdm__parse_count(size_s, UINT64_MAX, &size) ||
+        !tdm__parse_count(count_s, TDM_MODEL_WINDOW, &k)) {
       why = "a malformed record";
       break;
     }
-    uint64_t size = strtoull(size_s, NULL, 10);
-    count = (unsigned)strtoul(count_s, NULL, 10);
-    for (unsigned i = 0; i < count && !why; i++) {
+    for (unsigned i = 0; i < k && !why; i++) {
       char *v = strtok(NULL, "\t"), *end;
       double secs = v ? strtod(v, &end) : -1;
-      if (!v || *end || !(secs >= 0))
+      if (!v || *end || !(secs >= 0 && secs <= TDM_MODEL_MAX_SECONDS))
         why = "a malformed duration";
       else if (!tdm__model_observe(m, codelet, size, cls, secs))
         why = "out of memory";
     }
+    if (!why && strtok(NULL, "\t"))
+      why = "a malformed record";
     records++;
   }
   if (!why && !ended)
     why = "truncated (no end line)";
-  fclose(f);
   for (entry *e = m->entries; e; e = e->next) /* as loaded: nothing new */
     for (unsigned i = 0; i < e->nsizes; i++)
       e->sizes[i].fresh = false;
-  if (why) {
+  if (why)
     clear(m);
-    if (rt)
-      tdm__log(rt, TDM_LOG_WARNING, "performance model: ignoring %s: %s; calibrating again",
-               path, why);
+  return why;
+}
+
+tdm_status tdm__model_load(tdm_perfmodel *m, int dirfd, const char *path,
+                          const tdm_runtime *rt) {
+  clear(m);
+  int fd = tdm__open_trusted(rt, dirfd, path, "performance model");
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+  if (!f) {
+    if (fd >= 0)
+      close(fd);
+    return TDM_ERR_SYSTEM;
+  }
+  const char *why = tdm__model_parse(m, f);
+  fclose(f);
+  if (why) {
+    tdm__log(rt, TDM_LOG_WARNING, "performance model: ignoring %s: %s; calibrating again", path,
+             why);
     return TDM_ERR_INVALID_ARG;
   }
   return TDM_OK;

@@ -21,12 +21,14 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tandem.h"
 
 #define TDM_MODEL_CALIBRATION 3 /* observations before a size is trusted */
 #define TDM_MODEL_WINDOW 15     /* observations kept per size */
 #define TDM_MODEL_NAME_MAX 1024 /* bytes of a codelet or class name kept */
+#define TDM_MODEL_MAX_SECONDS 1e6 /* a duration read beyond this: a bad file */
 
 typedef struct tdm_perfmodel tdm_perfmodel;
 
@@ -56,6 +58,9 @@ double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t 
  * are kept. It returns TDM_OK or TDM_ERR_SYSTEM (logged). */
 tdm_status tdm__model_save(tdm_perfmodel *m, int dirfd, const char *name, const tdm_runtime *rt);
 tdm_status tdm__model_load(tdm_perfmodel *m, int dirfd, const char *name, const tdm_runtime *rt);
+/* The parser under tdm__model_load: the model from f, or what is wrong
+ * with it (the model then left empty). */
+const char *tdm__model_parse(tdm_perfmodel *m, FILE *f);
 
 /* A link between the host and a device: time = latency + bytes /
  * bandwidth, learnt from the copies made. The fit is Theil-Sen's (Theil

@@ -41,9 +41,9 @@ void tdm_config_init(tdm_config *config) {
   config->log_level = TDM_LOG_WARNING;
 }
 
-/* A whole number in decimal digits and nothing else (no sign, space or
- * blank: strtoull would take " -1" for 2^64 - 1), at most max; *end is
- * what follows the digits. */
+/* A whole number in decimal digits, at most max; *end is what follows
+ * the digits. No sign, space or blank: strtoull would take " -1" for
+ * 2^64 - 1. */
 static bool digits(const char *s, uint64_t max, uint64_t *out, const char **end) {
   if (*s < '0' || *s > '9')
     return false;
@@ -55,15 +55,37 @@ static bool digits(const char *s, uint64_t max, uint64_t *out, const char **end)
   return !errno && v <= max;
 }
 
+bool tdm__parse_count(const char *s, uint64_t max, uint64_t *out) {
+  const char *end;
+  uint64_t v;
+  if (!digits(s, max, &v, &end) || *end)
+    return false;
+  *out = v;
+  return true;
+}
+
+bool tdm__parse_bytes(const char *s, uint64_t max, uint64_t *out) {
+  const char *end = s;
+  uint64_t v = 0;
+  bool ok = digits(s, max, &v, &end);
+  unsigned shift = *end == 'k' || *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+  if (shift)
+    end++;
+  if (!ok || *end || v > (max >> shift))
+    return false;
+  *out = v << shift;
+  return true;
+}
+
 /* Reads an unsigned environment variable into *out; leaves *out alone and
  * warns, naming it, when it is blank, signed, malformed or beyond max. */
 static void env_unsigned(tdm_runtime *rt, const char *name, unsigned max,
                          unsigned *out) {
-  const char *s = getenv(name), *end;
+  const char *s = getenv(name);
   uint64_t v;
   if (!s)
     return;
-  if (!digits(s, max, &v, &end) || *end) {
+  if (!tdm__parse_count(s, max, &v)) {
     tdm__log(rt, TDM_LOG_WARNING, "ignoring %s=\"%s\": expected an integer in [0, %u]",
              name, s, max);
     return;
@@ -166,20 +188,15 @@ static void apply_env(tdm_runtime *rt) {
   env_unsigned(rt, "TANDEM_STATS", 1, &stats);
   rt->cfg.stats = (int)stats;
   s = getenv("TANDEM_DEVICE_MEMORY_LIMIT");
+  uint64_t bytes;
   if (s) {
-    const char *end = s;
-    uint64_t v = 0;
-    bool ok = digits(s, TDM_MAX_MEMORY_LIMIT, &v, &end);
-    unsigned shift = *end == 'k' || *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
-    if (shift)
-      end++;
-    if (!ok || *end || v > (TDM_MAX_MEMORY_LIMIT >> shift))
+    if (!tdm__parse_bytes(s, TDM_MAX_MEMORY_LIMIT, &bytes))
       tdm__log(rt, TDM_LOG_WARNING,
                "ignoring TANDEM_DEVICE_MEMORY_LIMIT=\"%s\": expected bytes, with k, M or G "
                "allowed, up to 2^50 (1 PiB)",
                s);
     else
-      rt->cfg.device_memory_limit = v << shift;
+      rt->cfg.device_memory_limit = bytes;
   }
 }
 

@@ -25,10 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* How many leaves and objects a synthetic description makes: the arities
- * (a number at the start of a level, or after "type:") multiplied level
- * by level, ignoring attributes in parentheses; saturating. */
-static void synthetic_size(const char *s, uint64_t *leaves, uint64_t *objects) {
+void tdm__synthetic_size(const char *s, uint64_t *leaves, uint64_t *objects) {
   const uint64_t big = UINT64_MAX / 2;
   uint64_t width = 1, total = 1;
   int depth = 0;
@@ -56,7 +53,7 @@ tdm_status tdm__topology_load(const tdm_runtime *rt, const char *synthetic,
   hwloc_topology_t topo;
   *out = NULL;
   uint64_t leaves, objects;
-  if (synthetic && (synthetic_size(synthetic, &leaves, &objects),
+  if (synthetic && (tdm__synthetic_size(synthetic, &leaves, &objects),
                     leaves > TDM_MAX_SYNTHETIC_PUS || objects > TDM_MAX_SYNTHETIC_OBJECTS)) {
     tdm__log(rt, TDM_LOG_ERROR,
              "synthetic topology \"%.200s\" is too large: %llu processing units and %llu "

@@ -7,9 +7,12 @@
 #   tools/dev.sh asan    the test suite under AddressSanitizer + UBSan
 #   tools/dev.sh tsan    the test suite under ThreadSanitizer
 #   tools/dev.sh bench   build, then run the benchmarks in test/bench
+#   tools/dev.sh fuzz    build the parsers' libFuzzer harnesses with clang
+#                        (ASan+UBSan) and run each for FUZZ_SECONDS (30)
 #   tools/dev.sh info    build, then run tandem-info (arguments follow: --json)
 #
-# Build folders: build/ (demo, test, bench), build-asan/, build-tsan/.
+# Build folders: build/ (demo, test, bench), build-asan/, build-tsan/,
+# build-fuzz/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,6 +56,8 @@ run_tests() {
 case "${1:-}" in
   # PoCL: the demo shows its OpenCL tasks on it where there is no GPU
   demo | test | asan | tsan) packages="$packages $test_packages" ;;
+  # libFuzzer comes with clang's runtime libraries
+  fuzz) packages="$packages clang libclang-rt-14-dev" ;;
 esac
 install_missing
 case "${1:-}" in
@@ -75,6 +80,23 @@ case "${1:-}" in
     build/test/bench/bench-opencl
     build/test/bench/bench-sched
     build/test/bench/bench-hetero
+    ;;
+  fuzz)
+    CC=clang setup build-fuzz -Dfuzz=enabled -Db_sanitize=address,undefined -Db_lundef=false \
+      -Dbenchmarks=disabled -Dtests=false
+    for t in config files; do
+      # the corpus grows in the build folder, from the seeds in the tree
+      mkdir -p "build-fuzz/corpus-$t"
+      cp test/fuzz/corpus/$t/* "build-fuzz/corpus-$t/"
+      echo "fuzz-$t: ${FUZZ_SECONDS:-30} s"
+      if ! LSAN_OPTIONS=suppressions=$PWD/test/lsan.supp "build-fuzz/test/fuzz/fuzz-$t" \
+        -max_total_time="${FUZZ_SECONDS:-30}" -timeout=10 -rss_limit_mb=2048 -artifact_prefix=build-fuzz/ \
+        "build-fuzz/corpus-$t" >"build-fuzz/fuzz-$t.log" 2>&1; then
+        tail -40 "build-fuzz/fuzz-$t.log" >&2 # the crash, and the input kept as crash-*
+        exit 1
+      fi
+      grep -E '^Done' "build-fuzz/fuzz-$t.log"
+    done
     ;;
   info)
     setup build

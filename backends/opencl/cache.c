@@ -56,6 +56,35 @@ static bool read_all(int fd, void *buf, size_t n) {
   return true;
 }
 
+const char *tdm__cache_parse(const unsigned char *d, size_t n, const char *key, size_t keylen,
+                             size_t *at, size_t *len) {
+  size_t off = 0;
+  char m[8];
+  uint32_t version, klen;
+  uint64_t bsize, bhash;
+#define TAKE(dst)                                                              \
+  (n - off >= sizeof(dst) && (memcpy(&(dst), d + off, sizeof(dst)), off += sizeof(dst), true))
+  if (!TAKE(m) || memcmp(m, magic, sizeof m))
+    return "not a Tandem cache entry";
+  if (!TAKE(version) || version != CACHE_VERSION)
+    return "another version";
+  if (!TAKE(klen) || klen != keylen || n - off < klen)
+    return "truncated, or another key";
+  if (memcmp(d + off, key, keylen))
+    return "another key";
+  off += klen;
+  if (!TAKE(bsize) || !TAKE(bhash) || bsize == 0 || bsize > n - off)
+    return "truncated";
+#undef TAKE
+  if (bsize < n - off)
+    return "bytes after the binary";
+  if (tdm__fnv1a(d + off, bsize, TDM_FNV_OFFSET) != bhash)
+    return "corrupt (checksum)";
+  *at = off;
+  *len = bsize;
+  return NULL;
+}
+
 void *tdm__cache_load(tdm_runtime *rt, const char *key, size_t keylen, size_t *size) {
   int dir = tdm__cache_fd(rt);
   char path[32];
@@ -64,38 +93,25 @@ void *tdm__cache_load(tdm_runtime *rt, const char *key, size_t keylen, size_t *s
   int fd = dir < 0 ? -1 : tdm__open_trusted(rt, dir, path, "OpenCL cache");
   if (fd < 0)
     return NULL; /* not cached yet, or not to be trusted (logged) */
-  char m[8];
-  uint32_t version = 0, klen = 0;
-  uint64_t bsize = 0, bhash = 0;
-  char *k = NULL;
-  void *bin = NULL;
-  const char *why = NULL;
   struct stat st;
-  if (fstat(fd, &st) != 0 || !read_all(fd, m, sizeof m) || memcmp(m, magic, sizeof m))
-    why = "not a Tandem cache entry";
-  else if (!read_all(fd, &version, sizeof version) || version != CACHE_VERSION)
-    why = "another version";
-  else if (!read_all(fd, &klen, sizeof klen) || klen != keylen || !(k = malloc(klen)) ||
-           !read_all(fd, k, klen))
-    why = "truncated, or another key";
-  else if (memcmp(k, key, keylen))
-    why = "another key";
-  else if (!read_all(fd, &bsize, sizeof bsize) || !read_all(fd, &bhash, sizeof bhash) ||
-           bsize == 0 || bsize > (uint64_t)st.st_size)
-    why = "truncated";
-  else if (!(bin = malloc(bsize)) || !read_all(fd, bin, bsize))
-    why = "truncated";
-  else if (tdm__fnv1a(bin, bsize, TDM_FNV_OFFSET) != bhash)
-    why = "corrupt (checksum)";
+  unsigned char *data = NULL, *bin = NULL;
+  size_t n = 0, at = 0, len = 0;
+  const char *why = NULL;
+  if (fstat(fd, &st) != 0 || st.st_size > TDM_CACHE_MAX_ENTRY)
+    why = "larger than any entry";
+  else if (!(data = malloc((n = (size_t)st.st_size) ? n : 1)) || !read_all(fd, data, n))
+    why = data ? "unreadable" : "out of memory";
+  else if (!(why = tdm__cache_parse(data, n, key, keylen, &at, &len)) && (bin = malloc(len)))
+    memcpy(bin, data + at, len);
   close(fd);
-  free(k);
+  free(data);
   if (why) {
     tdm__log(rt, TDM_LOG_WARNING, "OpenCL cache: ignoring %s: %s; the program is built again",
              path, why);
-    free(bin);
     return NULL;
   }
-  *size = bsize;
+  if (bin)
+    *size = len;
   return bin;
 }
 

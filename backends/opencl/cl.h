@@ -88,6 +88,11 @@ struct tdm_opencl {
 };
 
 /* cache.c: program binaries on disk */
+#define TDM_CACHE_MAX_ENTRY (1 << 30) /* bytes: a larger file is not an entry */
+/* The binary inside an entry read whole (n bytes), at d + *at, *len
+ * bytes, for `key`; NULL, or what is wrong with the entry. */
+const char *tdm__cache_parse(const unsigned char *d, size_t n, const char *key, size_t keylen,
+                             size_t *at, size_t *len);
 /* The cached binary for `key` (malloc'd, *size bytes), or NULL. */
 void *tdm__cache_load(tdm_runtime *rt, const char *key, size_t keylen, size_t *size);
 void tdm__cache_store(tdm_runtime *rt, const char *key, size_t keylen, const void *bin,
