@@ -22,6 +22,13 @@
  *    Functions that block say so, and return TDM_ERR_IN_TASK when called from
  *    a task of the same runtime, where blocking could deadlock the runtime.
  *  - `flags` arguments must be 0 for now.
+ *  - fork(): a runtime belongs to the process that created it. In a child
+ *    of that process its worker threads do not exist, so every call on it
+ *    or on its objects fails at once with TDM_ERR_FORKED (and logs why):
+ *    counts read 0, tdm_worker_id -1, and tdm_task_release and
+ *    tdm_runtime_destroy do nothing (the child's copy of its memory goes
+ *    with the child). The child may create runtimes of its own. The parent's
+ *    runtime is not affected.
  */
 #ifndef TANDEM_H
 #define TANDEM_H
@@ -573,8 +580,16 @@ typedef struct tdm_buffer {
  * returns its handle. The memory stays owned by the caller, who must not
  * touch it while tasks may use it (see tdm_handle_acquire), and gets it back
  * with tdm_handle_unregister or tdm_runtime_destroy.
- * Returns TDM_ERR_INVALID_ARG for a NULL rt/ptr/out or a zero count or size,
- * TDM_ERR_SHUTTING_DOWN, TDM_ERR_NO_MEMORY. Any thread.
+ * The memory must not share a byte with a handle registered with the same
+ * runtime and not yet unregistered (two handles over one buffer would
+ * each order their own tasks, which would race): that is refused with
+ * TDM_ERR_OVERLAP. Touching regions, matrices whose rows only interleave
+ * (the left and right halves of a matrix) and memory registered with
+ * another runtime are fine; tiles come from tdm_matrix_partition. The
+ * check costs O(log n) in the number of registered handles.
+ * Returns TDM_ERR_INVALID_ARG for a NULL rt/ptr/out, a zero count or size,
+ * or a size in bytes that overflows; TDM_ERR_OVERLAP, TDM_ERR_SHUTTING_DOWN,
+ * TDM_ERR_NO_MEMORY, TDM_ERR_FORKED. Any thread.
  */
 TDM_API tdm_status tdm_register_vector(tdm_runtime *rt, void *ptr, size_t count,
                                        size_t elem_size, tdm_handle **out);
@@ -731,7 +746,11 @@ TDM_API tdm_status tdm_task_create(tdm_runtime *rt, const tdm_task_desc *desc,
  * Errors: TDM_ERR_INVALID_ARG (NULL), TDM_ERR_WRONG_RUNTIME,
  * TDM_ERR_ALREADY_SUBMITTED (task), TDM_ERR_CYCLE (pred already depends,
  * directly or not, on task, or pred == task), TDM_ERR_NO_MEMORY.
- * Any thread.
+ * The cycle check costs nothing when pred was created before task (chains,
+ * lattices, any graph created from its sources on); otherwise it visits
+ * the tasks created between the two that are linked to them. It holds a
+ * lock that only calls on created tasks take, never the workers or
+ * tdm_submit. Any thread.
  */
 TDM_API tdm_status tdm_task_depends_on(tdm_task *task, tdm_task *pred);
 

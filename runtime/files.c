@@ -31,6 +31,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +207,10 @@ bool tdm__out_open(const tdm_runtime *rt, tdm_outfile *o, int dirfd, const char 
   const char *base = slash ? slash + 1 : path;
   if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
     tdm__log(rt, level, "%s: cannot write %s: not a file name", what, p);
+    return false;
+  }
+  if (strlen(base) > NAME_MAX) { /* the temporary name, cut, would not say */
+    tdm__log(rt, level, "%s: cannot write %s: %s", what, p, strerror(ENAMETOOLONG));
     return false;
   }
   o->name = strdup(base);

@@ -205,6 +205,12 @@ static void test_device_at_the_final_name(void **state) {
   assert_true(S_ISCHR(mode_of("/dev/null")));
   assert_false(tdm__out_open(rt, &o, AT_FDCWD, "/tmp/", 0666, TDM_LOG_ERROR, "trace"));
   assert_false(tdm__out_open(rt, &o, AT_FDCWD, "/tmp", 0666, TDM_LOG_ERROR, "trace"));
+  /* a path longer than any: said, not silently dropped */
+  static char longer[8192];
+  memset(longer, 'a', sizeof longer - 1);
+  memcpy(longer, "/tmp/", 5);
+  assert_false(tdm__out_open(rt, &o, AT_FDCWD, longer, 0666, TDM_LOG_ERROR, "trace"));
+  assert_true(test_log_has(&log, "File name too long"));
   tdm_runtime_destroy(rt);
 }
 
@@ -323,8 +329,9 @@ static void count_warnings(void *data, tdm_log_level level, const char *msg) {
   }
 }
 
-/* One writer: each round, as a runtime does, loads the models, learns one
- * codelet of its own and saves. Exits with the number of warnings. */
+/* One writer (a process of its own: this program run as "writer DIR ID"):
+ * each round, as a runtime does, loads the models, learns one codelet of
+ * its own and saves. Exits with the number of warnings. */
 static void writer(const char *dir, int id) {
   tdm_config cfg;
   tdm_config_init(&cfg);
@@ -360,10 +367,14 @@ static void test_concurrent_model_writers(void **state) {
   test_temp_dir(dir, sizeof dir);
   pid_t pids[WRITERS];
   for (int i = 0; i < WRITERS; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "%d", i);
     pids[i] = fork();
     assert_true(pids[i] >= 0);
-    if (pids[i] == 0)
-      writer(dir, i);
+    if (pids[i] == 0) { /* exec: a fresh process may start threads (TSan) */
+      execl("/proc/self/exe", "test-files", "writer", dir, id, (char *)NULL);
+      _exit(101);
+    }
   }
   for (int i = 0; i < WRITERS; i++) {
     int status;
@@ -468,6 +479,8 @@ static void test_other_users_cache(void **state) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 4 && !strcmp(argv[1], "writer"))
+    writer(argv[2], atoi(argv[3]));
   if (argc > 1 && !strcmp(argv[1], "two-users")) {
     if (geteuid() != 0) {
       printf("needs root to act as a second user: skipped\n");

@@ -770,9 +770,16 @@ static void test_forged_entries(void **state) {
   forge(elsewhere, &victim, &code, 0600);
   assert_int_equal(unlink(path), 0);
   assert_int_equal(symlink(elsewhere, path), 0); /* a link to it */
+  struct stat before;
+  assert_int_equal(stat(elsewhere, &before), 0);
   assert_true(saxpy_with(&saxpy_gpu_only, &log) == 2.0f);
   assert_true(test_log_has(&log, "not reading"));
   assert_true(test_log_has(&log, "a symbolic link"));
+  /* nor written through: the rebuilt program is not stored over it */
+  assert_true(test_log_has(&log, "OpenCL cache: refusing to write"));
+  assert_int_equal(stat(elsewhere, &st), 0);
+  assert_int_equal(st.st_size, before.st_size);
+  assert_int_equal(st.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
   unlink(elsewhere);
 
   free(victim.bytes);
