@@ -156,22 +156,13 @@ tdm_status tdm__graph_add(tdm_runtime *rt, tdm_task *task, tdm_task *pred) {
   return TDM_OK;
 }
 
-void tdm__graph_drop(tdm_task *t) {
+void tdm__graph_drop(tdm_task *t, bool unref) {
   tdm_links *l = t->links;
   if (!l)
     return;
   t->links = NULL;
-  tdm__taskvec_release(&l->deps);
-  tdm__taskvec_release(&l->succs);
-  free(l);
-}
-
-void tdm__graph_free(tdm_task *t) {
-  tdm_links *l = t->links;
-  if (!l)
-    return;
-  t->links = NULL;
-  tdm__taskvec_free(&l->deps);
-  tdm__taskvec_free(&l->succs);
+  void (*drop)(tdm_taskvec *) = unref ? tdm__taskvec_release : tdm__taskvec_free;
+  drop(&l->deps);
+  drop(&l->succs);
   free(l);
 }

@@ -582,10 +582,9 @@ tdm_status tdm__graph_enter(tdm_runtime *rt, tdm_task *t);
  * that would form a cycle (TDM_ERR_CYCLE) or memory runs out. task is
  * created; pred may have been submitted. */
 tdm_status tdm__graph_add(tdm_runtime *rt, tdm_task *task, tdm_task *pred);
-/* Drops a task's links and the references they hold (it is submitted or
- * discarded); tdm__graph_free frees them without (runtime destroy). */
-void tdm__graph_drop(tdm_task *t);
-void tdm__graph_free(tdm_task *t);
+/* Drops a task's links (it is submitted or discarded) and, when `unref`,
+ * the references they hold (not at runtime destroy: every task goes). */
+void tdm__graph_drop(tdm_task *t, bool unref);
 
 /* worker.c */
 /* One round of polling while idle or waiting: for the first rounds a short

@@ -194,6 +194,18 @@ static void slow_add(const tdm_buffer *b, const void *args, size_t n) {
 static const tdm_codelet cl_slow = {.name = "slow", .cpu_fn = slow_add,
                                     .nbuffers = 1, .modes = {TDM_RW}};
 
+/* A runtime of two workers, no device, no log (a thread holding the log's
+ * lock when the process forks would leave it locked in the child). */
+static tdm_status two_workers(tdm_runtime **rt) {
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.ignore_env = 1;
+  cfg.devices = "none";
+  return tdm_runtime_create(&cfg, rt);
+}
+
 /* In the child: fails with the line number when a check does not hold
  * (no cmocka here: its state is the parent's). */
 #define CHILD_CHECK(cond)                                                      \
@@ -256,14 +268,8 @@ static void child_of_runtime(tdm_runtime *rt, tdm_handle *h, tdm_handle *m, tdm_
   _exit(0);
 #endif
   /* a runtime of the child's own works */
-  tdm_config cfg;
-  tdm_config_init(&cfg);
-  cfg.nworkers = 2;
-  cfg.bind_workers = 0;
-  cfg.ignore_env = 1;
-  cfg.devices = "none";
   tdm_runtime *mine = NULL;
-  CHILD_CHECK(tdm_runtime_create(&cfg, &mine) == TDM_OK);
+  CHILD_CHECK(two_workers(&mine) == TDM_OK);
   CHILD_CHECK(tdm_register_vector(mine, v, 4, sizeof(long), &other) == TDM_OK);
   for (int i = 0; i < 100; i++)
     CHILD_CHECK(tdm_submit(mine, &(tdm_task_desc){.codelet = &cl_add, .handles = {other}}) ==
@@ -280,14 +286,8 @@ static void child_of_runtime(tdm_runtime *rt, tdm_handle *h, tdm_handle *m, tdm_
  * runtime of its own; the parent's runtime goes on unharmed. */
 static void test_fork(void **state) {
   (void)state;
-  tdm_config cfg;
-  tdm_config_init(&cfg);
-  cfg.nworkers = 2;
-  cfg.bind_workers = 0;
-  cfg.ignore_env = 1;
-  cfg.devices = "none";
   tdm_runtime *rt = NULL;
-  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  assert_int_equal(two_workers(&rt), TDM_OK);
   long v[4] = {0}, w[4] = {0};
   tdm_handle *h, *m;
   assert_int_equal(tdm_register_vector(rt, v, 4, sizeof(long), &h), TDM_OK);
