@@ -747,10 +747,10 @@ TDM_API tdm_status tdm_task_create(tdm_runtime *rt, const tdm_task_desc *desc,
  * TDM_ERR_ALREADY_SUBMITTED (task), TDM_ERR_CYCLE (pred already depends,
  * directly or not, on task, or pred == task), TDM_ERR_NO_MEMORY.
  * The cycle check costs nothing when pred was created before task (chains,
- * lattices, any graph created from its sources on); otherwise it visits
- * the tasks created between the two that are linked to them. It holds a
- * lock that only calls on created tasks take, never the workers or
- * tdm_submit. Any thread.
+ * lattices, any graph created from its sources on); otherwise it searches
+ * from both tasks, among the tasks between them in the order it keeps,
+ * and stops with the smaller search. It holds a lock that only calls on
+ * created tasks take, never the workers or tdm_submit. Any thread.
  */
 TDM_API tdm_status tdm_task_depends_on(tdm_task *task, tdm_task *pred);
 

@@ -4,35 +4,99 @@
  *
  * Only tasks that are created and not yet submitted can lie on a cycle: a
  * submitted task depends only on tasks submitted before it. So the check
- * keeps, for the created tasks that take part in explicit dependencies, a
- * topological order (tdm_links.ord: every edge goes from a smaller ord to
- * a larger one) and maintains it as edges are added, after Pearce and
- * Kelly, "A dynamic topological sort algorithm for directed acyclic
- * graphs", ACM JEA 11 (2006):
- *  - adding pred -> task when ord(pred) < ord(task) changes nothing: no
- *    cycle is possible, and nothing is searched. Tasks get their ord when
- *    they are created, in order, so a graph whose tasks depend on tasks
- *    created before them (chains, lattices, any graph a program creates
- *    from sources to sinks) never searches, whatever order its edges are
- *    added in;
- *  - otherwise the affected region lies between the two ords: a forward
- *    search from `task` over successors with ord below ord(pred) (finding
- *    pred there means a cycle), and a backward search from `pred` over
- *    predecessors with ord above ord(task); the tasks found are given the
- *    same ords again, those of pred's side first.
- * Each search marks what it visits (tdm_links.mark, with a new epoch per
- * search), so it is linear in the part of the graph it visits. That part
- * can still be large when tasks depend on tasks created after them: a
- * chain created sinks first costs O(n) per edge, O(n^2) in all (Pearce and
- * Kelly's bound is in the size of the affected region, not better).
+ * keeps the created tasks in a list in topological order (every explicit
+ * dependency goes from an earlier task to a later one), with increasing
+ * 64-bit labels to compare two positions in O(1), and maintains it as
+ * dependencies are added, after Pearce and Kelly, "A dynamic topological
+ * sort algorithm for directed acyclic graphs", ACM JEA 11 (2006), with the
+ * two-way search of Haeupler et al., "Incremental cycle detection,
+ * topological ordering, and strong component maintenance", ACM TALG 8
+ * (2012):
+ *  - a task joins the list at its end when it is created, so a dependency
+ *    on a task created before (chains, lattices, any graph created from its
+ *    sources on) already agrees with the order: nothing is searched;
+ *  - otherwise (pred is after task) only the tasks between the two can
+ *    change places. A forward search from `task` over its successors
+ *    before pred, and a backward search from `pred` over its predecessors
+ *    after task, advance in turn, one task each. Whichever finishes first
+ *    decides: if it met the other end there is a cycle; if not, there is
+ *    none, and the tasks it found move as a block, in their order, to just
+ *    before `task` (backward) or just after `pred` (forward). Every other
+ *    task keeps its place, and the order stays topological: a predecessor
+ *    of the block outside it lies before `task`, a successor after `pred`.
+ * The cost is that of the smaller search (twice, at most), in the part of
+ * the graph between the two tasks: a chain created sinks first costs O(1)
+ * an edge (the backward side is one task). Each search marks what it
+ * visits (an epoch per search), so no task is visited twice.
+ *
+ * Labels: spaced tdm_graph.gap (2^32) apart as tasks are appended; a block
+ * moved into a gap takes evenly spaced labels in it, and when a gap is too
+ * small every label is given again, in order (rare: each such pass leaves
+ * gaps of 2^32 everywhere; tests make the gap tiny to exercise it).
  *
  * Everything here runs under rt->deps_lock, which only the calls on
- * created tasks take (tdm_task_depends_on, the submit of a created task,
- * tdm_task_release): workers and tdm_submit never wait for it.
+ * created tasks take (tdm_task_create, tdm_task_depends_on, the submit or
+ * release of a created task): workers and tdm_submit never wait for it.
  */
 #include "internal.h"
 
 #include <stdlib.h>
+
+
+/* Gives every task of the list a label again, GAP apart, in order. */
+static void relabel_all(tdm_graph *g) {
+  uint64_t label = g->gap;
+  for (tdm_links *l = g->head; l; l = l->next, label += g->gap)
+    l->label = label;
+}
+
+static void unlink_node(tdm_graph *g, tdm_links *l) {
+  if (l->prev)
+    l->prev->next = l->next;
+  else
+    g->head = l->next;
+  if (l->next)
+    l->next->prev = l->prev;
+  else
+    g->tail = l->prev;
+  l->prev = l->next = NULL;
+}
+
+/* Puts l after `after` (NULL: first) without labelling it. */
+static void link_after(tdm_graph *g, tdm_links *after, tdm_links *l) {
+  l->prev = after;
+  l->next = after ? after->next : g->head;
+  if (l->next)
+    l->next->prev = l;
+  else
+    g->tail = l;
+  if (after)
+    after->next = l;
+  else
+    g->head = l;
+}
+
+/* Labels the k tasks that now follow `after` (NULL: the first k), within
+ * the gap up to the task after them. */
+static void label_block(tdm_graph *g, tdm_links *after, unsigned k) {
+  tdm_links *first = after ? after->next : g->head, *end = first;
+  for (unsigned i = 0; i < k; i++)
+    end = end->next;
+  uint64_t lo = after ? after->label : 0, hi = end ? end->label : UINT64_MAX;
+  uint64_t step = (hi - lo) / ((uint64_t)k + 1), gap = g->gap;
+  bool small = k < (1u << 30); /* gap * (k + 1) does not overflow */
+  if (!end && small && lo <= UINT64_MAX - gap * ((uint64_t)k + 1))
+    step = gap; /* at the end: as appended */
+  else if (!after && small && hi > gap * ((uint64_t)k + 1))
+    lo = hi - gap * ((uint64_t)k + 1), step = gap; /* at the start: likewise */
+  if (step == 0 || hi - lo <= k) {
+    relabel_all(g);
+    return;
+  }
+  tdm_links *l = first;
+  for (unsigned i = 0; i < k; i++, l = l->next)
+    l->label = lo + step * (i + 1);
+}
 
 tdm_status tdm__graph_enter(tdm_runtime *rt, tdm_task *t) {
   tdm_links *l = tdm__malloc(rt, sizeof *l);
@@ -40,10 +104,11 @@ tdm_status tdm__graph_enter(tdm_runtime *rt, tdm_task *t) {
     return TDM_ERR_NO_MEMORY;
   tdm__taskvec_init(&l->deps);
   tdm__taskvec_init(&l->succs);
-  /* relaxed: only distinct values matter; every ord in use is below the
-   * counter, as reordering only exchanges ords */
-  l->ord = atomic_fetch_add_explicit(&rt->graph_ord, 1, memory_order_relaxed) + 1;
-  l->mark = 0;
+  l->fmark = l->bmark = 0;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
+  link_after(&rt->graph, rt->graph.tail, l);
+  label_block(&rt->graph, l->prev, 1);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
   t->links = l;
   return TDM_OK;
 }
@@ -54,86 +119,94 @@ static tdm_links *live(tdm_task *t) {
   return atomic_load(&t->state) == TDM_TS_CREATED ? t->links : NULL;
 }
 
-/* Visits, from `from`, the created tasks reached through succs (forward)
- * or deps (backward) whose ord lies strictly between lo and hi, appending
- * them to *seen. Returns 1 when `stop` is reached, -1 when out of memory,
- * 0 otherwise. */
-static int search(tdm_runtime *rt, tdm_task *from, bool forward, uint64_t lo, uint64_t hi,
-                  const tdm_task *stop, uint64_t epoch, tdm_taskvec *seen) {
-  tdm_taskvec stack;
-  tdm__taskvec_init(&stack);
-  from->links->mark = epoch;
-  int r = tdm__taskvec_push(rt, &stack, from) ? -1 : 0;
-  while (!r && stack.n) {
-    tdm_task *x = stack.items[--stack.n];
-    if (tdm__taskvec_push(rt, seen, x)) {
-      r = -1;
-      break;
-    }
-    const tdm_taskvec *next = forward ? &x->links->succs : &x->links->deps;
-    for (unsigned i = 0; i < next->n && !r; i++) {
-      tdm_task *y = next->items[i];
-      tdm_links *l = live(y);
-      if (y == stop)
-        r = 1;
-      else if (l && l->mark != epoch && l->ord > lo && l->ord < hi) {
-        l->mark = epoch;
-        if (tdm__taskvec_push(rt, &stack, y))
-          r = -1;
-      }
+/* One of the two searches. */
+typedef struct {
+  bool forward;       /* over succs, else over deps */
+  const tdm_task *to; /* the other end: reaching it means a cycle */
+  uint64_t lo, hi;    /* visits labels strictly between */
+  tdm_taskvec stack, seen;
+} search;
+
+static int search_start(tdm_runtime *rt, search *s, tdm_task *from, uint64_t epoch) {
+  tdm__taskvec_init(&s->stack);
+  tdm__taskvec_init(&s->seen);
+  if (s->forward)
+    from->links->fmark = epoch;
+  else
+    from->links->bmark = epoch;
+  return tdm__taskvec_push(rt, &s->stack, from) ? -1 : 0;
+}
+
+/* Takes one task off the stack and pushes its unvisited neighbours in
+ * range. 1: the other end is a neighbour (a cycle); -1: out of memory;
+ * 0 otherwise (the search is over when its stack is empty). */
+static int search_step(tdm_runtime *rt, search *s, uint64_t epoch) {
+  tdm_task *x = s->stack.items[--s->stack.n];
+  if (tdm__taskvec_push(rt, &s->seen, x))
+    return -1;
+  const tdm_taskvec *next = s->forward ? &x->links->succs : &x->links->deps;
+  for (unsigned i = 0; i < next->n; i++) {
+    tdm_task *y = next->items[i];
+    tdm_links *l = live(y);
+    if (y == s->to)
+      return 1;
+    uint64_t *mark = l ? (s->forward ? &l->fmark : &l->bmark) : NULL;
+    if (mark && *mark != epoch && l->label > s->lo && l->label < s->hi) {
+      *mark = epoch;
+      if (tdm__taskvec_push(rt, &s->stack, y))
+        return -1;
     }
   }
-  tdm__taskvec_free(&stack);
-  return r;
-}
-
-static int by_ord(const void *a, const void *b) {
-  uint64_t x = (*(tdm_task *const *)a)->links->ord, y = (*(tdm_task *const *)b)->links->ord;
-  return (x > y) - (x < y);
-}
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
-/* Gives the tasks of back (pred's side) then those of fwd (task's side)
- * the ords they hold between them, in that order. */
-static int reorder(tdm_runtime *rt, tdm_taskvec *back, tdm_taskvec *fwd) {
-  unsigned n = back->n + fwd->n;
-  uint64_t *ords = tdm__malloc(rt, n * sizeof *ords);
-  if (!ords)
-    return -1;
-  qsort(back->items, back->n, sizeof *back->items, by_ord);
-  qsort(fwd->items, fwd->n, sizeof *fwd->items, by_ord);
-  for (unsigned i = 0; i < back->n; i++)
-    ords[i] = back->items[i]->links->ord;
-  for (unsigned i = 0; i < fwd->n; i++)
-    ords[back->n + i] = fwd->items[i]->links->ord;
-  qsort(ords, n, sizeof *ords, cmp_u64);
-  for (unsigned i = 0; i < n; i++)
-    (i < back->n ? back->items[i] : fwd->items[i - back->n])->links->ord = ords[i];
-  free(ords);
   return 0;
 }
 
-/* Makes room so that pred -> task can be added, or finds it would close
- * a cycle: TDM_OK, TDM_ERR_CYCLE or TDM_ERR_NO_MEMORY. */
+static int by_label(const void *a, const void *b) {
+  uint64_t x = (*(tdm_task *const *)a)->links->label;
+  uint64_t y = (*(tdm_task *const *)b)->links->label;
+  return (x > y) - (x < y);
+}
+
+/* Moves the tasks s found, in their order, to just before `task`
+ * (backward) or just after `pred` (forward). */
+static void move_block(tdm_graph *g, search *s, tdm_task *task, tdm_task *pred) {
+  qsort(s->seen.items, s->seen.n, sizeof *s->seen.items, by_label);
+  for (unsigned i = 0; i < s->seen.n; i++)
+    unlink_node(g, s->seen.items[i]->links);
+  tdm_links *after = s->forward ? pred->links : task->links->prev;
+  for (unsigned i = 0; i < s->seen.n; i++) {
+    link_after(g, after, s->seen.items[i]->links);
+    after = s->seen.items[i]->links;
+  }
+  label_block(g, s->forward ? pred->links : s->seen.items[0]->links->prev, s->seen.n);
+}
+
+/* Makes the order agree with pred -> task, or finds that this dependency
+ * would close a cycle: TDM_OK, TDM_ERR_CYCLE or TDM_ERR_NO_MEMORY. */
 static tdm_status place(tdm_runtime *rt, tdm_task *task, tdm_task *pred) {
-  uint64_t lb = task->links->ord, ub = pred->links->ord;
+  uint64_t lb = task->links->label, ub = pred->links->label;
   if (ub < lb)
     return TDM_OK;
-  uint64_t epoch = ++rt->graph_epoch;
-  tdm_taskvec fwd, back;
-  tdm__taskvec_init(&fwd);
-  tdm__taskvec_init(&back);
-  int r = search(rt, task, true, 0, ub, pred, epoch, &fwd);
+  uint64_t epoch = ++rt->graph.epoch;
+  search f = {.forward = true, .to = pred, .lo = lb, .hi = ub};
+  search b = {.forward = false, .to = task, .lo = lb, .hi = ub};
+  int r = search_start(rt, &f, task, epoch);
   if (!r)
-    r = search(rt, pred, false, lb, UINT64_MAX, NULL, epoch, &back);
+    r = search_start(rt, &b, pred, epoch);
+  search *done = NULL;
+  while (!r && !done) {
+    if (!f.stack.n)
+      done = &f;
+    else if (!b.stack.n)
+      done = &b;
+    else if (!(r = search_step(rt, &f, epoch)))
+      r = search_step(rt, &b, epoch);
+  }
   if (!r)
-    r = reorder(rt, &back, &fwd);
-  tdm__taskvec_free(&fwd);
-  tdm__taskvec_free(&back);
+    move_block(&rt->graph, done, task, pred);
+  tdm__taskvec_free(&f.stack);
+  tdm__taskvec_free(&f.seen);
+  tdm__taskvec_free(&b.stack);
+  tdm__taskvec_free(&b.seen);
   return r > 0 ? TDM_ERR_CYCLE : r < 0 ? TDM_ERR_NO_MEMORY : TDM_OK;
 }
 
@@ -156,11 +229,13 @@ tdm_status tdm__graph_add(tdm_runtime *rt, tdm_task *task, tdm_task *pred) {
   return TDM_OK;
 }
 
-void tdm__graph_drop(tdm_task *t, bool unref) {
+void tdm__graph_drop(tdm_runtime *rt, tdm_task *t, bool unref) {
   tdm_links *l = t->links;
   if (!l)
     return;
   t->links = NULL;
+  if (unref) /* else the runtime is being destroyed: the list goes too */
+    unlink_node(&rt->graph, l);
   void (*drop)(tdm_taskvec *) = unref ? tdm__taskvec_release : tdm__taskvec_free;
   drop(&l->deps);
   drop(&l->succs);

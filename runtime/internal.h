@@ -73,9 +73,17 @@ typedef struct tdm_taskvec {
 typedef struct tdm_links {
   tdm_taskvec deps;  /* its explicit predecessors, a reference each */
   tdm_taskvec succs; /* created tasks that named it, a reference each */
-  uint64_t ord;      /* its place in a topological order of created tasks */
-  uint64_t mark;     /* the last search that visited it */
+  /* its place in the list of created tasks in topological order, and a
+   * label that increases along the list */
+  struct tdm_links *prev, *next;
+  uint64_t label;
+  uint64_t fmark, bmark; /* the last forward and backward searches here */
 } tdm_links;
+typedef struct tdm_graph {
+  tdm_links *head, *tail;
+  uint64_t epoch; /* of the last search */
+  uint64_t gap;   /* between labels given anew (2^32; a test seam) */
+} tdm_graph;
 
 void tdm__taskvec_init(tdm_taskvec *v);
 int tdm__taskvec_push(tdm_runtime *rt, tdm_taskvec *v, struct tdm_task *t);
@@ -488,8 +496,7 @@ struct tdm_runtime {
 
   /* Explicit-dependency graph edits (rare) are serialised. */
   pthread_mutex_t deps_lock;
-  _Atomic uint64_t graph_ord; /* depgraph.c: ords given out */
-  uint64_t graph_epoch;       /* depgraph.c, under deps_lock */
+  tdm_graph graph; /* created tasks in order (depgraph.c), under deps_lock */
 
   /* Every handle not yet freed (for destroy), and the recently
    * unregistered ones, kept alive so that a stale use is detected. */
@@ -575,7 +582,8 @@ static inline tdm_worker *tdm__self_in(const tdm_runtime *rt) {
 }
 
 /* depgraph.c */
-/* Gives a task being created (tdm_task_create) its place in the graph. */
+/* Gives a task being created (tdm_task_create) its place in the graph, at
+ * the end of the order; takes deps_lock. */
 tdm_status tdm__graph_enter(tdm_runtime *rt, tdm_task *t);
 /* The rest under deps_lock. */
 /* Adds pred to task's explicit dependencies (a reference held), unless
@@ -584,7 +592,7 @@ tdm_status tdm__graph_enter(tdm_runtime *rt, tdm_task *t);
 tdm_status tdm__graph_add(tdm_runtime *rt, tdm_task *task, tdm_task *pred);
 /* Drops a task's links (it is submitted or discarded) and, when `unref`,
  * the references they hold (not at runtime destroy: every task goes). */
-void tdm__graph_drop(tdm_task *t, bool unref);
+void tdm__graph_drop(tdm_runtime *rt, tdm_task *t, bool unref);
 
 /* worker.c */
 /* One round of polling while idle or waiting: for the first rounds a short

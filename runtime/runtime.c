@@ -481,6 +481,7 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   rt->cache_fd = -1;
   rt->pid = getpid();
   rt->ranges.rng = 0x9e3779b97f4a7c15ull;
+  rt->graph.gap = UINT64_C(1) << 32;
   rt->cfg = defaults;
   memcpy(&rt->cfg, config, config->struct_size < sizeof rt->cfg ? config->struct_size : sizeof rt->cfg);
   rt->cfg.struct_size = sizeof rt->cfg;

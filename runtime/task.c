@@ -184,7 +184,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
 /* Frees what a task owns outside its slab (not the references it holds:
  * at destroy every task goes at once). */
 static void free_task_memory(tdm_task *t) {
-  tdm__graph_drop(t, false);
+  tdm__graph_drop(t->rt, t, false);
   if (t->args != t->inline_args)
     free(t->args);
   if (t->edges != t->inline_edges)
@@ -229,7 +229,7 @@ void tdm__task_unref(tdm_task *t) {
   for (unsigned i = 0; i < t->nbuf; i++)
     if (t->tile_mask & (1u << i))
       tdm__handle_unref(t->handles[i]);
-  tdm__graph_drop(t, true);
+  tdm__graph_drop(t->rt, t, true);
   free_task_memory(t);
   pool_put(t->rt, t);
 }
@@ -634,7 +634,7 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
     for (unsigned i = 0; i < t->nbuf; i++)
       t->handles[i]->unsubmitted--;
   tdm__handles_unlock(hs, nh);
-  tdm__graph_drop(t, true);
+  tdm__graph_drop(t->rt, t, true);
   if (t->user_ref)
     TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
 
@@ -833,7 +833,7 @@ void tdm_task_release(tdm_task *task) {
   if (created) {
     /* discarded unsubmitted: it no longer holds its handles or deps;
      * state DONE lets tasks that named it as a dependency be submitted */
-    tdm__graph_drop(task, true);
+    tdm__graph_drop(task->rt, task, true);
     atomic_store(&task->state, TDM_TS_DONE);
   }
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));

@@ -3,6 +3,8 @@
  * one task and for all. */
 #include "common.h"
 
+#include "internal.h"
+
 #include <stdbool.h>
 
 /* A cell that tasks read and write, with a record of what they saw. */
@@ -325,9 +327,9 @@ static bool reaches(bool dep[GN][GN], const bool *alive, int from, int to) {
  * close a cycle (checked against a search of the accepted graph); then
  * the tasks, submitted in an order their dependencies allow, run after
  * every task they depend on. */
-static void test_cycle_check_random(void **state) {
-  (void)state;
+static void cycle_check_random(uint64_t gap) {
   tdm_runtime *rt = test_runtime(2, NULL);
+  rt->graph.gap = gap;
   static const tdm_codelet cl = {.name = "node", .cpu_fn = record_run};
   uint64_t rng = 0x2545f4914f6cdd1dull;
   for (int round = 0; round < 20; round++) {
@@ -391,34 +393,69 @@ static void test_cycle_check_random(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+static void test_cycle_check_random(void **state) {
+  (void)state;
+  cycle_check_random(UINT64_C(1) << 32);
+}
+
+/* The same with labels 2 apart: the order's labels are given again and
+ * again (a seam: 2^32 apart, that is rare). */
+static void test_cycle_check_random_relabelling(void **state) {
+  (void)state;
+  cycle_check_random(2);
+}
+
 /* A long chain and a 2-wide lattice of created tasks (the shapes that took
- * exponential or quadratic time before the check kept an order): accepted,
- * and run in order. Their timings are in bench-core --checks. */
+ * exponential or quadratic time before the check kept an order), created
+ * from the sources or from the sinks: accepted, closing them is refused,
+ * and every task runs after the tasks of the layer before. Their timings
+ * are in bench-checks. */
+enum { LEN = 20000 };
+static _Atomic bool node_done[LEN];
+static _Atomic int order_broken;
+static int lattice_width;
+
+static void lattice_node(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b;
+  (void)n;
+  int k = *(const int *)args, layer = k / lattice_width;
+  for (int j = 0; layer > 0 && j < lattice_width; j++)
+    if (!atomic_load(&node_done[(layer - 1) * lattice_width + j]))
+      atomic_store(&order_broken, 1);
+  atomic_store(&node_done[k], true);
+}
+
 static void test_long_chain_and_lattice(void **state) {
   (void)state;
   tdm_runtime *rt = test_runtime(2, NULL);
-  static const tdm_codelet cl = {.name = "link", .cpu_fn = record_run};
-  enum { LEN = 20000 };
-  static tdm_task *t[LEN];
-  int zero = 0;
-  for (int shape = 0; shape < 2; shape++) {
-    int width = shape ? 2 : 1, n = LEN / width * width;
+  static const tdm_codelet cl = {.name = "node", .cpu_fn = lattice_node};
+  static tdm_task *t[LEN]; /* node k of the graph */
+  for (int shape = 0; shape < 4; shape++) {
+    int width = shape % 2 ? 2 : 1, n = LEN / width * width;
+    bool sinks_first = shape >= 2;
+    lattice_width = width;
+    atomic_store(&order_broken, 0);
     for (int i = 0; i < n; i++) {
-      assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl, .args = &zero,
-                                                            .args_size = sizeof zero},
-                                       &t[i]),
+      int k = sinks_first ? n - 1 - i : i;
+      atomic_store(&node_done[k], false);
+      assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl, .args = &k,
+                                                            .args_size = sizeof k},
+                                       &t[k]),
                        TDM_OK);
-      int layer = i / width;
-      for (int k = 0; layer > 0 && k < width; k++)
-        assert_int_equal(tdm_task_depends_on(t[i], t[(layer - 1) * width + k]), TDM_OK);
     }
-    /* closing the lattice on itself is refused */
+    for (int k = width; k < n; k++)
+      for (int j = 0; j < width; j++)
+        assert_int_equal(tdm_task_depends_on(t[k], t[(k / width - 1) * width + j]), TDM_OK);
+    /* closing the graph on itself is refused */
     assert_int_equal(tdm_task_depends_on(t[0], t[n - 1]), TDM_ERR_CYCLE);
-    for (int i = 0; i < n; i++)
-      assert_int_equal(tdm_task_submit(t[i]), TDM_OK);
-    assert_int_equal(tdm_task_wait(t[n - 1]), TDM_OK);
-    for (int i = 0; i < n; i++)
-      tdm_task_release(t[i]);
+    for (int k = 0; k < n; k++)
+      assert_int_equal(tdm_task_submit(t[k]), TDM_OK);
+    assert_int_equal(tdm_wait_all(rt), TDM_OK);
+    assert_int_equal(atomic_load(&order_broken), 0);
+    for (int k = 0; k < n; k++) {
+      assert_true(atomic_load(&node_done[k]));
+      tdm_task_release(t[k]);
+    }
   }
   tdm_runtime_destroy(rt);
 }
@@ -434,6 +471,7 @@ int main(void) {
       cmocka_unit_test(test_callback_and_task_wait),
       cmocka_unit_test(test_args_copied),
       cmocka_unit_test(test_cycle_check_random),
+      cmocka_unit_test(test_cycle_check_random_relabelling),
       cmocka_unit_test(test_long_chain_and_lattice),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
