@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "tandem.h"
@@ -120,6 +121,22 @@ static inline int wait_flag(_Atomic int *flag, double timeout) {
 static inline void test_temp_dir(char *buf, size_t size) {
   snprintf(buf, size, "/tmp/tandem-test-XXXXXX");
   assert_non_null(mkdtemp(buf));
+}
+
+/* For the two-user tests (run as root): whether user `uid` can reach and
+ * write `dir`, checked in a child process that becomes that user. Not
+ * so where a path above it is closed to others (a chroot whose root is
+ * 0700, say): the tests then skip. */
+static inline int test_other_user_can_write(const char *dir, unsigned uid) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgid(uid) != 0 || setuid(uid) != 0)
+      _exit(1);
+    _exit(access(dir, W_OK | X_OK) == 0 ? 0 : 1);
+  }
+  int status = 0;
+  return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+         WEXITSTATUS(status) == 0;
 }
 
 /* Removes a directory made by test_temp_dir and the files in it. */
