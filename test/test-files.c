@@ -296,6 +296,21 @@ static void test_cache_files_untrusted(void **state) {
   assert_true(S_ISLNK(mode_of(path)));
   unlink(victim);
 
+  /* a link at the writers' lock: not followed either (the save goes on,
+   * unmerged, and says so) */
+  unlink(path);
+  char lock[160];
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  write_text(victim, "precious\n");
+  unlink(lock);
+  assert_int_equal(symlink(victim, lock), 0);
+  run_model_runtime(dir, &log);
+  assert_true(test_log_has(&log, "cannot lock perfmodel-v1.txt.lock"));
+  assert_text(victim, "precious\n");
+  assert_true(S_ISREG(mode_of(path)));
+  unlink(lock);
+  unlink(victim);
+
   /* a FIFO: the open does not block */
   unlink(path);
   assert_int_equal(mkfifo(path, 0600), 0);
