@@ -6,13 +6,15 @@
 #   tools/dev.sh test    build, then run the test suite (warnings are errors)
 #   tools/dev.sh asan    the test suite under AddressSanitizer + UBSan
 #   tools/dev.sh tsan    the test suite under ThreadSanitizer
+#   tools/dev.sh cpuonly the test suite of a build without OpenCL
+#                        (-Dopencl=disabled), as on a CPU-only machine
 #   tools/dev.sh bench   build, then run the benchmarks in test/bench
 #   tools/dev.sh fuzz    build the parsers' libFuzzer harnesses with clang
 #                        (ASan+UBSan) and run each for FUZZ_SECONDS (30)
 #   tools/dev.sh info    build, then run tandem-info (arguments follow: --json)
 #
 # Build folders: build/ (demo, test, bench), build-asan/, build-tsan/,
-# build-fuzz/.
+# build-cpuonly/, build-fuzz/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,7 +57,7 @@ run_tests() {
 
 case "${1:-}" in
   # PoCL: the demo shows its OpenCL tasks on it where there is no GPU
-  demo | test | asan | tsan) packages="$packages $test_packages" ;;
+  demo | test | asan | tsan | cpuonly) packages="$packages $test_packages" ;;
   # libFuzzer comes with clang's runtime libraries
   fuzz) packages="$packages clang libclang-rt-14-dev" ;;
 esac
@@ -73,6 +75,9 @@ case "${1:-}" in
     ;;
   tsan)
     run_tests build-tsan -Db_sanitize=thread -Db_lundef=false -Dbenchmarks=disabled
+    ;;
+  cpuonly)
+    run_tests build-cpuonly -Dopencl=disabled -Dbenchmarks=disabled
     ;;
   bench)
     setup build
