@@ -38,13 +38,19 @@ install_missing() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends $missing >/dev/null
 }
 
-# setup DIR [meson options...]: configure DIR once, then build it.
+# setup DIR [meson options...]: configure DIR (again from scratch when it
+# was configured with other options or another compiler), then build it.
 setup() {
   local dir=$1
   shift
+  local want="CC=${CC:-} -Dwerror=true $*"
   if [ ! -f "$dir/build.ninja" ]; then
     meson setup "$dir" -Dwerror=true "$@" >/dev/null
+  elif [ "$(cat "$dir/.dev-options" 2>/dev/null)" != "$want" ]; then
+    echo "dev.sh: $dir was configured otherwise: configuring it again" >&2
+    meson setup --wipe "$dir" -Dwerror=true "$@" >/dev/null
   fi
+  echo "$want" >"$dir/.dev-options"
   ninja -C "$dir" >/dev/null
 }
 
