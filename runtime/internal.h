@@ -734,6 +734,9 @@ void tdm__sim_free(tdm_runtime *rt);
  * of an emulated machine: the time scale, over the speed declared for
  * its kind of core ("cpu.N", default 1). */
 double tdm__sim_cpu_factor(const tdm_runtime *rt, unsigned worker, const tdm_task *t);
+/* When the emulated devices' clock started (tdm__now_ns; slow_at counts
+ * from there), 0 without emulated devices. */
+uint64_t tdm__sim_t0(const tdm_runtime *rt);
 /* Sleeps the calling thread until tdm__now_ns() reaches `until`. */
 void tdm__sleep_until(uint64_t until);
 

@@ -99,6 +99,10 @@ static double speedup_of(const sim_dev *d, const tdm_task *t) {
   return class_speedup(&d->decl, t);
 }
 
+uint64_t tdm__sim_t0(const tdm_runtime *rt) {
+  return rt->sim ? rt->sim->t0 : 0;
+}
+
 double tdm__sim_cpu_factor(const tdm_runtime *rt, unsigned worker, const tdm_task *t) {
   const tdm_sim *s = rt->sim;
   unsigned kind = rt->plan.kind_of ? rt->plan.kind_of[worker] : 0;
