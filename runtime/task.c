@@ -715,7 +715,8 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
     tdm__cpu_run(t);
     uint64_t t1 = timed ? tdm__now_ns() : 0;
     if (rt->sim) { /* an emulated machine: slower than this one */
-      tdm__sleep_until(t0 + tdm__ns_of((double)(t1 - t0) * 1e-9 * tdm__sim_cpu_factor(rt, w->id, t)));
+      double stretched = (double)(t1 - t0) * 1e-9 * tdm__sim_cpu_factor(rt, w->id, t);
+      tdm__sleep_until(t0 + tdm__ns_of(stretched));
       t1 = tdm__now_ns();
     }
     if (tdm__sched_timed(t))
