@@ -75,10 +75,10 @@ void tdm__handles_unlock(tdm_handle **hs, unsigned n) {
 
 /* ---- allocation and freeing -------------------------------------------- */
 
-/* A new handle; for a registration (not a tile), NULL and *clash set to
- * the registered handle when it would share memory with one. */
+/* A new handle; for a registration (not a tile), NULL with *clash set to
+ * the span of a registered handle it would share memory with. */
 static tdm_handle *handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *buf,
-                              bool registration, tdm_handle **clash) {
+                              bool registration, tdm_range *clash) {
   tdm_handle *h = tdm__calloc(rt, 1, sizeof *h);
   if (!h)
     return NULL;
@@ -93,8 +93,8 @@ static tdm_handle *handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *b
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->handles_lock));
   tdm_range *other = registration ? tdm__ranges_find(&rt->ranges, buf) : NULL;
   if (other) {
+    *clash = *other; /* copied under the lock: the handle may go after */
     TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->handles_lock));
-    *clash = (tdm_handle *)((char *)other - offsetof(tdm_handle, range));
     free(h);
     return NULL;
   }
@@ -223,13 +223,13 @@ static tdm_status do_register(tdm_runtime *rt, uint8_t kind, const tdm_buffer *b
     return hbad(rt, TDM_ERR_INVALID_ARG, what, "its size in bytes overflows");
   if (atomic_load(&rt->closing) && !tdm__self_in(rt))
     return hbad(rt, TDM_ERR_SHUTTING_DOWN, what, "the runtime is being destroyed");
-  tdm_handle *clash = NULL;
+  tdm_range clash = {0};
   tdm_handle *h = handle_new(rt, kind, buf, true, &clash);
-  if (!h && clash) {
+  if (!h && clash.hi) {
     tdm__log(rt, TDM_LOG_ERROR,
              "%s: refused: bytes %p to %p overlap a registered handle (%p to %p); two "
              "handles over the same memory would race",
-             what, (void *)lo, (void *)hi, clash->buf.ptr, (void *)clash->range.hi);
+             what, (void *)lo, (void *)hi, (void *)clash.lo, (void *)clash.hi);
     return TDM_ERR_OVERLAP;
   }
   if (!h)

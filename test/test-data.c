@@ -3,6 +3,7 @@
  * tasks on the matrix and on the tiles, including uneven and nested tiles. */
 #include "common.h"
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -349,6 +350,64 @@ static void test_overlap_random(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* Threads registering one region at once: never two at a time (each
+ * success is checked against a count of holders), and the others are told
+ * TDM_ERR_OVERLAP, nothing else. */
+typedef struct {
+  tdm_runtime *rt;
+  int *region;
+  _Atomic int *holders, *broken;
+  pthread_barrier_t *start;
+  unsigned got;
+} racer;
+
+static void *race_for_region(void *arg) {
+  racer *r = arg;
+  pthread_barrier_wait(r->start);
+  for (int i = 0; i < 2000; i++) {
+    tdm_handle *h;
+    tdm_status st = tdm_register_vector(r->rt, r->region + i % 3, 8, sizeof(int), &h);
+    if (st == TDM_OK) {
+      if (atomic_fetch_add(r->holders, 1) != 0)
+        atomic_store(r->broken, 1); /* two handles over one byte */
+      sched_yield();                /* hold it a moment: the others try */
+      atomic_fetch_sub(r->holders, 1);
+      if (tdm_handle_unregister(h) != TDM_OK)
+        atomic_store(r->broken, 1);
+      r->got++;
+    } else if (st != TDM_ERR_OVERLAP) {
+      atomic_store(r->broken, 1);
+    }
+  }
+  return NULL;
+}
+
+static void test_overlap_from_threads(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(1, NULL);
+  static int region[16];
+  _Atomic int holders = 0, broken = 0;
+  racer r[4];
+  pthread_t th[4];
+  pthread_barrier_t start;
+  assert_int_equal(pthread_barrier_init(&start, NULL, 4), 0);
+  for (int i = 0; i < 4; i++) {
+    r[i] = (racer){.rt = rt, .region = region, .holders = &holders, .broken = &broken,
+                   .start = &start};
+    assert_int_equal(pthread_create(&th[i], NULL, race_for_region, &r[i]), 0);
+  }
+  unsigned got = 0;
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(pthread_join(th[i], NULL), 0);
+    got += r[i].got;
+  }
+  pthread_barrier_destroy(&start);
+  tdm_runtime_destroy(rt);
+  assert_int_equal(atomic_load(&broken), 0);
+  printf("%u of 8000 registrations taken, the others refused\n", got);
+  assert_true(got > 0 && got < 8000);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_acquire_waits_for_writers),
@@ -362,6 +421,7 @@ int main(void) {
       cmocka_unit_test(test_overlap_refused),
       cmocka_unit_test(test_sizes_that_overflow),
       cmocka_unit_test(test_overlap_random),
+      cmocka_unit_test(test_overlap_from_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
