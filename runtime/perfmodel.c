@@ -214,9 +214,10 @@ static bool write_records(const tdm_perfmodel *m, FILE *f) {
  * replace those m has not added to since it was loaded, and its records
  * that m lacks are added, so that what another process saved meanwhile
  * is kept. */
-static void merge_disk(tdm_perfmodel *m, int dirfd, const char *name, const tdm_runtime *rt) {
+static void merge_disk(tdm_perfmodel *m, int dirfd, const char *name) {
   tdm_perfmodel *disk = tdm__model_new();
-  (void)rt; /* quiet: the load at start said what was wrong with the file */
+  /* quietly (no runtime to log to): the load at start said what was wrong
+   * with the file */
   if (!disk || tdm__model_load(disk, dirfd, name, NULL) != TDM_OK) {
     tdm__model_free(disk);
     return;
@@ -247,7 +248,7 @@ tdm_status tdm__model_save(tdm_perfmodel *m, int dirfd, const char *name, const 
              lock_name ? lock_name : name, lock_name ? strerror(errno) : "out of memory");
   free(lock_name);
   if (lock >= 0)
-    merge_disk(m, dirfd, name, rt);
+    merge_disk(m, dirfd, name);
   tdm_outfile o;
   bool ok = tdm__out_open(rt, &o, dirfd, name, 0600, TDM_LOG_WARNING, "performance model");
   if (ok && !write_records(m, o.f)) {

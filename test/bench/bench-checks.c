@@ -27,23 +27,9 @@
 
 #include "tandem.h"
 
+#include "bench.h"
+
 #define REPS 5
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void check(tdm_status st, const char *what) {
   if (st != TDM_OK) {
@@ -72,7 +58,7 @@ static double graph(tdm_runtime *rt, long layers, int width, int order, double *
     exit(1);
   /* node k of the graph (layer k / width) is t[at(k)] */
 #define at(k) (order == CREATED_SINKS_FIRST ? n - 1 - (k) : (k))
-  double t0 = now();
+  double t0 = bench_now();
   for (long i = 0; i < n; i++)
     check(tdm_task_create(rt, &(tdm_task_desc){.codelet = &empty}, &t[i]), "create");
   for (long l = 1; l < layers; l++) {
@@ -82,12 +68,12 @@ static double graph(tdm_runtime *rt, long layers, int width, int order, double *
         check(tdm_task_depends_on(t[at(layer * width + a)], t[at((layer - 1) * width + b)]),
               "depends_on");
   }
-  *build = now() - t0;
+  *build = bench_now() - t0;
   for (long k = 0; k < n; k++)
     check(tdm_task_submit(t[at(k)]), "submit");
 #undef at
   check(tdm_wait_all(rt), "wait_all");
-  double total = now() - t0;
+  double total = bench_now() - t0;
   for (long i = 0; i < n; i++)
     tdm_task_release(t[i]);
   free(t);
@@ -96,24 +82,30 @@ static double graph(tdm_runtime *rt, long layers, int width, int order, double *
 
 static void graphs(tdm_runtime *rt, long scale) {
   static const struct {
-    const char *name, *order_name;
+    const char *order_name;
     long layers;
     int width, order;
   } shapes[] = {
-      {"chain 100,000", "edges sources first", 100000, 1, SOURCES_FIRST},
-      {"chain 100,000", "edges sinks first", 100000, 1, SINKS_FIRST},
-      {"lattice 2 x 10,000", "edges sources first", 10000, 2, SOURCES_FIRST},
-      {"lattice 2 x 10,000", "edges sinks first", 10000, 2, SINKS_FIRST},
-      {"chain 100,000", "created sinks first", 100000, 1, CREATED_SINKS_FIRST},
-      {"lattice 2 x 10,000", "created sinks first", 10000, 2, CREATED_SINKS_FIRST},
+      {"edges sources first", 100000, 1, SOURCES_FIRST},
+      {"edges sinks first", 100000, 1, SINKS_FIRST},
+      {"edges sources first", 10000, 2, SOURCES_FIRST},
+      {"edges sinks first", 10000, 2, SINKS_FIRST},
+      {"created sinks first", 100000, 1, CREATED_SINKS_FIRST},
+      {"created sinks first", 10000, 2, CREATED_SINKS_FIRST},
   };
   printf("(a) cycle check (median of %d)                 build (s)   build+run (s)\n", REPS);
   for (unsigned s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     double b[REPS], r[REPS];
+    long layers = shapes[s].layers / scale;
     for (int i = 0; i < REPS; i++)
-      r[i] = graph(rt, shapes[s].layers / scale, shapes[s].width, shapes[s].order, &b[i]);
-    printf("    %-20s %-22s %9.4f   %9.4f\n", shapes[s].name, shapes[s].order_name,
-           median(b, REPS), median(r, REPS));
+      r[i] = graph(rt, layers, shapes[s].width, shapes[s].order, &b[i]);
+    char name[32]; /* the sizes run: --quick runs a tenth */
+    if (shapes[s].width == 1)
+      snprintf(name, sizeof name, "chain %ld", layers);
+    else
+      snprintf(name, sizeof name, "lattice %d x %ld", shapes[s].width, layers);
+    printf("    %-20s %-22s %9.4f   %9.4f\n", name, shapes[s].order_name,
+           bench_median(b, REPS), bench_median(r, REPS));
   }
 }
 
@@ -125,22 +117,22 @@ static void registrations(tdm_runtime *rt, long scale) {
     exit(1);
   double many[REPS], one[REPS];
   for (int i = 0; i < REPS; i++) {
-    double t0 = now();
+    double t0 = bench_now();
     for (long k = 0; k < n; k++) /* every other slot: no two touch */
       check(tdm_register_vector(rt, data + 2 * k, 1, sizeof(double), &h[k]), "register");
     for (long k = 0; k < n; k++)
       check(tdm_handle_unregister(h[k]), "unregister");
-    many[i] = (now() - t0) / (double)n;
-    t0 = now();
+    many[i] = (bench_now() - t0) / (double)n;
+    t0 = bench_now();
     for (long k = 0; k < n; k++) {
       check(tdm_register_vector(rt, data, 1, sizeof(double), &h[0]), "register");
       check(tdm_handle_unregister(h[0]), "unregister");
     }
-    one[i] = (now() - t0) / (double)n;
+    one[i] = (bench_now() - t0) / (double)n;
   }
   printf("(b) registration (median of %d)           per register + unregister (us)\n", REPS);
-  printf("    %ld vectors registered at once      %9.3f\n", n, 1e6 * median(many, REPS));
-  printf("    one vector at a time                  %9.3f\n", 1e6 * median(one, REPS));
+  printf("    %ld vectors registered at once      %9.3f\n", n, 1e6 * bench_median(many, REPS));
+  printf("    one vector at a time                  %9.3f\n", 1e6 * bench_median(one, REPS));
   free(data);
   free(h);
 }

@@ -33,31 +33,15 @@
 
 #include "tandem.h"
 
+#include "bench.h"
+
 #define REPS 5
 
 static int quick;
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void pause_ms(int ms) {
   struct timespec ts = {0, ms * 1000000L};
   nanosleep(&ts, NULL);
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  double tmp[64];
-  memcpy(tmp, v, (size_t)n * sizeof *v);
-  qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
-  return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
 }
 
 /* ---- task bodies ------------------------------------------------------- */
@@ -88,22 +72,22 @@ static void stencil_fn(const tdm_buffer *b, const void *a, size_t n) {
 static double tdm_independent(tdm_runtime *rt, long n) {
   static const tdm_codelet cl = {.name = "empty", .cpu_fn = empty_fn};
   tdm_task_desc d = {.codelet = &cl};
-  double t0 = now();
+  double t0 = bench_now();
   for (long i = 0; i < n; i++)
     tdm_submit(rt, &d);
   tdm_wait_all(rt);
-  return now() - t0;
+  return bench_now() - t0;
 }
 
 static double omp_independent(int nthreads, long n) {
-  double t0 = now();
+  double t0 = bench_now();
 #pragma omp parallel num_threads(nthreads)
 #pragma omp single
   for (long i = 0; i < n; i++) {
 #pragma omp task
     empty_fn(NULL, NULL, 0);
   }
-  return now() - t0;
+  return bench_now() - t0;
 }
 
 static double tdm_chain(tdm_runtime *rt, long n) {
@@ -113,25 +97,25 @@ static double tdm_chain(tdm_runtime *rt, long n) {
   tdm_handle *h;
   tdm_register_vector(rt, &x, 1, sizeof x, &h);
   tdm_task_desc d = {.codelet = &cl, .handles = {h}};
-  double t0 = now();
+  double t0 = bench_now();
   for (long i = 0; i < n; i++)
     tdm_submit(rt, &d);
   tdm_wait_all(rt);
-  double t = now() - t0;
+  double t = bench_now() - t0;
   tdm_handle_unregister(h);
   return t;
 }
 
 static double omp_chain(int nthreads, long n) {
   double x = 0;
-  double t0 = now();
+  double t0 = bench_now();
 #pragma omp parallel num_threads(nthreads)
 #pragma omp single
   for (long i = 0; i < n; i++) {
 #pragma omp task depend(inout : x)
     empty_fn(NULL, &x, 0);
   }
-  return now() - t0;
+  return bench_now() - t0;
 }
 
 #define FAN 64
@@ -145,21 +129,21 @@ static double tdm_fan(tdm_runtime *rt, long rounds) {
   tdm_handle *h;
   tdm_register_vector(rt, &x, 1, sizeof x, &h);
   tdm_task_desc dw = {.codelet = &w, .handles = {h}}, dr = {.codelet = &r, .handles = {h}};
-  double t0 = now();
+  double t0 = bench_now();
   for (long k = 0; k < rounds; k++) {
     tdm_submit(rt, &dw);
     for (int i = 0; i < FAN; i++)
       tdm_submit(rt, &dr);
   }
   tdm_wait_all(rt);
-  double t = now() - t0;
+  double t = bench_now() - t0;
   tdm_handle_unregister(h);
   return t;
 }
 
 static double omp_fan(int nthreads, long rounds) {
   double x = 0;
-  double t0 = now();
+  double t0 = bench_now();
 #pragma omp parallel num_threads(nthreads)
 #pragma omp single
   for (long k = 0; k < rounds; k++) {
@@ -170,7 +154,7 @@ static double omp_fan(int nthreads, long rounds) {
       empty_fn(NULL, &x, 0);
     }
   }
-  return now() - t0;
+  return bench_now() - t0;
 }
 
 #define STEPS 1000
@@ -187,7 +171,7 @@ static double tdm_stencil(tdm_runtime *rt, int width, long iters) {
       grid[p][i] = 1.0;
       tdm_register_vector(rt, &grid[p][i], 1, sizeof(double), &h[p][i]);
     }
-  double t0 = now();
+  double t0 = bench_now();
   for (int t = 1; t <= STEPS; t++) {
     int cur = t % 2, prev = 1 - cur;
     for (int i = 0; i < width; i++) {
@@ -200,7 +184,7 @@ static double tdm_stencil(tdm_runtime *rt, int width, long iters) {
     }
   }
   tdm_wait_all(rt);
-  double t = now() - t0;
+  double t = bench_now() - t0;
   for (int p = 0; p < 2; p++)
     for (int i = 0; i < width; i++)
       tdm_handle_unregister(h[p][i]);
@@ -211,7 +195,7 @@ static double omp_stencil(int nthreads, int width, long iters) {
   for (int p = 0; p < 2; p++)
     for (int i = 0; i < width; i++)
       grid[p][i] = 1.0;
-  double t0 = now();
+  double t0 = bench_now();
 #pragma omp parallel num_threads(nthreads)
 #pragma omp single
   for (int t = 1; t <= STEPS; t++) {
@@ -223,7 +207,7 @@ static double omp_stencil(int nthreads, int width, long iters) {
       grid[cur][i] = busy(iters, (grid[prev][l] + grid[prev][i] + grid[prev][r]) / 3.0);
     }
   }
-  return now() - t0;
+  return bench_now() - t0;
 }
 
 /* ---- sparse work: CPU burnt between tasks -------------------------------- */
@@ -247,15 +231,15 @@ static double tdm_sparse(tdm_runtime *rt, double *rtt_us) {
     tdm_register_vector(rt, &x[i], 1, sizeof(double), &h[i]);
   tdm_task_desc d = {.codelet = &cl, .handles = {h[0], h[1], h[2], h[3]}, .args = &iters,
                      .args_size = sizeof iters};
-  double c0 = cpu_now(), t0 = now(), rtt = 0;
+  double c0 = cpu_now(), t0 = bench_now(), rtt = 0;
   for (int k = 0; k < SPARSE_TASKS; k++) {
-    double s = now();
+    double s = bench_now();
     tdm_submit(rt, &d);
     tdm_wait_all(rt);
-    rtt += now() - s;
+    rtt += bench_now() - s;
     pause_ms(5);
   }
-  double cpu = (cpu_now() - c0) / (now() - t0) * 100;
+  double cpu = (cpu_now() - c0) / (bench_now() - t0) * 100;
   for (int i = 0; i < 4; i++)
     tdm_handle_unregister(h[i]);
   *rtt_us = rtt / SPARSE_TASKS * 1e6;
@@ -264,20 +248,20 @@ static double tdm_sparse(tdm_runtime *rt, double *rtt_us) {
 
 static double omp_sparse(int nthreads, double *rtt_us) {
   double x[4] = {1, 1, 1, 0};
-  double c0 = cpu_now(), t0 = now(), rtt = 0;
+  double c0 = cpu_now(), t0 = bench_now(), rtt = 0;
   for (int k = 0; k < SPARSE_TASKS; k++) {
-    double s = now();
+    double s = bench_now();
 #pragma omp parallel num_threads(nthreads)
 #pragma omp single
     {
 #pragma omp task depend(in : x[0], x[1], x[2]) depend(out : x[3])
       x[3] = busy(1000, (x[0] + x[1] + x[2]) / 3.0);
     }
-    rtt += now() - s;
+    rtt += bench_now() - s;
     pause_ms(5);
   }
   *rtt_us = rtt / SPARSE_TASKS * 1e6;
-  return (cpu_now() - c0) / (now() - t0) * 100;
+  return (cpu_now() - c0) / (bench_now() - t0) * 100;
 }
 
 static void sparse(tdm_runtime *rt, int nthreads) {
@@ -291,8 +275,8 @@ static void sparse(tdm_runtime *rt, int nthreads) {
   printf("\n(e) sparse work: one task every 5 ms for %d tasks; medians of 3 runs\n",
          SPARSE_TASKS);
   printf("%-28s %12s %12s\n", "", "Tandem", "OpenMP");
-  printf("%-28s %11.1f%% %11.1f%%\n", "CPU burnt (% of one core)", median(ct, 3), median(co, 3));
-  printf("%-28s %12.1f %12.1f\n", "round trip per task (us)", median(rt_t, 3), median(rt_o, 3));
+  printf("%-28s %11.1f%% %11.1f%%\n", "CPU burnt (% of one core)", bench_median(ct, 3), bench_median(co, 3));
+  printf("%-28s %12.1f %12.1f\n", "round trip per task (us)", bench_median(rt_t, 3), bench_median(rt_o, 3));
 }
 
 /* ---- driver ------------------------------------------------------------- */
@@ -312,8 +296,8 @@ static void side_by_side(const char *name, tdm_runtime *rt, int nthreads, tdm_ru
     pause_ms(20);
     ratio[r] = tt[r] / to[r];
   }
-  printf("%-28s %9ld %12.0f %12.0f %10.2f\n", name, ntasks, median(tt, REPS),
-         median(to, REPS), median(ratio, REPS));
+  printf("%-28s %9ld %12.0f %12.0f %10.2f\n", name, ntasks, bench_median(tt, REPS),
+         bench_median(to, REPS), bench_median(ratio, REPS));
   fflush(stdout);
 }
 
@@ -370,7 +354,7 @@ static void stencil_sweep(tdm_runtime *rt, int nthreads) {
   printf("%10s | %14s %8s | %14s %8s\n", "iterations", "Tandem gran us", "eff",
          "OpenMP gran us", "eff");
   for (int k = 0; k < nk; k++) {
-    double mt = median(tt[k], REPS), mo = median(to[k], REPS);
+    double mt = bench_median(tt[k], REPS), mo = bench_median(to[k], REPS);
     double ideal = (double)iters[k] * (double)ntasks / nthreads / peak;
     gt[k] = mt * nthreads / (double)ntasks * 1e6;
     go[k] = mo * nthreads / (double)ntasks * 1e6;
@@ -411,7 +395,7 @@ static void trace_cost(void) {
   }
   printf("\n(f) tracing: %ld independent empty tasks; medians of %d runs\n", n, REPS);
   printf("    tracing off %.0f ns/task, on %.0f ns/task: tracing costs %.0f ns per task\n",
-         median(off, REPS), median(on, REPS), median(diff, REPS));
+         bench_median(off, REPS), bench_median(on, REPS), bench_median(diff, REPS));
   tdm_runtime_destroy(plain);
   tdm_runtime_destroy(traced); /* writes the trace: not timed */
   unlink(path);

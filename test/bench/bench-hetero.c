@@ -27,17 +27,13 @@
 #include <unistd.h>
 
 #include "tandem.h"
+
+#include "bench.h"
 #include "tandem/opencl.h"
 #include "vt-graphs.h"
 
 #define B 128 /* tile side */
 #define MAXT 8
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- CPU kernels (row-major, leading dimension ld) -------------------- */
 
@@ -156,9 +152,9 @@ static _Atomic unsigned nseen[NK];
 
 #define TIMED(kind, fn)                                                                       \
   static void timed_##fn(const tdm_buffer *b, const void *args, size_t n) {                  \
-    double t0 = now_s();                                                                      \
+    double t0 = bench_now();                                                                      \
     fn(b, args, n);                                                                           \
-    double t = now_s() - t0;                                                                  \
+    double t = bench_now() - t0;                                                                  \
     int w = tdm_worker_id(current);                                                           \
     if (atomic_load(&recording) && w >= 0 && (unsigned)w < tdm_runtime_ncpu_workers(current)) { \
       unsigned i = atomic_fetch_add(&nseen[kind], 1);                                         \
@@ -227,7 +223,7 @@ static double run_app(tdm_runtime *rt, unsigned nt, bool cholesky) {
           fprintf(stderr, "bench-hetero: register failed\n");
           exit(1);
         }
-  double t0 = now_s();
+  double t0 = bench_now();
   if (cholesky) {
     tdm_handle *(*A)[MAXT] = h[0];
     for (unsigned k = 0; k < nt; k++) {
@@ -247,7 +243,7 @@ static double run_app(tdm_runtime *rt, unsigned nt, bool cholesky) {
           submit(rt, K_GEMM_NN, h[0][i][k], h[1][k][j], h[2][i][j]);
   }
   tdm_wait_all(rt);
-  double t = now_s() - t0;
+  double t = bench_now() - t0;
   for (int m = 0; m < (cholesky ? 1 : 3); m++)
     for (unsigned i = 0; i < nt; i++)
       for (unsigned j = 0; j < nt; j++)
@@ -303,16 +299,6 @@ static const machine machines[] = {
 
 static double kernel_time[NK]; /* one tile on one core, seconds */
 
-static double median(double *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-      double x = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = x;
-    }
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Each kernel's time on one core, on tiles of the Cholesky matrix, in
  * cache as they mostly are during the runs: the median of 9 after one
  * unmeasured call. */
@@ -334,11 +320,11 @@ static void measure_kernels(void) {
       const tdm_buffer *args = k <= K_GEMM_NT ? (tdm_buffer[]){b[1], b[1], b[2]}
                                : k == K_SYRK  ? (tdm_buffer[]){b[1], b[2]}
                                               : b; /* trsm: L, X; potrf: A */
-      double t0 = now_s();
+      double t0 = bench_now();
       codelets[k].cpu_fn(args, NULL, 0);
-      v[r] = now_s() - t0;
+      v[r] = bench_now() - t0;
     }
-    kernel_time[k] = median(v + 1, 9);
+    kernel_time[k] = bench_median(v + 1, 9);
   }
 }
 
@@ -348,7 +334,7 @@ static double kernel_seen(int k) {
   unsigned n = atomic_load(&nseen[k]);
   if (n > MAX_SEEN)
     n = MAX_SEEN;
-  return n ? median(seen[k], (int)n) : kernel_time[k];
+  return n ? bench_median(seen[k], (int)n) : kernel_time[k];
 }
 
 /* The lower bound on machine m, from the kernels' times on the CPU
@@ -457,7 +443,7 @@ static void table(const char *what, unsigned nt, bool cholesky, int runs, bool w
       double per_run_dev = (double)(dev_tasks - before_tasks) / runs;
       char tasks[32];
       snprintf(tasks, sizeof tasks, "%.0f/%.0f", total - per_run_dev, per_run_dev);
-      double ms = 1e3 * median(t, runs);
+      double ms = 1e3 * bench_median(t, runs);
       printf("%-40s %-7s %12.1f %10.1f %7.2f %16s %10.2f %9.1e\n", p ? "" : m->name,
              m->sim || m->pocl ? policies[p] : "ws", ms, 1e3 * lb, ms / (1e3 * lb), tasks,
              (double)(bytes - before_bytes) / runs / (1 << 20), err);

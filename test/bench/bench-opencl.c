@@ -22,23 +22,9 @@
 #include <time.h>
 
 #include "tandem.h"
+
+#include "bench.h"
 #include "tandem/opencl.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* y = f(x), f being `work` multiply-adds per element (0: a copy). */
 static const tdm_opencl_variant work_cl = {
@@ -103,7 +89,7 @@ static double run(tdm_runtime *rt, const bench *b, unsigned k, uint64_t *bytes) 
     tdm_register_vector(rt, b->in[t], b->n, sizeof(float), &hin[t]);
     tdm_register_vector(rt, b->out[t], b->n, sizeof(float), &hout[t]);
   }
-  double t0 = now_s();
+  double t0 = bench_now();
   for (int t = 0; t < b->tasks; t++) {
     tdm_status st = tdm_submit(rt, &(tdm_task_desc){.codelet = &work,
                                                     .handles = {hin[t], hout[t]},
@@ -115,7 +101,7 @@ static double run(tdm_runtime *rt, const bench *b, unsigned k, uint64_t *bytes) 
     }
   }
   tdm_wait_all(rt);
-  double span = now_s() - t0;
+  double span = bench_now() - t0;
   tdm_runtime_device_counters(rt, (unsigned)dev, &c1);
   *bytes += c1.bytes_to_device - c0.bytes_to_device;
   for (int t = 0; t < b->tasks; t++) { /* outputs come home: not timed */
@@ -201,14 +187,14 @@ int main(int argc, char **argv) {
     serial_overlap[r] = (t[TRANSFER_ONLY][r] + t[COMPUTE_ONLY][r]) / t[SERIAL][r];
   printf("%-40s %12s %18s\n", "configuration", "makespan ms", "bytes to device");
   for (int c = 0; c < NCONF; c++)
-    printf("%-40s %12.2f %18llu\n", conf_name[c], 1e3 * median(t[c], runs),
+    printf("%-40s %12.2f %18llu\n", conf_name[c], 1e3 * bench_median(t[c], runs),
            (unsigned long long)(bytes[c] / (uint64_t)runs));
   printf("\nmedians of %d runs; per-run ratios, median:\n", runs);
-  printf("  serialised / prefetch makespan:                  %.2f\n", median(ratio, runs));
+  printf("  serialised / prefetch makespan:                  %.2f\n", bench_median(ratio, runs));
   printf("  overlap (transfers + compute) / makespan, prefetch:   %.2f\n",
-         median(overlap, runs));
+         bench_median(overlap, runs));
   printf("  overlap (transfers + compute) / makespan, serialised: %.2f\n",
-         median(serial_overlap, ns));
+         bench_median(serial_overlap, ns));
   for (int c = 0; c < NCONF; c++) {
     tdm_runtime_destroy(rts[c]);
     free(t[c]);
