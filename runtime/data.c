@@ -75,10 +75,12 @@ void tdm__handles_unlock(tdm_handle **hs, unsigned n) {
 
 /* ---- allocation and freeing -------------------------------------------- */
 
-/* A new handle; for a registration (not a tile), NULL with *clash set to
- * the span of a registered handle it would share memory with. */
+/* A new handle: a tile of `parent` (which it references), or a
+ * registration (parent NULL): NULL with *clash set to the span of a
+ * registered handle it would share memory with. */
 static tdm_handle *handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *buf,
-                              bool registration, tdm_range *clash) {
+                              tdm_handle *parent, tdm_range *clash) {
+  bool registration = !parent;
   tdm_handle *h = tdm__calloc(rt, 1, sizeof *h);
   if (!h)
     return NULL;
@@ -87,7 +89,10 @@ static tdm_handle *handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *b
   h->kind = kind;
   h->rt = rt;
   h->buf = *buf;
-  h->valid = 1; /* the contents are in host memory */
+  /* a registration's contents are in host memory; where devices may
+   * hold copies, a tile takes its matrix's when a task first uses it */
+  tdm__coh_init(&h->coh, !parent || !rt->ndevice_workers, parent ? &parent->coh : NULL);
+  h->parent = parent;
   tdm__taskvec_init(&h->writers);
   tdm__taskvec_init(&h->readers);
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->handles_lock));
@@ -108,12 +113,16 @@ static tdm_handle *handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *b
   return h;
 }
 
-static void handle_free_memory(tdm_handle *h) {
-  tdm__handle_forget(h);
+/* at_destroy: every handle goes, in any order, and nothing runs. */
+static void handle_free_memory(tdm_handle *h, bool at_destroy) {
+  tdm__handle_forget(h, !at_destroy);
   tdm__taskvec_free(&h->writers);
   tdm__taskvec_free(&h->readers);
   free(h->tiles);
+  tdm_handle *parent = h->parent;
   free(h);
+  if (parent && !at_destroy)
+    tdm__handle_unref(parent);
 }
 
 void tdm__handle_unref(tdm_handle *h) {
@@ -129,7 +138,7 @@ void tdm__handle_unref(tdm_handle *h) {
   if (h->all_next)
     h->all_next->all_prev = h->all_prev;
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->handles_lock));
-  handle_free_memory(h);
+  handle_free_memory(h, false);
 }
 
 /* At destroy: every task has finished and the task pool is about to be
@@ -164,10 +173,12 @@ void tdm__handles_home(tdm_runtime *rt) {
 }
 
 void tdm__handles_destroy(tdm_runtime *rt) {
+  if (rt->nodes.n) /* gathered tiles first, while every handle is there */
+    tdm__coh_reap(&rt->nodes);
   tdm_handle *h = rt->all_handles;
   while (h) {
     tdm_handle *next = h->all_next;
-    handle_free_memory(h);
+    handle_free_memory(h, true);
     h = next;
   }
   rt->all_handles = NULL;
@@ -224,7 +235,7 @@ static tdm_status do_register(tdm_runtime *rt, uint8_t kind, const tdm_buffer *b
   if (atomic_load(&rt->closing) && !tdm__self_in(rt))
     return hbad(rt, TDM_ERR_SHUTTING_DOWN, what, "the runtime is being destroyed");
   tdm_range clash = {0};
-  tdm_handle *h = handle_new(rt, kind, buf, true, &clash);
+  tdm_handle *h = handle_new(rt, kind, buf, NULL, &clash);
   if (!h && clash.hi) {
     tdm__log(rt, TDM_LOG_ERROR,
              "%s: refused: bytes %p to %p overlap a registered handle (%p to %p); two "
@@ -310,11 +321,6 @@ tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_col
     st = hbad(rt, TDM_ERR_PARTITIONED, what, "already partitioned");
   else if (h->acquired)
     st = hbad(rt, TDM_ERR_BUSY, what, "handle is acquired by the host");
-  else if (h->gather || !h->valid)
-    st = hbad(rt, TDM_ERR_NOT_SUPPORTED, what,
-              "while OpenCL devices are used, a matrix just unpartitioned, or a tile no task "
-              "has used yet, must be used (by a task or an acquisition) before it is "
-              "partitioned");
   for (size_t i = 0; i < ni && !st; i++)
     for (size_t j = 0; j < nj && !st; j++) {
       size_t r0 = i * tile_rows, c0 = j * tile_cols;
@@ -322,16 +328,12 @@ tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_col
       b.ptr = (char *)h->buf.ptr + (r0 * h->buf.ld + c0) * h->buf.elem_size;
       b.nx = h->buf.nx - r0 < tile_rows ? h->buf.nx - r0 : tile_rows;
       b.ny = h->buf.ny - c0 < tile_cols ? h->buf.ny - c0 : tile_cols;
-      tdm_handle *tile = handle_new(rt, TDM_HANDLE_MATRIX, &b, false, NULL);
+      tdm_handle *tile = handle_new(rt, TDM_HANDLE_MATRIX, &b, h, NULL);
       if (!tile) {
         st = hbad(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
         break;
       }
-      tile->parent = h;
-      /* where devices hold copies, the tile takes its contents from the
-       * matrix when a task first uses it (backends/opencl/device.c) */
-      if (h->rep || h->valid != 1)
-        tile->valid = 0;
+      tdm__handle_ref(h); /* the tile's */
       tiles[i * nj + j] = tile;
       if (copy_refs(rt, &tile->writers, &h->writers) || copy_refs(rt, &tile->readers, &h->readers))
         st = hbad(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
@@ -413,9 +415,15 @@ tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
   if (!tiles)
     return hbad(rt, TDM_ERR_NOT_PARTITIONED, what, "not partitioned");
 
-  tdm_handle **locks = tdm__malloc(rt, (n + 1) * sizeof *locks);
-  if (!locks)
+  /* Where devices may hold the tiles' contents, the matrix gathers them
+   * on its first use (data/coherence.c): the tiles stay alive. */
+  bool keep = rt->ndevice_workers != 0;
+  tdm_gather *g = keep ? tdm__malloc(rt, sizeof *g) : NULL;
+  tdm_handle **locks = keep && !g ? NULL : tdm__malloc(rt, (n + 1) * sizeof *locks);
+  if (!locks) {
+    free(g);
     return hbad(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
+  }
   locks[0] = h;
   memcpy(locks + 1, tiles, n * sizeof *tiles);
   qsort(locks, n + 1, sizeof *locks, cmp_address);
@@ -443,32 +451,29 @@ tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
     h->tile_rows = h->tile_cols = 0;
     for (size_t k = 0; k < n; k++)
       atomic_store(&tiles[k]->magic, TDM_HANDLE_DEAD);
+    if (keep) { /* under the lock: a partition made after sees it */
+      for (size_t k = 0; k < n; k++)
+        tdm__handle_ref(tiles[k]);
+      g->tiles = tiles;
+      g->n = n;
+      tdm__coh_unpartitioned(h, g);
+    }
   }
   for (size_t i = n + 1; i-- > 0;)
     tdm__spin_unlock(&locks[i]->lock);
   free(locks);
   if (st) {
+    free(g);
     tdm__taskvec_release(&writers);
     tdm__taskvec_release(&readers);
     return st;
   }
-  /* Where devices may hold the tiles' contents, the matrix gathers them
-   * on its first use (backends/opencl/device.c): the tiles stay alive. */
-  bool keep = rt->ndevice_workers != 0;
   for (size_t k = 0; k < n; k++) {
     drop_state(tiles[k]);
-    if (keep)
-      tdm__handle_ref(tiles[k]);
     quarantine(tiles[k]);
   }
-  if (keep) {
-    tdm__spin_lock(&h->lock);
-    h->gather = tiles;
-    h->ngather = n;
-    tdm__spin_unlock(&h->lock);
-  } else {
+  if (!keep)
     free(tiles);
-  }
   return TDM_OK;
 }
 
@@ -588,7 +593,7 @@ tdm_status tdm_handle_unregister(tdm_handle *h) {
   tdm__taskvec_release(&readers);
   /* the latest contents go home, and the device buffers go */
   tdm__handle_home(h, false);
-  tdm__handle_forget(h);
+  tdm__handle_forget(h, true);
   quarantine(h);
   return TDM_OK;
 }

@@ -14,6 +14,8 @@
 #include <sys/types.h>
 
 #include "deque.h"
+#include "support/spinlock.h"
+#include "data/coherence.h"
 #include "devices.h"
 #include "policy.h"
 #include "trace.h"
@@ -24,42 +26,6 @@ typedef struct tdm_sim tdm_sim;
 typedef struct tdm_gpu tdm_gpu; /* backends/opencl/device.c */
 
 /* ---- small utilities -------------------------------------------------- */
-
-#if defined(__x86_64__) || defined(__i386__)
-#define tdm__cpu_relax() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define tdm__cpu_relax() __asm__ __volatile__("yield")
-#else
-#define tdm__cpu_relax() ((void)0)
-#endif
-
-/* A test-and-test-and-set lock for short critical sections (a handle's
- * dependency state, the task pool). It yields the CPU after a
- * while, because workers may outnumber cores. */
-typedef struct {
-  _Atomic int locked;
-} tdm_spinlock;
-
-void tdm__spin_lock_slow(tdm_spinlock *l);
-
-static inline void tdm__spin_lock(tdm_spinlock *l) {
-  /* acquire: the critical section starts after the lock is ours */
-  if (!atomic_exchange_explicit(&l->locked, 1, memory_order_acquire))
-    return;
-  tdm__spin_lock_slow(l);
-}
-
-/* Takes the lock if it is free; never waits. */
-static inline bool tdm__spin_trylock(tdm_spinlock *l) {
-  /* acquire: as tdm__spin_lock */
-  return !atomic_load_explicit(&l->locked, memory_order_relaxed) &&
-         !atomic_exchange_explicit(&l->locked, 1, memory_order_acquire);
-}
-
-static inline void tdm__spin_unlock(tdm_spinlock *l) {
-  /* release: the critical section's writes are visible to the next owner */
-  atomic_store_explicit(&l->locked, 0, memory_order_release);
-}
 
 /* A growable array of task references (inline room for two). */
 typedef struct tdm_taskvec {
@@ -103,6 +69,10 @@ void *tdm__malloc(tdm_runtime *rt, size_t size);
 void *tdm__calloc(tdm_runtime *rt, size_t n, size_t size);
 void *tdm__realloc(tdm_runtime *rt, void *p, size_t size);
 void *tdm__aligned_alloc(tdm_runtime *rt, size_t align, size_t size);
+/* Zeroed memory aligned to `align` (a power of two), for structs with
+ * _Alignas members (calloc promises 16 bytes only); free() frees it. Not
+ * a fault-injection seam: the runtime and its workers are made with it. */
+void *tdm__zalloc_aligned(size_t align, size_t size);
 /* Test seam: the allocation after the next `n` ones fails (n = 0: the next
  * one); a negative n disarms. */
 void tdm__fail_allocation(tdm_runtime *rt, long n);
@@ -326,6 +296,9 @@ typedef struct tdm_task {
 
   /* -- the rest, used by tasks that have buffers, arguments, edges -- */
   _Alignas(TDM_CACHE_LINE) tdm_handle *handles[TDM_MAX_BUFFERS];
+  /* While devices are used: each handle's unpartitions at submission,
+   * the gathers its access comes after (data/coherence.h). */
+  uint32_t gens[TDM_MAX_BUFFERS];
   struct tdm_edge {
     struct tdm_task *succ;
     struct tdm_edge *next;
@@ -395,27 +368,8 @@ struct tdm_handle {
    * (handles_lock). */
   tdm_range range;
   tdm_handle *quarantine_next;
-  /* Where the contents are (the device backend), under `lock`:
-   * bit 0 the host, bit 1 + k device worker k's memory; rep[0] the host's
-   * pending fill, rep[1 + k] device k's buffer and pending fill. rep is
-   * NULL until a device first touches the handle. */
-  uint32_t valid; /* 0: a tile not yet taken from its matrix */
-  /* After an unpartition, while devices are used: the tiles (referenced)
-   * whose contents the matrix gathers on its first use. */
-  tdm_handle **gather;
-  size_t ngather;
-  struct tdm_replica {
-    void *mem;  /* cl_mem */
-    void *fill; /* cl_event of the transfer that filled the node, or NULL */
-    /* device memory accounting, under the device's lock: the device's
-     * buffers from least to most recently used, the tasks in flight
-     * using this one (it cannot be evicted meanwhile), its size */
-    struct tdm_replica *lru_prev, *lru_next;
-    tdm_handle *owner;
-    unsigned pins;
-    size_t bytes;
-    uint64_t ready_ns; /* emulated devices: when the copy filling it ends */
-  } *rep;
+  /* Where the contents are (data/coherence.h), under the family's lock. */
+  tdm_coh coh;
 };
 
 /* ---- workers and runtime ---------------------------------------------- */
@@ -525,6 +479,7 @@ struct tdm_runtime {
   unsigned ndevice_workers;
   unsigned *device_of;
   struct tdm_gpu **gpus; /* device worker k (backends/opencl/device.c) */
+  tdm_nodes nodes;       /* memory nodes, set up by the backend (none: n 0) */
   const tdm_device_ops *dev; /* NULL: no device worker */
   /* Set once the devices are started, after the CPU workers (whose
    * idle rounds look at the devices only from then on). */
@@ -700,20 +655,8 @@ struct tdm_device_ops {
                     void *data);
   /* Device k may take work from the shared queue or from others now. */
   void (*kick)(tdm_runtime *rt, unsigned k);
-  /* Predicted seconds to bring t's inputs to device k now (0: there). */
-  double (*transfer_time)(tdm_runtime *rt, unsigned k, const tdm_task *t);
   /* Finishes the tasks whose device work completed; false if none. */
   bool (*progress)(tdm_runtime *rt);
-  /* Before a CPU task runs: true when its inputs are on the host; else
-   * their transfers are started and the task is queued again once they
-   * complete. After it ran: its outputs live on the host only. */
-  bool (*host_ready)(tdm_task *t);
-  void (*host_written)(tdm_task *t);
-  /* Blocking: brings h's contents home (acquire, unregister, destroy);
-   * will_write: the host is about to write, device copies become stale. */
-  void (*handle_home)(tdm_handle *h, bool will_write);
-  /* Releases h's device buffers. */
-  void (*handle_forget)(tdm_handle *h);
   /* Device events of the trace not recorded as they happened (may be
    * NULL). */
   void (*trace_collect)(tdm_runtime *rt, void (*add)(void *, const tdm_trace_event *),
@@ -740,23 +683,34 @@ uint64_t tdm__sim_t0(const tdm_runtime *rt);
 /* Sleeps the calling thread until tdm__now_ns() reaches `until`. */
 void tdm__sleep_until(uint64_t until);
 
-/* The runtime's side of the backend (sched.c), for the rest of runtime/.
- * Each is a no-op, or true, without devices. */
-static inline bool tdm__host_ready(tdm_task *t) {
-  return !t->rt->dev || t->rt->dev->host_ready(t);
-}
-static inline void tdm__host_written(tdm_task *t) {
-  if (t->rt->dev)
-    t->rt->dev->host_written(t);
-}
-static inline void tdm__handle_home(tdm_handle *h, bool will_write) {
-  if (h->rt->dev)
-    h->rt->dev->handle_home(h, will_write);
-}
-static inline void tdm__handle_forget(tdm_handle *h) {
-  if (h->rt->dev)
-    h->rt->dev->handle_forget(h);
-}
+/* data/access.c: a task's buffers where it runs. Slot 1 + k is device k's
+ * buffers (in its own memory, or over host memory for a device working
+ * there); node is where it works (tdm__device_node). */
+/* Makes t's buffers in `slot` and pins them (mems[i]); false, none
+ * pinned, when they do not fit now. */
+bool tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems);
+void tdm__task_unpin(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned n);
+/* t's accesses on `node`: copies started, what to wait for added to w;
+ * false when a copy could not be made (logged). */
+bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w);
+/* t's writes were made on node, complete at `done` (the caller keeps its
+ * reference; 0: complete). */
+void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token done);
+/* The node device k works in: 1 + k (its own memory) or 0. */
+unsigned tdm__device_node(const tdm_runtime *rt, unsigned k);
+/* Before a CPU task runs: true when its inputs are on the host; else
+ * their copies are started and the task is queued again once they
+ * complete. After it ran: its outputs live on the host only. */
+bool tdm__host_ready(tdm_task *t);
+void tdm__host_written(tdm_task *t);
+/* Blocking: brings h's contents home (acquire, unregister, destroy);
+ * will_write: the host is about to write, device copies become stale. */
+void tdm__handle_home(tdm_handle *h, bool will_write);
+/* Releases h's device buffers (lock: see tdm__coh_forget). */
+void tdm__handle_forget(tdm_handle *h, bool lock);
+/* Predicted seconds to bring t's inputs to device k now (0: there;
+ * k UINT_MAX: the host). */
+double tdm__transfer_time(tdm_runtime *rt, unsigned k, const tdm_task *t);
 static inline bool tdm__gpu_progress(tdm_runtime *rt) {
   return rt->dev && rt->dev->progress && rt->dev->progress(rt);
 }
@@ -828,6 +782,7 @@ tdm_task *tdm__devq_take(tdm_runtime *rt, tdm_devq *q, pthread_mutex_t *lock,
 void tdm__wake_for_completion(tdm_runtime *rt);
 
 /* backends/cpu */
-void tdm__cpu_run(const tdm_task *t);
+/* Runs t's CPU variant on bufs (NULL: its handles' own buffers). */
+void tdm__cpu_run(const tdm_task *t, const tdm_buffer *bufs);
 
 #endif

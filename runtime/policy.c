@@ -110,8 +110,11 @@ typedef struct sim {
   unsigned nworkers;
   unsigned *class_of;  /* per worker */
   double *free_at;     /* per worker */
-  uint32_t *valid;     /* per data item: bit per node */
-  double *ready_at;    /* per data item and node */
+  /* The data items, whose copies the coherence module decides (as for
+   * the runtime's devices): a token is a time, the bits of a double. */
+  tdm_handle *items;
+  tdm_nodes nodes;
+  double now; /* of the decision being made */
   double link_free[TDM_VT_MAX_CLASSES][2]; /* per node: to it, from it */
   tdm_perfmodel *md;
   uint64_t bytes;
@@ -119,42 +122,146 @@ typedef struct sim {
   unsigned *choice_worker; /* and their workers */
 } sim;
 
-static double *ready_slot(sim *s, unsigned d, unsigned node) {
-  return &s->ready_at[(size_t)d * s->m->nnodes + node];
+/* ---- memory nodes on the simulated clock ---------------------------------- */
+
+static double time_of(tdm_token t) {
+  double d;
+  memcpy(&d, &t, sizeof d);
+  return d;
 }
 
-/* When data d can be on `node`, if asked at `now`; commit: make the copies
- * (occupying the links) and record the node as valid. */
-static double arrival(sim *s, unsigned d, unsigned node, double now, bool commit) {
+static tdm_token token_at(double d) {
+  tdm_token t;
+  memcpy(&t, &d, sizeof t);
+  return t;
+}
+
+static double latest(const tdm_token *ts, unsigned n) {
+  double t = 0;
+  for (unsigned i = 0; i < n; i++)
+    t = fmax(t, time_of(ts[i]));
+  return t;
+}
+
+static char vt_memory; /* what a simulated buffer points at */
+
+static void *vt_alloc(void *ctx, unsigned node, const tdm_buffer *b, size_t bytes) {
+  (void)ctx;
+  (void)node;
+  (void)b;
+  (void)bytes;
+  return &vt_memory;
+}
+
+static void vt_free(void *ctx, unsigned node, void *mem) {
+  (void)ctx;
+  (void)node;
+  (void)mem;
+}
+
+/* A copy starts when its inputs are there, the link is free and the
+ * decision is made; it takes latency + bytes / bandwidth. */
+static bool vt_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
+                    const tdm_token *after, unsigned nafter, tdm_token *done) {
+  sim *s = ctx;
+  uint64_t bytes = (uint64_t)c->host->nx * c->host->ny * c->host->elem_size;
+  double *link = &s->link_free[node][to_node ? 0 : 1];
+  double t0 = fmax(fmax(latest(after, nafter), *link), s->now);
+  double t = t0 + s->m->latency[node] + (double)bytes / s->m->bandwidth[node];
+  *link = t;
+  s->bytes += bytes;
+  *done = token_at(t);
+  return true;
+}
+
+static tdm_token vt_join(void *ctx, const tdm_token *ts, unsigned n) {
+  (void)ctx;
+  return token_at(latest(ts, n));
+}
+
+static bool vt_retain(void *ctx, tdm_token t) {
+  (void)ctx;
+  (void)t;
+  return true;
+}
+
+static void vt_release(void *ctx, tdm_token t) {
+  (void)ctx;
+  (void)t;
+}
+
+static bool vt_test(void *ctx, tdm_token t) {
+  (void)ctx;
+  (void)t;
+  return true;
+}
+
+static void vt_wait(void *ctx, const tdm_token *ts, unsigned n) {
+  (void)ctx;
+  (void)ts;
+  (void)n;
+}
+
+static double vt_link_time(void *ctx, unsigned node, uint64_t bytes) {
+  const sim *s = ctx;
+  return s->m->latency[node] + (double)bytes / s->m->bandwidth[node];
+}
+
+static const tdm_node_ops vt_node_ops = {
+    .alloc = vt_alloc,
+    .free = vt_free,
+    .copy = vt_copy,
+    .join = vt_join,
+    .retain = vt_retain,
+    .release = vt_release,
+    .test = vt_test,
+    .wait = vt_wait,
+    .link_time = vt_link_time,
+};
+
+/* Data items as handles: d bytes in one row, valid on the host. */
+static bool items_new(sim *s) {
+  const tdm_vt_graph *g = s->g;
+  s->items = calloc(g->ndata ? g->ndata : 1, sizeof *s->items);
+  uint64_t limits[TDM_VT_MAX_CLASSES];
+  for (unsigned k = 0; k + 1 < s->m->nnodes; k++)
+    limits[k] = UINT64_MAX;
+  if (!s->items || tdm__nodes_init(&s->nodes, NULL, &vt_node_ops, s, s->m->nnodes, limits))
+    return false;
+  for (unsigned d = 0; d < g->ndata; d++) {
+    tdm_handle *h = &s->items[d];
+    h->buf = (tdm_buffer){.elem_size = 1, .nx = 1, .ny = g->bytes[d], .ld = g->bytes[d]};
+    tdm__coh_init(&h->coh, true, NULL);
+  }
+  return true;
+}
+
+static void items_free(sim *s) {
+  for (unsigned d = 0; s->items && s->nodes.n && d < s->g->ndata; d++)
+    tdm__coh_forget(&s->nodes, &s->items[d], false);
+  tdm__nodes_fini(&s->nodes);
+  free(s->items);
+}
+
+/* When data d could be on `node`, if asked at `now`: what the copies
+ * tdm__coh_access would make take, without making them. */
+static double arrival_estimate(sim *s, unsigned d, unsigned node, double now) {
   const tdm_vt_machine *m = s->m;
-  if (s->valid[d] & (1u << node))
-    return *ready_slot(s, d, node);
-  uint64_t bytes = s->g->bytes[d];
-  double at_host;
-  if (s->valid[d] & 1u) {
-    at_host = *ready_slot(s, d, 0);
-  } else { /* from a device holding it, through the host */
-    unsigned src = (unsigned)__builtin_ctz(s->valid[d]);
-    double t0 = fmax(fmax(*ready_slot(s, d, src), s->link_free[src][1]), now);
-    at_host = t0 + m->latency[src] + (double)bytes / m->bandwidth[src];
-    if (commit) {
-      s->link_free[src][1] = at_host;
-      s->valid[d] |= 1u;
-      *ready_slot(s, d, 0) = at_host;
-      s->bytes += bytes;
-    }
+  const tdm_handle *h = &s->items[d];
+  const tdm_nodeset *v = &h->coh.valid;
+  double ready0 = h->coh.rep ? time_of(h->coh.rep[0].fill) : 0;
+  if (tdm__nodeset_has(v, node))
+    return h->coh.rep ? time_of(h->coh.rep[node].fill) : 0;
+  double bytes = (double)tdm__coh_bytes(h), at_host = ready0;
+  if (!tdm__nodeset_has(v, 0)) { /* from a device holding it, through the host */
+    unsigned src = (unsigned)tdm__nodeset_next(v, 1);
+    double t0 = fmax(fmax(time_of(h->coh.rep[src].fill), s->link_free[src][1]), now);
+    at_host = t0 + m->latency[src] + bytes / m->bandwidth[src];
   }
   if (node == 0)
     return at_host;
   double t0 = fmax(fmax(at_host, s->link_free[node][0]), now);
-  double t = t0 + m->latency[node] + (double)bytes / m->bandwidth[node];
-  if (commit) {
-    s->link_free[node][0] = t;
-    s->valid[d] |= 1u << node;
-    *ready_slot(s, d, node) = t;
-    s->bytes += bytes;
-  }
-  return t;
+  return t0 + m->latency[node] + bytes / m->bandwidth[node];
 }
 
 /* When task t could start on worker w, decided at `now` (its inputs there,
@@ -162,9 +269,21 @@ static double arrival(sim *s, unsigned d, unsigned node, double now, bool commit
 static double start_time(sim *s, const tdm_vt_task *t, unsigned w, double now, bool commit) {
   unsigned node = s->m->classes[s->class_of[w]].node;
   double st = fmax(now, s->free_at[w]);
-  for (unsigned i = 0; i < t->nbuf; i++)
-    if (t->modes[i] & TDM_R)
-      st = fmax(st, arrival(s, t->data[i], node, now, commit));
+  s->now = now;
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    if (!(t->modes[i] & TDM_R))
+      continue;
+    if (!commit) {
+      st = fmax(st, arrival_estimate(s, t->data[i], node, now));
+      continue;
+    }
+    tdm_tokens ts;
+    tdm__tokens_init(&ts);
+    /* cannot fail: simulated buffers always fit, copies always start */
+    tdm__coh_access(&s->nodes, &s->items[t->data[i]], node, TDM_R, UINT32_MAX, &ts);
+    st = fmax(st, latest(ts.v, ts.n));
+    tdm__tokens_release(&s->nodes, &ts);
+  }
   return st;
 }
 
@@ -275,8 +394,6 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
   s.choices = malloc(s.nworkers * sizeof *s.choices);
   s.choice_worker = malloc(s.nworkers * sizeof *s.choice_worker);
   s.free_at = calloc(s.nworkers, sizeof *s.free_at);
-  s.valid = malloc((g->ndata ? g->ndata : 1) * sizeof *s.valid);
-  s.ready_at = calloc((size_t)(g->ndata ? g->ndata : 1) * m->nnodes, sizeof *s.ready_at);
   double *rank = calloc(n ? n : 1, sizeof *rank), *ready = calloc(n ? n : 1, sizeof *ready);
   unsigned *left = calloc(n ? n : 1, sizeof *left);
   bool *placed = calloc(n ? n : 1, sizeof *placed);
@@ -286,16 +403,14 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
   /* for ws: the worker whose queue holds each ready task */
   unsigned *queue_of = calloc(n ? n : 1, sizeof *queue_of);
   tdm_status st = TDM_OK;
-  if (!s.class_of || !s.md || !s.choices || !s.choice_worker || !s.free_at || !s.valid || !s.ready_at || !rank || !ready || !left ||
-      !placed || !r->worker || !r->start || !r->end || !queue_of) {
+  if (!s.class_of || !s.md || !s.choices || !s.choice_worker || !s.free_at || !items_new(&s) ||
+      !rank || !ready || !left || !placed || !r->worker || !r->start || !r->end || !queue_of) {
     st = TDM_ERR_NO_MEMORY;
     goto out;
   }
   for (unsigned c = 0, w = 0; c < m->nclasses; c++)
     for (unsigned k = 0; k < m->classes[c].workers; k++)
       s.class_of[w++] = c;
-  for (unsigned d = 0; d < g->ndata; d++)
-    s.valid[d] = 1u; /* everything starts in host memory */
   for (unsigned i = 0; i < n; i++) {
     const tdm_vt_task *t = &g->tasks[i];
     bool runnable = false;
@@ -410,10 +525,8 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
     s.free_at[wpick] = end;
     unsigned node = m->classes[s.class_of[wpick]].node;
     for (unsigned k = 0; k < t->nbuf; k++)
-      if (t->modes[k] & TDM_W) {
-        s.valid[t->data[k]] = 1u << node;
-        *ready_slot(&s, t->data[k], node) = end;
-      }
+      if (t->modes[k] & TDM_W)
+        tdm__coh_written(&s.nodes, &s.items[t->data[k]], node, token_at(end));
     placed[pick] = true;
     r->worker[pick] = wpick;
     r->start[pick] = start;
@@ -449,8 +562,7 @@ out:
   free(s.choices);
   free(s.choice_worker);
   free(s.free_at);
-  free(s.valid);
-  free(s.ready_at);
+  items_free(&s);
   free(rank);
   free(ready);
   free(left);

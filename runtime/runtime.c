@@ -423,7 +423,8 @@ static void teardown(tdm_runtime *rt) {
 }
 
 static tdm_status start_workers(tdm_runtime *rt) {
-  rt->workers = calloc(rt->nworkers, sizeof *rt->workers);
+  /* aligned: a worker's deque has cache-line-aligned members */
+  rt->workers = tdm__zalloc_aligned(_Alignof(tdm_worker), rt->nworkers * sizeof *rt->workers);
   if (!rt->workers)
     return TDM_ERR_NO_MEMORY;
   for (unsigned i = 0; i < rt->nworkers; i++) {
@@ -473,7 +474,9 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   int err = pthread_once(&atfork_once, register_atfork);
   if (err || atfork_err)
     return TDM_ERR_NO_MEMORY; /* pthread_atfork fails only for want of memory */
-  tdm_runtime *rt = calloc(1, sizeof *rt);
+  /* aligned: its members on lines of their own are _Alignas(64), more
+   * than malloc promises */
+  tdm_runtime *rt = tdm__zalloc_aligned(_Alignof(tdm_runtime), sizeof *rt);
   if (!rt)
     return TDM_ERR_NO_MEMORY;
   rt->fork_generation = atomic_load_explicit(&tdm__fork_generation, memory_order_relaxed);

@@ -105,7 +105,7 @@ static double predict(tdm_sched *s, const tdm_task *t, unsigned c, bool *calibra
 
 static double transfer(tdm_runtime *rt, unsigned c, const tdm_task *t) {
   unsigned ncpu = rt->sched->ncpu;
-  return rt->dev->transfer_time(rt, c < ncpu ? UINT_MAX : c - ncpu, t);
+  return tdm__transfer_time(rt, c < ncpu ? UINT_MAX : c - ncpu, t);
 }
 
 static uint64_t next_random(uint64_t *x) {

@@ -628,6 +628,9 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
       h->readers.items[h->readers.n++] = t; /* reserved above */
     }
   }
+  if (rt->ndevice_workers) /* the gathers its accesses come after */
+    for (unsigned i = 0; i < t->nbuf; i++)
+      t->gens[i] = t->handles[i]->coh.gathers;
   /* undo task_build's count, once per buffer as it was made (a handle
    * named twice counts twice); every one of these handles is locked */
   if (t->user_ref)
@@ -709,10 +712,10 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
    * device could run), or to stretch it on an emulated machine */
   bool timed = rt->timing || rt->sim || tdm__sched_timed(t);
   if (!rt->recording && !timed) {
-    tdm__cpu_run(t);
+    tdm__cpu_run(t, NULL);
   } else {
     uint64_t t0 = timed ? tdm__now_ns() : 0;
-    tdm__cpu_run(t);
+    tdm__cpu_run(t, NULL);
     uint64_t t1 = timed ? tdm__now_ns() : 0;
     if (rt->sim) { /* an emulated machine: slower than this one */
       double stretched = (double)(t1 - t0) * 1e-9 * tdm__sim_cpu_factor(rt, w->id, t);

@@ -103,6 +103,8 @@ void tdm__taskvec_move(tdm_taskvec *dst, tdm_taskvec *src) {
 }
 
 static bool injected_failure(tdm_runtime *rt) {
+  if (!rt) /* the virtual-time driver's coherence: no runtime */
+    return false;
   /* relaxed: a test seam; the countdown is armed before the calls it
    * is meant to affect, from the same thread */
   if (atomic_load_explicit(&rt->alloc_countdown, memory_order_relaxed) < 0)
@@ -127,6 +129,16 @@ void *tdm__calloc(tdm_runtime *rt, size_t n, size_t size) {
 
 void *tdm__realloc(tdm_runtime *rt, void *p, size_t size) {
   return injected_failure(rt) ? NULL : realloc(p, size);
+}
+
+void *tdm__zalloc_aligned(size_t align, size_t size) {
+  if (align < sizeof(void *))
+    align = sizeof(void *);
+  size = (size + align - 1) / align * align; /* aligned_alloc wants a multiple */
+  void *p = aligned_alloc(align, size ? size : align);
+  if (p)
+    memset(p, 0, size);
+  return p;
 }
 
 void *tdm__aligned_alloc(tdm_runtime *rt, size_t align, size_t size) {

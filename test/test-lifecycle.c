@@ -3,6 +3,8 @@
  * submitted work. */
 #include "common.h"
 
+#include "../runtime/internal.h"
+
 #include <dirent.h>
 #include <malloc.h>
 #include <signal.h>
@@ -194,6 +196,21 @@ static void test_two_runtimes_side_by_side(void **state) {
   tdm_runtime_destroy(b.rt);
 }
 
+/* The runtime and its workers have members on cache lines of their own
+ * (_Alignas): they must come from memory aligned that much, which malloc
+ * does not promise (UBSan's alignment check fires on glibc's malloc). */
+static void test_runtime_memory_aligned(void **state) {
+  (void)state;
+  for (int i = 0; i < 8; i++) {
+    tdm_runtime *rt = test_runtime(2, NULL);
+    assert_int_equal((uintptr_t)rt % _Alignof(tdm_runtime), 0);
+    assert_true(_Alignof(tdm_runtime) >= TDM_CACHE_LINE);
+    assert_int_equal((uintptr_t)rt->workers % _Alignof(tdm_worker), 0);
+    assert_int_equal((uintptr_t)&rt->workers[1] % _Alignof(tdm_worker), 0);
+    tdm_runtime_destroy(rt);
+  }
+}
+
 static void test_destroy_null_is_harmless(void **state) {
   (void)state;
   tdm_runtime_destroy(NULL);
@@ -359,6 +376,7 @@ static void test_fork(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_destroy_null_is_harmless),
+      cmocka_unit_test(test_runtime_memory_aligned),
       cmocka_unit_test(test_two_runtimes_side_by_side),
       cmocka_unit_test(test_idle_runtime_parks),
       cmocka_unit_test(test_fork),

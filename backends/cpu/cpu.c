@@ -1,14 +1,17 @@
-/* The CPU backend: a task's CPU variant runs on the worker thread that
- * picked it, on the application's memory in place (host memory is the only
- * memory node for now). */
+/* The CPU backend: a task's CPU variant, on the worker thread that picked
+ * it (or an emulated device's thread), on the buffers given: the
+ * application's memory in place, or a device's copies. */
 #include "../../runtime/internal.h"
 
-void tdm__cpu_run(const tdm_task *t) {
+void tdm__cpu_run(const tdm_task *t, const tdm_buffer *bufs) {
   const tdm_codelet *cl = t->cl;
   if (!cl->cpu_fn)
     return;
-  tdm_buffer bufs[TDM_MAX_BUFFERS];
-  for (unsigned i = 0; i < t->nbuf; i++)
-    bufs[i] = t->handles[i]->buf;
+  tdm_buffer own[TDM_MAX_BUFFERS];
+  if (!bufs) {
+    for (unsigned i = 0; i < t->nbuf; i++)
+      own[i] = t->handles[i]->buf;
+    bufs = own;
+  }
   cl->cpu_fn(bufs, t->args, t->args_size);
 }

@@ -24,14 +24,10 @@
  * buffer makes its writes visible to the host where an implementation
  * caches (no bytes move on such devices).
  *
- * Coherence (MSI-like). Each handle has a bitmask of the nodes holding its
- * current contents; a node filled by a transfer still in flight keeps the
- * transfer's event, which users of that node wait for. A task reading on
- * node n gets a valid replica there, copied from the host or, through the
- * host, from a device that has one; a task writing on node n leaves n the
- * only valid node. The task graph already orders conflicting accesses, so
- * the state can be updated when a task's commands are enqueued. A CPU task
- * whose inputs are not on the host starts their transfers and is queued
+ * Coherence is the runtime's (runtime/data/coherence.c): it decides what
+ * is copied, and this file only makes buffers and copies for it, with
+ * OpenCL events as completion tokens (node_ops below). A CPU task whose
+ * inputs are not on the host has their copies started and is queued
  * again when they complete.
  */
 #include <limits.h>
@@ -51,6 +47,8 @@ const tdm_device_ops tdm__opencl_ops = {.name = "OpenCL"};
 #include "../../runtime/perfmodel.h"
 
 #include "tandem/opencl.h"
+
+static const tdm_node_ops cl_node_ops;
 
 /* ---- per device --------------------------------------------------------- */
 
@@ -74,19 +72,15 @@ struct tdm_gpu {
   tdm_devq q; /* tasks placed here, not yet launched */
   unsigned inflight, cap;
   program *programs;
-  /* memory (discrete devices), under mem_lock, a leaf lock (only handle
-   * locks are tried under it, never waited for): bytes held, the limit,
-   * buffers by use, and their pins and buffers */
-  pthread_mutex_t mem_lock;
-  uint64_t used, limit, max_alloc;
-  struct tdm_replica *lru_head, *lru_tail;
-  _Atomic uint64_t tasks, to_device, to_host, copies_to_device, copies_to_host, evictions;
+  /* its memory's size (counted and evicted by runtime/data/memory.c) */
+  uint64_t limit, max_alloc;
+  _Atomic uint64_t tasks, to_device, to_host, copies_to_device, copies_to_host;
   /* Busy time: kernels' profiled durations when recording, else the time
    * from a task's launch (or the previous completion) to its completion. */
   _Atomic uint64_t busy_ns;
   uint64_t last_done; /* under lock */
   /* Recording: host time = device time + clock_offset; copies whose
-   * times are not read yet (under mem_lock), and those read. */
+   * times are not read yet (under trace_lock), and those read. */
   int64_t clock_offset;
   /* The link, learnt from the copies' profiled times (under trace_lock),
    * and the copies whose times are still to come (callbacks pending). */
@@ -102,20 +96,14 @@ struct tdm_gpu {
   tdm_trace_buf copies;
 };
 
-/* What a task on a device, or a CPU task waiting for its inputs, keeps
- * until its commands complete. */
-enum { EXEC_KERNEL, EXEC_FETCH };
+/* What a task on a device keeps until its commands complete. */
 typedef struct exec {
-  int kind;
-  tdm_gpu *gpu;          /* EXEC_KERNEL */
-  cl_event done;         /* EXEC_KERNEL: the last command */
-  cl_event kernel;       /* EXEC_KERNEL, while recording: the kernel itself */
-  uint64_t launched;     /* EXEC_KERNEL: when its commands were enqueued */
-  _Atomic int outstanding; /* EXEC_FETCH: transfers not yet complete */
+  tdm_gpu *gpu;
+  cl_event done;     /* the last command */
+  cl_event kernel;   /* while recording: the kernel itself */
+  uint64_t launched; /* when its commands were enqueued */
   _Atomic cl_int status;
 } exec;
-
-static void cl_handle_forget(tdm_handle *h);
 
 static const cl_api *api_of(const tdm_runtime *rt) {
   return &rt->cl->api;
@@ -128,16 +116,6 @@ static const cl_api *api_of(const tdm_runtime *rt) {
       tdm__log((rt), TDM_LOG_ERROR, "OpenCL: %s failed: error %d", (what), (int)cl_err_);  \
   } while (0)
 
-/* The bytes of h's elements (what a copy moves). */
-static size_t handle_bytes(const tdm_handle *h) {
-  return h->buf.nx * h->buf.ny * h->buf.elem_size;
-}
-
-/* The bytes from h's first element to its last (a tile's rows are apart). */
-static size_t span_bytes(const tdm_handle *h) {
-  const tdm_buffer *b = &h->buf;
-  return b->nx ? ((b->nx - 1) * b->ld + b->ny) * b->elem_size : 0;
-}
 
 static unsigned node_of(const tdm_gpu *g) {
   return g->shared ? 0 : 1 + g->k;
@@ -258,16 +236,12 @@ static tdm_status cl_start(tdm_runtime *rt) {
     g->id = rt->cl->ids[d];
     g->cap = rt->cfg.device_tasks ? rt->cfg.device_tasks : 4;
     g->max_alloc = rt->devices[d].max_alloc;
-    g->limit = rt->devices[d].global_mem;
-    if (rt->cfg.device_memory_limit && (!g->limit || rt->cfg.device_memory_limit < g->limit))
+    g->limit = rt->devices[d].global_mem ? rt->devices[d].global_mem : UINT64_MAX;
+    if (rt->cfg.device_memory_limit && rt->cfg.device_memory_limit < g->limit)
       g->limit = rt->cfg.device_memory_limit;
     int err = pthread_mutex_init(&g->lock, NULL);
-    if (!err && (err = pthread_mutex_init(&g->mem_lock, NULL)))
+    if (!err && (err = pthread_mutex_init(&g->trace_lock, NULL)))
       pthread_mutex_destroy(&g->lock);
-    if (!err && (err = pthread_mutex_init(&g->trace_lock, NULL))) {
-      pthread_mutex_destroy(&g->mem_lock);
-      pthread_mutex_destroy(&g->lock);
-    }
     if (err) {
       free(g);
       rt->gpus[k] = NULL;
@@ -288,10 +262,15 @@ static tdm_status cl_start(tdm_runtime *rt) {
     if (rt->recording)
       sync_clocks(g);
   }
-  return TDM_OK;
+  /* memory nodes: a device with memory of its own counts it */
+  uint64_t limits[TDM_MAX_DEVICE_WORKERS];
+  for (unsigned k = 0; k < rt->ndevice_workers; k++)
+    limits[k] = rt->gpus[k]->shared ? 0 : rt->gpus[k]->limit;
+  return tdm__nodes_init(&rt->nodes, rt, &cl_node_ops, rt, 1 + rt->ndevice_workers, limits);
 }
 
 static void cl_stop(tdm_runtime *rt) {
+  tdm__nodes_fini(&rt->nodes);
   if (!rt->gpus)
     return;
   const cl_api *api = api_of(rt);
@@ -331,7 +310,6 @@ static void cl_stop(tdm_runtime *rt) {
     free(g->pending);
     free(g->copies.ev);
     pthread_mutex_destroy(&g->lock);
-    pthread_mutex_destroy(&g->mem_lock);
     pthread_mutex_destroy(&g->trace_lock);
     free(g);
   }
@@ -487,7 +465,7 @@ static tdm_status can_run_locked(tdm_gpu *g, const tdm_task *t, bool say) {
   tdm_status st = p ? p->status : TDM_ERR_NO_MEMORY;
   uint64_t total = 0;
   for (unsigned i = 0; i < t->nbuf && !st && !g->shared; i++) {
-    size_t bytes = handle_bytes(t->handles[i]);
+    size_t bytes = tdm__coh_bytes(t->handles[i]);
     total += bytes;
     if ((g->max_alloc && bytes > g->max_alloc) || bytes > g->limit || total > g->limit) {
       if (say)
@@ -538,19 +516,20 @@ static tdm_status cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
   return st;
 }
 
-/* ---- coherence ---------------------------------------------------------- */
+/* ---- memory-node operations ---------------------------------------------
+ * What runtime/data/coherence.c asks of OpenCL: buffers, copies between a
+ * device's buffer and the host, and events as tokens. */
 
-static bool replicas(tdm_handle *h) {
-  if (!h->rep)
-    h->rep = calloc(1 + h->rt->ndevice_workers, sizeof *h->rep);
-  return h->rep != NULL;
+static cl_event ev_of(tdm_token t) {
+  return (cl_event)(uintptr_t)t;
 }
 
-static void set_fill(tdm_handle *h, unsigned node, cl_event e) {
-  const cl_api *api = api_of(h->rt);
-  if (h->rep[node].fill)
-    api->ReleaseEvent((cl_event)h->rep[node].fill);
-  h->rep[node].fill = e;
+static tdm_token token_of(cl_event e) {
+  return (tdm_token)(uintptr_t)e;
+}
+
+static tdm_gpu *gpu_of_node(const tdm_runtime *rt, unsigned node) {
+  return rt->gpus[node - 1];
 }
 
 typedef struct waitlist {
@@ -564,143 +543,6 @@ static void release_all(const cl_api *api, waitlist *w) {
   w->n = 0;
 }
 
-/* ---- device memory ------------------------------------------------------
- * A discrete device's buffers are counted against its limit and kept in
- * least-recently-used order. To make room, the least recently used buffers
- * that no task in flight uses are dropped: one that holds the only current
- * copy is read back to the host first (OpenCL frees the buffer once that
- * read is done). Under the device's mem_lock. */
-
-static void lru_unlink(tdm_gpu *g, struct tdm_replica *r) {
-  if (r->lru_prev)
-    r->lru_prev->lru_next = r->lru_next;
-  else
-    g->lru_head = r->lru_next;
-  if (r->lru_next)
-    r->lru_next->lru_prev = r->lru_prev;
-  else
-    g->lru_tail = r->lru_prev;
-  r->lru_prev = r->lru_next = NULL;
-}
-
-static void lru_append(tdm_gpu *g, struct tdm_replica *r) {
-  r->lru_prev = g->lru_tail;
-  r->lru_next = NULL;
-  if (g->lru_tail)
-    g->lru_tail->lru_next = r;
-  else
-    g->lru_head = r;
-  g->lru_tail = r;
-}
-
-static void count_copy(tdm_gpu *g, bool to_device, size_t bytes, cl_event e);
-static cl_int copy_rect(const cl_api *api, cl_command_queue q, bool to_device, cl_mem m,
-                        const tdm_handle *h, const size_t *origin, size_t pitch,
-                        const waitlist *w, cl_event *e);
-
-/* Drops r (a buffer of g whose handle's lock we hold). */
-static void drop_replica(tdm_gpu *g, struct tdm_replica *r) {
-  tdm_handle *h = r->owner;
-  const cl_api *api = api_of(g->rt);
-  unsigned node = 1 + g->k;
-  if (h->valid == (1u << node)) { /* the only copy: home first */
-    cl_event e = NULL;
-    waitlist before = {.n = 0};
-    if (r->fill)
-      before.ev[before.n++] = (cl_event)r->fill; /* borrowed: not released */
-    cl_int err = copy_rect(api, g->transfer, false, (cl_mem)r->mem, h, NULL,
-                           h->buf.ny * h->buf.elem_size, &before, &e);
-    if (err != CL_SUCCESS) {
-      tdm__log(g->rt, TDM_LOG_ERROR, "OpenCL: writing back %zu bytes from device %u: error %d",
-               r->bytes, g->device, (int)err);
-      return; /* keep it */
-    }
-    api->Flush(g->transfer);
-    count_copy(g, false, r->bytes, e);
-    h->valid |= 1;
-    set_fill(h, 0, e);
-  }
-  h->valid &= ~(1u << node);
-  set_fill(h, node, NULL);
-  api->ReleaseMemObject((cl_mem)r->mem);
-  r->mem = NULL;
-  g->used -= r->bytes;
-  lru_unlink(g, r);
-  atomic_fetch_add_explicit(&g->evictions, 1, memory_order_relaxed);
-}
-
-/* Drops unpinned buffers, least recently used first, until `need` more
- * bytes fit under the limit (all of them when need is 0). Returns whether
- * they fit. `self`'s lock is held by the caller. */
-static bool make_room(tdm_gpu *g, size_t need, const tdm_handle *self) {
-  struct tdm_replica *r = g->lru_head;
-  while (r && (need == 0 || g->used + need > g->limit)) {
-    struct tdm_replica *next = r->lru_next;
-    tdm_handle *h = r->owner;
-    if (!r->pins) {
-      if (h == self) {
-        drop_replica(g, r);
-      } else if (tdm__spin_trylock(&h->lock)) { /* never wait: lock order */
-        drop_replica(g, r);
-        tdm__spin_unlock(&h->lock);
-      }
-    }
-    r = next;
-  }
-  return need == 0 || g->used + need <= g->limit;
-}
-
-/* The buffer of h on device g, made on first use (making room for it on a
- * discrete device); NULL when it cannot be made now. h->lock and g->lock
- * held. */
-static cl_mem mem_of(tdm_handle *h, tdm_gpu *g) {
-  struct tdm_replica *r = &h->rep[1 + g->k];
-  if (r->mem) {
-    if (!g->shared) { /* most recently used now */
-      TDM_PTHREAD(h->rt, pthread_mutex_lock(&g->mem_lock));
-      lru_unlink(g, r);
-      lru_append(g, r);
-      TDM_PTHREAD(h->rt, pthread_mutex_unlock(&g->mem_lock));
-    }
-    return (cl_mem)r->mem;
-  }
-  const cl_api *api = api_of(h->rt);
-  cl_int err = CL_SUCCESS;
-  cl_mem m;
-  if (g->shared) {
-    /* the application's memory itself, from the first element to the last
-     * (the tiles of one matrix overlap in range, never in elements) */
-    m = api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, span_bytes(h),
-                          h->buf.ptr, &err);
-  } else {
-    /* the elements packed (a tile's rows one after the other) */
-    size_t size = handle_bytes(h);
-    TDM_PTHREAD(h->rt, pthread_mutex_lock(&g->mem_lock));
-    if (!make_room(g, size, h)) {
-      TDM_PTHREAD(h->rt, pthread_mutex_unlock(&g->mem_lock));
-      return NULL; /* the caller waits for tasks in flight to unpin */
-    }
-    m = api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE, size, NULL, &err);
-    if (!m && (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES)) {
-      make_room(g, 0, h); /* the device is fuller than we count: drop all we may */
-      m = api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE, size, NULL, &err);
-    }
-    if (m) {
-      r->mem = m;
-      r->owner = h;
-      r->bytes = size;
-      g->used += size;
-      lru_append(g, r);
-    }
-    TDM_PTHREAD(h->rt, pthread_mutex_unlock(&g->mem_lock));
-  }
-  if (!m)
-    tdm__log(h->rt, TDM_LOG_WARNING, "OpenCL: device %u: no buffer of %zu bytes (error %d)",
-             g->device, g->shared ? span_bytes(h) : handle_bytes(h), (int)err);
-  r->mem = m;
-  return m;
-}
-
 /* ---- joining events ------------------------------------------------------
  * A command can only wait for events of its own context, and each device
  * has a context of its own. An event of another context, or several events
@@ -710,7 +552,9 @@ static cl_mem mem_of(tdm_handle *h, tdm_gpu *g) {
 typedef struct join {
   _Atomic int left;
   _Atomic cl_int status;
-  cl_event user;
+  cl_event user; /* NULL: call fn instead */
+  void (*fn)(void *, int);
+  void *arg;
   /* copies: a late callback must not reach into a runtime being freed */
   cl_int (*SetUserEventStatus)(cl_event, cl_int);
   cl_int (*ReleaseEvent)(cl_event);
@@ -724,9 +568,27 @@ static void CL_CALLBACK join_one(cl_event e, cl_int status, void *data) {
   if (atomic_fetch_sub(&j->left, 1) != 1)
     return;
   cl_int st = atomic_load(&j->status);
-  j->SetUserEventStatus(j->user, st < 0 ? st : CL_COMPLETE);
-  j->ReleaseEvent(j->user);
+  if (j->user) {
+    j->SetUserEventStatus(j->user, st < 0 ? st : CL_COMPLETE);
+    j->ReleaseEvent(j->user);
+  } else {
+    j->fn(j->arg, st < 0 ? (int)st : 0);
+  }
   free(j);
+}
+
+/* Registers j's callback on each of evs (j->left set to n first). */
+static void join_all(tdm_runtime *rt, join *j, const cl_event *evs, unsigned n) {
+  const cl_api *api = api_of(rt);
+  atomic_init(&j->left, (int)n);
+  atomic_init(&j->status, CL_COMPLETE);
+  j->SetUserEventStatus = api->SetUserEventStatus;
+  j->ReleaseEvent = api->ReleaseEvent;
+  for (unsigned i = 0; i < n; i++)
+    if (api->SetEventCallback(evs[i], CL_COMPLETE, join_one, j) != CL_SUCCESS) {
+      CL_CHECK(rt, api->WaitForEvents(1, &evs[i]), "clWaitForEvents");
+      join_one(evs[i], CL_COMPLETE, j);
+    }
 }
 
 /* A new event of context ctx that completes when all of evs have (NULL
@@ -736,27 +598,20 @@ static cl_event join_events(tdm_runtime *rt, cl_context ctx, const cl_event *evs
   if (!n)
     return NULL;
   cl_int err = CL_SUCCESS;
-  join *j = malloc(sizeof *j);
+  join *j = tdm__calloc(rt, 1, sizeof *j);
   cl_event user = j ? api->CreateUserEvent(ctx, &err) : NULL;
   if (!user || api->RetainEvent(user) != CL_SUCCESS) {
     tdm__log(rt, TDM_LOG_WARNING, "OpenCL: cannot join events (error %d): waiting for them",
              (int)err);
-    CL_CHECK(rt, api->WaitForEvents(n, evs), "clWaitForEvents");
+    for (unsigned i = 0; i < n; i++)
+      CL_CHECK(rt, api->WaitForEvents(1, &evs[i]), "clWaitForEvents");
     if (user)
       api->SetUserEventStatus(user, CL_COMPLETE);
     free(j);
     return user;
   }
-  atomic_init(&j->left, (int)n);
-  atomic_init(&j->status, CL_COMPLETE);
   j->user = user;
-  j->SetUserEventStatus = api->SetUserEventStatus;
-  j->ReleaseEvent = api->ReleaseEvent;
-  for (unsigned i = 0; i < n; i++)
-    if (api->SetEventCallback(evs[i], CL_COMPLETE, join_one, j) != CL_SUCCESS) {
-      CL_CHECK(rt, api->WaitForEvents(1, &evs[i]), "clWaitForEvents");
-      join_one(evs[i], CL_COMPLETE, j);
-    }
+  join_all(rt, j, evs, n);
   return user;
 }
 
@@ -767,18 +622,18 @@ static cl_context context_of(const cl_api *api, cl_event e) {
   return c;
 }
 
-/* Adds e to w, for a command of context ctx (NULL: the host waits). */
+/* Adds e to w, for a command of context ctx. */
 static void wait_for(tdm_runtime *rt, cl_context ctx, waitlist *w, cl_event e) {
   const cl_api *api = api_of(rt);
   if (!e)
     return;
   if (w->n == sizeof w->ev / sizeof w->ev[0]) { /* full: fold it into one */
-    cl_event all = join_events(rt, ctx ? ctx : context_of(api, w->ev[0]), w->ev, w->n);
+    cl_event all = join_events(rt, ctx, w->ev, w->n);
     release_all(api, w);
     if (all)
       w->ev[w->n++] = all;
   }
-  if (ctx && context_of(api, e) != ctx) {
+  if (context_of(api, e) != ctx) {
     cl_event bridged = join_events(rt, ctx, &e, 1);
     if (bridged)
       w->ev[w->n++] = bridged;
@@ -787,29 +642,30 @@ static void wait_for(tdm_runtime *rt, cl_context ctx, waitlist *w, cl_event e) {
   }
 }
 
-/* Copies h between the host and buffer m (laid out as mem_of makes it on
- * a device with separate memory: elements packed). `origin` is h's first
- * element within m, for a tile read from its matrix's buffer (NULL: m is
- * h's own buffer), and `pitch` the bytes between rows of m. */
+static void waitlist_of(tdm_runtime *rt, cl_context ctx, waitlist *w, const tdm_token *ts,
+                        unsigned n) {
+  w->n = 0;
+  for (unsigned i = 0; i < n; i++)
+    wait_for(rt, ctx, w, ev_of(ts[i]));
+}
+
+/* Copies between the host and buffer m as c says. */
 static cl_int copy_rect(const cl_api *api, cl_command_queue q, bool to_device, cl_mem m,
-                        const tdm_handle *h, const size_t *origin, size_t pitch,
-                        const waitlist *w, cl_event *e) {
-  const tdm_buffer *b = &h->buf;
+                        const tdm_copy *c, const waitlist *w, cl_event *e) {
+  const tdm_buffer *b = c->host;
   static const size_t zero[3] = {0, 0, 0};
   size_t region[3] = {b->ny * b->elem_size, b->nx, 1};
-  if (!origin && b->ld == b->ny) { /* both sides contiguous */
-    return to_device ? api->EnqueueWriteBuffer(q, m, CL_FALSE, 0, handle_bytes(h), b->ptr, w->n,
+  size_t bytes = b->nx * b->ny * b->elem_size;
+  if (b->ld == b->ny) /* both sides contiguous */
+    return to_device ? api->EnqueueWriteBuffer(q, m, CL_FALSE, 0, bytes, b->ptr, w->n,
                                                w->n ? w->ev : NULL, e)
-                     : api->EnqueueReadBuffer(q, m, CL_FALSE, 0, handle_bytes(h), b->ptr, w->n,
+                     : api->EnqueueReadBuffer(q, m, CL_FALSE, 0, bytes, b->ptr, w->n,
                                               w->n ? w->ev : NULL, e);
-  }
-  if (!origin)
-    origin = zero;
   size_t host_pitch = b->ld * b->elem_size;
   return to_device
-             ? api->EnqueueWriteBufferRect(q, m, CL_FALSE, origin, zero, region, pitch, 0,
+             ? api->EnqueueWriteBufferRect(q, m, CL_FALSE, zero, zero, region, c->pitch, 0,
                                            host_pitch, 0, b->ptr, w->n, w->n ? w->ev : NULL, e)
-             : api->EnqueueReadBufferRect(q, m, CL_FALSE, origin, zero, region, pitch, 0,
+             : api->EnqueueReadBufferRect(q, m, CL_FALSE, zero, zero, region, c->pitch, 0,
                                           host_pitch, 0, b->ptr, w->n, w->n ? w->ev : NULL, e);
 }
 
@@ -843,7 +699,7 @@ static void count_copy(tdm_gpu *g, bool to_device, size_t bytes, cl_event e) {
                             memory_order_relaxed);
   atomic_fetch_add_explicit(to_device ? &g->copies_to_device : &g->copies_to_host, 1,
                             memory_order_relaxed);
-  timed_copy *c = e ? malloc(sizeof *c) : NULL;
+  timed_copy *c = e ? tdm__malloc(g->rt, sizeof *c) : NULL;
   if (c) {
     *c = (timed_copy){g, bytes};
     atomic_fetch_add(&g->timing_copies, 1);
@@ -858,7 +714,7 @@ static void count_copy(tdm_gpu *g, bool to_device, size_t bytes, cl_event e) {
   TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
   if (g->npending == g->cap_pending) {
     size_t cap = g->cap_pending ? 2 * g->cap_pending : 64;
-    struct pending_copy *p = realloc(g->pending, cap * sizeof *p);
+    struct pending_copy *p = tdm__realloc(g->rt, g->pending, cap * sizeof *p);
     if (p) {
       g->pending = p;
       g->cap_pending = cap;
@@ -869,168 +725,135 @@ static void count_copy(tdm_gpu *g, bool to_device, size_t bytes, cl_event e) {
   TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->trace_lock));
 }
 
-static bool make_valid(tdm_handle *h, unsigned node, waitlist *w, cl_context ctx);
-
-/* A tile's contents are its matrix's until a task touches the tile: the
- * matrix's state is final then (the tile's tasks come after the matrix's),
- * and nothing changes it while the matrix is partitioned, so it is read
- * without the matrix's lock. Makes the tile valid on the host. */
-static bool inherit(tdm_handle *h) {
-  tdm_runtime *rt = h->rt;
+static void *node_alloc(void *ctx, unsigned node, const tdm_buffer *b, size_t bytes) {
+  tdm_runtime *rt = ctx;
+  tdm_gpu *g = gpu_of_node(rt, node);
   const cl_api *api = api_of(rt);
-  tdm_handle *p = h->parent; /* partition saw to it that p->valid != 0 */
+  cl_int err = CL_SUCCESS;
+  cl_mem m;
+  if (g->shared) /* the application's memory itself, first element to last */
+    m = api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, b->ptr, &err);
+  else /* the elements packed */
+    m = api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  if (!m)
+    tdm__log(rt, err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES
+                     ? TDM_LOG_DEBUG
+                     : TDM_LOG_WARNING,
+             "OpenCL: device %u: no buffer of %zu bytes (error %d)", g->device, bytes, (int)err);
+  return m;
+}
+
+static void node_free(void *ctx, unsigned node, void *mem) {
+  (void)node;
+  api_of(ctx)->ReleaseMemObject((cl_mem)mem);
+}
+
+static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
+                      const tdm_token *after, unsigned nafter, tdm_token *done) {
+  tdm_runtime *rt = ctx;
+  tdm_gpu *g = gpu_of_node(rt, node);
+  const cl_api *api = api_of(rt);
+  waitlist w;
+  waitlist_of(rt, g->ctx, &w, after, nafter);
   cl_event e = NULL;
-  if (p->valid & 1) {
-    if (p->rep && p->rep[0].fill && api->RetainEvent((cl_event)p->rep[0].fill) == CL_SUCCESS)
-      e = (cl_event)p->rep[0].fill;
-  } else {
-    /* the matrix is on a device with memory of its own: read the tile's
-     * rectangle of its buffer */
-    unsigned src = (unsigned)__builtin_ctz(p->valid);
-    tdm_gpu *g = rt->gpus[src - 1];
-    size_t off = (size_t)((char *)h->buf.ptr - (char *)p->buf.ptr) / h->buf.elem_size;
-    size_t origin[3] = {off % h->buf.ld * h->buf.elem_size, off / h->buf.ld, 0};
-    waitlist before = {.n = 0};
-    wait_for(rt, g->ctx, &before, (cl_event)p->rep[src].fill);
-    cl_int err = copy_rect(api, g->transfer, false, (cl_mem)p->rep[src].mem, h, origin,
-                           p->buf.ny * p->buf.elem_size, &before, &e);
-    release_all(api, &before);
-    if (err != CL_SUCCESS) {
-      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: a tile's rectangle from device %u: error %d",
-               g->device, (int)err);
-      return false;
-    }
-    api->Flush(g->transfer);
-    count_copy(g, false, handle_bytes(h), e);
-  }
-  h->valid = 1;
-  if (!replicas(h)) {
-    if (e)
-      api->ReleaseEvent(e);
+  cl_int err = copy_rect(api, g->transfer, to_node, (cl_mem)c->mem, c, &w, &e);
+  release_all(api, &w);
+  size_t bytes = c->host->nx * c->host->ny * c->host->elem_size;
+  if (err != CL_SUCCESS) {
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: %s device %u, %zu bytes: error %d",
+             to_node ? "host to" : "to host from", g->device, bytes, (int)err);
     return false;
   }
-  set_fill(h, 0, e);
+  api->Flush(g->transfer);
+  count_copy(g, to_node, bytes, e);
+  *done = token_of(e);
   return true;
 }
 
-/* After an unpartition the matrix's contents are in its tiles: the first
- * use of the matrix brings every tile home (h->lock held; the tiles'
- * tasks have all finished). */
-static bool gather(tdm_handle *h) {
-  tdm_runtime *rt = h->rt;
+static tdm_token node_join(void *ctx, const tdm_token *ts, unsigned n) {
+  tdm_runtime *rt = ctx;
   const cl_api *api = api_of(rt);
-  size_t n = h->ngather;
-  cl_event *evs = calloc(n ? n : 1, sizeof *evs);
-  unsigned nev = 0;
-  bool ok = evs != NULL;
-  for (size_t k = 0; k < n && ok; k++) {
-    tdm_handle *t = h->gather[k];
-    waitlist w = {.n = 0};
-    tdm__spin_lock(&t->lock);
-    ok = make_valid(t, 0, &w, NULL);
-    tdm__spin_unlock(&t->lock);
-    for (unsigned i = 0; i < w.n; i++) /* at most one: a host fill */
-      evs[nev++] = w.ev[i];
+  if (!n)
+    return 0;
+  if (n == 1)
+    return api->RetainEvent(ev_of(ts[0])) == CL_SUCCESS ? ts[0] : 0;
+  cl_event *evs = tdm__malloc(rt, n * sizeof *evs);
+  if (!evs) {
+    for (unsigned i = 0; i < n; i++)
+      CL_CHECK(rt, api->WaitForEvents(1, &(cl_event){ev_of(ts[i])}), "clWaitForEvents");
+    return 0;
   }
-  cl_event all = ok && nev ? join_events(rt, rt->gpus[0]->ctx, evs, nev) : NULL;
-  for (unsigned i = 0; i < nev; i++)
-    api->ReleaseEvent(evs[i]);
+  for (unsigned i = 0; i < n; i++)
+    evs[i] = ev_of(ts[i]);
+  cl_event all = join_events(rt, context_of(api, evs[0]), evs, n);
   free(evs);
-  if (!ok)
+  return token_of(all);
+}
+
+static bool node_retain(void *ctx, tdm_token t) {
+  return api_of(ctx)->RetainEvent(ev_of(t)) == CL_SUCCESS;
+}
+
+static void node_release(void *ctx, tdm_token t) {
+  api_of(ctx)->ReleaseEvent(ev_of(t));
+}
+
+static bool node_test(void *ctx, tdm_token t) {
+  cl_int st = CL_QUEUED;
+  return api_of(ctx)->GetEventInfo(ev_of(t), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st,
+                                   NULL) == CL_SUCCESS &&
+         (st == CL_COMPLETE || st < 0);
+}
+
+static void node_wait(void *ctx, const tdm_token *ts, unsigned n) {
+  for (unsigned i = 0; i < n; i++) /* one at a time: their contexts differ */
+    CL_CHECK((tdm_runtime *)ctx,
+             api_of(ctx)->WaitForEvents(1, &(cl_event){ev_of(ts[i])}), "clWaitForEvents");
+}
+
+static bool node_when_done(void *ctx, const tdm_token *ts, unsigned n, void (*fn)(void *, int),
+                           void *arg) {
+  tdm_runtime *rt = ctx;
+  join *j = tdm__calloc(rt, 1, sizeof *j);
+  cl_event *evs = j ? tdm__malloc(rt, n * sizeof *evs) : NULL;
+  if (!evs) {
+    free(j);
     return false;
-  for (size_t k = 0; k < n; k++) {
-    cl_handle_forget(h->gather[k]);
-    tdm__handle_unref(h->gather[k]);
   }
-  free(h->gather);
-  h->gather = NULL;
-  h->ngather = 0;
-  h->valid = 1;
-  if (!replicas(h)) {
-    if (all)
-      api->ReleaseEvent(all);
-    return false;
-  }
-  set_fill(h, 0, all);
+  for (unsigned i = 0; i < n; i++)
+    evs[i] = ev_of(ts[i]);
+  j->fn = fn;
+  j->arg = arg;
+  join_all(rt, j, evs, n);
+  free(evs);
   return true;
 }
 
-/* Makes node `node` of h valid, adding to w what a command of context ctx
- * (NULL: the host) must wait for. h->lock held. Returns false when a
- * transfer could not be made. */
-static bool make_valid(tdm_handle *h, unsigned node, waitlist *w, cl_context ctx) {
-  tdm_runtime *rt = h->rt;
-  const cl_api *api = api_of(rt);
-  if (h->gather && !gather(h))
-    return false;
-  if (!h->valid && h->parent && !inherit(h))
-    return false;
-  if ((h->valid & (1u << node)) && !h->rep)
-    return true; /* never on a device: nothing to wait for, nothing to allocate */
-  if (!replicas(h))
-    return false;
-  if (h->valid & (1u << node)) {
-    wait_for(rt, ctx, w, (cl_event)h->rep[node].fill);
-    return true;
-  }
-  size_t bytes = handle_bytes(h);
-  cl_event e = NULL;
-  cl_int err;
-  if (node == 0) {
-    /* from a device holding it: the lowest valid device node */
-    unsigned src = (unsigned)__builtin_ctz(h->valid);
-    tdm_gpu *g = rt->gpus[src - 1];
-    waitlist before = {.n = 0};
-    wait_for(rt, g->ctx, &before, (cl_event)h->rep[src].fill);
-    err = copy_rect(api, g->transfer, false, (cl_mem)h->rep[src].mem, h, NULL,
-                    h->buf.ny * h->buf.elem_size, &before, &e);
-    release_all(api, &before);
-    if (err != CL_SUCCESS) {
-      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: device %u to host, %zu bytes: error %d", g->device,
-               bytes, (int)err);
-      return false;
-    }
-    api->Flush(g->transfer);
-    count_copy(g, false, bytes, e);
-  } else {
-    tdm_gpu *g = rt->gpus[node - 1];
-    waitlist before = {.n = 0};
-    if (!make_valid(h, 0, &before, g->ctx)) /* through the host */
-      return false;
-    cl_mem m = mem_of(h, g);
-    err = m ? copy_rect(api, g->transfer, true, m, h, NULL, h->buf.ny * h->buf.elem_size,
-                        &before, &e)
-            : CL_MEM_OBJECT_ALLOCATION_FAILURE;
-    release_all(api, &before);
-    if (err != CL_SUCCESS) {
-      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: host to device %u, %zu bytes: error %d", g->device,
-               bytes, (int)err);
-      return false;
-    }
-    api->Flush(g->transfer);
-    count_copy(g, true, bytes, e);
-  }
-  h->valid |= 1u << node;
-  set_fill(h, node, e);
-  wait_for(rt, ctx, w, e);
-  return true;
+/* Until the link model has seen copies of two sizes: a PCIe-like link,
+ * 10 us and 8 GB/s. */
+#define CL_LATENCY 10e-6
+#define CL_BANDWIDTH 8e9
+
+static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
+  tdm_gpu *g = gpu_of_node(ctx, node);
+  TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
+  double s = tdm__link_predict(&g->link, bytes);
+  TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->trace_lock));
+  return s >= 0 ? s : CL_LATENCY + (double)bytes / CL_BANDWIDTH;
 }
 
-/* After a write on `node` (finished at event e, or NULL for the host):
- * node is the only valid one. h->lock held. */
-static void written(tdm_handle *h, unsigned node, cl_event e) {
-  const cl_api *api = api_of(h->rt);
-  h->valid = 1u << node;
-  if (!h->rep)
-    return;
-  for (unsigned n = 0; n <= h->rt->ndevice_workers; n++)
-    if (n != node)
-      set_fill(h, n, NULL);
-  if (e && api->RetainEvent(e) == CL_SUCCESS)
-    set_fill(h, node, e);
-  else
-    set_fill(h, node, NULL);
-}
+static const tdm_node_ops cl_node_ops = {
+    .alloc = node_alloc,
+    .free = node_free,
+    .copy = node_copy,
+    .join = node_join,
+    .retain = node_retain,
+    .release = node_release,
+    .test = node_test,
+    .wait = node_wait,
+    .when_done = node_when_done,
+    .link_time = node_link_time,
+};
 
 /* ---- completions ---------------------------------------------------------- */
 
@@ -1040,8 +863,6 @@ static void CL_CALLBACK on_complete(cl_event e, cl_int status, void *data) {
   exec *x = t->dx;
   if (status < 0)
     atomic_store(&x->status, status);
-  if (x->kind == EXEC_FETCH && atomic_fetch_sub(&x->outstanding, 1) != 1)
-    return;
   tdm_runtime *rt = t->rt;
   tdm_task *head = atomic_load_explicit(&rt->completions, memory_order_relaxed);
   do
@@ -1051,7 +872,42 @@ static void CL_CALLBACK on_complete(cl_event e, cl_int status, void *data) {
 }
 
 static void pump(tdm_gpu *g);
-static void pin(tdm_gpu *g, const tdm_task *t, unsigned n, int delta);
+
+/* t's commands on its device completed: what they took, then the task. */
+static void completed(tdm_runtime *rt, tdm_task *t) {
+  const cl_api *api = api_of(rt);
+  exec *x = t->dx;
+  t->dx = NULL;
+  tdm_gpu *g = x->gpu;
+  cl_int status = atomic_load(&x->status);
+  if (status < 0)
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u failed (error %d)",
+             t->cl->name ? t->cl->name : "(unnamed)", g->device, (int)status);
+  api->ReleaseEvent(x->done);
+  tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
+  atomic_fetch_add_explicit(&g->tasks, 1, memory_order_relaxed);
+  uint64_t now = tdm__now_ns(), t0, t1, ran;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+  g->inflight--;
+  if (command_times(g, x->kernel, &t0, &t1)) {
+    ran = t1 - t0;
+    tdm__trace_task(rt, t, rt->nworkers + g->k, t0, t1);
+  } else { /* in-order queue: it ran after its launch and the one before */
+    uint64_t from = x->launched > g->last_done ? x->launched : g->last_done;
+    ran = now > from ? now - from : 0;
+  }
+  atomic_fetch_add_explicit(&g->busy_ns, ran, memory_order_relaxed);
+  g->last_done = now;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+  if (tdm__sched_timed(t))
+    tdm__sched_done(t, rt->nworkers + g->k, 1e-9 * (double)ran);
+  if (x->kernel)
+    api->ReleaseEvent(x->kernel);
+  free(x);
+  if (t->callback)
+    t->callback(t->callback_data);
+  tdm__task_finish(t);
+}
 
 static bool cl_progress(tdm_runtime *rt) {
   if (!atomic_load_explicit(&rt->completions, memory_order_relaxed))
@@ -1059,57 +915,14 @@ static bool cl_progress(tdm_runtime *rt) {
   tdm_task *t = atomic_exchange_explicit(&rt->completions, NULL, memory_order_acquire);
   if (!t)
     return false;
-  const cl_api *api = api_of(rt);
-  bool pumped[64] = {false};
+  bool pumped[TDM_MAX_DEVICE_WORKERS] = {false};
   while (t) {
     tdm_task *next = t->pool_next;
-    exec *x = t->dx;
-    t->dx = NULL;
-    cl_int status = atomic_load(&x->status);
-    const char *name = t->cl->name ? t->cl->name : "(unnamed)";
-    if (x->kind == EXEC_FETCH) {
-      if (status < 0)
-        tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: bringing its inputs home failed "
-                 "(error %d); it runs on what the host has", name, (int)status);
-      free(x);
-      tdm__schedule(rt, t); /* its inputs are home: run it */
-    } else {
-      tdm_gpu *g = x->gpu;
-      if (status < 0)
-        tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u failed (error %d)", name,
-                 g->device, (int)status);
-      api->ReleaseEvent(x->done);
-      pin(g, t, t->nbuf, -1);
-      atomic_fetch_add_explicit(&g->tasks, 1, memory_order_relaxed);
-      uint64_t now = tdm__now_ns(), t0, t1, ran;
-      TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
-      g->inflight--;
-      if (command_times(g, x->kernel, &t0, &t1)) {
-        ran = t1 - t0;
-        tdm__trace_task(rt, t, rt->nworkers + g->k, t0, t1);
-      } else { /* in-order queue: it ran after its launch and the one before */
-        uint64_t from = x->launched > g->last_done ? x->launched : g->last_done;
-        ran = now > from ? now - from : 0;
-      }
-      atomic_fetch_add_explicit(&g->busy_ns, ran, memory_order_relaxed);
-      g->last_done = now;
-      TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
-      if (tdm__sched_timed(t))
-        tdm__sched_done(t, rt->nworkers + g->k, 1e-9 * (double)ran);
-      if (x->kernel)
-        api->ReleaseEvent(x->kernel);
-      free(x);
-      if (t->callback)
-        t->callback(t->callback_data);
-      tdm__task_finish(t);
-      if (g->k < 64)
-        pumped[g->k] = true;
-      else
-        pump(g);
-    }
+    pumped[((exec *)t->dx)->gpu->k] = true;
+    completed(rt, t);
     t = next;
   }
-  for (unsigned k = 0; k < rt->ndevice_workers && k < 64; k++)
+  for (unsigned k = 0; k < rt->ndevice_workers; k++)
     if (pumped[k])
       pump(rt->gpus[k]);
   return true;
@@ -1151,41 +964,101 @@ static void default_work_size(const tdm_buffer *b, bool vector, unsigned *dims, 
   }
 }
 
-/* Pins (or unpins) the device buffers of t's first n buffers on g: a
- * pinned buffer is not evicted. */
-static void pin(tdm_gpu *g, const tdm_task *t, unsigned n, int delta) {
-  if (g->shared)
-    return;
-  TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->mem_lock));
-  for (unsigned i = 0; i < n; i++) {
-    struct tdm_replica *r = &t->handles[i]->rep[1 + g->k];
-    r->pins = (unsigned)((int)r->pins + delta);
-  }
-  TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->mem_lock));
-}
+enum { LAUNCHED, RETRY, FAILED };
 
-/* Makes t's buffers on g and pins them. Returns false when there is no
- * room for them (nothing pinned then). */
-static bool allocate(tdm_gpu *g, tdm_task *t, cl_mem *mems) {
+/* Makes t's buffers on g (pinned) and starts the copies of its inputs,
+ * into mems, bufs (as the kernel sees them) and w (what the kernel waits
+ * for). RETRY, nothing done, when they do not fit until tasks in flight
+ * finish. */
+static int stage(tdm_gpu *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, waitlist *w) {
+  tdm_runtime *rt = g->rt;
+  const char *name = t->cl->name ? t->cl->name : "(unnamed)";
+  if (!tdm__task_pin(rt, t, 1 + g->k, (void **)mems)) {
+    if (g->inflight) /* room comes back as they finish */
+      return RETRY;
+    tdm__log(rt, TDM_LOG_ERROR,
+             "OpenCL: codelet %s: its buffers do not fit in device %u's memory (limit %llu "
+             "bytes)",
+             name, g->device, (unsigned long long)g->limit);
+    return FAILED;
+  }
   for (unsigned i = 0; i < t->nbuf; i++) {
-    tdm_handle *h = t->handles[i];
-    tdm__spin_lock(&h->lock);
-    bool ok = replicas(h) && (mems[i] = mem_of(h, g)) != NULL;
-    tdm__spin_unlock(&h->lock);
-    if (!ok) {
-      pin(g, t, i, -1);
-      return false;
-    }
-    if (!g->shared) {
-      TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->mem_lock));
-      h->rep[1 + g->k].pins++;
-      TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->mem_lock));
-    }
+    bufs[i] = t->handles[i]->buf;
+    if (!g->shared) /* the device holds the elements packed */
+      bufs[i].ld = bufs[i].ny;
   }
-  return true;
+  tdm_tokens ts;
+  tdm__tokens_init(&ts);
+  bool ok = tdm__task_access(rt, t, node_of(g), &ts);
+  waitlist_of(rt, g->ctx, w, ts.v, ts.n);
+  tdm__tokens_release(&rt->nodes, &ts);
+  if (!ok) {
+    release_all(api_of(rt), w);
+    tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
+    return FAILED;
+  }
+  return LAUNCHED;
 }
 
-enum { LAUNCHED, RETRY };
+/* Enqueues t's kernel (or its enqueue function) after w; *done its event. */
+static cl_int enqueue(tdm_gpu *g, tdm_task *t, const cl_mem *mems, const tdm_buffer *bufs,
+                      const waitlist *w, cl_event *done) {
+  const cl_api *api = api_of(g->rt);
+  program *p = program_of(g, t->cl);
+  const tdm_opencl_variant *v = t->cl->opencl;
+  if (!p || p->status)
+    return CL_BUILD_PROGRAM_FAILURE;
+  if (v->enqueue) {
+    cl_event ready = NULL;
+    cl_int err = w->n ? api->EnqueueMarkerWithWaitList(g->compute, w->n, w->ev, &ready)
+                      : CL_SUCCESS;
+    if (ready)
+      api->ReleaseEvent(ready);
+    return err == CL_SUCCESS
+               ? v->enqueue(g->compute, (cl_mem *)mems, bufs, t->args, t->args_size, done)
+               : err;
+  }
+  unsigned dims = 0;
+  size_t global[3] = {1, 1, 1}, local[3] = {0, 0, 0};
+  if (v->work_size)
+    v->work_size(bufs, t->args, t->args_size, &dims, global, local);
+  else if (t->nbuf)
+    default_work_size(&bufs[0], t->handles[0]->kind == TDM_HANDLE_VECTOR, &dims, global);
+  else
+    dims = 1;
+  if (dims < 1 || dims > 3)
+    return CL_INVALID_WORK_DIMENSION;
+  cl_int err = set_args(api, p->kernel, t, mems, g->shared);
+  if (err == CL_SUCCESS)
+    err = api->EnqueueNDRangeKernel(g->compute, p->kernel, dims, NULL, global,
+                                    local[0] ? local : NULL, w->n, w->n ? w->ev : NULL, done);
+  return err;
+}
+
+/* On a device working in host memory, a map/unmap of each written buffer
+ * after the kernel hands its writes to the host where an implementation
+ * caches; *done becomes the last of them. */
+static void hand_over(tdm_gpu *g, tdm_task *t, const cl_mem *mems, cl_event *done) {
+  const cl_api *api = api_of(g->rt);
+  for (unsigned i = 0; i < t->nbuf && g->shared; i++) {
+    if (!(t->modes[i] & TDM_W))
+      continue;
+    cl_int merr = CL_SUCCESS;
+    cl_event mapped = NULL, unmapped = NULL;
+    void *ptr = api->EnqueueMapBuffer(g->compute, mems[i], CL_FALSE, CL_MAP_READ | CL_MAP_WRITE,
+                                      0, tdm__coh_span(t->handles[i]), 1, done, &mapped, &merr);
+    if (ptr && api->EnqueueUnmapMemObject(g->compute, mems[i], ptr, 1, &mapped, &unmapped) ==
+                   CL_SUCCESS) {
+      api->ReleaseEvent(*done);
+      *done = unmapped;
+    } else {
+      tdm__log(g->rt, TDM_LOG_ERROR, "OpenCL: map of a written buffer failed (error %d)",
+               (int)merr);
+    }
+    if (mapped)
+      api->ReleaseEvent(mapped);
+  }
+}
 
 /* Enqueues t's transfers and kernel on g; g->lock held. Returns RETRY,
  * with nothing done, when its buffers do not fit on the device until
@@ -1195,144 +1068,57 @@ static int launch(tdm_gpu *g, tdm_task *t) {
   tdm_runtime *rt = g->rt;
   const cl_api *api = api_of(rt);
   const char *name = t->cl->name ? t->cl->name : "(unnamed)";
-  unsigned node = node_of(g);
-  waitlist w = {.n = 0};
   cl_mem mems[TDM_MAX_BUFFERS];
   tdm_buffer bufs[TDM_MAX_BUFFERS];
-  bool ok = true;
-  exec *x = calloc(1, sizeof *x);
-  if (!x) {
-    ok = false;
+  waitlist w = {.n = 0};
+  exec *x = tdm__calloc(rt, 1, sizeof *x);
+  int st = x ? stage(g, t, mems, bufs, &w) : FAILED;
+  if (!x)
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: out of memory launching codelet %s", name);
-  }
-  bool pinned = false;
-  if (ok && !(pinned = allocate(g, t, mems))) {
-    if (g->inflight) { /* room comes back as they finish */
-      free(x);
-      return RETRY;
-    }
-    ok = false;
-    tdm__log(rt, TDM_LOG_ERROR,
-             "OpenCL: codelet %s: its buffers do not fit in device %u's memory (limit %llu "
-             "bytes)",
-             name, g->device, (unsigned long long)g->limit);
-  }
-  for (unsigned i = 0; i < t->nbuf && ok; i++) {
-    tdm_handle *h = t->handles[i];
-    bufs[i] = h->buf;
-    if (!g->shared) /* the device holds the elements packed */
-      bufs[i].ld = h->kind == TDM_HANDLE_VECTOR ? 1 : h->buf.ny;
-    tdm__spin_lock(&h->lock);
-    /* a shared device reads host memory: node 0. A buffer only written
-     * needs no copy, but a matrix still to gather from its tiles, or a
-     * tile still to take from its matrix, is settled first. */
-    if (ok && (t->modes[i] & TDM_R))
-      ok = make_valid(h, node, &w, g->ctx);
-    else if (ok && (h->gather || !h->valid))
-      ok = make_valid(h, 0, &w, g->ctx);
-    else if (ok)
-      wait_for(rt, g->ctx, &w, (cl_event)h->rep[node].fill);
-    tdm__spin_unlock(&h->lock);
+  if (st == RETRY) {
+    free(x);
+    return RETRY;
   }
   cl_event done = NULL;
-  cl_int err = CL_SUCCESS;
-  if (ok) {
-    program *p = program_of(g, t->cl);
-    const tdm_opencl_variant *v = t->cl->opencl;
-    if (!p || p->status) {
-      err = CL_BUILD_PROGRAM_FAILURE;
-    } else if (v->enqueue) {
-      cl_event ready = NULL;
-      err = w.n ? api->EnqueueMarkerWithWaitList(g->compute, w.n, w.ev, &ready) : CL_SUCCESS;
-      if (ready)
-        api->ReleaseEvent(ready);
-      if (err == CL_SUCCESS)
-        err = v->enqueue(g->compute, mems, bufs, t->args, t->args_size, &done);
-    } else {
-      unsigned dims = 0;
-      size_t global[3] = {1, 1, 1}, local[3] = {0, 0, 0};
-      if (v->work_size)
-        v->work_size(bufs, t->args, t->args_size, &dims, global, local);
-      else if (t->nbuf)
-        default_work_size(&bufs[0], t->handles[0]->kind == TDM_HANDLE_VECTOR, &dims, global);
-      else
-        dims = 1;
-      if (dims < 1 || dims > 3)
-        err = CL_INVALID_WORK_DIMENSION;
-      if (err == CL_SUCCESS)
-        err = set_args(api, p->kernel, t, mems, g->shared);
-      if (err == CL_SUCCESS)
-        err = api->EnqueueNDRangeKernel(g->compute, p->kernel, dims, NULL, global,
-                                        local[0] ? local : NULL, w.n, w.n ? w.ev : NULL, &done);
-    }
+  if (st == LAUNCHED) {
+    cl_int err = enqueue(g, t, mems, bufs, &w, &done);
+    release_all(api, &w);
     if (err != CL_SUCCESS) {
       tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u: enqueue failed (error %d)",
                name, g->device, (int)err);
-      ok = false;
+      if (done)
+        api->ReleaseEvent(done);
+      tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
+      st = FAILED;
     }
   }
-  release_all(api, &w);
-  if (ok && x) {
-    x->launched = tdm__now_ns();
-    if (rt->recording && done && api->RetainEvent(done) == CL_SUCCESS)
-      x->kernel = done; /* before a map/unmap follows it */
-  }
-  if (ok) {
-    /* the new state: written buffers live on this node only; on a shared
-     * device a map/unmap hands the writes to the host */
-    for (unsigned i = 0; i < t->nbuf; i++) {
-      if (!(t->modes[i] & TDM_W))
-        continue;
-      tdm_handle *h = t->handles[i];
-      if (g->shared) {
-        cl_int merr;
-        cl_event mapped = NULL, unmapped = NULL;
-        void *ptr = api->EnqueueMapBuffer(g->compute, mems[i], CL_FALSE,
-                                          CL_MAP_READ | CL_MAP_WRITE, 0, span_bytes(h), 1,
-                                          &done, &mapped, &merr);
-        if (ptr && api->EnqueueUnmapMemObject(g->compute, mems[i], ptr, 1, &mapped,
-                                              &unmapped) == CL_SUCCESS) {
-          api->ReleaseEvent(done);
-          done = unmapped;
-        } else {
-          tdm__log(rt, TDM_LOG_ERROR, "OpenCL: map of a written buffer failed (error %d)",
-                   (int)merr);
-        }
-        if (mapped)
-          api->ReleaseEvent(mapped);
-      }
-      tdm__spin_lock(&h->lock);
-      written(h, node, done);
-      tdm__spin_unlock(&h->lock);
-    }
-    x->kind = EXEC_KERNEL;
-    x->gpu = g;
-    x->done = done;
-    t->dx = x;
-    g->inflight++;
-    if (api->SetEventCallback(done, CL_COMPLETE, on_complete, t) != CL_SUCCESS) {
-      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: clSetEventCallback failed: waiting here instead");
-      api->WaitForEvents(1, &done);
-      on_complete(done, CL_COMPLETE, t);
-    }
-    api->Flush(g->compute);
+  if (st == FAILED) { /* finish it so that the graph goes on */
+    free(x);
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s did not run; its outputs are unchanged",
+             name);
+    if (t->callback)
+      t->callback(t->callback_data);
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+    tdm__task_finish(t); /* may place successors here: not under the lock */
+    TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
     return LAUNCHED;
   }
-  if (x && x->kernel)
-    api->ReleaseEvent(x->kernel);
-  free(x);
-  if (done)
-    api->ReleaseEvent(done);
-  if (pinned)
-    pin(g, t, t->nbuf, -1);
-  /* the task could not run: finish it so that the graph goes on */
-  tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s did not run; its outputs are unchanged", name);
-  t->dx = NULL;
-  if (t->callback)
-    t->callback(t->callback_data);
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
-  tdm__task_finish(t); /* may place successors here: not under the lock */
-  TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+  x->launched = tdm__now_ns();
+  if (rt->recording && done && api->RetainEvent(done) == CL_SUCCESS)
+    x->kernel = done; /* before a map/unmap follows it */
+  hand_over(g, t, mems, &done);
+  /* the new state: written buffers live on this node only */
+  tdm__task_written(rt, t, node_of(g), token_of(done));
+  x->gpu = g;
+  x->done = done;
+  t->dx = x;
+  g->inflight++;
+  if (api->SetEventCallback(done, CL_COMPLETE, on_complete, t) != CL_SUCCESS) {
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: clSetEventCallback failed: waiting here instead");
+    api->WaitForEvents(1, &done);
+    on_complete(done, CL_COMPLETE, t);
+  }
+  api->Flush(g->compute);
   return LAUNCHED;
 }
 
@@ -1379,145 +1165,6 @@ static int cl_current(const tdm_runtime *rt) {
   return -1; /* devices have no thread of their own */
 }
 
-/* Until the link model has seen copies of two sizes: a PCIe-like link,
- * 10 us and 8 GB/s. */
-#define CL_LATENCY 10e-6
-#define CL_BANDWIDTH 8e9
-
-static double link_time(tdm_gpu *g, uint64_t bytes) {
-  TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
-  double s = tdm__link_predict(&g->link, bytes);
-  TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->trace_lock));
-  return s >= 0 ? s : CL_LATENCY + (double)bytes / CL_BANDWIDTH;
-}
-
-static double cl_transfer_time(tdm_runtime *rt, unsigned k, const tdm_task *t) {
-  unsigned node = k == UINT_MAX ? 0 : node_of(rt->gpus[k]);
-  double s = 0;
-  for (unsigned i = 0; i < t->nbuf; i++) {
-    if (!(t->modes[i] & TDM_R))
-      continue;
-    tdm_handle *h = t->handles[i];
-    tdm__spin_lock(&h->lock);
-    uint32_t valid = h->valid;
-    tdm__spin_unlock(&h->lock);
-    if (valid & (1u << node))
-      continue;
-    /* from a device through the host, then to the device */
-    if (!(valid & 1u))
-      s += link_time(rt->gpus[__builtin_ctz(valid) - 1], handle_bytes(h));
-    if (node)
-      s += link_time(rt->gpus[k], handle_bytes(h));
-  }
-  return s;
-}
-
-/* ---- the host side ------------------------------------------------------ */
-
-static bool cl_host_ready(tdm_task *t) {
-  tdm_runtime *rt = t->rt;
-  const cl_api *api = api_of(rt);
-  waitlist w = {.n = 0};
-  for (unsigned i = 0; i < t->nbuf; i++) {
-    tdm_handle *h = t->handles[i];
-    tdm__spin_lock(&h->lock);
-    /* read: the contents must be home; written only: a matrix still to
-     * gather, or a tile still to take from its matrix, is settled first
-     * (else that would later overwrite what this task writes) */
-    if (((t->modes[i] & TDM_R) || h->gather || !h->valid) && !make_valid(h, 0, &w, NULL))
-      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: a buffer could not be brought home");
-    tdm__spin_unlock(&h->lock);
-  }
-  /* drop the transfers already complete */
-  unsigned n = 0;
-  for (unsigned i = 0; i < w.n; i++) {
-    cl_int st = CL_QUEUED;
-    if (api->GetEventInfo(w.ev[i], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL) ==
-            CL_SUCCESS &&
-        (st == CL_COMPLETE || st < 0))
-      api->ReleaseEvent(w.ev[i]);
-    else
-      w.ev[n++] = w.ev[i];
-  }
-  w.n = n;
-  if (!w.n)
-    return true;
-  exec *x = calloc(1, sizeof *x);
-  if (!x) {
-    /* cannot wait asynchronously: wait here, once */
-    api->WaitForEvents(w.n, w.ev);
-    release_all(api, &w);
-    return true;
-  }
-  x->kind = EXEC_FETCH;
-  atomic_store(&x->outstanding, (int)w.n);
-  t->dx = x;
-  for (unsigned i = 0; i < w.n; i++)
-    if (api->SetEventCallback(w.ev[i], CL_COMPLETE, on_complete, t) != CL_SUCCESS) {
-      api->WaitForEvents(1, &w.ev[i]);
-      on_complete(w.ev[i], CL_COMPLETE, t);
-    }
-  release_all(api, &w);
-  return false;
-}
-
-static void cl_host_written(tdm_task *t) {
-  for (unsigned i = 0; i < t->nbuf; i++) {
-    tdm_handle *h = t->handles[i];
-    if (!(t->modes[i] & TDM_W))
-      continue;
-    tdm__spin_lock(&h->lock);
-    written(h, 0, NULL);
-    tdm__spin_unlock(&h->lock);
-  }
-}
-
-static void cl_handle_home(tdm_handle *h, bool will_write) {
-  if (!h->rt->ndevice_workers)
-    return;
-  const cl_api *api = api_of(h->rt);
-  waitlist w = {.n = 0};
-  tdm__spin_lock(&h->lock);
-  bool ok = make_valid(h, 0, &w, NULL);
-  if (ok && will_write)
-    written(h, 0, NULL);
-  tdm__spin_unlock(&h->lock);
-  if (w.n)
-    CL_CHECK(h->rt, api->WaitForEvents(w.n, w.ev), "clWaitForEvents");
-  release_all(api, &w);
-}
-
-static void cl_handle_forget(tdm_handle *h) {
-  /* a gather that never happened: only at destroy (which frees every
-   * handle itself) or after a failed transfer (then the tiles leak) */
-  free(h->gather);
-  h->gather = NULL;
-  h->ngather = 0;
-  if (!h->rep)
-    return;
-  tdm_runtime *rt = h->rt;
-  const cl_api *api = api_of(rt);
-  for (unsigned n = 0; n <= rt->ndevice_workers; n++) {
-    struct tdm_replica *r = &h->rep[n];
-    if (r->fill)
-      api->ReleaseEvent((cl_event)r->fill);
-    if (n == 0)
-      continue;
-    tdm_gpu *g = rt->gpus[n - 1];
-    TDM_PTHREAD(rt, pthread_mutex_lock(&g->mem_lock));
-    if (r->mem) {
-      api->ReleaseMemObject((cl_mem)r->mem);
-      if (!g->shared) {
-        g->used -= r->bytes;
-        lru_unlink(g, r);
-      }
-    }
-    TDM_PTHREAD(rt, pthread_mutex_unlock(&g->mem_lock));
-  }
-  free(h->rep);
-  h->rep = NULL;
-}
-
 static void cl_counters(const tdm_runtime *rt, unsigned k, tdm_device_counters *c) {
   tdm_gpu *g = rt->gpus[k];
   c->tasks = atomic_load(&g->tasks);
@@ -1525,7 +1172,9 @@ static void cl_counters(const tdm_runtime *rt, unsigned k, tdm_device_counters *
   c->bytes_to_host = atomic_load(&g->to_host);
   c->copies_to_device = atomic_load(&g->copies_to_device);
   c->copies_to_host = atomic_load(&g->copies_to_host);
-  c->evictions = atomic_load(&g->evictions);
+  uint64_t used, limit;
+  if (!g->shared)
+    tdm__mem_usage(&rt->nodes, 1 + k, &used, &limit, &c->evictions);
 }
 
 const tdm_device_ops tdm__opencl_ops = {
@@ -1537,12 +1186,7 @@ const tdm_device_ops tdm__opencl_ops = {
     .take = cl_take,
     .kick = cl_kick,
     .current = cl_current,
-    .transfer_time = cl_transfer_time,
     .progress = cl_progress,
-    .host_ready = cl_host_ready,
-    .host_written = cl_host_written,
-    .handle_home = cl_handle_home,
-    .handle_forget = cl_handle_forget,
     .trace_collect = cl_trace_collect,
     .busy_ns = cl_busy_ns,
     .counters = cl_counters,

@@ -15,11 +15,16 @@
  * cores: with a scale of 2 x the largest speed-up, an emulated device
  * spends at most half its time actually computing.
  *
- * Data never moves: the application's memory holds it all along, and the
- * coherence state is kept as for real devices (bit 1 + k of a handle's
- * `valid` for a device with memory of its own), so that copies happen,
- * and take their time, exactly where a real device would need them. A
- * CPU task whose inputs are "on" a device waits for their copies home on
+ * Memory. A device sharing the host's memory works on the application's
+ * buffers. A device with memory of its own (memory=own) is a memory node
+ * of its own: its buffers are real (host memory set apart for it), and
+ * the coherence module (runtime/data/coherence.c) copies data to and from
+ * them exactly where a real device would need it; each copy also takes
+ * its modelled time on the device's link, one at a time per direction.
+ * Tasks run on those copies, so a coherence error shows as a wrong
+ * result on every machine. With tdm_config.device_memory_limit the
+ * device's memory is that large and copies are evicted to make room. A
+ * CPU task whose inputs are on a device waits for their copies home on
  * its own worker (a real device's copies would not hold a CPU worker up:
  * this is pessimistic for CPU tasks that follow device tasks).
  */
@@ -273,112 +278,90 @@ static uint64_t book_copy(sim_dev *d, bool to_device, uint64_t bytes, uint64_t a
   return end;
 }
 
-static uint64_t bytes_of(const tdm_handle *h) {
-  return (uint64_t)h->buf.nx * h->buf.ny * h->buf.elem_size;
+/* ---- memory-node operations ----------------------------------------------
+ * A device with memory of its own has real buffers in host memory, and
+ * its copies really copy (at once), so that a task on it sees exactly
+ * what coherence gave it; the modelled time of a copy is its token: when
+ * it ends (tdm__now_ns), 0 for none. */
+
+static void *node_alloc(void *ctx, unsigned node, const tdm_buffer *b, size_t bytes) {
+  (void)node;
+  (void)b;
+  return tdm__malloc(ctx, bytes ? bytes : 1);
 }
 
-/* Settles what a matrix or tile holds before its first use here (h->lock
- * held): a tile not yet used is where its matrix is; a matrix after an
- * unpartition is where its tiles are, brought home. Returns when the
- * copies home end (0: none). */
-static uint64_t settle(tdm_handle *h) {
-  tdm_runtime *rt = h->rt;
-  uint64_t ready = 0;
-  if (h->gather) {
-    for (size_t i = 0; i < h->ngather; i++) {
-      tdm_handle *t = h->gather[i];
-      tdm__spin_lock(&t->lock);
-      uint32_t v = t->valid;
-      tdm__spin_unlock(&t->lock);
-      if (v && !(v & 1u)) {
-        uint64_t end = book_copy(&rt->sim->dev[__builtin_ctz(v) - 1], false, bytes_of(t), 0);
-        ready = end > ready ? end : ready;
-      }
-      tdm__handle_unref(t);
-    }
-    free(h->gather);
-    h->gather = NULL;
-    h->ngather = 0;
-    h->valid = 1;
+static void node_free(void *ctx, unsigned node, void *mem) {
+  (void)ctx;
+  (void)node;
+  free(mem);
+}
+
+static tdm_token latest(const tdm_token *ts, unsigned n) {
+  tdm_token t = 0;
+  for (unsigned i = 0; i < n; i++)
+    t = ts[i] > t ? ts[i] : t;
+  return t;
+}
+
+static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
+                      const tdm_token *after, unsigned nafter, tdm_token *done) {
+  tdm_runtime *rt = ctx;
+  const tdm_buffer *b = c->host;
+  size_t row = b->ny * b->elem_size;
+  for (size_t r = 0; r < b->nx; r++) {
+    char *host = (char *)b->ptr + r * b->ld * b->elem_size;
+    char *dev = (char *)c->mem + r * c->pitch;
+    memcpy(to_node ? dev : host, to_node ? host : dev, row);
   }
-  if (!h->valid)
-    h->valid = h->parent ? h->parent->valid : 1u;
-  if (!h->valid)
-    h->valid = 1;
-  return ready;
+  *done = book_copy(&rt->sim->dev[node - 1], to_node, (uint64_t)b->nx * row,
+                    latest(after, nafter));
+  return true;
 }
 
-/* When the copy that filled h's node `node` ends (h->lock held). */
-static uint64_t *ready_of(tdm_handle *h, unsigned node) {
-  if (!h->rep)
-    h->rep = calloc(1 + h->rt->ndevice_workers, sizeof *h->rep);
-  return h->rep ? &h->rep[node].ready_ns : NULL;
+static tdm_token node_join(void *ctx, const tdm_token *ts, unsigned n) {
+  (void)ctx;
+  return latest(ts, n);
 }
 
-static uint64_t later(uint64_t a, uint64_t b) {
-  return a > b ? a : b;
+static bool node_retain(void *ctx, tdm_token t) {
+  (void)ctx;
+  (void)t;
+  return true;
 }
 
-/* Makes h valid on node `node` (h->lock held): books the copies, through
- * the host from a device holding it. Returns when the contents are there
- * (0: already). */
-static uint64_t make_valid(tdm_handle *h, unsigned node) {
-  tdm_runtime *rt = h->rt;
-  uint64_t ready = settle(h), *r;
-  if (h->valid & (1u << node))
-    return later(ready, (r = ready_of(h, node)) ? *r : 0);
-  if (!(h->valid & 1u)) {
-    unsigned src = (unsigned)__builtin_ctz(h->valid);
-    ready = later(ready, (r = ready_of(h, src)) ? *r : 0);
-    ready = book_copy(&rt->sim->dev[src - 1], false, bytes_of(h), ready);
-    h->valid |= 1u;
-    if ((r = ready_of(h, 0)))
-      *r = ready;
-  } else {
-    ready = later(ready, (r = ready_of(h, 0)) ? *r : 0);
-  }
-  if (node) {
-    ready = book_copy(&rt->sim->dev[node - 1], true, bytes_of(h), ready);
-    h->valid |= 1u << node;
-    if ((r = ready_of(h, node)))
-      *r = ready;
-  }
-  return ready;
+static void node_release(void *ctx, tdm_token t) {
+  (void)ctx;
+  (void)t;
 }
 
-/* After a task wrote h on `node`: the only valid node (h->lock held). */
-static void written(tdm_handle *h, unsigned node) {
-  h->valid = 1u << node;
-  uint64_t *r = ready_of(h, node);
-  if (r)
-    *r = 0;
+static bool node_test(void *ctx, tdm_token t) {
+  (void)ctx;
+  return tdm__now_ns() >= t;
 }
 
-/* After t ran on `node`: what it wrote lives there only. */
-static void outputs_on(tdm_task *t, unsigned node) {
-  for (unsigned i = 0; i < t->nbuf; i++) {
-    if (!(t->modes[i] & TDM_W))
-      continue;
-    tdm_handle *h = t->handles[i];
-    tdm__spin_lock(&h->lock);
-    written(h, node);
-    tdm__spin_unlock(&h->lock);
-  }
+static void node_wait(void *ctx, const tdm_token *ts, unsigned n) {
+  (void)ctx;
+  tdm__sleep_until(latest(ts, n));
 }
 
-/* The inputs of t on node `node`: their copies booked (placement starts
- * them at once: prefetch). Returns when they are all there. */
-static uint64_t fetch(tdm_task *t, unsigned node) {
-  uint64_t ready = 0;
-  for (unsigned i = 0; i < t->nbuf; i++) {
-    tdm_handle *h = t->handles[i];
-    tdm__spin_lock(&h->lock);
-    uint64_t r = (t->modes[i] & TDM_R) ? make_valid(h, node) : settle(h);
-    tdm__spin_unlock(&h->lock);
-    ready = later(ready, r);
-  }
-  return ready;
+static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
+  const tdm_runtime *rt = ctx;
+  const sim_dev *d = &rt->sim->dev[node - 1];
+  return rt->time_scale * (d->latency + (double)bytes / d->bandwidth);
 }
+
+static const tdm_node_ops sim_node_ops = {
+    .alloc = node_alloc,
+    .free = node_free,
+    .copy = node_copy,
+    .join = node_join,
+    .retain = node_retain,
+    .release = node_release,
+    .test = node_test,
+    .wait = node_wait,
+    .when_done = NULL, /* a CPU task waits for its inputs on its worker */
+    .link_time = node_link_time,
+};
 
 static unsigned node_of(const sim_dev *d) {
   return d->shared ? 0 : 1 + d->k;
@@ -386,20 +369,64 @@ static unsigned node_of(const sim_dev *d) {
 
 /* ---- the device's thread ------------------------------------------------ */
 
+/* Starts the copies of t's inputs to node (when placed: a prefetch). */
+static void fetch(tdm_runtime *rt, tdm_task *t, unsigned node) {
+  tdm_tokens w;
+  tdm__tokens_init(&w);
+  tdm__task_access(rt, t, node, &w);
+  tdm__tokens_release(&rt->nodes, &w);
+}
+
+/* Runs t's CPU variant on the device's memory; false when its buffers do
+ * not fit there (nothing ran). *x0, *ran: when and how long it ran. */
+static bool execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) {
+  tdm_runtime *rt = d->rt;
+  unsigned node = node_of(d), slot = 1 + d->k;
+  void *mems[TDM_MAX_BUFFERS];
+  tdm_buffer bufs[TDM_MAX_BUFFERS];
+  if (!d->shared && !tdm__task_pin(rt, t, slot, mems))
+    return false;
+  tdm_tokens w;
+  tdm__tokens_init(&w);
+  if (!tdm__task_access(rt, t, node, &w))
+    tdm__log(rt, TDM_LOG_ERROR, "emulated device %u: an input could not be copied", d->k);
+  tdm__sleep_until(latest(w.v, w.n)); /* booked at placement, if placed here */
+  tdm__tokens_release(&rt->nodes, &w);
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    bufs[i] = t->handles[i]->buf;
+    if (!d->shared) { /* the elements packed in the device's buffer */
+      bufs[i].ptr = mems[i];
+      bufs[i].ld = bufs[i].ny;
+    }
+  }
+  *x0 = tdm__now_ns();
+  tdm__cpu_run(t, bufs);
+  *ran = tdm__now_ns() - *x0;
+  tdm__task_written(rt, t, node, 0);
+  if (!d->shared)
+    tdm__task_unpin(rt, t, slot, t->nbuf);
+  return true;
+}
+
 static void run(sim_dev *d, tdm_task *t) {
   tdm_runtime *rt = d->rt;
-  unsigned node = node_of(d);
-  tdm__sleep_until(fetch(t, node)); /* booked at placement, if placed here */
-  uint64_t x0 = tdm__now_ns();
-  tdm__cpu_run(t);
-  uint64_t ran = tdm__now_ns() - x0;
+  uint64_t x0, ran;
+  if (!execute(d, t, &x0, &ran)) {
+    tdm__log(rt, TDM_LOG_ERROR,
+             "emulated device %u: codelet %s: its buffers do not fit in its memory; it did "
+             "not run, its outputs are unchanged",
+             d->k, t->cl->name ? t->cl->name : "(unnamed)");
+    if (t->callback)
+      t->callback(t->callback_data);
+    tdm__task_finish(t);
+    return;
+  }
   double factor = rt->time_scale / speedup_of(d, t);
   if (d->decl.slow_at > 0 && d->decl.slow_factor > 0 &&
       (double)(x0 - rt->sim->t0) >= d->decl.slow_at * rt->time_scale * 1e9)
     factor *= d->decl.slow_factor;
   tdm__sleep_until(x0 + tdm__ns_of((double)ran * 1e-9 * factor));
   uint64_t x1 = tdm__now_ns();
-  outputs_on(t, node);
   atomic_fetch_add_explicit(&d->tasks, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&d->busy_ns, x1 - x0, memory_order_relaxed);
   tdm__trace_task(rt, t, rt->nworkers + d->k, x0, x1);
@@ -446,7 +473,10 @@ static void sim_kick(tdm_runtime *rt, unsigned k) {
 
 static void sim_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
   sim_dev *d = &rt->sim->dev[k];
-  fetch(t, node_of(d)); /* its inputs start moving now */
+  /* its inputs start moving now; with a memory limit, when it runs (a
+   * prefetch could find no room) */
+  if (!rt->cfg.device_memory_limit || d->shared)
+    fetch(rt, t, node_of(d));
   TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
   tdm__devq_put(&d->q, t);
   unsigned queued = d->q.queued;
@@ -471,29 +501,6 @@ static int sim_current(const tdm_runtime *rt) {
   return self && self->rt == rt ? (int)self->k : -1;
 }
 
-static double sim_transfer_time(tdm_runtime *rt, unsigned k, const tdm_task *t) {
-  unsigned node = k == UINT_MAX ? 0 : node_of(&rt->sim->dev[k]);
-  double s = 0;
-  for (unsigned i = 0; i < t->nbuf; i++) {
-    if (!(t->modes[i] & TDM_R))
-      continue;
-    tdm_handle *h = t->handles[i];
-    tdm__spin_lock(&h->lock);
-    uint32_t valid = h->valid;
-    tdm__spin_unlock(&h->lock);
-    if (!valid || (valid & (1u << node)))
-      continue;
-    double bytes = (double)bytes_of(h);
-    if (!(valid & 1u)) {
-      const sim_dev *src = &rt->sim->dev[__builtin_ctz(valid) - 1];
-      s += src->latency + bytes / src->bandwidth;
-    }
-    if (node)
-      s += rt->sim->dev[k].latency + bytes / rt->sim->dev[k].bandwidth;
-  }
-  return s * rt->time_scale;
-}
-
 static tdm_status sim_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
   t->gpu_ok = false;
   t->dev_mask = 0;
@@ -510,34 +517,6 @@ static tdm_status sim_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
   return TDM_OK;
 }
 
-static bool sim_host_ready(tdm_task *t) {
-  tdm__sleep_until(fetch(t, 0));
-  return true;
-}
-
-static void sim_host_written(tdm_task *t) {
-  outputs_on(t, 0);
-}
-
-static void sim_handle_home(tdm_handle *h, bool will_write) {
-  tdm__spin_lock(&h->lock);
-  uint64_t ready = make_valid(h, 0);
-  if (will_write)
-    written(h, 0);
-  tdm__spin_unlock(&h->lock);
-  tdm__sleep_until(ready);
-}
-
-static void sim_handle_forget(tdm_handle *h) {
-  free(h->rep);
-  h->rep = NULL;
-  for (size_t i = 0; i < h->ngather; i++)
-    tdm__handle_unref(h->gather[i]);
-  free(h->gather);
-  h->gather = NULL;
-  h->ngather = 0;
-}
-
 static uint64_t sim_busy_ns(const tdm_runtime *rt, unsigned k) {
   return atomic_load(&rt->sim->dev[k].busy_ns);
 }
@@ -549,10 +528,14 @@ static void sim_counters(const tdm_runtime *rt, unsigned k, tdm_device_counters 
   c->bytes_to_host = atomic_load(&d->to_host);
   c->copies_to_device = atomic_load(&d->copies_to_device);
   c->copies_to_host = atomic_load(&d->copies_to_host);
+  uint64_t used, limit;
+  if (!d->shared)
+    tdm__mem_usage(&rt->nodes, 1 + k, &used, &limit, &c->evictions);
 }
 
 static void sim_stop(tdm_runtime *rt) {
   tdm_sim *s = rt->sim;
+  tdm__nodes_fini(&rt->nodes);
   if (!s)
     return;
   for (unsigned k = 0; k < s->n; k++) {
@@ -577,6 +560,14 @@ static void sim_stop(tdm_runtime *rt) {
 
 static tdm_status sim_start(tdm_runtime *rt) {
   tdm_sim *s = rt->sim;
+  uint64_t limits[TDM_MAX_DEVICE_WORKERS];
+  for (unsigned k = 0; k < s->n; k++)
+    limits[k] = s->dev[k].shared ? 0
+                : rt->cfg.device_memory_limit ? rt->cfg.device_memory_limit
+                                              : UINT64_MAX;
+  tdm_status st = tdm__nodes_init(&rt->nodes, rt, &sim_node_ops, rt, 1 + s->n, limits);
+  if (st)
+    return st;
   for (unsigned k = 0; k < s->n; k++) {
     sim_dev *d = &s->dev[k];
     int err = pthread_mutex_init(&d->lock, NULL);
@@ -619,12 +610,7 @@ const tdm_device_ops tdm__sim_ops = {
     .take = sim_take,
     .kick = sim_kick,
     .current = sim_current,
-    .transfer_time = sim_transfer_time,
     .progress = NULL,
-    .host_ready = sim_host_ready,
-    .host_written = sim_host_written,
-    .handle_home = sim_handle_home,
-    .handle_forget = sim_handle_forget,
     .trace_collect = NULL,
     .busy_ns = sim_busy_ns,
     .counters = sim_counters,

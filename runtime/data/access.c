@@ -1,0 +1,159 @@
+/*
+ * A task's buffers where it runs: the coherence steps of a task on a
+ * device or on the CPU workers, and of the host's own accesses (acquire,
+ * unregister, destroy). The backends call these; none of them touches a
+ * handle's coherence state itself.
+ */
+#include "../internal.h"
+
+#include <limits.h>
+#include <stdlib.h>
+
+bool tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems) {
+  const tdm_nodes *nodes = &rt->nodes;
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    tdm_handle *h = t->handles[i];
+    tdm__coh_lock(&h->coh);
+    /* pinned under the family's lock: no one evicts it in between */
+    mems[i] = tdm__mem_get(nodes, h, slot);
+    if (mems[i])
+      tdm__mem_pin(nodes, h, slot, 1);
+    tdm__coh_unlock(&h->coh);
+    if (!mems[i]) {
+      tdm__task_unpin(rt, t, slot, i);
+      return false;
+    }
+  }
+  return true;
+}
+
+void tdm__task_unpin(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned n) {
+  for (unsigned i = 0; i < n; i++)
+    tdm__mem_pin(&rt->nodes, t->handles[i], slot, -1);
+}
+
+bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w) {
+  bool ok = true;
+  for (unsigned i = 0; i < t->nbuf && ok; i++) {
+    tdm_handle *h = t->handles[i];
+    /* a handle named twice is one access, in both modes */
+    unsigned mode = t->modes[i];
+    bool first = true;
+    for (unsigned j = 0; j < t->nbuf; j++)
+      if (t->handles[j] == h) {
+        first &= j >= i;
+        mode |= t->modes[j];
+      }
+    if (!first)
+      continue;
+    tdm__coh_lock(&h->coh);
+    ok = tdm__coh_access(&rt->nodes, h, node, mode, t->gens[i], w);
+    tdm__coh_unlock(&h->coh);
+  }
+  tdm__coh_reap(&rt->nodes);
+  return ok;
+}
+
+void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token done) {
+  const tdm_nodes *nodes = &rt->nodes;
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    if (!(t->modes[i] & TDM_W))
+      continue;
+    tdm_handle *h = t->handles[i];
+    tdm_token mine = done && nodes->ops->retain(nodes->ctx, done) ? done : 0;
+    if (done && !mine) /* no reference to keep: complete it is, then */
+      nodes->ops->wait(nodes->ctx, &done, 1);
+    tdm__coh_lock(&h->coh);
+    tdm__coh_written(nodes, h, node, mine);
+    tdm__coh_unlock(&h->coh);
+  }
+}
+
+/* ---- the host's side -------------------------------------------------------- */
+
+static void fetched(void *arg, int status) {
+  tdm_task *t = arg;
+  if (status < 0)
+    tdm__log(t->rt, TDM_LOG_ERROR,
+             "codelet %s: bringing its inputs home failed (status %d); it runs on what the "
+             "host has",
+             t->cl->name ? t->cl->name : "(unnamed)", status);
+  tdm__schedule(t->rt, t); /* its inputs are home: run it */
+}
+
+bool tdm__host_ready(tdm_task *t) {
+  tdm_runtime *rt = t->rt;
+  const tdm_nodes *nodes = &rt->nodes;
+  tdm_tokens w;
+  tdm__tokens_init(&w);
+  if (!tdm__task_access(rt, t, 0, &w))
+    tdm__log(rt, TDM_LOG_ERROR, "a buffer could not be brought home");
+  unsigned n = 0; /* those still running */
+  for (unsigned i = 0; i < w.n; i++) {
+    if (nodes->ops->test(nodes->ctx, w.v[i]))
+      nodes->ops->release(nodes->ctx, w.v[i]);
+    else
+      w.v[n++] = w.v[i];
+  }
+  w.n = n;
+  bool ready = true;
+  if (n && !(nodes->ops->when_done &&
+             nodes->ops->when_done(nodes->ctx, w.v, n, fetched, t))) {
+    nodes->ops->wait(nodes->ctx, w.v, n); /* cannot wait asynchronously */
+  } else if (n) {
+    ready = false; /* queued again by `fetched` */
+  }
+  tdm__tokens_release(nodes, &w);
+  return ready;
+}
+
+void tdm__host_written(tdm_task *t) {
+  tdm__task_written(t->rt, t, 0, 0);
+}
+
+void tdm__handle_home(tdm_handle *h, bool will_write) {
+  tdm_runtime *rt = h->rt;
+  const tdm_nodes *nodes = &rt->nodes;
+  if (!nodes->n)
+    return;
+  tdm_tokens w;
+  tdm__tokens_init(&w);
+  tdm__coh_lock(&h->coh);
+  bool ok = tdm__coh_access(nodes, h, 0, TDM_R, UINT32_MAX, &w);
+  if (ok && will_write)
+    tdm__coh_written(nodes, h, 0, 0);
+  tdm__coh_unlock(&h->coh);
+  tdm__coh_reap(&rt->nodes);
+  if (!ok)
+    tdm__log(rt, TDM_LOG_ERROR, "a handle's contents could not be brought home");
+  nodes->ops->wait(nodes->ctx, w.v, w.n);
+  tdm__tokens_release(nodes, &w);
+}
+
+void tdm__handle_forget(tdm_handle *h, bool lock) {
+  if (h->rt->nodes.n)
+    tdm__coh_forget(&h->rt->nodes, h, lock);
+}
+
+unsigned tdm__device_node(const tdm_runtime *rt, unsigned k) {
+  return rt->nodes.mem[1 + k].counted ? 1 + k : 0;
+}
+
+static double link_time(void *ctx, unsigned node, uint64_t bytes) {
+  const tdm_nodes *nodes = ctx;
+  return nodes->ops->link_time(nodes->ctx, node, bytes);
+}
+
+double tdm__transfer_time(tdm_runtime *rt, unsigned k, const tdm_task *t) {
+  unsigned node = k == UINT_MAX ? 0 : tdm__device_node(rt, k);
+  double s = 0;
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    if (!(t->modes[i] & TDM_R))
+      continue;
+    tdm_handle *h = t->handles[i];
+    tdm__coh_lock(&h->coh);
+    s += tdm__coh_estimate(&rt->nodes, h, node, link_time, (void *)&rt->nodes);
+    tdm__coh_unlock(&h->coh);
+  }
+  return s;
+}

@@ -1,0 +1,389 @@
+/* Coherence of handles across memory nodes: see coherence.h. */
+#include "../internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+size_t tdm__coh_bytes(const tdm_handle *h) {
+  return h->buf.nx * h->buf.ny * h->buf.elem_size;
+}
+
+size_t tdm__coh_span(const tdm_handle *h) {
+  const tdm_buffer *b = &h->buf;
+  return b->nx ? ((b->nx - 1) * b->ld + b->ny) * b->elem_size : 0;
+}
+
+void tdm__coh_init(tdm_coh *c, bool on_host, tdm_coh *parent) {
+  atomic_init(&c->root_lock.locked, 0);
+  c->family = parent ? parent->family : &c->root_lock;
+  memset(&c->valid, 0, sizeof c->valid);
+  if (on_host)
+    c->valid = tdm__nodeset_of(0);
+  c->rep = NULL;
+  c->gather = NULL;
+  c->gathers = 0;
+  c->born = parent ? parent->gathers : 0;
+}
+
+void tdm__coh_unpartitioned(tdm_handle *h, tdm_gather *g) {
+  tdm__coh_lock(&h->coh);
+  g->seq = ++h->coh.gathers;
+  g->older = h->coh.gather; /* not done yet: done first */
+  h->coh.gather = g;
+  tdm__coh_unlock(&h->coh);
+}
+
+void tdm__coh_lock(tdm_coh *c) {
+  tdm__spin_lock(c->family);
+}
+
+bool tdm__coh_trylock(tdm_coh *c) {
+  return tdm__spin_trylock(c->family);
+}
+
+void tdm__coh_unlock(tdm_coh *c) {
+  tdm__spin_unlock(c->family);
+}
+
+/* ---- tokens ------------------------------------------------------------------ */
+
+/* Adds t (a new reference) to w. If w cannot grow, waits for all it
+ * holds and t instead: slower, never wrong. */
+static void wait_add(const tdm_nodes *nodes, tdm_tokens *w, tdm_token t) {
+  if (!t)
+    return;
+  if (w->n == w->cap) {
+    unsigned cap = 2 * w->cap;
+    tdm_token *v = tdm__malloc(nodes->rt, cap * sizeof *v);
+    if (!v) {
+      nodes->ops->wait(nodes->ctx, w->v, w->n);
+      nodes->ops->wait(nodes->ctx, &t, 1);
+      tdm__tokens_release(nodes, w);
+      return;
+    }
+    memcpy(v, w->v, w->n * sizeof *v);
+    if (w->v != w->inline_v)
+      free(w->v);
+    w->v = v;
+    w->cap = cap;
+  }
+  if (nodes->ops->retain(nodes->ctx, t))
+    w->v[w->n++] = t;
+  else
+    nodes->ops->wait(nodes->ctx, &t, 1);
+}
+
+void tdm__tokens_release(const tdm_nodes *nodes, tdm_tokens *w) {
+  for (unsigned i = 0; i < w->n; i++)
+    nodes->ops->release(nodes->ctx, w->v[i]);
+  if (w->v != w->inline_v)
+    free(w->v);
+  tdm__tokens_init(w);
+}
+
+/* ---- state -------------------------------------------------------------------- */
+
+static bool replicas(const tdm_nodes *nodes, tdm_handle *h) {
+  if (!h->coh.rep)
+    h->coh.rep = tdm__calloc(nodes->rt, nodes->n, sizeof *h->coh.rep);
+  if (!h->coh.rep)
+    tdm__log(nodes->rt, TDM_LOG_ERROR, "out of memory for a handle's device copies");
+  return h->coh.rep != NULL;
+}
+
+bool tdm__coh_replicas(const tdm_nodes *nodes, tdm_handle *h) {
+  return replicas(nodes, h);
+}
+
+/* The fill token of node n becomes t (taken over). */
+static void set_fill(const tdm_nodes *nodes, tdm_handle *h, unsigned n, tdm_token t) {
+  tdm_replica *r = &h->coh.rep[n];
+  if (r->fill)
+    nodes->ops->release(nodes->ctx, r->fill);
+  r->fill = t;
+}
+
+static tdm_token fill_of(const tdm_handle *h, unsigned n) {
+  return h->coh.rep ? h->coh.rep[n].fill : 0;
+}
+
+/* Copies h between the host and its own packed buffer `mem` on node. */
+static bool copy_whole(const tdm_nodes *nodes, tdm_handle *h, unsigned node, bool to_node,
+                       void *mem, const tdm_token *after, unsigned nafter, tdm_token *done) {
+  tdm_copy c = {.host = &h->buf, .mem = mem, .pitch = h->buf.ny * h->buf.elem_size};
+  return nodes->ops->copy(nodes->ctx, node, to_node, &c, after, nafter, done);
+}
+
+static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_tokens *w);
+static bool settle(const tdm_nodes *nodes, tdm_handle *h);
+static bool settle_upto(const tdm_nodes *nodes, tdm_handle *h, uint32_t gen);
+
+/* A tile not used yet takes its rectangle of its matrix's contents: the
+ * matrix's writers have finished (the tile's first user waited for them)
+ * and nothing changes the matrix's contents while it is partitioned. The
+ * matrix comes home whole first if only a device holds it: a copy that
+ * stays on the device alone could later be evicted, written back over
+ * what the tiles wrote since. The tile is valid on the host. */
+static bool inherit(const tdm_nodes *nodes, tdm_handle *h) {
+  tdm_handle *p = h->parent;
+  if (!settle_upto(nodes, p, h->coh.born))
+    return false;
+  if (!tdm__nodeset_has(&p->coh.valid, 0)) {
+    tdm_tokens pw;
+    tdm__tokens_init(&pw);
+    bool ok = make_valid(nodes, p, 0, &pw);
+    tdm__tokens_release(nodes, &pw);
+    if (!ok)
+      return false;
+  }
+  tdm_token e = 0, f = fill_of(p, 0);
+  if (f && nodes->ops->retain(nodes->ctx, f))
+    e = f;
+  else if (f)
+    nodes->ops->wait(nodes->ctx, &f, 1);
+  if (!replicas(nodes, h)) {
+    if (e)
+      nodes->ops->release(nodes->ctx, e);
+    return false;
+  }
+  h->coh.valid = tdm__nodeset_of(0);
+  set_fill(nodes, h, 0, e);
+  return true;
+}
+
+static void only_on(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
+
+/* After an unpartition the matrix's contents are in its old tiles: its
+ * first use (the first access submitted after the unpartition) brings
+ * them home, after those of an earlier unpartition not gathered yet. The
+ * tiles' writers have all finished then, their readers may not have. A
+ * tile never used holds nothing of its own: its rectangle is the
+ * matrix's still, brought home from where the matrix is. */
+static bool gather(const tdm_nodes *nodes, tdm_handle *h) {
+  tdm_gather *g = h->coh.gather;
+  h->coh.gather = g->older;
+  if (h->coh.gather && !gather(nodes, h)) {
+    h->coh.gather = g; /* tried again on the next use */
+    return false;
+  }
+  h->coh.gather = NULL; /* the tiles see the matrix's state before them */
+  tdm_tokens w;
+  tdm__tokens_init(&w);
+  bool ok = true;
+  for (size_t k = 0; k < g->n && ok; k++) {
+    tdm_handle *t = g->tiles[k];
+    ok = settle(nodes, t) && make_valid(nodes, t, 0, &w);
+  }
+  if (!ok) {
+    tdm__tokens_release(nodes, &w);
+    g->older = NULL;
+    h->coh.gather = g;
+    return false;
+  }
+  /* The tiles are dead: their copies elsewhere are no longer current (an
+   * eviction must not write them back), and they go with the tiles once
+   * their readers are done, the tiles released by tdm__coh_reap. */
+  for (size_t k = 0; k < g->n; k++)
+    only_on(nodes, g->tiles[k], 0);
+  tdm_token all = w.n ? nodes->ops->join(nodes->ctx, w.v, w.n) : 0;
+  tdm__tokens_release(nodes, &w);
+  tdm_nodes *mn = (tdm_nodes *)nodes; /* the reap list is its one mutable part */
+  g->older = atomic_load_explicit(&mn->reap, memory_order_relaxed);
+  while (!atomic_compare_exchange_weak_explicit(&mn->reap, &g->older, g, memory_order_release,
+                                                memory_order_relaxed))
+    ;
+  if (!replicas(nodes, h)) {
+    if (all) {
+      nodes->ops->wait(nodes->ctx, &all, 1);
+      nodes->ops->release(nodes->ctx, all);
+    }
+    h->coh.valid = tdm__nodeset_of(0);
+    return true; /* complete: nothing to wait for */
+  }
+  tdm__coh_written(nodes, h, 0, all);
+  return true;
+}
+
+/* Frees g and those older, releasing their tiles (not at destroy, when
+ * every handle goes anyway). No family lock held: a tile may go. */
+static void gather_free(tdm_gather *g, bool release) {
+  while (g) {
+    tdm_gather *older = g->older;
+    for (size_t k = 0; k < g->n && release; k++)
+      tdm__handle_unref(g->tiles[k]);
+    free(g->tiles);
+    free(g);
+    g = older;
+  }
+}
+
+void tdm__coh_reap(tdm_nodes *nodes) {
+  /* relaxed first: nothing to do is the common case */
+  if (!atomic_load_explicit(&nodes->reap, memory_order_relaxed))
+    return;
+  gather_free(atomic_exchange_explicit(&nodes->reap, NULL, memory_order_acquire), true);
+}
+
+/* A matrix still to gather, a tile still to take from its matrix: done. */
+static bool settle(const tdm_nodes *nodes, tdm_handle *h) {
+  return settle_upto(nodes, h, UINT32_MAX);
+}
+
+/* As settle, gathering only the tiles of unpartitions up to `gen`: a tile
+ * made before a later unpartition of its matrix takes the matrix's
+ * contents from before it (that unpartition's tiles, the tile among them,
+ * may still be in use). */
+static bool settle_upto(const tdm_nodes *nodes, tdm_handle *h, uint32_t gen) {
+  tdm_gather **link = &h->coh.gather;
+  while (*link && (*link)->seq > gen)
+    link = &(*link)->older;
+  tdm_gather *old = *link;
+  if (old) {
+    tdm_gather *newer = h->coh.gather;
+    *link = NULL; /* split: the newer ones wait */
+    h->coh.gather = old;
+    bool ok = gather(nodes, h);
+    tdm_gather *left = h->coh.gather; /* NULL once done */
+    if (newer != old) {
+      *link = left;
+      h->coh.gather = newer;
+    }
+    if (!ok)
+      return false;
+  }
+  if (tdm__nodeset_empty(&h->coh.valid)) {
+    if (h->parent)
+      return inherit(nodes, h);
+    h->coh.valid = tdm__nodeset_of(0);
+  }
+  return true;
+}
+
+/* Makes `node` valid for h (settled), adding to w what a user waits for. */
+static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_tokens *w) {
+  if (tdm__nodeset_has(&h->coh.valid, node)) {
+    wait_add(nodes, w, fill_of(h, node));
+    return true;
+  }
+  if (!replicas(nodes, h))
+    return false;
+  tdm_token e = 0;
+  if (node == 0) { /* from a device holding it */
+    unsigned src = (unsigned)tdm__nodeset_next(&h->coh.valid, 1);
+    tdm_token f = h->coh.rep[src].fill;
+    if (!copy_whole(nodes, h, src, false, h->coh.rep[src].mem, &f, f ? 1 : 0, &e))
+      return false;
+  } else { /* through the host */
+    tdm_tokens before;
+    tdm__tokens_init(&before);
+    bool home = make_valid(nodes, h, 0, &before);
+    void *mem = home ? tdm__mem_get(nodes, h, node) : NULL;
+    bool ok = mem && copy_whole(nodes, h, node, true, mem, before.v, before.n, &e);
+    tdm__tokens_release(nodes, &before);
+    if (!ok) {
+      if (home && !mem)
+        tdm__log(nodes->rt, TDM_LOG_ERROR, "no room for %zu bytes on memory node %u",
+                 tdm__coh_bytes(h), node);
+      return false;
+    }
+  }
+  tdm__nodeset_add(&h->coh.valid, node);
+  set_fill(nodes, h, node, e);
+  wait_add(nodes, w, e);
+  return true;
+}
+
+bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsigned mode,
+                     uint32_t gen, tdm_tokens *w) {
+  if (!settle_upto(nodes, h, gen))
+    return false;
+  if (mode & TDM_R) {
+    if (!make_valid(nodes, h, node, w))
+      return false;
+  } else if (tdm__nodeset_has(&h->coh.valid, node)) {
+    wait_add(nodes, w, fill_of(h, node)); /* what fills the node lands first */
+  }
+  /* A write: the copies elsewhere are stale from now on (the task graph
+   * has finished their users), so that an eviction does not write one
+   * back over what is being written. */
+  if (mode & TDM_W)
+    only_on(nodes, h, node);
+  return true;
+}
+
+/* node is the only valid node of h (its fill kept). */
+static void only_on(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
+  h->coh.valid = tdm__nodeset_of(node);
+  for (unsigned n = 0; h->coh.rep && n < nodes->n; n++)
+    if (n != node)
+      set_fill(nodes, h, n, 0);
+}
+
+void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_token done) {
+  if (!h->coh.rep && done && !replicas(nodes, h)) {
+    nodes->ops->wait(nodes->ctx, &done, 1);
+    nodes->ops->release(nodes->ctx, done);
+    done = 0;
+  }
+  only_on(nodes, h, node);
+  if (h->coh.rep)
+    set_fill(nodes, h, node, done);
+}
+
+bool tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
+  tdm_replica *r = &h->coh.rep[node];
+  if (tdm__nodeset_only(&h->coh.valid, node)) { /* the only copy: home first */
+    tdm_token e = 0;
+    if (!copy_whole(nodes, h, node, false, r->mem, &r->fill, r->fill ? 1 : 0, &e))
+      return false;
+    tdm__nodeset_add(&h->coh.valid, 0);
+    set_fill(nodes, h, 0, e);
+  }
+  tdm__nodeset_del(&h->coh.valid, node);
+  set_fill(nodes, h, node, 0);
+  return true;
+}
+
+double tdm__coh_estimate(const tdm_nodes *nodes, tdm_handle *h, unsigned node,
+                         double (*link)(void *ctx, unsigned node, uint64_t bytes), void *ctx) {
+  (void)nodes;
+  /* a tile not used yet is where its matrix is; a matrix to gather comes
+   * home first (counted as there) */
+  const tdm_handle *x = h;
+  while (tdm__nodeset_empty(&x->coh.valid) && x->parent)
+    x = x->parent;
+  tdm_nodeset v = x->coh.valid;
+  if (x->coh.gather || tdm__nodeset_empty(&v))
+    v = tdm__nodeset_of(0);
+  if (tdm__nodeset_has(&v, node))
+    return 0;
+  uint64_t bytes = tdm__coh_bytes(h);
+  double s = 0;
+  if (!tdm__nodeset_has(&v, 0))
+    s += link(ctx, (unsigned)tdm__nodeset_next(&v, 1), bytes);
+  if (node)
+    s += link(ctx, node, bytes);
+  return s;
+}
+
+void tdm__coh_forget(const tdm_nodes *nodes, tdm_handle *h, bool lock) {
+  if (!h->coh.rep && !h->coh.gather)
+    return;
+  if (lock)
+    tdm__coh_lock(&h->coh);
+  tdm_gather *g = h->coh.gather;
+  h->coh.gather = NULL;
+  tdm_replica *rep = h->coh.rep;
+  for (unsigned k = 0; rep && k < nodes->n; k++) {
+    if (rep[k].fill)
+      nodes->ops->release(nodes->ctx, rep[k].fill);
+    rep[k].fill = 0;
+    if (k)
+      tdm__mem_drop(nodes, h, k);
+  }
+  h->coh.rep = NULL;
+  if (lock)
+    tdm__coh_unlock(&h->coh);
+  free(rep);
+  gather_free(g, lock); /* not under the lock: a tile may go */
+}

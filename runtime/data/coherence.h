@@ -1,0 +1,242 @@
+/*
+ * Coherence: which memory nodes hold the current contents of each handle,
+ * and what must be copied for an access (coherence.c), and the memory of
+ * each node with its accounting and eviction (memory.c).
+ *
+ * Node 0 is the host's memory (the application's buffers); node 1 + k is
+ * device worker k's own memory, when it has one (a device that works in
+ * host memory uses node 0). The state of a handle is the set of nodes
+ * holding its current contents ("valid") and, per node, a replica: the
+ * backend's buffer there and the completion token of the copy that filled
+ * it. The protocol is MSI-like: an access that reads on node n makes n
+ * valid (copying from the host or, through the host, from a device); a
+ * write on n leaves n the only valid node. The task graph already orders
+ * conflicting accesses, so the state may change when a task's commands are
+ * issued, before they complete: a user of a node waits for its fill token.
+ *
+ * Tiles. A tile's contents are its matrix's until its first use: a new
+ * tile has no valid node and takes its rectangle from its matrix then,
+ * when the matrix's writers have all finished. After an unpartition, the
+ * matrix's contents are in its tiles: its first use gathers them home.
+ * A matrix and all its tiles (a family) share one lock, their root's, so
+ * that these steps see a consistent state.
+ *
+ * This module is used with the backends' node operations (backend.h) by
+ * the runtime's devices, and with simulated ones by the virtual-time
+ * driver, so that the exact tests of virtual time run this same code.
+ */
+#ifndef TDM_COHERENCE_H
+#define TDM_COHERENCE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../backends/backend.h"
+#include "../support/spinlock.h"
+
+typedef struct tdm_handle tdm_handle;
+typedef struct tdm_runtime tdm_runtime;
+
+/* ---- sets of nodes -------------------------------------------------------- */
+
+#define TDM_MAX_NODES 128 /* the host and up to 64 devices, with room */
+
+typedef struct tdm_nodeset {
+  uint64_t w[TDM_MAX_NODES / 64];
+} tdm_nodeset;
+
+static inline tdm_nodeset tdm__nodeset_of(unsigned n) {
+  tdm_nodeset s = {{0}};
+  s.w[n / 64] = UINT64_C(1) << (n % 64);
+  return s;
+}
+static inline bool tdm__nodeset_has(const tdm_nodeset *s, unsigned n) {
+  return (s->w[n / 64] >> (n % 64)) & 1;
+}
+static inline void tdm__nodeset_add(tdm_nodeset *s, unsigned n) {
+  s->w[n / 64] |= UINT64_C(1) << (n % 64);
+}
+static inline void tdm__nodeset_del(tdm_nodeset *s, unsigned n) {
+  s->w[n / 64] &= ~(UINT64_C(1) << (n % 64));
+}
+static inline bool tdm__nodeset_empty(const tdm_nodeset *s) {
+  for (unsigned i = 0; i < TDM_MAX_NODES / 64; i++)
+    if (s->w[i])
+      return false;
+  return true;
+}
+/* The lowest node of s at or after `from`, or -1. */
+static inline int tdm__nodeset_next(const tdm_nodeset *s, unsigned from) {
+  for (unsigned i = from / 64; i < TDM_MAX_NODES / 64; i++) {
+    uint64_t w = s->w[i];
+    if (i == from / 64)
+      w &= ~UINT64_C(0) << (from % 64);
+    if (w)
+      return (int)(i * 64 + (unsigned)__builtin_ctzll(w));
+  }
+  return -1;
+}
+/* Whether n is the only node of s. */
+static inline bool tdm__nodeset_only(const tdm_nodeset *s, unsigned n) {
+  tdm_nodeset o = tdm__nodeset_of(n);
+  for (unsigned i = 0; i < TDM_MAX_NODES / 64; i++)
+    if (s->w[i] != o.w[i])
+      return false;
+  return true;
+}
+
+/* ---- tokens to wait for ----------------------------------------------------- */
+
+/* A growing list of tokens (each a reference) that an access waits for. */
+typedef struct tdm_tokens {
+  tdm_token *v;
+  unsigned n, cap;
+  tdm_token inline_v[8];
+} tdm_tokens;
+
+static inline void tdm__tokens_init(tdm_tokens *w) {
+  w->v = w->inline_v;
+  w->n = 0;
+  w->cap = sizeof w->inline_v / sizeof w->inline_v[0];
+}
+struct tdm_nodes;
+/* Drops the references w holds and empties it. */
+void tdm__tokens_release(const struct tdm_nodes *nodes, tdm_tokens *w);
+
+/* ---- the nodes of a runtime ---------------------------------------------------- */
+
+typedef struct tdm_replica tdm_replica;
+
+/* A node's memory (memory.c): buffers counted against a limit and kept in
+ * least-recently-used order; under `lock`, a leaf lock (only family locks
+ * are tried under it, never waited for). */
+typedef struct tdm_memnode {
+  pthread_mutex_t lock;
+  bool counted;        /* a device's own memory: accounted, evictable */
+  uint64_t used, limit;
+  tdm_replica *lru_head, *lru_tail;
+  _Atomic uint64_t evictions;
+} tdm_memnode;
+
+typedef struct tdm_nodes {
+  const tdm_node_ops *ops;
+  void *ctx;             /* the backend's, passed to ops */
+  unsigned n;            /* nodes: 1 + device workers */
+  tdm_memnode *mem;      /* per node; [0], the host's, unused */
+  tdm_runtime *rt;       /* for messages and allocations; may be NULL */
+  /* Gathers done, whose tiles are released outside family locks
+   * (tdm__coh_reap). */
+  _Atomic(struct tdm_gather *) reap;
+} tdm_nodes;
+
+/* Sets up nodes 1 .. n-1 (limits[k]: node 1 + k's bytes; 0: a device
+ * working in host memory, nothing counted). TDM_OK, TDM_ERR_NO_MEMORY or
+ * TDM_ERR_SYSTEM (logged). */
+int tdm__nodes_init(tdm_nodes *nodes, tdm_runtime *rt, const tdm_node_ops *ops,
+                    void *ctx, unsigned n, const uint64_t *limits);
+void tdm__nodes_fini(tdm_nodes *nodes);
+
+/* ---- a handle's state --------------------------------------------------------- */
+
+struct tdm_replica {
+  void *mem;      /* the backend's buffer on this node, or NULL */
+  tdm_token fill; /* the copy that filled this node (a reference), or 0 */
+  /* memory.c, under the node's lock: buffers by use, the tasks in flight
+   * using this one (not evicted meanwhile), its size */
+  tdm_replica *lru_prev, *lru_next;
+  tdm_handle *owner;
+  unsigned pins;
+  size_t bytes;
+};
+
+typedef struct tdm_coh {
+  /* A root handle's: guards the coherence state of the family (the
+   * handle and its tiles, theirs). A tile's `family` points at it. */
+  tdm_spinlock root_lock;
+  tdm_spinlock *family;
+  tdm_nodeset valid; /* empty: a tile not yet taken from its matrix */
+  tdm_replica *rep;  /* per node, allocated when a device first needs it */
+  /* After an unpartition, while devices are used: the tiles whose
+   * contents the matrix gathers on its first use (after those of an
+   * earlier unpartition not gathered yet, `older`). */
+  struct tdm_gather *gather;
+  /* Unpartitions so far (the last gather's seq); for a tile, its
+   * matrix's when it was made: the gathers its contents come after. */
+  uint32_t gathers, born;
+} tdm_coh;
+
+typedef struct tdm_gather {
+  tdm_handle **tiles; /* each referenced */
+  size_t n;
+  uint32_t seq;
+  struct tdm_gather *older;
+} tdm_gather;
+
+/* A registered handle (on_host) or a new tile (its parent's family; the
+ * parent's dependency lock held, as for tdm__coh_unpartitioned). */
+void tdm__coh_init(tdm_coh *c, bool on_host, tdm_coh *parent);
+/* h was unpartitioned: its first use gathers the tiles of g (g->tiles,
+ * g->n set; each referenced). h's dependency lock held. */
+void tdm__coh_unpartitioned(tdm_handle *h, tdm_gather *g);
+void tdm__coh_lock(tdm_coh *c);
+bool tdm__coh_trylock(tdm_coh *c);
+void tdm__coh_unlock(tdm_coh *c);
+
+/* The rest with the family's lock held. */
+
+/* Prepares an access to h on `node` in `mode`: a read makes the node
+ * valid (copies started); a write alone settles a tile still to take from
+ * its matrix and a matrix still to gather (else those would later
+ * overwrite what is written). `gen`: h's unpartitions when the access was
+ * submitted (UINT32_MAX: all), the gathers it comes after; a later
+ * unpartition's tiles may still be in use. Adds to w what the access must
+ * wait for. False when a copy could not be made (logged); w holds what
+ * was added. */
+bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsigned mode,
+                     uint32_t gen, tdm_tokens *w);
+/* A write on `node`, complete at token `done` (taken over; 0 when done
+ * already): node becomes the only valid one. */
+void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_token done);
+/* Predicted seconds to make h valid on `node`, by link(ctx, node, bytes)
+ * (the time of a copy between the host and device node `node`). */
+double tdm__coh_estimate(const tdm_nodes *nodes, tdm_handle *h, unsigned node,
+                         double (*link)(void *ctx, unsigned node, uint64_t bytes), void *ctx);
+/* Forgets h's replicas (their buffers freed) and a gather not done (its
+ * tiles released), taking the family's lock when `lock` (not at destroy,
+ * when handles go in any order and nothing runs). */
+void tdm__coh_forget(const tdm_nodes *nodes, tdm_handle *h, bool lock);
+/* Releases the tiles of the gathers done (no family lock held). */
+void tdm__coh_reap(tdm_nodes *nodes);
+/* Makes h's per-node replicas if it has none yet; false when out of
+ * memory (logged). */
+bool tdm__coh_replicas(const tdm_nodes *nodes, tdm_handle *h);
+
+/* h's bytes on a device (elements packed: a tile's rows one after the
+ * other) and the span of its elements in host memory. */
+size_t tdm__coh_bytes(const tdm_handle *h);
+size_t tdm__coh_span(const tdm_handle *h);
+
+/* ---- memory (memory.c), the family's lock held ------------------------------- */
+
+/* h's buffer on `node`, made on first use (making room in the node's
+ * memory); the most recently used one after. NULL when it cannot be made
+ * now. */
+void *tdm__mem_get(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
+/* Adds delta to the pins of h's buffer on node (a pinned buffer is not
+ * evicted). The family's lock need not be held. */
+void tdm__mem_pin(const tdm_nodes *nodes, tdm_handle *h, unsigned node, int delta);
+/* Frees h's buffer on node, if any, and counts it no more. */
+void tdm__mem_drop(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
+/* Bytes counted on node, its limit, evictions so far. */
+void tdm__mem_usage(const tdm_nodes *nodes, unsigned node, uint64_t *used, uint64_t *limit,
+                    uint64_t *evictions);
+
+/* coherence.c, for memory.c: makes room by dropping h's replica on node
+ * (its lock held): the only current copy goes home first. False when
+ * that copy could not be made (the replica is kept). */
+bool tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
+
+#endif

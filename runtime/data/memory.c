@@ -1,0 +1,175 @@
+/*
+ * The memory of each node: a device's own memory holds buffers counted
+ * against a limit and kept in least-recently-used order. To make room,
+ * the least recently used buffers that no task in flight uses are
+ * dropped; one that holds the only current copy is written back to the
+ * host first (tdm__coh_evict). A device working in host memory keeps a
+ * buffer per handle over the application's memory: nothing is counted.
+ */
+#include "../internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int tdm__nodes_init(tdm_nodes *nodes, tdm_runtime *rt, const tdm_node_ops *ops, void *ctx,
+                    unsigned n, const uint64_t *limits) {
+  memset(nodes, 0, sizeof *nodes);
+  nodes->ops = ops;
+  nodes->ctx = ctx;
+  nodes->rt = rt;
+  if (n > TDM_MAX_NODES) {
+    tdm__log(rt, TDM_LOG_ERROR, "%u memory nodes: at most %d", n, TDM_MAX_NODES);
+    return TDM_ERR_INVALID_ARG;
+  }
+  nodes->mem = tdm__calloc(rt, n, sizeof *nodes->mem);
+  if (!nodes->mem)
+    return TDM_ERR_NO_MEMORY;
+  for (unsigned k = 1; k < n; k++) {
+    int err = pthread_mutex_init(&nodes->mem[k].lock, NULL);
+    if (err) {
+      tdm__log(rt, TDM_LOG_ERROR, "pthread_mutex_init: %s", strerror(err));
+      nodes->n = k; /* those made */
+      tdm__nodes_fini(nodes);
+      return TDM_ERR_SYSTEM;
+    }
+    nodes->mem[k].counted = limits[k - 1] != 0;
+    nodes->mem[k].limit = limits[k - 1];
+    nodes->n = k + 1;
+  }
+  nodes->n = n;
+  return TDM_OK;
+}
+
+void tdm__nodes_fini(tdm_nodes *nodes) {
+  for (unsigned k = 1; nodes->mem && k < nodes->n; k++)
+    pthread_mutex_destroy(&nodes->mem[k].lock);
+  free(nodes->mem);
+  nodes->mem = NULL;
+  nodes->n = 0;
+}
+
+static void lru_unlink(tdm_memnode *m, tdm_replica *r) {
+  if (r->lru_prev)
+    r->lru_prev->lru_next = r->lru_next;
+  else
+    m->lru_head = r->lru_next;
+  if (r->lru_next)
+    r->lru_next->lru_prev = r->lru_prev;
+  else
+    m->lru_tail = r->lru_prev;
+  r->lru_prev = r->lru_next = NULL;
+}
+
+static void lru_append(tdm_memnode *m, tdm_replica *r) {
+  r->lru_prev = m->lru_tail;
+  r->lru_next = NULL;
+  if (m->lru_tail)
+    m->lru_tail->lru_next = r;
+  else
+    m->lru_head = r;
+  m->lru_tail = r;
+}
+
+/* Frees r's buffer (node's lock held). */
+static void release(const tdm_nodes *nodes, unsigned node, tdm_replica *r) {
+  tdm_memnode *m = &nodes->mem[node];
+  nodes->ops->free(nodes->ctx, node, r->mem);
+  r->mem = NULL;
+  m->used -= r->bytes;
+  lru_unlink(m, r);
+}
+
+/* Drops unpinned buffers, least recently used first, until `need` more
+ * bytes fit under the limit (all it may when need is 0). `self`'s family
+ * lock is held by the caller; others' are only tried (lock order).
+ * Returns whether they fit. Node's lock held. */
+static bool make_room(const tdm_nodes *nodes, unsigned node, size_t need,
+                      const tdm_handle *self) {
+  tdm_memnode *m = &nodes->mem[node];
+  tdm_replica *r = m->lru_head;
+  while (r && (need == 0 || m->used + need > m->limit)) {
+    tdm_replica *next = r->lru_next;
+    tdm_handle *h = r->owner;
+    bool ours = h->coh.family == self->coh.family;
+    if (!r->pins && (ours || tdm__coh_trylock(&h->coh))) {
+      if (tdm__coh_evict(nodes, h, node)) {
+        release(nodes, node, r);
+        atomic_fetch_add_explicit(&m->evictions, 1, memory_order_relaxed);
+      }
+      if (!ours)
+        tdm__coh_unlock(&h->coh);
+    }
+    r = next;
+  }
+  return need == 0 || m->used + need <= m->limit;
+}
+
+void *tdm__mem_get(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
+  if (!tdm__coh_replicas(nodes, h))
+    return NULL;
+  tdm_replica *r = &h->coh.rep[node];
+  tdm_memnode *m = &nodes->mem[node];
+  if (!m->counted) { /* host memory: nothing counted, nothing evicted */
+    if (!r->mem)
+      r->mem = nodes->ops->alloc(nodes->ctx, node, &h->buf, tdm__coh_span(h));
+    return r->mem;
+  }
+  TDM_PTHREAD(nodes->rt, pthread_mutex_lock(&m->lock));
+  if (r->mem) { /* the most recently used now */
+    lru_unlink(m, r);
+    lru_append(m, r);
+  } else {
+    size_t size = tdm__coh_bytes(h);
+    if (make_room(nodes, node, size, h)) {
+      r->mem = nodes->ops->alloc(nodes->ctx, node, &h->buf, size);
+      if (!r->mem) { /* fuller than counted: drop all it may, once */
+        make_room(nodes, node, 0, h);
+        r->mem = nodes->ops->alloc(nodes->ctx, node, &h->buf, size);
+      }
+    }
+    if (r->mem) {
+      r->owner = h;
+      r->bytes = size;
+      m->used += size;
+      lru_append(m, r);
+    }
+  }
+  void *mem = r->mem;
+  TDM_PTHREAD(nodes->rt, pthread_mutex_unlock(&m->lock));
+  return mem;
+}
+
+void tdm__mem_pin(const tdm_nodes *nodes, tdm_handle *h, unsigned node, int delta) {
+  tdm_memnode *m = &nodes->mem[node];
+  if (!m->counted)
+    return;
+  TDM_PTHREAD(nodes->rt, pthread_mutex_lock(&m->lock));
+  tdm_replica *r = &h->coh.rep[node];
+  r->pins = (unsigned)((int)r->pins + delta);
+  TDM_PTHREAD(nodes->rt, pthread_mutex_unlock(&m->lock));
+}
+
+void tdm__mem_drop(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
+  tdm_memnode *m = &nodes->mem[node];
+  tdm_replica *r = &h->coh.rep[node];
+  if (!m->counted) {
+    if (r->mem)
+      nodes->ops->free(nodes->ctx, node, r->mem);
+    r->mem = NULL;
+    return;
+  }
+  TDM_PTHREAD(nodes->rt, pthread_mutex_lock(&m->lock));
+  if (r->mem)
+    release(nodes, node, r);
+  TDM_PTHREAD(nodes->rt, pthread_mutex_unlock(&m->lock));
+}
+
+void tdm__mem_usage(const tdm_nodes *nodes, unsigned node, uint64_t *used, uint64_t *limit,
+                    uint64_t *evictions) {
+  tdm_memnode *m = &nodes->mem[node];
+  TDM_PTHREAD(nodes->rt, pthread_mutex_lock(&m->lock));
+  *used = m->used;
+  *limit = m->limit;
+  TDM_PTHREAD(nodes->rt, pthread_mutex_unlock(&m->lock));
+  *evictions = atomic_load_explicit(&m->evictions, memory_order_relaxed);
+}

@@ -1,0 +1,436 @@
+/*
+ * Differential test of data coherence: random tasks over matrices that are
+ * partitioned and unpartitioned as the run goes, with host acquisitions
+ * that read (and check) or modify the data, on devices with memory of
+ * their own. Each task mixes every element it reads into every element it
+ * writes with a function of its number, so one stale element anywhere
+ * changes the result. The data must equal a sequential run of the same
+ * submissions, at every check on the way and at the end.
+ *
+ * Modes: "sim" (two emulated devices with memory of their own, every
+ * policy, and with a small memory limit: evictions), "discrete" and
+ * "integrated" (PoCL behaving as either, tasks with a CPU and an OpenCL
+ * variant; SKIP without an OpenCL CPU device).
+ */
+#include "common.h"
+
+#ifdef TEST_WITH_OPENCL
+#include "tandem/opencl.h"
+#endif
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NMAT 3
+#define ROWS 12
+#define COLS 12
+#define LD 13 /* rows apart: copies are rectangles */
+#define MAXB 3
+
+typedef struct {
+  uint64_t id;
+  uint32_t nbuf;
+  uint32_t modes[MAXB];
+} step;
+
+static uint64_t mix(uint64_t x) {
+  /* splitmix64 finaliser */
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/* Reads every element of the R buffers, then writes every element of the
+ * W buffers. */
+static void apply(const step *s, const tdm_buffer *b) {
+  uint64_t acc = mix(s->id);
+  for (unsigned i = 0; i < s->nbuf; i++)
+    if (s->modes[i] & TDM_R)
+      for (size_t r = 0; r < b[i].nx; r++)
+        for (size_t c = 0; c < b[i].ny; c++)
+          acc = mix(acc ^ ((const uint64_t *)b[i].ptr)[r * b[i].ld + c]);
+  for (unsigned i = 0; i < s->nbuf; i++)
+    if (s->modes[i] & TDM_W)
+      for (size_t r = 0; r < b[i].nx; r++)
+        for (size_t c = 0; c < b[i].ny; c++)
+          ((uint64_t *)b[i].ptr)[r * b[i].ld + c] = mix(acc + i * 1000003u + r * b[i].ny + c);
+}
+
+static void run_step(const tdm_buffer *b, const void *args, size_t n) {
+  (void)n;
+  apply(args, b);
+}
+
+#ifdef TEST_WITH_OPENCL
+/* The same on a device: one work-item does it all. */
+static const char kernel_source[] =
+    "ulong mix(ulong x) {\n"
+    "  x += 0x9e3779b97f4a7c15UL;\n"
+    "  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9UL;\n"
+    "  x = (x ^ (x >> 27)) * 0x94d049bb133111ebUL;\n"
+    "  return x ^ (x >> 31);\n"
+    "}\n"
+    "typedef struct { ulong id; uint nbuf; uint modes[3]; } task_step;\n"
+    "void body(global ulong **p, ulong *nx, ulong *ny, ulong *ld, task_step s) {\n"
+    "  ulong acc = mix(s.id);\n"
+    "  for (uint i = 0; i < s.nbuf; i++)\n"
+    "    if (s.modes[i] & 1)\n"
+    "      for (ulong r = 0; r < nx[i]; r++)\n"
+    "        for (ulong c = 0; c < ny[i]; c++)\n"
+    "          acc = mix(acc ^ p[i][r * ld[i] + c]);\n"
+    "  for (uint i = 0; i < s.nbuf; i++)\n"
+    "    if (s.modes[i] & 2)\n"
+    "      for (ulong r = 0; r < nx[i]; r++)\n"
+    "        for (ulong c = 0; c < ny[i]; c++)\n"
+    "          p[i][r * ld[i] + c] = mix(acc + i * 1000003UL + r * ny[i] + c);\n"
+    "}\n"
+    "#define B(k) global ulong *p##k, ulong nx##k, ulong ny##k, ulong ld##k\n"
+    "kernel void step1(B(0), task_step s) {\n"
+    "  global ulong *p[1] = {p0}; ulong nx[1] = {nx0}, ny[1] = {ny0}, ld[1] = {ld0};\n"
+    "  body(p, nx, ny, ld, s);\n"
+    "}\n"
+    "kernel void step2(B(0), B(1), task_step s) {\n"
+    "  global ulong *p[2] = {p0, p1};\n"
+    "  ulong nx[2] = {nx0, nx1}, ny[2] = {ny0, ny1}, ld[2] = {ld0, ld1};\n"
+    "  body(p, nx, ny, ld, s);\n"
+    "}\n"
+    "kernel void step3(B(0), B(1), B(2), task_step s) {\n"
+    "  global ulong *p[3] = {p0, p1, p2};\n"
+    "  ulong nx[3] = {nx0, nx1, nx2}, ny[3] = {ny0, ny1, ny2}, ld[3] = {ld0, ld1, ld2};\n"
+    "  body(p, nx, ny, ld, s);\n"
+    "}\n";
+
+static void one_item(const tdm_buffer *bufs, const void *args, size_t args_size, unsigned *dims,
+                     size_t global[3], size_t local[3]) {
+  (void)bufs;
+  (void)args;
+  (void)args_size;
+  (void)local;
+  *dims = 1;
+  global[0] = 1;
+}
+
+static tdm_opencl_variant variants[MAXB] = {
+    {.source = kernel_source, .kernel = "step1", .work_size = one_item},
+    {.source = kernel_source, .kernel = "step2", .work_size = one_item},
+    {.source = kernel_source, .kernel = "step3", .work_size = one_item},
+};
+#endif
+
+/* A codelet per (nbuf, modes): code is the modes as base-3 digits. */
+static tdm_codelet cls[MAXB][27];
+
+static void init_codelets(bool opencl) {
+  static const tdm_access mode_of[3] = {TDM_R, TDM_W, TDM_RW};
+  for (unsigned nbuf = 1; nbuf <= MAXB; nbuf++) {
+    unsigned ncodes = 1;
+    for (unsigned i = 0; i < nbuf; i++)
+      ncodes *= 3;
+    for (unsigned code = 0; code < ncodes; code++) {
+      tdm_codelet *cl = &cls[nbuf - 1][code];
+      cl->name = "coherence-step";
+      cl->cpu_fn = run_step;
+#ifdef TEST_WITH_OPENCL
+      cl->opencl = opencl ? &variants[nbuf - 1] : NULL;
+#else
+      (void)opencl;
+#endif
+      cl->nbuffers = nbuf;
+      for (unsigned i = 0, c = code; i < nbuf; i++, c /= 3)
+        cl->modes[nbuf - 1 - i] = mode_of[c % 3];
+    }
+  }
+}
+
+/* ---- one run ------------------------------------------------------------- */
+
+typedef struct {
+  tdm_runtime *rt;
+  uint64_t rng;
+  uint64_t *data[NMAT], *ref[NMAT];
+  tdm_handle *mat[NMAT];
+  bool parted[NMAT];
+  size_t tr[NMAT], tc[NMAT]; /* tiles */
+  unsigned checks;
+} run;
+
+static uint64_t next(run *r) {
+  return r->rng = mix(r->rng);
+}
+
+/* The reference's buffer for handle h (the same place in ref). */
+static tdm_buffer ref_of(run *r, unsigned m, tdm_handle *h) {
+  tdm_buffer b;
+  assert_int_equal(tdm_handle_buffer(h, &b), TDM_OK);
+  b.ptr = r->ref[m] + ((uint64_t *)b.ptr - r->data[m]);
+  return b;
+}
+
+/* A random handle of matrix m: the matrix, or one of its tiles. */
+static tdm_handle *pick(run *r, unsigned m) {
+  if (!r->parted[m])
+    return r->mat[m];
+  size_t i = next(r) % r->tr[m], j = next(r) % r->tc[m];
+  return tdm_matrix_tile(r->mat[m], i, j);
+}
+
+static void submit_task(run *r) {
+  static const unsigned mode_of[3] = {TDM_R, TDM_W, TDM_RW};
+  step s = {.id = next(r), .nbuf = 1 + (uint32_t)(next(r) % MAXB)};
+  tdm_task_desc d = {0};
+  tdm_buffer refs[MAXB];
+  unsigned code = 0;
+  for (unsigned i = 0; i < s.nbuf; i++) {
+    tdm_handle *h;
+    unsigned m;
+    bool again;
+    do { /* distinct handles */
+      m = (unsigned)(next(r) % NMAT);
+      h = pick(r, m);
+      again = false;
+      for (unsigned j = 0; j < i; j++)
+        again |= d.handles[j] == h;
+    } while (again);
+    unsigned x = (unsigned)(next(r) % 5); /* readers more often */
+    unsigned k = x < 2 ? 0 : x - 2 > 2 ? 2 : x - 2;
+    s.modes[i] = mode_of[k];
+    code = code * 3 + k;
+    d.handles[i] = h;
+    refs[i] = ref_of(r, m, h);
+  }
+  d.codelet = &cls[s.nbuf - 1][code];
+  d.args = &s;
+  d.args_size = sizeof s;
+  assert_int_equal(tdm_submit(r->rt, &d), TDM_OK);
+  apply(&s, refs); /* the sequential reference */
+}
+
+static void compare(run *r, unsigned m, const char *when) {
+  for (int i = 0; i < ROWS; i++)
+    for (int j = 0; j < COLS; j++)
+      if (r->data[m][i * LD + j] != r->ref[m][i * LD + j])
+        fail_msg("%s: matrix %u element (%d, %d) is stale or wrong: %llx, expected %llx", when,
+                 m, i, j, (unsigned long long)r->data[m][i * LD + j],
+                 (unsigned long long)r->ref[m][i * LD + j]);
+  r->checks++;
+}
+
+/* The host reads (and checks) or modifies an unpartitioned matrix. */
+static void host_access(run *r, unsigned m) {
+  bool write = next(r) % 2;
+  assert_int_equal(tdm_handle_acquire(r->mat[m], write ? TDM_RW : TDM_R), TDM_OK);
+  compare(r, m, "acquired");
+  if (write) {
+    uint64_t v = next(r);
+    for (int k = 0; k < 5; k++) {
+      size_t e = (size_t)(next(r) % ROWS) * LD + next(r) % COLS;
+      r->data[m][e] = r->ref[m][e] = v + (uint64_t)k;
+    }
+  }
+  assert_int_equal(tdm_handle_release(r->mat[m]), TDM_OK);
+}
+
+static void one_seed(tdm_runtime *rt, uint64_t seed, unsigned steps) {
+  static const size_t tiles[][2] = {{4, 4}, {6, 12}, {12, 5}, {3, 7}, {5, 5}};
+  run r = {.rt = rt, .rng = seed};
+  for (unsigned m = 0; m < NMAT; m++) {
+    r.data[m] = tdm_malloc(ROWS * LD * sizeof(uint64_t));
+    r.ref[m] = malloc(ROWS * LD * sizeof(uint64_t));
+    assert_non_null(r.data[m]);
+    assert_non_null(r.ref[m]);
+    for (int e = 0; e < ROWS * LD; e++)
+      r.data[m][e] = r.ref[m][e] = mix(seed * 7919 + (uint64_t)(m * ROWS * LD + e));
+    assert_int_equal(tdm_register_matrix(rt, r.data[m], LD, ROWS, COLS, sizeof(uint64_t),
+                                         &r.mat[m]),
+                     TDM_OK);
+  }
+  for (unsigned n = 0; n < steps; n++) {
+    unsigned m = (unsigned)(next(&r) % NMAT), what = (unsigned)(next(&r) % 20);
+    if (what < 14) {
+      submit_task(&r);
+    } else if (what < 16 && !r.parted[m]) {
+      const size_t *t = tiles[next(&r) % (sizeof tiles / sizeof tiles[0])];
+      assert_int_equal(tdm_matrix_partition(r.mat[m], t[0], t[1], 0), TDM_OK);
+      assert_int_equal(tdm_matrix_tiles(r.mat[m], &r.tr[m], &r.tc[m]), TDM_OK);
+      r.parted[m] = true;
+    } else if (what < 18 && r.parted[m]) {
+      assert_int_equal(tdm_matrix_unpartition(r.mat[m], 0), TDM_OK);
+      r.parted[m] = false;
+    } else if (!r.parted[m]) {
+      host_access(&r, m);
+    }
+  }
+  for (unsigned m = 0; m < NMAT; m++) {
+    if (r.parted[m])
+      assert_int_equal(tdm_matrix_unpartition(r.mat[m], 0), TDM_OK);
+    assert_int_equal(tdm_handle_unregister(r.mat[m]), TDM_OK);
+    compare(&r, m, "unregistered");
+    tdm_free(r.data[m]);
+    free(r.ref[m]);
+  }
+}
+
+/* ---- configurations ------------------------------------------------------ */
+
+typedef struct {
+  const char *sim;    /* emulated devices, or NULL: OpenCL */
+  bool discrete;      /* OpenCL: PoCL as a discrete device */
+  uint64_t limit;     /* device memory limit, 0: none */
+  const char *policy;
+} setup;
+
+static void to_stderr(void *data, tdm_log_level level, const char *msg) {
+  (void)data;
+  fprintf(stderr, "tandem (%d): %s\n", (int)level, msg);
+}
+
+static tdm_runtime *make(const setup *s, char *dir, size_t size) {
+  test_temp_dir(dir, size);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.ignore_env = 1;
+  cfg.cache_dir = dir;
+  cfg.scheduler = s->policy;
+  cfg.device_memory_limit = s->limit;
+  cfg.log_fn = to_stderr; /* what went wrong, if anything */
+  cfg.log_level = TDM_LOG_WARNING;
+  if (s->sim) {
+    cfg.sim = s->sim;
+    cfg.sim_time_scale = 1;
+  } else {
+    cfg.opencl_cpu_devices = 1;
+    cfg.device_memory = s->discrete ? TDM_MEMORY_SEPARATE : TDM_MEMORY_SHARED;
+  }
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  return rt;
+}
+
+static unsigned device_tasks(tdm_runtime *rt, uint64_t *evictions) {
+  tdm_machine_info mi = {.struct_size = sizeof mi};
+  assert_int_equal(tdm_runtime_machine(rt, &mi), TDM_OK);
+  unsigned n = 0;
+  *evictions = 0;
+  for (unsigned d = 0; d < mi.device_workers; d++) {
+    tdm_device_counters c = {.struct_size = sizeof c};
+    assert_int_equal(tdm_runtime_device_counters(rt, d, &c), TDM_OK);
+    n += (unsigned)c.tasks;
+    *evictions += c.evictions;
+  }
+  return n;
+}
+
+/* Runs nseeds seeds of `steps` steps; adds the tasks the devices ran and
+ * the evictions to *totals. */
+static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps,
+                 uint64_t totals[2]) {
+  char dir[64];
+  tdm_runtime *rt = make(s, dir, sizeof dir);
+  for (uint64_t seed = first; seed < first + nseeds; seed++)
+    one_seed(rt, seed, steps);
+  uint64_t evictions;
+  unsigned on_devices = device_tasks(rt, &evictions);
+  printf("%s %s%s: %u seeds, %u tasks on devices, %llu evictions\n",
+         s->sim ? "emulated" : s->discrete ? "discrete" : "integrated", s->policy,
+         s->limit ? " (memory limit)" : "", nseeds, on_devices,
+         (unsigned long long)evictions);
+  totals[0] += on_devices;
+  totals[1] += evictions;
+  tdm_runtime_destroy(rt);
+  test_remove_dir(dir);
+}
+
+#define TWO_OWN "a:speedup=2,latency=1us,bandwidth=1G;b:speedup=1.5,latency=2us,bandwidth=2G"
+
+static const char *const policies[] = {"heft", "ws", "eager", "random"};
+
+static void test_cpu_only(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(4, NULL);
+  for (uint64_t seed = 1; seed <= 8; seed++)
+    one_seed(rt, seed, 400);
+  tdm_runtime_destroy(rt);
+}
+
+/* Every policy; the devices must have taken part (some policy may keep a
+ * run on the CPU) and, with a memory limit, memory must have run short. */
+static void every_policy(const setup *base, uint64_t first, unsigned nseeds, unsigned steps) {
+  uint64_t totals[2] = {0, 0};
+  for (unsigned p = 0; p < 4; p++) {
+    setup s = *base;
+    s.policy = policies[p];
+    with(&s, first + 100 * p, nseeds, steps, totals);
+  }
+  assert_true(totals[0] > 0);
+  if (base->limit)
+    assert_true(totals[1] > 0);
+}
+
+static void test_emulated_every_policy(void **state) {
+  (void)state;
+  every_policy(&(setup){.sim = TWO_OWN}, 1000, 8, 400);
+}
+
+static void test_emulated_evictions(void **state) {
+  (void)state;
+  /* room for three matrices on each device: copies are dropped and come
+   * back as tasks need them */
+  every_policy(&(setup){.sim = TWO_OWN, .limit = 3 * ROWS * COLS * 8}, 2000, 4, 400);
+}
+
+static bool opencl_discrete;
+
+static void test_opencl_every_policy(void **state) {
+  (void)state;
+  every_policy(&(setup){.discrete = opencl_discrete}, 3000, 6, 300);
+}
+
+static void test_opencl_evictions(void **state) {
+  (void)state;
+  if (!opencl_discrete)
+    skip(); /* a device in host memory counts nothing */
+  every_policy(&(setup){.discrete = true, .limit = 3 * ROWS * COLS * 8}, 4000, 2, 300);
+}
+
+static bool have_opencl_device(bool discrete) {
+  char dir[64];
+  tdm_runtime *rt = make(&(setup){.discrete = discrete, .policy = "eager"}, dir, sizeof dir);
+  tdm_machine_info mi = {.struct_size = sizeof mi};
+  assert_int_equal(tdm_runtime_machine(rt, &mi), TDM_OK);
+  unsigned n = mi.device_workers;
+  tdm_runtime_destroy(rt);
+  test_remove_dir(dir);
+  return n > 0;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "sim";
+  if (!strcmp(mode, "sim")) {
+    init_codelets(false);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu_only),
+        cmocka_unit_test(test_emulated_every_policy),
+        cmocka_unit_test(test_emulated_evictions),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+  }
+#ifndef TEST_WITH_OPENCL
+  printf("built without OpenCL: skipped\n");
+  return 77;
+#endif
+  opencl_discrete = !strcmp(mode, "discrete");
+  init_codelets(true);
+  if (!have_opencl_device(opencl_discrete)) {
+    printf("no OpenCL CPU device here (install pocl-opencl-icd): skipped\n");
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_opencl_every_policy),
+      cmocka_unit_test(test_opencl_evictions),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,349 @@
+/*
+ * The coherence state machine alone (runtime/data/coherence.c), checked
+ * against a reference model: every sequence of events up to a small
+ * length, and long random ones, over a matrix on the host and two device
+ * nodes whose memories are real arrays. Events: read or write a handle on
+ * a node, evict a device node, partition the matrix into two tiles or
+ * unpartition it. After each read the node must hold exactly the current
+ * contents; completion tokens are counted, so that one released twice or
+ * never is caught too.
+ */
+#include "common.h"
+
+#include "../runtime/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ROWS 4
+#define COLS 3
+#define LD 5
+#define NNODES 3
+#define MAXTOK 4096
+
+/* ---- node operations on plain memory -------------------------------------- */
+
+static int refs[MAXTOK]; /* per token: references held */
+static unsigned ntok;
+static unsigned copies;
+
+static tdm_token new_token(void) {
+  assert_true(ntok + 1 < MAXTOK);
+  refs[++ntok] = 1;
+  return ntok;
+}
+
+static void *node_alloc(void *ctx, unsigned node, const tdm_buffer *b, size_t bytes) {
+  (void)ctx;
+  (void)node;
+  (void)b;
+  return calloc(1, bytes);
+}
+
+static void node_free(void *ctx, unsigned node, void *mem) {
+  (void)ctx;
+  (void)node;
+  free(mem);
+}
+
+static void use(tdm_token t) {
+  assert_true(t > 0 && t <= ntok);
+  assert_true(refs[t] > 0); /* not released already */
+}
+
+static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
+                      const tdm_token *after, unsigned nafter, tdm_token *done) {
+  (void)ctx;
+  assert_true(node > 0 && node < NNODES);
+  for (unsigned i = 0; i < nafter; i++)
+    use(after[i]);
+  const tdm_buffer *b = c->host;
+  for (size_t r = 0; r < b->nx; r++) {
+    uint64_t *host = (uint64_t *)b->ptr + r * b->ld;
+    uint64_t *dev = (uint64_t *)((char *)c->mem + r * c->pitch);
+    memcpy(to_node ? dev : host, to_node ? host : dev, b->ny * sizeof *host);
+  }
+  copies++;
+  *done = new_token();
+  return true;
+}
+
+static tdm_token node_join(void *ctx, const tdm_token *ts, unsigned n) {
+  (void)ctx;
+  for (unsigned i = 0; i < n; i++)
+    use(ts[i]);
+  return n ? new_token() : 0;
+}
+
+static bool node_retain(void *ctx, tdm_token t) {
+  (void)ctx;
+  use(t);
+  refs[t]++;
+  return true;
+}
+
+static void node_release(void *ctx, tdm_token t) {
+  (void)ctx;
+  use(t);
+  refs[t]--;
+}
+
+static bool node_test(void *ctx, tdm_token t) {
+  (void)ctx;
+  use(t);
+  return true;
+}
+
+static void node_wait(void *ctx, const tdm_token *ts, unsigned n) {
+  (void)ctx;
+  for (unsigned i = 0; i < n; i++)
+    use(ts[i]);
+}
+
+static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
+  (void)ctx;
+  (void)node;
+  return 1e-6 + (double)bytes * 1e-9;
+}
+
+static const tdm_node_ops ops = {
+    .alloc = node_alloc,
+    .free = node_free,
+    .copy = node_copy,
+    .join = node_join,
+    .retain = node_retain,
+    .release = node_release,
+    .test = node_test,
+    .wait = node_wait,
+    .link_time = node_link_time,
+};
+
+/* ---- the model ------------------------------------------------------------- */
+
+typedef struct {
+  tdm_runtime *rt; /* for handles, partitions and their tiles */
+  tdm_nodes nodes;
+  uint64_t data[ROWS * LD];
+  uint64_t truth[ROWS * LD]; /* the current contents, element by element */
+  uint64_t version;
+  tdm_handle *m;
+  bool parted;
+  tdm_handle *all[64]; /* every tile made, to forget them here */
+  unsigned nall;
+} world;
+
+/* The handles an event may name now: the matrix, or its two tiles. */
+static unsigned handles(world *w, tdm_handle **hs) {
+  if (!w->parted) {
+    hs[0] = w->m;
+    return 1;
+  }
+  hs[0] = tdm_matrix_tile(w->m, 0, 0);
+  hs[1] = tdm_matrix_tile(w->m, 1, 0);
+  return 2;
+}
+
+/* Element (r, c) of h on node: the host's memory or the node's copy. */
+static uint64_t *at(tdm_handle *h, unsigned node, size_t r, size_t c) {
+  if (node == 0)
+    return (uint64_t *)h->buf.ptr + r * h->buf.ld + c;
+  return (uint64_t *)h->coh.rep[node].mem + r * h->buf.ny + c;
+}
+
+static size_t offset(world *w, tdm_handle *h) {
+  return (size_t)((uint64_t *)h->buf.ptr - w->data);
+}
+
+static void prepare(world *w, tdm_handle *h, unsigned node, unsigned mode) {
+  tdm_tokens ts;
+  tdm__tokens_init(&ts);
+  tdm__coh_lock(&h->coh);
+  bool ok = node == 0 || tdm__mem_get(&w->nodes, h, node) != NULL;
+  ok = ok && tdm__coh_access(&w->nodes, h, node, mode, UINT32_MAX, &ts);
+  tdm__coh_unlock(&h->coh);
+  assert_true(ok);
+  tdm__tokens_release(&w->nodes, &ts);
+  tdm__coh_reap(&w->nodes);
+}
+
+static void read_on(world *w, tdm_handle *h, unsigned node) {
+  prepare(w, h, node, TDM_R);
+  size_t off = offset(w, h);
+  for (size_t r = 0; r < h->buf.nx; r++)
+    for (size_t c = 0; c < h->buf.ny; c++)
+      if (*at(h, node, r, c) != w->truth[off + r * LD + c])
+        fail_msg("node %u holds a stale element (%zu, %zu) of a %zux%zu handle", node, r, c,
+                 h->buf.nx, h->buf.ny);
+}
+
+static void write_on(world *w, tdm_handle *h, unsigned node) {
+  prepare(w, h, node, TDM_W);
+  size_t off = offset(w, h);
+  w->version++;
+  for (size_t r = 0; r < h->buf.nx; r++)
+    for (size_t c = 0; c < h->buf.ny; c++)
+      *at(h, node, r, c) = w->truth[off + r * LD + c] = w->version * 1000 + r * LD + c;
+  tdm__coh_lock(&h->coh);
+  tdm__coh_written(&w->nodes, h, node, node ? new_token() : 0);
+  tdm__coh_unlock(&h->coh);
+}
+
+/* Drops every copy on a device node, as the memory manager would. */
+static void evict(world *w, unsigned node) {
+  tdm_handle *hs[2];
+  unsigned n = handles(w, hs);
+  tdm_handle *list[3] = {w->m, n > 1 ? hs[0] : NULL, n > 1 ? hs[1] : NULL};
+  for (unsigned i = 0; i < 3; i++) {
+    tdm_handle *h = list[i];
+    if (!h || !h->coh.rep || !h->coh.rep[node].mem)
+      continue;
+    tdm__coh_lock(&h->coh);
+    assert_true(tdm__coh_evict(&w->nodes, h, node));
+    tdm__mem_drop(&w->nodes, h, node);
+    tdm__coh_unlock(&h->coh);
+  }
+}
+
+static void partition(world *w) {
+  assert_int_equal(tdm_matrix_partition(w->m, 2, COLS, 0), TDM_OK);
+  w->parted = true;
+  tdm_handle *hs[2];
+  handles(w, hs);
+  assert_true(w->nall + 2 <= sizeof w->all / sizeof w->all[0]);
+  w->all[w->nall++] = hs[0];
+  w->all[w->nall++] = hs[1];
+}
+
+/* Event e of the alphabet: 0-5 read (handle e/3, node e%3), 6-11 write,
+ * 12-13 evict node 1 or 2, 14 partition or unpartition. */
+#define NEVENTS 15
+
+static void event(world *w, unsigned e) {
+  tdm_handle *hs[2];
+  unsigned n = handles(w, hs);
+  if (e < 12) {
+    tdm_handle *h = hs[(e % 6) / 3 % n];
+    if (e < 6)
+      read_on(w, h, e % 3);
+    else
+      write_on(w, h, e % 3);
+  } else if (e < 14) {
+    evict(w, 1 + (e - 12));
+  } else if (w->parted) {
+    assert_int_equal(tdm_matrix_unpartition(w->m, 0), TDM_OK);
+    w->parted = false;
+  } else {
+    partition(w);
+  }
+}
+
+static void begin(world *w) {
+  memset(refs, 0, sizeof refs);
+  ntok = 0;
+  w->version = 0;
+  w->parted = false;
+  w->nall = 0;
+  for (size_t i = 0; i < ROWS * LD; i++)
+    w->data[i] = w->truth[i] = i;
+  assert_int_equal(tdm_register_matrix(w->rt, w->data, LD, ROWS, COLS, sizeof(uint64_t), &w->m),
+                   TDM_OK);
+}
+
+/* The end: everything read back home, state dropped, tokens balanced. */
+static void end(world *w) {
+  if (w->parted) {
+    assert_int_equal(tdm_matrix_unpartition(w->m, 0), TDM_OK);
+    w->parted = false;
+  }
+  read_on(w, w->m, 0);
+  for (unsigned i = 0; i < w->nall; i++)
+    tdm__coh_forget(&w->nodes, w->all[i], true);
+  tdm__coh_forget(&w->nodes, w->m, true);
+  tdm__coh_reap(&w->nodes);
+  for (unsigned t = 1; t <= ntok; t++)
+    if (refs[t] != 0)
+      fail_msg("token %u: %d references left", t, refs[t]);
+  assert_int_equal(tdm_handle_unregister(w->m), TDM_OK);
+}
+
+static void setup_world(world *w) {
+  memset(w, 0, sizeof *w);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 1;
+  cfg.bind_workers = 0;
+  cfg.ignore_env = 1;
+  /* devices, so that tiles take their contents when first used; the
+   * model's own nodes stand for them */
+  cfg.sim = "a:latency=1us,bandwidth=1G;b:latency=1us,bandwidth=1G";
+  cfg.sim_time_scale = 1;
+  assert_int_equal(tdm_runtime_create(&cfg, &w->rt), TDM_OK);
+  uint64_t limits[NNODES - 1] = {UINT64_MAX, UINT64_MAX};
+  assert_int_equal(tdm__nodes_init(&w->nodes, NULL, &ops, NULL, NNODES, limits), TDM_OK);
+}
+
+static void teardown_world(world *w) {
+  tdm__nodes_fini(&w->nodes);
+  tdm_runtime_destroy(w->rt);
+}
+
+static void test_every_sequence(void **state) {
+  (void)state;
+  static world w;
+  setup_world(&w);
+  const unsigned len = 5;
+  unsigned long total = 1, runs = 0;
+  for (unsigned i = 0; i < len; i++)
+    total *= NEVENTS;
+  for (unsigned long s = 0; s < total; s++) {
+    begin(&w);
+    for (unsigned long x = s, i = 0; i < len; i++, x /= NEVENTS)
+      event(&w, (unsigned)(x % NEVENTS));
+    end(&w);
+    runs++;
+  }
+  printf("%lu sequences of %u events, %u copies\n", runs, len, copies);
+  teardown_world(&w);
+}
+
+static void test_long_random_sequences(void **state) {
+  (void)state;
+  static world w;
+  setup_world(&w);
+  uint64_t x = 88172645463325252ull;
+  for (unsigned s = 0; s < 20000; s++) {
+    begin(&w);
+    for (unsigned i = 0; i < 24; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      event(&w, (unsigned)(x % NEVENTS));
+    }
+    end(&w);
+  }
+  teardown_world(&w);
+}
+
+static void test_nodeset_past_64(void **state) {
+  (void)state;
+  tdm_nodeset s = tdm__nodeset_of(0);
+  for (unsigned n = 1; n < TDM_MAX_NODES; n += 7)
+    tdm__nodeset_add(&s, n);
+  for (unsigned n = 0; n < TDM_MAX_NODES; n++)
+    assert_int_equal(tdm__nodeset_has(&s, n), n == 0 || n % 7 == 1);
+  assert_int_equal(tdm__nodeset_next(&s, 1), 1);
+  assert_int_equal(tdm__nodeset_next(&s, 65), 71);
+  tdm_nodeset one = tdm__nodeset_of(100);
+  assert_true(tdm__nodeset_only(&one, 100));
+  assert_false(tdm__nodeset_only(&one, 36)); /* 100 - 64: another word */
+  tdm__nodeset_del(&one, 100);
+  assert_true(tdm__nodeset_empty(&one));
+  assert_int_equal(tdm__nodeset_next(&one, 0), -1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_nodeset_past_64),
+      cmocka_unit_test(test_every_sequence),
+      cmocka_unit_test(test_long_random_sequences),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
