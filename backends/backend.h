@@ -1,7 +1,26 @@
 /*
- * The boundary between the runtime and its device backends.
+ * The boundary between the runtime and its device backends, both ways.
  *
- * A backend provides memory-node operations (here) used by the coherence
+ * What a backend provides: a tdm_backend (below), registered in
+ * tdm__backends (backends/backends.c), which the runtime asks in order to
+ * discover devices; the first backend that claims the runtime drives its
+ * device workers. Its state lives behind rt->backend, opaque to the core.
+ *
+ * What a backend may call in the core (and nothing else besides logging,
+ * allocation through the fault seam tdm__malloc & co., and the device
+ * records of runtime/devices.h):
+ *   - tdm__devq_put/put_first/pop/take and tdm__devq_next: its queue of
+ *     placed tasks, and the next task for device k (which may come from the
+ *     shared queue or another device);
+ *   - tdm__task_pin / tdm__task_unpin / tdm__task_access /
+ *     tdm__task_written (runtime/data/access.c): a task's buffers on its
+ *     node, copies started by the coherence module;
+ *   - tdm__task_done: the one way a task ends (trace, model, callback,
+ *     successors), with its status;
+ *   - tdm__wake_for_completion: a CPU worker should call `progress`;
+ *   - tdm__nodes_init / tdm__nodes_fini: its memory nodes.
+ *
+ * The backend also provides memory-node operations (tdm_node_ops) used by the coherence
  * module (runtime/data/coherence.h): allocate a buffer on a node, free it,
  * copy between a node and the host returning a completion token, and
  * test, wait for, retain and release tokens. A token is the backend's own
@@ -56,5 +75,61 @@ typedef struct tdm_node_ops {
   /* Predicted seconds of a copy of `bytes` between the host and `node`. */
   double (*link_time)(void *ctx, unsigned node, uint64_t bytes);
 } tdm_node_ops;
+
+typedef struct tdm_runtime tdm_runtime;
+typedef struct tdm_task tdm_task;
+struct tdm_trace_event;
+struct tdm_device_counters;
+
+typedef struct tdm_backend {
+  const char *name; /* for messages: "OpenCL", "emulated" */
+  /* Finds this backend's devices (rt->devices records, rt->device_of,
+   * rt->ndevice_workers). *claims: the runtime is this backend's (it was
+   * asked for, or it is the last resort), and no backend after it is
+   * asked; it may still have found no device. TDM_OK, or why the runtime
+   * cannot start (logged). */
+  tdm_status (*discover)(tdm_runtime *rt, bool *claims);
+  /* Frees what discover and start made, memory nodes included (at
+   * destroy, after stop and after the handles are gone); NULL: nothing. */
+  void (*release)(tdm_runtime *rt);
+  /* Starts the device workers (after the CPU workers). Stop: no task runs
+   * or ends on a device any more, no command or callback is in flight
+   * (the handles go next, while the memory nodes are still there). */
+  tdm_status (*start)(tdm_runtime *rt);
+  void (*stop)(tdm_runtime *rt);
+  /* At submission: which devices may run t (t->dev_mask, t->gpu_ok when
+   * any may); TDM_OK, or why a task that can only run on a device
+   * cannot (logged). */
+  tdm_status (*prepare)(tdm_runtime *rt, tdm_task *t, const char *what);
+  /* The device worker the calling thread is, or -1. */
+  int (*current)(const tdm_runtime *rt);
+  /* Queues t on device k, which starts it when it has room. */
+  void (*push)(tdm_runtime *rt, unsigned k, tdm_task *t);
+  /* Takes back the task queued last on device k, not started, if `want`
+   * accepts it (called under the device's lock; may be NULL); or NULL.
+   * Cheap when nothing is queued (no lock taken). */
+  tdm_task *(*take)(tdm_runtime *rt, unsigned k, bool (*want)(tdm_task *, void *),
+                    void *data);
+  /* Device k may take work from the shared queue or from others now. */
+  void (*kick)(tdm_runtime *rt, unsigned k);
+  /* Ends the tasks whose device work completed; false if none. May be
+   * NULL (devices that end their tasks on threads of their own). */
+  bool (*progress)(tdm_runtime *rt);
+  /* Device events of the trace not recorded as they happened (may be
+   * NULL). */
+  void (*trace_collect)(tdm_runtime *rt, void (*add)(void *, const struct tdm_trace_event *),
+                        void *data);
+  uint64_t (*busy_ns)(const tdm_runtime *rt, unsigned k);
+  void (*counters)(const tdm_runtime *rt, unsigned k, struct tdm_device_counters *c);
+  /* An emulated machine: how many times its real duration task t takes
+   * on CPU worker `worker` (the CPU workers stretch their tasks by it);
+   * NULL: the real machine. */
+  double (*cpu_factor)(const tdm_runtime *rt, unsigned worker, const tdm_task *t);
+} tdm_backend;
+
+/* The backends, in the order they are asked; NULL-terminated. */
+extern const tdm_backend *const tdm__backends[];
+extern const tdm_backend tdm__sim_backend;    /* backends/sim */
+extern const tdm_backend tdm__opencl_backend; /* backends/opencl */
 
 #endif

@@ -114,6 +114,10 @@ typedef struct tdm_opencl tdm_opencl;
  * TDM_ERR_NO_MEMORY. */
 tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path);
 
+/* The OpenCL backend's discover: the above, then the choice and the
+ * contexts of the devices used (backends/backend.h). */
+tdm_status tdm__opencl_claim(tdm_runtime *rt, bool *claims);
+
 /* Creates and keeps an OpenCL context on device i (a selected one). On
  * failure the device is marked unused with the reason, logged, and
  * false is returned. */

@@ -16,14 +16,12 @@
 #include "deque.h"
 #include "support/spinlock.h"
 #include "data/coherence.h"
+#include "../backends/backend.h"
 #include "devices.h"
 #include "policy.h"
 #include "trace.h"
 
-typedef struct tdm_device_ops tdm_device_ops;
 typedef struct tdm_sched tdm_sched;
-typedef struct tdm_sim tdm_sim;
-typedef struct tdm_gpu tdm_gpu; /* backends/opencl/device.c */
 
 /* ---- small utilities -------------------------------------------------- */
 
@@ -478,13 +476,13 @@ struct tdm_runtime {
   int cache_fd;               /* the directory, open; -1: none */
   unsigned ndevice_workers;
   unsigned *device_of;
-  struct tdm_gpu **gpus; /* device worker k (backends/opencl/device.c) */
-  tdm_nodes nodes;       /* memory nodes, set up by the backend (none: n 0) */
-  const tdm_device_ops *dev; /* NULL: no device worker */
+  const tdm_backend *claimed; /* the backend whose runtime this is, or NULL */
+  const tdm_backend *dev;     /* the same, when it has device workers */
+  void *backend;              /* its state, opaque here */
+  tdm_nodes nodes;            /* memory nodes, set up by it (none: n 0) */
   /* Set once the devices are started, after the CPU workers (whose
    * idle rounds look at the devices only from then on). */
   _Atomic bool devices_ready;
-  struct tdm_sim *sim;       /* emulated devices (backends/sim) */
   char *sim_text;            /* cfg.sim points here */
   /* Emulated machines run `time_scale` times slower than real ones (see
    * tdm_config.sim): CPU tasks take that many times their real time. */
@@ -578,6 +576,14 @@ uint64_t tdm__task_bytes(const tdm_task *t);
 /* Finishes t: releases successors, wakes waiters, drops the runtime's
  * reference. Used for codelet tasks and host acquisitions alike. */
 void tdm__task_finish(tdm_task *t);
+/* The end of a codelet task, wherever it ran (a CPU worker, a device):
+ * it ran on worker `worker` (a CPU worker's id, or nworkers + k for
+ * device k) from t0 to t1 (tdm__now_ns) with `status` (TDM_OK, or why it
+ * did not run: its outputs are unchanged then). Records it in the trace
+ * and the model when it succeeded, calls its callback, finishes it. The
+ * one way a backend ends a task. */
+void tdm__task_done(tdm_task *t, unsigned worker, tdm_status status, uint64_t t0,
+                    uint64_t t1);
 /* Subtracts n from rt->inflight; wakes wait_all at zero. */
 void tdm__sub_inflight(tdm_runtime *rt, int64_t n);
 /* Blocks until t reaches `state` (READY or DONE). */
@@ -627,58 +633,15 @@ tdm_status tdm__trace_write(tdm_runtime *rt);
 /* At destroy: the statistics summary through the log, when asked. */
 void tdm__trace_finish(tdm_runtime *rt);
 
-/* ---- devices: one ops table per backend ------------------------------ */
+/* ---- devices (backends/backend.h) ------------------------------------- */
 
-/* What the runtime asks of the devices' backend (backends/opencl: real
- * OpenCL devices; backends/sim: emulated ones). A runtime uses one
- * backend; device worker k (worker id nworkers + k) drives record
- * device_of[k]. Memory node 0 is the host's; device k's own memory, if
- * it has any, is node 1 + k (bit 1 + k of a handle's `valid`). */
+/* Device worker k (worker id nworkers + k) drives device record
+ * device_of[k]. Memory node 0 is the host's; device k's own memory, if it
+ * has any, is node 1 + k. */
 #define TDM_MAX_DEVICE_WORKERS 64 /* bits of tdm_task.dev_mask */
 
-struct tdm_device_ops {
-  const char *name; /* for messages: "OpenCL", "emulated" */
-  tdm_status (*start)(tdm_runtime *rt);
-  void (*stop)(tdm_runtime *rt);
-  /* At submission: which devices may run t (t->dev_mask, t->gpu_ok when
-   * any may); TDM_OK,
-   * or why a task that can only run on a device cannot (logged). */
-  tdm_status (*prepare)(tdm_runtime *rt, tdm_task *t, const char *what);
-  /* The device worker the calling thread is, or -1. */
-  int (*current)(const tdm_runtime *rt);
-  /* Queues t on device k, which starts it when it has room. */
-  void (*push)(tdm_runtime *rt, unsigned k, tdm_task *t);
-  /* Takes back the task queued last on device k, not started, if `want`
-   * accepts it (called under the device's lock; may be NULL); or NULL.
-   * Cheap when nothing is queued (no lock taken). */
-  tdm_task *(*take)(tdm_runtime *rt, unsigned k, bool (*want)(tdm_task *, void *),
-                    void *data);
-  /* Device k may take work from the shared queue or from others now. */
-  void (*kick)(tdm_runtime *rt, unsigned k);
-  /* Finishes the tasks whose device work completed; false if none. */
-  bool (*progress)(tdm_runtime *rt);
-  /* Device events of the trace not recorded as they happened (may be
-   * NULL). */
-  void (*trace_collect)(tdm_runtime *rt, void (*add)(void *, const tdm_trace_event *),
-                        void *data);
-  uint64_t (*busy_ns)(const tdm_runtime *rt, unsigned k);
-  void (*counters)(const tdm_runtime *rt, unsigned k, tdm_device_counters *c);
-};
-
-extern const tdm_device_ops tdm__opencl_ops; /* backends/opencl/device.c */
-extern const tdm_device_ops tdm__sim_ops;    /* backends/sim/sim.c */
-
-/* backends/sim: parses tdm_config.sim into device records (the runtime's
- * devices and device workers); TDM_ERR_INVALID_ARG with a message when
- * the description is bad. */
-tdm_status tdm__sim_setup(tdm_runtime *rt, const char *text);
-void tdm__sim_free(tdm_runtime *rt);
-/* How many times its real duration task t takes on CPU worker `worker`
- * of an emulated machine: the time scale, over the speed declared for
- * its kind of core ("cpu.N", default 1). */
-double tdm__sim_cpu_factor(const tdm_runtime *rt, unsigned worker, const tdm_task *t);
-/* When the emulated devices' clock started (tdm__now_ns; slow_at counts
- * from there), 0 without emulated devices. */
+/* backends/sim, for tests: when the emulated devices' clock started
+ * (tdm__now_ns; slow_at counts from there), 0 without emulated devices. */
 uint64_t tdm__sim_t0(const tdm_runtime *rt);
 /* Sleeps the calling thread until tdm__now_ns() reaches `until`. */
 void tdm__sleep_until(uint64_t until);
@@ -686,9 +649,11 @@ void tdm__sleep_until(uint64_t until);
 /* data/access.c: a task's buffers where it runs. Slot 1 + k is device k's
  * buffers (in its own memory, or over host memory for a device working
  * there); node is where it works (tdm__device_node). */
-/* Makes t's buffers in `slot` and pins them (mems[i]); false, none
- * pinned, when they do not fit now. */
-bool tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems);
+/* Makes t's buffers in `slot` and pins them (mems[i]). Else none is
+ * pinned: FULL, they do not fit beside the pinned ones; BUSY, other
+ * threads held buffers in the way (try again). */
+typedef enum { TDM_PIN_OK, TDM_PIN_FULL, TDM_PIN_BUSY } tdm_pin;
+tdm_pin tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems);
 void tdm__task_unpin(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned n);
 /* t's accesses on `node`: copies started, what to wait for added to w;
  * false when a copy could not be made (logged). */

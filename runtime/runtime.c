@@ -277,49 +277,24 @@ static tdm_status check_device_config(tdm_runtime *rt) {
   return TDM_OK;
 }
 
-/* Finds the OpenCL devices, chooses those to use, opens a context on each
- * and gives each a worker id after the CPU workers'. Never fails for want
- * of OpenCL: the runtime then runs on the CPU cores. */
+/* Asks the backends, in order, for devices (backends/backend.h): the
+ * first that claims the runtime drives its device workers. Never fails
+ * for want of devices: the runtime then runs on the CPU cores. */
 static tdm_status setup_devices(tdm_runtime *rt) {
   rt->opencl_status = TDM_ERR_NO_OPENCL;
-  if (rt->cfg.sim) {
-    snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
-             "not looked for: emulated devices (sim) are used instead");
-    tdm_status st = tdm__sim_setup(rt, rt->cfg.sim);
-    if (!st && rt->ndevice_workers)
-      rt->dev = &tdm__sim_ops;
-    return st;
-  }
-  if (rt->selection.none) {
-    snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
-             "not looked for: devices=\"none\", CPU cores only");
-    return TDM_OK;
-  }
-  tdm_status st = tdm__opencl_discover(rt, rt->cfg.opencl_library);
-  if (st == TDM_ERR_NO_MEMORY)
-    return st;
-  rt->opencl_status = rt->nplatforms ? TDM_OK : TDM_ERR_NO_OPENCL;
-  tdm__select_devices(rt->devices, rt->ndevices, &rt->selection);
-  rt->device_of = rt->ndevices ? calloc(rt->ndevices, sizeof *rt->device_of) : NULL;
-  if (rt->ndevices && !rt->device_of)
-    return TDM_ERR_NO_MEMORY;
-  for (unsigned i = 0; i < rt->ndevices; i++) {
-    tdm_device_record *d = &rt->devices[i];
-    if (d->used && rt->ndevice_workers == TDM_MAX_DEVICE_WORKERS) {
-      d->used = false;
-      snprintf(d->usage, sizeof d->usage, "not used: at most %d devices are",
-               TDM_MAX_DEVICE_WORKERS);
+  for (const tdm_backend *const *b = tdm__backends; *b; b++) {
+    bool claims = false;
+    tdm_status st = (*b)->discover(rt, &claims);
+    if (claims)
+      rt->claimed = *b; /* released at teardown, even after a failure */
+    if (st)
+      return st;
+    if (claims) {
+      if (rt->ndevice_workers)
+        rt->dev = *b;
+      break;
     }
-    if (d->used && tdm__opencl_activate(rt, i)) {
-      d->worker = (int)(rt->nworkers + rt->ndevice_workers);
-      rt->device_of[rt->ndevice_workers++] = i;
-    }
-    tdm__log(rt, TDM_LOG_INFO, "OpenCL device %u: %s (%s, %s): %s, %s; %s", i, d->name,
-             d->platform_name, tdm_device_class_name(d->cls), d->reason,
-             d->shared_memory ? "shared memory" : "separate memory", d->usage);
   }
-  if (rt->ndevice_workers)
-    rt->dev = &tdm__opencl_ops;
   return TDM_OK;
 }
 
@@ -394,9 +369,12 @@ static void teardown(tdm_runtime *rt) {
       }
     }
   }
-  tdm__handles_destroy(rt);
-  if (rt->dev && rt->dev->stop) /* emulated devices' threads look at the deques */
+  /* the devices stop before the handles go (an emulated device's thread
+   * may still be ending a task), and before the deques (it looks at
+   * them); their memory nodes and state go with the backend's release */
+  if (rt->dev && rt->dev->stop)
     rt->dev->stop(rt);
+  tdm__handles_destroy(rt);
   tdm__sched_stop(rt);
   if (rt->workers) {
     for (unsigned i = 0; i < rt->nworkers; i++) {
@@ -409,8 +387,8 @@ static void teardown(tdm_runtime *rt) {
   tdm__pool_destroy(rt);
   tdm__plan_free(&rt->plan);
   tdm__machine_free(rt);
-  tdm__sim_free(rt);
-  tdm__opencl_close(rt);
+  if (rt->claimed && rt->claimed->release)
+    rt->claimed->release(rt);
   tdm__cache_close(rt);
   free(rt->platforms);
   free(rt->devices);

@@ -444,10 +444,14 @@ static void wake_waiters(tdm_runtime *rt) {
 
 static void task_ready(tdm_task *t) {
   if (t->kind == TDM_TASK_ACQUIRE) {
+    /* Once READY is seen, the acquirer may release the task and free it:
+     * a reference keeps it while we look at its waiters. */
+    tdm__task_ref(t);
     atomic_store(&t->state, TDM_TS_READY);
     /* seq_cst above pairs with the waiter's seq_cst increment (Dekker) */
     if (atomic_load(&t->waiters))
       wake_waiters(t->rt);
+    tdm__task_unref(t);
     return;
   }
   atomic_store_explicit(&t->state, TDM_TS_READY, memory_order_relaxed);
@@ -703,6 +707,18 @@ void tdm__task_finish(tdm_task *t) {
   finish(t, tdm__self_in(t->rt));
 }
 
+void tdm__task_done(tdm_task *t, unsigned worker, tdm_status status, uint64_t t0,
+                    uint64_t t1) {
+  tdm_runtime *rt = t->rt;
+  if (!status)
+    tdm__trace_task(rt, t, worker, t0, t1);
+  if (tdm__sched_timed(t)) /* the backlog shrinks; the model learns a success */
+    tdm__sched_done(t, worker, status ? -1 : 1e-9 * (double)(t1 - t0));
+  if (t->callback)
+    t->callback(t->callback_data);
+  finish(t, tdm__self_in(rt));
+}
+
 void tdm__task_execute(tdm_task *t, tdm_worker *w) {
   tdm_runtime *rt = t->rt;
   if (rt->ndevice_workers && !tdm__host_ready(t))
@@ -710,29 +726,28 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
   tdm__count(&w->tasks_run, 1);
   /* timed when tracing or counting, for the scheduler's model (a task a
    * device could run), or to stretch it on an emulated machine */
-  bool timed = rt->timing || rt->sim || tdm__sched_timed(t);
-  if (!rt->recording && !timed) {
+  /* an emulated machine (a backend's cpu_factor) is slower than this one */
+  double (*stretch)(const tdm_runtime *, unsigned, const tdm_task *) =
+      rt->claimed ? rt->claimed->cpu_factor : NULL;
+  bool timed = rt->recording || rt->timing || stretch || tdm__sched_timed(t);
+  uint64_t t0 = 0, t1 = 0;
+  if (!timed) {
     tdm__cpu_run(t, NULL);
   } else {
-    uint64_t t0 = timed ? tdm__now_ns() : 0;
+    t0 = tdm__now_ns();
     tdm__cpu_run(t, NULL);
-    uint64_t t1 = timed ? tdm__now_ns() : 0;
-    if (rt->sim) { /* an emulated machine: slower than this one */
-      double stretched = (double)(t1 - t0) * 1e-9 * tdm__sim_cpu_factor(rt, w->id, t);
+    t1 = tdm__now_ns();
+    if (stretch) {
+      double stretched = (double)(t1 - t0) * 1e-9 * stretch(rt, w->id, t);
       tdm__sleep_until(t0 + tdm__ns_of(stretched));
       t1 = tdm__now_ns();
     }
-    if (tdm__sched_timed(t))
-      tdm__sched_done(t, w->id, 1e-9 * (double)(t1 - t0));
     if (rt->timing) /* the statistics measure times only when asked */
       tdm__count(&w->busy_ns, t1 - t0);
-    tdm__trace_task(rt, t, w->id, t0, t1);
   }
   if (rt->ndevice_workers)
     tdm__host_written(t);
-  if (t->callback)
-    t->callback(t->callback_data);
-  finish(t, w);
+  tdm__task_done(t, w->id, TDM_OK, t0, t1);
 }
 
 void tdm__task_wait_state(tdm_task *t, uint32_t state) {

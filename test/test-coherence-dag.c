@@ -382,6 +382,16 @@ static void test_emulated_evictions(void **state) {
   every_policy(&(setup){.sim = TWO_OWN, .limit = 3 * ROWS * COLS * 8}, 2000, 4, 400);
 }
 
+/* Forty devices with memory of their own: nodes past the 32nd and 64th
+ * bits of a word (the set of valid nodes once was 32 bits wide). */
+static void test_emulated_forty_devices(void **state) {
+  (void)state;
+  uint64_t totals[2] = {0, 0};
+  with(&(setup){.sim = "gpu:workers=40,speedup=2,latency=1us,bandwidth=1G", .policy = "eager"},
+       5000, 3, 300, totals);
+  assert_true(totals[0] > 0);
+}
+
 static bool opencl_discrete;
 
 static void test_opencl_every_policy(void **state) {
@@ -415,6 +425,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_cpu_only),
         cmocka_unit_test(test_emulated_every_policy),
         cmocka_unit_test(test_emulated_evictions),
+        cmocka_unit_test(test_emulated_forty_devices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
   }

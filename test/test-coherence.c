@@ -158,7 +158,7 @@ static void prepare(world *w, tdm_handle *h, unsigned node, unsigned mode) {
   tdm_tokens ts;
   tdm__tokens_init(&ts);
   tdm__coh_lock(&h->coh);
-  bool ok = node == 0 || tdm__mem_get(&w->nodes, h, node) != NULL;
+  bool ok = node == 0 || tdm__mem_get(&w->nodes, h, node, NULL) != NULL;
   ok = ok && tdm__coh_access(&w->nodes, h, node, mode, UINT32_MAX, &ts);
   tdm__coh_unlock(&h->coh);
   assert_true(ok);

@@ -99,7 +99,7 @@ void *tdm__cache_load(tdm_runtime *rt, const char *key, size_t keylen, size_t *s
   const char *why = NULL;
   if (fstat(fd, &st) != 0 || st.st_size > TDM_CACHE_MAX_ENTRY)
     why = "larger than any entry";
-  else if (!(data = malloc((n = (size_t)st.st_size) ? n : 1)) || !read_all(fd, data, n))
+  else if (!(data = tdm__malloc(rt, (n = (size_t)st.st_size) ? n : 1)) || !read_all(fd, data, n))
     why = data ? "unreadable" : "out of memory";
   else if (!(why = tdm__cache_parse(data, n, key, keylen, &at, &len)) && (bin = malloc(len)))
     memcpy(bin, data + at, len);

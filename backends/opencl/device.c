@@ -31,6 +31,7 @@
  * again when they complete.
  */
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,11 @@
 
 /* Built without the OpenCL headers: no device is ever found, so this
  * table is never used. */
-const tdm_device_ops tdm__opencl_ops = {.name = "OpenCL"};
+const tdm_backend tdm__opencl_backend = {
+    .name = "OpenCL",
+    .discover = tdm__opencl_claim,
+    .release = tdm__opencl_close,
+};
 
 #else
 #include "cl.h"
@@ -60,6 +65,7 @@ typedef struct program {
   struct program *next;
 } program;
 
+typedef struct tdm_gpu tdm_gpu;
 struct tdm_gpu {
   tdm_runtime *rt;
   unsigned k;      /* device worker k */
@@ -95,6 +101,11 @@ struct tdm_gpu {
   size_t npending, cap_pending;
   tdm_trace_buf copies;
 };
+
+/* The backend's state: device worker k's record. */
+static tdm_gpu **gpus(const tdm_runtime *rt) {
+  return rt->backend;
+}
 
 /* What a task on a device keeps until its commands complete. */
 typedef struct exec {
@@ -156,7 +167,7 @@ static bool command_times(const tdm_gpu *g, cl_event e, uint64_t *t0, uint64_t *
 }
 
 static uint64_t cl_busy_ns(const tdm_runtime *rt, unsigned k) {
-  return rt->gpus && k < rt->ndevice_workers ? atomic_load(&rt->gpus[k]->busy_ns) : 0;
+  return gpus(rt) && k < rt->ndevice_workers ? atomic_load(&gpus(rt)[k]->busy_ns) : 0;
 }
 
 static void add_to_buf(void *data, const tdm_trace_event *e);
@@ -205,8 +216,8 @@ static void add_to_buf(void *data, const tdm_trace_event *e) {
 
 static void cl_trace_collect(tdm_runtime *rt, void (*add)(void *, const tdm_trace_event *),
                             void *data) {
-  for (unsigned k = 0; rt->gpus && k < rt->ndevice_workers; k++) {
-    tdm_gpu *g = rt->gpus[k];
+  for (unsigned k = 0; gpus(rt) && k < rt->ndevice_workers; k++) {
+    tdm_gpu *g = gpus(rt)[k];
     resolve_copies(g);
     TDM_PTHREAD(rt, pthread_mutex_lock(&g->trace_lock));
     for (size_t i = 0; i < g->copies.n; i++)
@@ -219,14 +230,15 @@ static tdm_status cl_start(tdm_runtime *rt) {
   if (!rt->ndevice_workers)
     return TDM_OK;
   const cl_api *api = api_of(rt);
-  rt->gpus = calloc(rt->ndevice_workers, sizeof *rt->gpus);
-  if (!rt->gpus)
+  tdm_gpu **all = tdm__calloc(rt, rt->ndevice_workers, sizeof *all);
+  if (!all)
     return TDM_ERR_NO_MEMORY;
+  rt->backend = all;
   for (unsigned k = 0; k < rt->ndevice_workers; k++) {
-    tdm_gpu *g = calloc(1, sizeof *g);
+    tdm_gpu *g = tdm__calloc(rt, 1, sizeof *g);
     if (!g)
       return TDM_ERR_NO_MEMORY;
-    rt->gpus[k] = g;
+    gpus(rt)[k] = g;
     unsigned d = rt->device_of[k];
     g->rt = rt;
     g->k = k;
@@ -244,7 +256,7 @@ static tdm_status cl_start(tdm_runtime *rt) {
       pthread_mutex_destroy(&g->lock);
     if (err) {
       free(g);
-      rt->gpus[k] = NULL;
+      gpus(rt)[k] = NULL;
       tdm__log(rt, TDM_LOG_ERROR, "pthread_mutex_init: %s", strerror(err));
       return TDM_ERR_SYSTEM;
     }
@@ -265,17 +277,33 @@ static tdm_status cl_start(tdm_runtime *rt) {
   /* memory nodes: a device with memory of its own counts it */
   uint64_t limits[TDM_MAX_DEVICE_WORKERS];
   for (unsigned k = 0; k < rt->ndevice_workers; k++)
-    limits[k] = rt->gpus[k]->shared ? 0 : rt->gpus[k]->limit;
+    limits[k] = gpus(rt)[k]->shared ? 0 : gpus(rt)[k]->limit;
   return tdm__nodes_init(&rt->nodes, rt, &cl_node_ops, rt, 1 + rt->ndevice_workers, limits);
 }
 
+/* Waits for every command and callback (the handles go next). */
 static void cl_stop(tdm_runtime *rt) {
-  tdm__nodes_fini(&rt->nodes);
-  if (!rt->gpus)
+  if (!gpus(rt))
     return;
   const cl_api *api = api_of(rt);
   for (unsigned k = 0; k < rt->ndevice_workers; k++) {
-    tdm_gpu *g = rt->gpus[k];
+    tdm_gpu *g = gpus(rt)[k];
+    if (g && g->compute)
+      CL_CHECK(rt, api->Finish(g->compute), "clFinish");
+    if (g && g->transfer)
+      CL_CHECK(rt, api->Finish(g->transfer), "clFinish");
+    /* callbacks of completed copies may still be on their way */
+    while (g && atomic_load(&g->timing_copies))
+      tdm__sleep_until(tdm__now_ns() + 100000);
+  }
+}
+
+/* Frees the devices' state, their memory nodes and the contexts. */
+static void cl_release(tdm_runtime *rt) {
+  tdm__nodes_fini(&rt->nodes);
+  const cl_api *api = gpus(rt) ? api_of(rt) : NULL;
+  for (unsigned k = 0; api && k < rt->ndevice_workers; k++) {
+    tdm_gpu *g = gpus(rt)[k];
     if (!g)
       continue;
     for (program *p = g->programs, *next; p; p = next) {
@@ -286,17 +314,10 @@ static void cl_stop(tdm_runtime *rt) {
         api->ReleaseProgram(p->program);
       free(p);
     }
-    if (g->compute) {
-      CL_CHECK(rt, api->Finish(g->compute), "clFinish");
+    if (g->compute)
       api->ReleaseCommandQueue(g->compute);
-    }
-    if (g->transfer) {
-      CL_CHECK(rt, api->Finish(g->transfer), "clFinish");
+    if (g->transfer)
       api->ReleaseCommandQueue(g->transfer);
-    }
-    /* callbacks of completed copies may still be on their way */
-    while (atomic_load(&g->timing_copies))
-      tdm__sleep_until(tdm__now_ns() + 100000);
     double lat, bw;
     if (tdm__link_estimate(&g->link, &lat, &bw))
       tdm__log(rt, TDM_LOG_INFO, "OpenCL: device %u: link learnt from %u copies timed: "
@@ -313,8 +334,9 @@ static void cl_stop(tdm_runtime *rt) {
     pthread_mutex_destroy(&g->trace_lock);
     free(g);
   }
-  free(rt->gpus);
-  rt->gpus = NULL;
+  free(gpus(rt));
+  rt->backend = NULL;
+  tdm__opencl_close(rt);
 }
 
 /* ---- programs ----------------------------------------------------------- */
@@ -327,7 +349,7 @@ static void log_build_failure(tdm_gpu *g, const program *p, const char *name, cl
   if (p->program &&
       api->GetProgramBuildInfo(p->program, g->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &len) ==
           CL_SUCCESS &&
-      len && (log = malloc(len + 1)) &&
+      len && (log = tdm__malloc(rt, len + 1)) &&
       api->GetProgramBuildInfo(p->program, g->id, CL_PROGRAM_BUILD_LOG, len, log, NULL) ==
           CL_SUCCESS)
     log[len] = 0;
@@ -351,7 +373,7 @@ static char *cache_key(const tdm_gpu *g, const tdm_opencl_variant *v, size_t *le
   size_t n = 0;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
     n += strlen(parts[i]) + 1;
-  char *key = malloc(n), *at = key;
+  char *key = tdm__malloc(g->rt, n), *at = key;
   if (!key)
     return NULL;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
@@ -402,7 +424,7 @@ static void to_cache(tdm_gpu *g, program *p, const char *key, size_t keylen) {
           CL_SUCCESS ||
       !size)
     return;
-  unsigned char *bin = malloc(size);
+  unsigned char *bin = tdm__malloc(g->rt, size);
   unsigned char *bins[1] = {bin};
   if (bin &&
       api->GetProgramInfo(p->program, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS)
@@ -417,7 +439,7 @@ static program *program_of(tdm_gpu *g, const tdm_codelet *cl) {
   for (program *p = g->programs; p; p = p->next)
     if (p->variant == v)
       return p;
-  program *p = calloc(1, sizeof *p);
+  program *p = tdm__calloc(g->rt, 1, sizeof *p);
   if (!p)
     return NULL;
   p->variant = v;
@@ -496,7 +518,7 @@ static tdm_status cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
     return TDM_OK;
   tdm_status st = TDM_ERR_BUILD;
   for (unsigned k = 0; k < rt->ndevice_workers; k++) {
-    tdm_status pst = can_run(rt->gpus[k], t, true);
+    tdm_status pst = can_run(gpus(rt)[k], t, true);
     if (!pst) {
       st = TDM_OK; /* at least one device can run it */
       t->dev_mask |= 1ull << k;
@@ -529,7 +551,7 @@ static tdm_token token_of(cl_event e) {
 }
 
 static tdm_gpu *gpu_of_node(const tdm_runtime *rt, unsigned node) {
-  return rt->gpus[node - 1];
+  return gpus(rt)[node - 1];
 }
 
 typedef struct waitlist {
@@ -886,27 +908,21 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
   api->ReleaseEvent(x->done);
   tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
   atomic_fetch_add_explicit(&g->tasks, 1, memory_order_relaxed);
-  uint64_t now = tdm__now_ns(), t0, t1, ran;
+  uint64_t now = tdm__now_ns(), t0, t1;
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   g->inflight--;
-  if (command_times(g, x->kernel, &t0, &t1)) {
-    ran = t1 - t0;
-    tdm__trace_task(rt, t, rt->nworkers + g->k, t0, t1);
-  } else { /* in-order queue: it ran after its launch and the one before */
-    uint64_t from = x->launched > g->last_done ? x->launched : g->last_done;
-    ran = now > from ? now - from : 0;
+  if (!command_times(g, x->kernel, &t0, &t1)) {
+    /* in-order queue: it ran after its launch and the one before */
+    t0 = x->launched > g->last_done ? x->launched : g->last_done;
+    t1 = now > t0 ? now : t0;
   }
-  atomic_fetch_add_explicit(&g->busy_ns, ran, memory_order_relaxed);
+  atomic_fetch_add_explicit(&g->busy_ns, t1 - t0, memory_order_relaxed);
   g->last_done = now;
   TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
-  if (tdm__sched_timed(t))
-    tdm__sched_done(t, rt->nworkers + g->k, 1e-9 * (double)ran);
   if (x->kernel)
     api->ReleaseEvent(x->kernel);
   free(x);
-  if (t->callback)
-    t->callback(t->callback_data);
-  tdm__task_finish(t);
+  tdm__task_done(t, rt->nworkers + g->k, status < 0 ? TDM_ERR_SYSTEM : TDM_OK, t0, t1);
 }
 
 static bool cl_progress(tdm_runtime *rt) {
@@ -924,7 +940,7 @@ static bool cl_progress(tdm_runtime *rt) {
   }
   for (unsigned k = 0; k < rt->ndevice_workers; k++)
     if (pumped[k])
-      pump(rt->gpus[k]);
+      pump(gpus(rt)[k]);
   return true;
 }
 
@@ -970,12 +986,18 @@ enum { LAUNCHED, RETRY, FAILED };
  * into mems, bufs (as the kernel sees them) and w (what the kernel waits
  * for). RETRY, nothing done, when they do not fit until tasks in flight
  * finish. */
-static int stage(tdm_gpu *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, waitlist *w) {
+static int stage(tdm_gpu *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, waitlist *w,
+                 tdm_status *why) {
   tdm_runtime *rt = g->rt;
   const char *name = t->cl->name ? t->cl->name : "(unnamed)";
-  if (!tdm__task_pin(rt, t, 1 + g->k, (void **)mems)) {
+  *why = TDM_ERR_SYSTEM;
+  tdm_pin pin;
+  while ((pin = tdm__task_pin(rt, t, 1 + g->k, (void **)mems)) == TDM_PIN_BUSY)
+    sched_yield(); /* others hold buffers in the way for a moment */
+  if (pin != TDM_PIN_OK) {
     if (g->inflight) /* room comes back as they finish */
       return RETRY;
+    *why = TDM_ERR_TOO_LARGE;
     tdm__log(rt, TDM_LOG_ERROR,
              "OpenCL: codelet %s: its buffers do not fit in device %u's memory (limit %llu "
              "bytes)",
@@ -1072,7 +1094,8 @@ static int launch(tdm_gpu *g, tdm_task *t) {
   tdm_buffer bufs[TDM_MAX_BUFFERS];
   waitlist w = {.n = 0};
   exec *x = tdm__calloc(rt, 1, sizeof *x);
-  int st = x ? stage(g, t, mems, bufs, &w) : FAILED;
+  tdm_status why = TDM_ERR_NO_MEMORY;
+  int st = x ? stage(g, t, mems, bufs, &w, &why) : FAILED;
   if (!x)
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: out of memory launching codelet %s", name);
   if (st == RETRY) {
@@ -1089,6 +1112,7 @@ static int launch(tdm_gpu *g, tdm_task *t) {
       if (done)
         api->ReleaseEvent(done);
       tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
+      why = err == CL_BUILD_PROGRAM_FAILURE ? TDM_ERR_BUILD : TDM_ERR_SYSTEM;
       st = FAILED;
     }
   }
@@ -1096,10 +1120,9 @@ static int launch(tdm_gpu *g, tdm_task *t) {
     free(x);
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s did not run; its outputs are unchanged",
              name);
-    if (t->callback)
-      t->callback(t->callback_data);
     TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
-    tdm__task_finish(t); /* may place successors here: not under the lock */
+    /* may place successors here: not under the lock */
+    tdm__task_done(t, rt->nworkers + g->k, why, 0, 0);
     TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
     return LAUNCHED;
   }
@@ -1144,7 +1167,7 @@ static void pump(tdm_gpu *g) {
 /* ---- what the scheduler asks ------------------------------------------- */
 
 static void cl_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
-  tdm_gpu *g = rt->gpus[k];
+  tdm_gpu *g = gpus(rt)[k];
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   tdm__devq_put(&g->q, t);
   TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
@@ -1153,11 +1176,12 @@ static void cl_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
 
 static tdm_task *cl_take(tdm_runtime *rt, unsigned k, bool (*want)(tdm_task *, void *),
                          void *data) {
-  return tdm__devq_take(rt, &rt->gpus[k]->q, &rt->gpus[k]->lock, want, data);
+  tdm_gpu *g = gpus(rt)[k];
+  return tdm__devq_take(rt, &g->q, &g->lock, want, data);
 }
 
 static void cl_kick(tdm_runtime *rt, unsigned k) {
-  pump(rt->gpus[k]);
+  pump(gpus(rt)[k]);
 }
 
 static int cl_current(const tdm_runtime *rt) {
@@ -1166,7 +1190,7 @@ static int cl_current(const tdm_runtime *rt) {
 }
 
 static void cl_counters(const tdm_runtime *rt, unsigned k, tdm_device_counters *c) {
-  tdm_gpu *g = rt->gpus[k];
+  tdm_gpu *g = gpus(rt)[k];
   c->tasks = atomic_load(&g->tasks);
   c->bytes_to_device = atomic_load(&g->to_device);
   c->bytes_to_host = atomic_load(&g->to_host);
@@ -1177,8 +1201,10 @@ static void cl_counters(const tdm_runtime *rt, unsigned k, tdm_device_counters *
     tdm__mem_usage(&rt->nodes, 1 + k, &used, &limit, &c->evictions);
 }
 
-const tdm_device_ops tdm__opencl_ops = {
+const tdm_backend tdm__opencl_backend = {
     .name = "OpenCL",
+    .discover = tdm__opencl_claim,
+    .release = cl_release,
     .start = cl_start,
     .stop = cl_stop,
     .prepare = cl_prepare,

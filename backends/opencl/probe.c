@@ -14,6 +14,44 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The OpenCL backend's discover (backends/backend.h): the runtime is
+ * OpenCL's when no backend before it claimed it. Finds the devices,
+ * chooses those to use, opens a context on each and gives each a worker
+ * id after the CPU workers'. Never fails for want of OpenCL: the runtime
+ * then runs on the CPU cores. */
+tdm_status tdm__opencl_claim(tdm_runtime *rt, bool *claims) {
+  *claims = true;
+  if (rt->selection.none) {
+    snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
+             "not looked for: devices=\"none\", CPU cores only");
+    return TDM_OK;
+  }
+  tdm_status st = tdm__opencl_discover(rt, rt->cfg.opencl_library);
+  if (st == TDM_ERR_NO_MEMORY)
+    return st;
+  rt->opencl_status = rt->nplatforms ? TDM_OK : TDM_ERR_NO_OPENCL;
+  tdm__select_devices(rt->devices, rt->ndevices, &rt->selection);
+  rt->device_of = rt->ndevices ? tdm__calloc(rt, rt->ndevices, sizeof *rt->device_of) : NULL;
+  if (rt->ndevices && !rt->device_of)
+    return TDM_ERR_NO_MEMORY;
+  for (unsigned i = 0; i < rt->ndevices; i++) {
+    tdm_device_record *d = &rt->devices[i];
+    if (d->used && rt->ndevice_workers == TDM_MAX_DEVICE_WORKERS) {
+      d->used = false;
+      snprintf(d->usage, sizeof d->usage, "not used: at most %d devices are",
+               TDM_MAX_DEVICE_WORKERS);
+    }
+    if (d->used && tdm__opencl_activate(rt, i)) {
+      d->worker = (int)(rt->nworkers + rt->ndevice_workers);
+      rt->device_of[rt->ndevice_workers++] = i;
+    }
+    tdm__log(rt, TDM_LOG_INFO, "OpenCL device %u: %s (%s, %s): %s, %s; %s", i, d->name,
+             d->platform_name, tdm_device_class_name(d->cls), d->reason,
+             d->shared_memory ? "shared memory" : "separate memory", d->usage);
+  }
+  return TDM_OK;
+}
+
 #ifndef TDM_HAVE_OPENCL
 
 tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
@@ -279,16 +317,16 @@ static void no_opencl(tdm_runtime *rt, const char *why, int err) {
 static bool grow_devices(tdm_runtime *rt, unsigned more) {
   tdm_opencl *cl = rt->cl;
   unsigned n = rt->ndevices + more;
-  tdm_device_record *d = realloc(rt->devices, n * sizeof *d);
+  tdm_device_record *d = tdm__realloc(rt, rt->devices, n * sizeof *d);
   if (d)
     rt->devices = d;
-  cl_platform_id *p = realloc(cl->platform_of, n * sizeof *p);
+  cl_platform_id *p = tdm__realloc(rt, cl->platform_of, n * sizeof *p);
   if (p)
     cl->platform_of = p;
-  cl_device_id *ids = realloc(cl->ids, n * sizeof *ids);
+  cl_device_id *ids = tdm__realloc(rt, cl->ids, n * sizeof *ids);
   if (ids)
     cl->ids = ids;
-  cl_context *ctx = realloc(cl->contexts, n * sizeof *ctx);
+  cl_context *ctx = tdm__realloc(rt, cl->contexts, n * sizeof *ctx);
   if (ctx)
     cl->contexts = ctx;
   return d && p && ids && ctx;
@@ -306,9 +344,9 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
     no_opencl(rt, "the OpenCL loader found no platform", err);
     return TDM_ERR_NO_OPENCL;
   }
-  cl_platform_id *plats = calloc(nplat, sizeof *plats);
-  rt->platforms = calloc(nplat, sizeof *rt->platforms);
-  rt->cl = calloc(1, sizeof *rt->cl);
+  cl_platform_id *plats = tdm__calloc(rt, nplat, sizeof *plats);
+  rt->platforms = tdm__calloc(rt, nplat, sizeof *rt->platforms);
+  rt->cl = tdm__calloc(rt, 1, sizeof *rt->cl);
   if (!plats || !rt->platforms || !rt->cl) {
     free(plats);
     return TDM_ERR_NO_MEMORY; /* the caller's teardown frees the rest */

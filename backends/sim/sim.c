@@ -60,6 +60,7 @@ typedef struct sim_dev {
 
 #define SIM_KINDS 8
 
+typedef struct tdm_sim tdm_sim;
 struct tdm_sim {
   unsigned n;
   sim_dev *dev;
@@ -104,12 +105,17 @@ static double speedup_of(const sim_dev *d, const tdm_task *t) {
   return class_speedup(&d->decl, t);
 }
 
-uint64_t tdm__sim_t0(const tdm_runtime *rt) {
-  return rt->sim ? rt->sim->t0 : 0;
+static tdm_sim *sim_of(const tdm_runtime *rt) {
+  return rt->claimed == &tdm__sim_backend ? rt->backend : NULL;
 }
 
-double tdm__sim_cpu_factor(const tdm_runtime *rt, unsigned worker, const tdm_task *t) {
-  const tdm_sim *s = rt->sim;
+uint64_t tdm__sim_t0(const tdm_runtime *rt) {
+  const tdm_sim *s = sim_of(rt);
+  return s ? s->t0 : 0;
+}
+
+static double sim_cpu_factor(const tdm_runtime *rt, unsigned worker, const tdm_task *t) {
+  const tdm_sim *s = sim_of(rt);
   unsigned kind = rt->plan.kind_of ? rt->plan.kind_of[worker] : 0;
   double speed = 1;
   if (s && kind < SIM_KINDS && s->has_kind[kind]) {
@@ -131,7 +137,15 @@ static int kind_class(const char *name) {
 
 /* ---- setup ------------------------------------------------------------ */
 
-tdm_status tdm__sim_setup(tdm_runtime *rt, const char *text) {
+/* Emulated devices when tdm_config.sim asks for them (then no other
+ * backend is asked). */
+static tdm_status sim_discover(tdm_runtime *rt, bool *claims) {
+  const char *text = rt->cfg.sim;
+  if (!text)
+    return TDM_OK;
+  *claims = true;
+  snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
+           "not looked for: emulated devices (sim) are used instead");
   tdm_vt_machine m;
   char err[160];
   if (tdm__vt_parse_machine(text, NULL, 0, &m, err, sizeof err)) {
@@ -161,19 +175,19 @@ tdm_status tdm__sim_setup(tdm_runtime *rt, const char *text) {
              TDM_MAX_DEVICE_WORKERS);
     return TDM_ERR_INVALID_ARG;
   }
-  tdm_sim *s = calloc(1, sizeof *s);
-  rt->devices = calloc(n ? n : 1, sizeof *rt->devices);
-  rt->device_of = calloc(n ? n : 1, sizeof *rt->device_of);
+  tdm_sim *s = tdm__calloc(rt, 1, sizeof *s);
+  rt->devices = tdm__calloc(rt, n ? n : 1, sizeof *rt->devices);
+  rt->device_of = tdm__calloc(rt, n ? n : 1, sizeof *rt->device_of);
   if (!s || !rt->devices || !rt->device_of) {
     free(s);
     return TDM_ERR_NO_MEMORY;
   }
-  s->dev = calloc(n ? n : 1, sizeof *s->dev);
+  s->dev = tdm__calloc(rt, n ? n : 1, sizeof *s->dev);
   if (!s->dev) {
     free(s);
     return TDM_ERR_NO_MEMORY;
   }
-  rt->sim = s;
+  rt->backend = s;
   s->t0 = tdm__now_ns();
   /* the time scale: as asked, else twice the largest speed-up */
   double top = 1;
@@ -240,12 +254,14 @@ tdm_status tdm__sim_setup(tdm_runtime *rt, const char *text) {
   return TDM_OK;
 }
 
-void tdm__sim_free(tdm_runtime *rt) {
-  if (!rt->sim)
+static void sim_release(tdm_runtime *rt) {
+  tdm__nodes_fini(&rt->nodes);
+  tdm_sim *s = sim_of(rt);
+  if (!s)
     return;
-  free(rt->sim->dev);
-  free(rt->sim);
-  rt->sim = NULL;
+  free(s->dev);
+  free(s);
+  rt->backend = NULL;
 }
 
 /* ---- copies ------------------------------------------------------------- */
@@ -313,7 +329,7 @@ static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
     char *dev = (char *)c->mem + r * c->pitch;
     memcpy(to_node ? dev : host, to_node ? host : dev, row);
   }
-  *done = book_copy(&rt->sim->dev[node - 1], to_node, (uint64_t)b->nx * row,
+  *done = book_copy(&sim_of(rt)->dev[node - 1], to_node, (uint64_t)b->nx * row,
                     latest(after, nafter));
   return true;
 }
@@ -346,7 +362,7 @@ static void node_wait(void *ctx, const tdm_token *ts, unsigned n) {
 
 static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
   const tdm_runtime *rt = ctx;
-  const sim_dev *d = &rt->sim->dev[node - 1];
+  const sim_dev *d = &sim_of(rt)->dev[node - 1];
   return rt->time_scale * (d->latency + (double)bytes / d->bandwidth);
 }
 
@@ -384,7 +400,10 @@ static bool execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) {
   unsigned node = node_of(d), slot = 1 + d->k;
   void *mems[TDM_MAX_BUFFERS];
   tdm_buffer bufs[TDM_MAX_BUFFERS];
-  if (!d->shared && !tdm__task_pin(rt, t, slot, mems))
+  tdm_pin pin = TDM_PIN_OK;
+  while (!d->shared && (pin = tdm__task_pin(rt, t, slot, mems)) == TDM_PIN_BUSY)
+    sched_yield(); /* others hold buffers in the way for a moment */
+  if (pin != TDM_PIN_OK)
     return false;
   tdm_tokens w;
   tdm__tokens_init(&w);
@@ -416,24 +435,18 @@ static void run(sim_dev *d, tdm_task *t) {
              "emulated device %u: codelet %s: its buffers do not fit in its memory; it did "
              "not run, its outputs are unchanged",
              d->k, t->cl->name ? t->cl->name : "(unnamed)");
-    if (t->callback)
-      t->callback(t->callback_data);
-    tdm__task_finish(t);
+    tdm__task_done(t, rt->nworkers + d->k, TDM_ERR_TOO_LARGE, 0, 0);
     return;
   }
   double factor = rt->time_scale / speedup_of(d, t);
   if (d->decl.slow_at > 0 && d->decl.slow_factor > 0 &&
-      (double)(x0 - rt->sim->t0) >= d->decl.slow_at * rt->time_scale * 1e9)
+      (double)(x0 - sim_of(rt)->t0) >= d->decl.slow_at * rt->time_scale * 1e9)
     factor *= d->decl.slow_factor;
   tdm__sleep_until(x0 + tdm__ns_of((double)ran * 1e-9 * factor));
   uint64_t x1 = tdm__now_ns();
   atomic_fetch_add_explicit(&d->tasks, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&d->busy_ns, x1 - x0, memory_order_relaxed);
-  tdm__trace_task(rt, t, rt->nworkers + d->k, x0, x1);
-  tdm__sched_done(t, rt->nworkers + d->k, 1e-9 * (double)(x1 - x0));
-  if (t->callback)
-    t->callback(t->callback_data);
-  tdm__task_finish(t);
+  tdm__task_done(t, rt->nworkers + d->k, TDM_OK, x0, x1);
 }
 
 static void *device_main(void *arg) {
@@ -464,7 +477,7 @@ static void *device_main(void *arg) {
 /* ---- the ops ------------------------------------------------------------- */
 
 static void sim_kick(tdm_runtime *rt, unsigned k) {
-  sim_dev *d = &rt->sim->dev[k];
+  sim_dev *d = &sim_of(rt)->dev[k];
   TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
   if (d->idle)
     TDM_PTHREAD(rt, pthread_cond_signal(&d->cond));
@@ -472,7 +485,7 @@ static void sim_kick(tdm_runtime *rt, unsigned k) {
 }
 
 static void sim_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
-  sim_dev *d = &rt->sim->dev[k];
+  sim_dev *d = &sim_of(rt)->dev[k];
   /* its inputs start moving now; with a memory limit, when it runs (a
    * prefetch could find no room) */
   if (!rt->cfg.device_memory_limit || d->shared)
@@ -484,7 +497,7 @@ static void sim_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
     TDM_PTHREAD(rt, pthread_cond_signal(&d->cond));
   TDM_PTHREAD(rt, pthread_mutex_unlock(&d->lock));
   if (queued > 1) { /* work waits here: idle workers may want it */
-    for (unsigned j = 0; j < rt->sim->n; j++)
+    for (unsigned j = 0; j < sim_of(rt)->n; j++)
       if (j != k)
         sim_kick(rt, j);
     tdm__wake_for_completion(rt);
@@ -493,7 +506,7 @@ static void sim_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
 
 static tdm_task *sim_take(tdm_runtime *rt, unsigned k, bool (*want)(tdm_task *, void *),
                           void *data) {
-  sim_dev *d = &rt->sim->dev[k];
+  sim_dev *d = &sim_of(rt)->dev[k];
   return tdm__devq_take(rt, &d->q, &d->lock, want, data);
 }
 
@@ -510,19 +523,19 @@ static tdm_status sim_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
              t->cl->name ? t->cl->name : "(unnamed)");
     return TDM_ERR_NO_DEVICE;
   }
-  for (unsigned k = 0; k < rt->sim->n; k++)
-    if (speedup_of(&rt->sim->dev[k], t) > 0)
+  for (unsigned k = 0; k < sim_of(rt)->n; k++)
+    if (speedup_of(&sim_of(rt)->dev[k], t) > 0)
       t->dev_mask |= 1ull << k;
   t->gpu_ok = t->dev_mask != 0;
   return TDM_OK;
 }
 
 static uint64_t sim_busy_ns(const tdm_runtime *rt, unsigned k) {
-  return atomic_load(&rt->sim->dev[k].busy_ns);
+  return atomic_load(&sim_of(rt)->dev[k].busy_ns);
 }
 
 static void sim_counters(const tdm_runtime *rt, unsigned k, tdm_device_counters *c) {
-  const sim_dev *d = &rt->sim->dev[k];
+  const sim_dev *d = &sim_of(rt)->dev[k];
   c->tasks = atomic_load(&d->tasks);
   c->bytes_to_device = atomic_load(&d->to_device);
   c->bytes_to_host = atomic_load(&d->to_host);
@@ -534,8 +547,7 @@ static void sim_counters(const tdm_runtime *rt, unsigned k, tdm_device_counters 
 }
 
 static void sim_stop(tdm_runtime *rt) {
-  tdm_sim *s = rt->sim;
-  tdm__nodes_fini(&rt->nodes);
+  tdm_sim *s = sim_of(rt);
   if (!s)
     return;
   for (unsigned k = 0; k < s->n; k++) {
@@ -559,7 +571,7 @@ static void sim_stop(tdm_runtime *rt) {
 }
 
 static tdm_status sim_start(tdm_runtime *rt) {
-  tdm_sim *s = rt->sim;
+  tdm_sim *s = sim_of(rt);
   uint64_t limits[TDM_MAX_DEVICE_WORKERS];
   for (unsigned k = 0; k < s->n; k++)
     limits[k] = s->dev[k].shared ? 0
@@ -601,8 +613,11 @@ static tdm_status sim_start(tdm_runtime *rt) {
   return TDM_OK;
 }
 
-const tdm_device_ops tdm__sim_ops = {
+const tdm_backend tdm__sim_backend = {
     .name = "emulated",
+    .discover = sim_discover,
+    .release = sim_release,
+    .cpu_factor = sim_cpu_factor,
     .start = sim_start,
     .stop = sim_stop,
     .prepare = sim_prepare,

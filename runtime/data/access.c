@@ -9,22 +9,23 @@
 #include <limits.h>
 #include <stdlib.h>
 
-bool tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems) {
+tdm_pin tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems) {
   const tdm_nodes *nodes = &rt->nodes;
   for (unsigned i = 0; i < t->nbuf; i++) {
     tdm_handle *h = t->handles[i];
+    bool busy;
     tdm__coh_lock(&h->coh);
     /* pinned under the family's lock: no one evicts it in between */
-    mems[i] = tdm__mem_get(nodes, h, slot);
+    mems[i] = tdm__mem_get(nodes, h, slot, &busy);
     if (mems[i])
       tdm__mem_pin(nodes, h, slot, 1);
     tdm__coh_unlock(&h->coh);
     if (!mems[i]) {
       tdm__task_unpin(rt, t, slot, i);
-      return false;
+      return busy ? TDM_PIN_BUSY : TDM_PIN_FULL;
     }
   }
-  return true;
+  return TDM_PIN_OK;
 }
 
 void tdm__task_unpin(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned n) {

@@ -277,7 +277,7 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
     tdm_tokens before;
     tdm__tokens_init(&before);
     bool home = make_valid(nodes, h, 0, &before);
-    void *mem = home ? tdm__mem_get(nodes, h, node) : NULL;
+    void *mem = home ? tdm__mem_get(nodes, h, node, NULL) : NULL;
     bool ok = mem && copy_whole(nodes, h, node, true, mem, before.v, before.n, &e);
     tdm__tokens_release(nodes, &before);
     if (!ok) {

@@ -223,8 +223,9 @@ size_t tdm__coh_span(const tdm_handle *h);
 
 /* h's buffer on `node`, made on first use (making room in the node's
  * memory); the most recently used one after. NULL when it cannot be made
- * now. */
-void *tdm__mem_get(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
+ * now: *busy (may be NULL) tells that other threads held buffers in the
+ * way, and that trying again with no family lock held may succeed. */
+void *tdm__mem_get(const tdm_nodes *nodes, tdm_handle *h, unsigned node, bool *busy);
 /* Adds delta to the pins of h's buffer on node (a pinned buffer is not
  * evicted). The family's lock need not be held. */
 void tdm__mem_pin(const tdm_nodes *nodes, tdm_handle *h, unsigned node, int delta);

@@ -8,6 +8,7 @@
  */
 #include "../internal.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,32 +80,45 @@ static void release(const tdm_nodes *nodes, unsigned node, tdm_replica *r) {
   lru_unlink(m, r);
 }
 
+enum { FITS, FULL, BUSY };
+
 /* Drops unpinned buffers, least recently used first, until `need` more
  * bytes fit under the limit (all it may when need is 0). `self`'s family
  * lock is held by the caller; others' are only tried (lock order).
- * Returns whether they fit. Node's lock held. */
-static bool make_room(const tdm_nodes *nodes, unsigned node, size_t need,
-                      const tdm_handle *self) {
+ * Returns FITS, FULL (what is left is pinned) or BUSY (a buffer could not
+ * be looked at: its family was locked by another thread). Node's lock
+ * held. */
+static int make_room(const tdm_nodes *nodes, unsigned node, size_t need,
+                     const tdm_handle *self) {
   tdm_memnode *m = &nodes->mem[node];
   tdm_replica *r = m->lru_head;
+  bool busy = false;
   while (r && (need == 0 || m->used + need > m->limit)) {
     tdm_replica *next = r->lru_next;
     tdm_handle *h = r->owner;
     bool ours = h->coh.family == self->coh.family;
-    if (!r->pins && (ours || tdm__coh_trylock(&h->coh))) {
+    if (r->pins) {
+      r = next;
+      continue;
+    }
+    if (ours || tdm__coh_trylock(&h->coh)) {
       if (tdm__coh_evict(nodes, h, node)) {
         release(nodes, node, r);
         atomic_fetch_add_explicit(&m->evictions, 1, memory_order_relaxed);
       }
       if (!ours)
         tdm__coh_unlock(&h->coh);
+    } else {
+      busy = true;
     }
     r = next;
   }
-  return need == 0 || m->used + need <= m->limit;
+  return need == 0 || m->used + need <= m->limit ? FITS : busy ? BUSY : FULL;
 }
 
-void *tdm__mem_get(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
+void *tdm__mem_get(const tdm_nodes *nodes, tdm_handle *h, unsigned node, bool *busy) {
+  if (busy)
+    *busy = false;
   if (!tdm__coh_replicas(nodes, h))
     return NULL;
   tdm_replica *r = &h->coh.rep[node];
@@ -120,7 +134,20 @@ void *tdm__mem_get(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
     lru_append(m, r);
   } else {
     size_t size = tdm__coh_bytes(h);
-    if (make_room(nodes, node, size, h)) {
+    int room;
+    /* a buffer in the way whose family another thread holds: that thread
+     * may want this node's lock, so let it go and look again a few times;
+     * then the caller lets go of its own family (the other thread may be
+     * waiting for room here too) and tries again */
+    for (unsigned tries = 0; (room = make_room(nodes, node, size, h)) == BUSY && tries < 64;
+         tries++) {
+      TDM_PTHREAD(nodes->rt, pthread_mutex_unlock(&m->lock));
+      sched_yield();
+      TDM_PTHREAD(nodes->rt, pthread_mutex_lock(&m->lock));
+    }
+    if (room == BUSY && busy)
+      *busy = true;
+    if (room == FITS) {
       r->mem = nodes->ops->alloc(nodes->ctx, node, &h->buf, size);
       if (!r->mem) { /* fuller than counted: drop all it may, once */
         make_room(nodes, node, 0, h);
