@@ -8,7 +8,7 @@
  *
  * What a backend may call in the core (and nothing else besides logging,
  * allocation through the fault seam tdm__malloc & co., and the device
- * records of runtime/devices.h):
+ * records of runtime/platform/devices.h):
  *   - tdm__devq_put/put_first/pop/take and tdm__devq_next: its queue of
  *     placed tasks, and the next task for device k (which may come from the
  *     shared queue or another device);

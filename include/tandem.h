@@ -690,8 +690,9 @@ typedef struct tdm_codelet {
   unsigned nbuffers;                 /**< <= TDM_MAX_BUFFERS */
   tdm_access modes[TDM_MAX_BUFFERS]; /**< access mode of each buffer */
   /** The OpenCL variant, or NULL. A task with only this variant runs on
-   * an OpenCL device; with both, on whichever worker (CPU core or device)
-   * is free first. */
+   * an OpenCL device; with both, where the placement policy
+   * (tdm_config.scheduler) sends it: by default where it is predicted to
+   * finish first, transfers included. */
   const struct tdm_opencl_variant *opencl;
 } tdm_codelet;
 

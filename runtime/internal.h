@@ -13,13 +13,13 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "deque.h"
+#include "core/deque.h"
 #include "support/spinlock.h"
 #include "data/coherence.h"
 #include "../backends/backend.h"
-#include "devices.h"
-#include "policy.h"
-#include "trace.h"
+#include "platform/devices.h"
+#include "sched/policy.h"
+#include "support/trace.h"
 
 typedef struct tdm_sched tdm_sched;
 
@@ -596,7 +596,7 @@ tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what);
  * caller's reference becomes the runtime's (on success only). */
 tdm_status tdm__task_submit(tdm_task *t, bool give_ref);
 
-/* data.c */
+/* data/handles.c */
 /* Checks that h can be named by a task of rt (magic, runtime); logs why
  * not. Checks needing the handle's lock are made at submission. */
 tdm_status tdm__handle_check(tdm_runtime *rt, const tdm_handle *h,

@@ -4,7 +4,7 @@
  * machine queries' argument checks. */
 #include "common.h"
 
-#include "devices.h"
+#include "platform/devices.h"
 #include "internal.h"
 
 static tdm_device_record dev(uint64_t type, bool unified, uint64_t svm) {

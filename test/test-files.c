@@ -17,7 +17,7 @@
 #include "common.h"
 
 #include "internal.h"
-#include "perfmodel.h"
+#include "sched/perfmodel.h"
 
 #include <errno.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
 /*
- * Performance models (runtime/perfmodel.c): a spike does not move the
+ * Performance models (runtime/sched/perfmodel.c): a spike does not move the
  * estimate, calibration needs a few observations, unseen sizes come from
  * the fitted power law, models survive a save and a load, and a
  * truncated, corrupt or foreign file is ignored with a message; a link's
@@ -10,7 +10,7 @@
 #include <math.h>
 #include <unistd.h>
 
-#include "perfmodel.h"
+#include "sched/perfmodel.h"
 
 static char path[64];
 

@@ -9,7 +9,7 @@
 #include "common.h"
 
 #include "internal.h"
-#include "perfmodel.h"
+#include "sched/perfmodel.h"
 
 #include <math.h>
 

@@ -1,5 +1,5 @@
 /*
- * Placement policies in virtual time (runtime/policy.c), exactly: every
+ * Placement policies in virtual time (runtime/sched/policy.c), exactly: every
  * task and copy takes its modelled duration, so the schedules and these
  * assertions are deterministic.
  *

@@ -1,5 +1,5 @@
 /*
- * Task graphs for the virtual-time driver (runtime/policy.h), shared by
+ * Task graphs for the virtual-time driver (runtime/sched/policy.h), shared by
  * test-vtime and bench-sched: a builder that infers dependencies from the
  * data accesses as Tandem does (RAW, WAR, WAW), a tiled GEMM and a tiled
  * Cholesky. Header-only.
@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "policy.h"
+#include "sched/policy.h"
 
 enum { GEMM, SMALL, POTRF, TRSM, SYRK };
 

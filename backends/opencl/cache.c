@@ -22,7 +22,7 @@
  * with a log message and replaced after the program is built again. The
  * checksum only detects damage: it authenticates nothing. What keeps
  * another user's code out is that the directory and the entry must be
- * this user's and writable by nobody else (runtime/files.c), which is
+ * this user's and writable by nobody else (runtime/support/files.c), which is
  * checked on every load. Entries are written to a temporary file and
  * renamed into place, so a reader never sees half an entry. Integers are
  * in the machine's byte order: the binaries are for this machine's

@@ -49,7 +49,7 @@ const tdm_backend tdm__opencl_backend = {
 
 #else
 #include "cl.h"
-#include "../../runtime/perfmodel.h"
+#include "../../runtime/sched/perfmodel.h"
 
 #include "tandem/opencl.h"
 

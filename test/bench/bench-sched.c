@@ -1,6 +1,6 @@
 /*
  * bench-sched: tiled GEMM and tiled Cholesky scheduled in virtual time
- * (runtime/policy.c) on emulated machines, under each policy: makespan,
+ * (runtime/sched/policy.c) on emulated machines, under each policy: makespan,
  * ratio to the lower bound, tasks per kind of worker, bytes moved. Every
  * task and copy takes its modelled duration, so the figures are exact and
  * the same on every run; they say how the policies place work, not how

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "perfmodel.h"
+#include "sched/perfmodel.h"
 #ifdef TDM_HAVE_OPENCL
 #include "../../backends/opencl/cl.h"
 #endif

@@ -2,10 +2,9 @@
  * Data handles: registration, partitioning into tiles, host acquisition,
  * unregistration.
  *
- * A handle describes memory the application owns; Tandem never copies it
- * (host memory is the only memory node for now). What a handle carries is
- * its dependency state (task.c: the writers of its current contents and
- * their readers).
+ * A handle describes memory the application owns. What a handle carries
+ * is its dependency state (task.c: the writers of its current contents
+ * and their readers), and where devices hold its contents (coherence.c).
  *
  * Partitioning is asynchronous: each tile starts with a copy of the
  * matrix's dependency state, so a task on a tile waits for exactly the
@@ -28,7 +27,7 @@
  * workers' hands. Tiles are different: unpartition does not wait, so each
  * task naming a tile holds a reference on it until the task is freed.
  */
-#include "internal.h"
+#include "../internal.h"
 
 #include <stdlib.h>
 #include <string.h>

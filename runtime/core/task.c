@@ -41,7 +41,7 @@
  * batches under a spinlock. At destroy the slabs go at once, after freeing
  * what live tasks own outside them.
  */
-#include "internal.h"
+#include "../internal.h"
 
 #include <stdlib.h>
 #include <string.h>

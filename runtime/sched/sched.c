@@ -28,7 +28,7 @@
  * down gets less work. Models are loaded from the cache directory at
  * start and saved there at destroy.
  */
-#include "internal.h"
+#include "../internal.h"
 #include "perfmodel.h"
 #include "policy.h"
 

@@ -14,7 +14,7 @@
  * for) or, from other threads, to a shared one; nothing is written until
  * the runtime is destroyed or tdm_trace_flush is called.
  */
-#include "internal.h"
+#include "../internal.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* Runtime lifecycle: configuration, creation (topology, workers), waiting
  * for everything, destruction. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -27,7 +27,7 @@
  * such as /dev/null, a directory) is refused: replacing it is never what
  * the user meant.
  */
-#include "internal.h"
+#include "../internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* Small shared pieces: status strings, logging, the spinlock's slow path,
  * growable task arrays. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <sched.h>
 #include <string.h>

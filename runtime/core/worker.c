@@ -25,7 +25,7 @@
  * once, not once per push; the cost of publishing while nobody sleeps is
  * one fence and one load.
  */
-#include "internal.h"
+#include "../internal.h"
 
 #include <sched.h>
 #include <time.h>
