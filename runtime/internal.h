@@ -291,12 +291,13 @@ typedef struct tdm_task {
   float sched_predicted; /* seconds, see sched_cls */
   uint64_t dev_mask;     /* bit k: device worker k can run it (gpu_ok) */
   int priority;          /* tdm_task_desc.priority */
+  /* While devices are used: each handle's unpartitions at submission,
+   * the gathers its access comes after (data/coherence.h). In the room
+   * left on this line: the task stays six lines long. */
+  uint32_t gens[TDM_MAX_BUFFERS];
 
   /* -- the rest, used by tasks that have buffers, arguments, edges -- */
   _Alignas(TDM_CACHE_LINE) tdm_handle *handles[TDM_MAX_BUFFERS];
-  /* While devices are used: each handle's unpartitions at submission,
-   * the gathers its access comes after (data/coherence.h). */
-  uint32_t gens[TDM_MAX_BUFFERS];
   struct tdm_edge {
     struct tdm_task *succ;
     struct tdm_edge *next;
