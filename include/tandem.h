@@ -25,9 +25,9 @@
  *  - fork(): a runtime belongs to the process that created it. In a child
  *    of that process its worker threads do not exist, so every call on it
  *    or on its objects fails at once with TDM_ERR_FORKED (and logs why):
- *    counts read 0, tdm_worker_id -1, and tdm_task_release and
- *    tdm_runtime_destroy do nothing (the child's copy of its memory goes
- *    with the child). The child may create runtimes of its own. The parent's
+ *    counts read 0, tdm_worker_id -1, tdm_task_release does nothing and
+ *    tdm_runtime_destroy returns TDM_ERR_FORKED (the child's copy of its
+ *    memory goes with the child). The child may create runtimes of its own. The parent's
  *    runtime is not affected.
  */
 #ifndef TANDEM_H
@@ -46,9 +46,19 @@ extern "C" {
 #define TDM_API
 #endif
 
+/* The version this header belongs to, written only here (meson.build
+ * reads it from these three lines). */
 #define TDM_VERSION_MAJOR 0
 #define TDM_VERSION_MINOR 1
 #define TDM_VERSION_PATCH 0
+#define TDM__STR(x) #x
+#define TDM__XSTR(x) TDM__STR(x)
+/** "MAJOR.MINOR.PATCH" of this header. */
+#define TDM_VERSION                                                            \
+  TDM__XSTR(TDM_VERSION_MAJOR) "." TDM__XSTR(TDM_VERSION_MINOR) "." TDM__XSTR(TDM_VERSION_PATCH)
+/** MAJOR * 10000 + MINOR * 100 + PATCH, for comparisons in #if. */
+#define TDM_VERSION_NUMBER                                                     \
+  (TDM_VERSION_MAJOR * 10000 + TDM_VERSION_MINOR * 100 + TDM_VERSION_PATCH)
 
 /** Most buffers (handles) one task may access. */
 #define TDM_MAX_BUFFERS 8
@@ -97,6 +107,12 @@ typedef enum tdm_status {
   TDM_STATUS_MAP(TDM__STATUS_ENUM)
 #undef TDM__STATUS_ENUM
 } tdm_status;
+
+/** The version of the library loaded ("MAJOR.MINOR.PATCH"), which may be
+ * newer than the header a program was built with (TDM_VERSION); its
+ * numbers in *major, *minor, *patch when they are not NULL. Any thread,
+ * no runtime needed. */
+TDM_API const char *tdm_version(unsigned *major, unsigned *minor, unsigned *patch);
 
 /** A static English message for a status; "unknown status" for others.
  * Any thread. */
@@ -314,11 +330,15 @@ TDM_API tdm_status tdm_runtime_create(const tdm_config *config,
  * runtime is freed, including tasks created and never released: the
  * registered memory stays the application's and holds the result of every
  * task. Pointers to tasks and handles of the runtime must not be used
- * afterwards. NULL is accepted. Must not be called from a task of the
- * same runtime (it then logs an error and returns without destroying);
- * must not be called twice or concurrently with itself.
+ * afterwards. NULL is accepted (TDM_OK). Must not be called twice or
+ * concurrently with itself.
+ * Returns TDM_OK, or, without destroying anything (logged):
+ * TDM_ERR_IN_TASK when called from a task of the same runtime (destroy
+ * would wait for that task), TDM_ERR_FORKED in a fork()ed child (the
+ * runtime is the parent's; the child's copy of its memory goes with the
+ * child).
  */
-TDM_API void tdm_runtime_destroy(tdm_runtime *rt);
+TDM_API tdm_status tdm_runtime_destroy(tdm_runtime *rt);
 
 /** Number of workers: one thread per CPU core (tdm_runtime_ncpu_workers),
  * numbered first, then one logical worker per OpenCL device used, which
@@ -682,7 +702,18 @@ typedef void (*tdm_cpu_fn)(const tdm_buffer *bufs, const void *args,
 /** An OpenCL variant of a codelet: see <tandem/opencl.h>. */
 struct tdm_opencl_variant;
 
+/*
+ * Structures the library reads through the caller's pointer (tdm_codelet,
+ * tdm_task_desc, tdm_opencl_variant) start with struct_size, as
+ * tdm_config does, so that fields can be added at their end: 0 (what
+ * "= {0}" and designated initializers leave) means the layout of this
+ * version; set it to sizeof the structure to use fields added later. A
+ * nonzero size smaller than this version's structure is refused
+ * (TDM_ERR_INVALID_ARG); fields beyond what the library knows are ignored.
+ */
+
 typedef struct tdm_codelet {
+  size_t struct_size;                /**< 0, or sizeof(tdm_codelet) */
   const char *name;                  /**< for logs and traces; may be NULL */
   /** The CPU variant; may be NULL: the task then runs on a device, or does
    * nothing when it has no OpenCL variant either. */
@@ -705,6 +736,7 @@ typedef void (*tdm_task_callback)(void *user_data);
 /** Everything a task is made of; read during tdm_submit / tdm_task_create
  * only: handles and arguments are copied. */
 typedef struct tdm_task_desc {
+  size_t struct_size;                   /**< 0, or sizeof(tdm_task_desc) */
   const tdm_codelet *codelet;           /**< required */
   tdm_handle *handles[TDM_MAX_BUFFERS]; /**< codelet->nbuffers of them */
   const void *args;                     /**< copied; may be NULL */

@@ -103,6 +103,57 @@ static void test_too_many_buffers_and_bad_modes(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* The version the library reports is the header's, written once. */
+static void test_version(void **state) {
+  (void)state;
+  unsigned major = 99, minor = 99, patch = 99;
+  const char *v = tdm_version(&major, &minor, &patch);
+  assert_string_equal(v, TDM_VERSION);
+  assert_int_equal(major, TDM_VERSION_MAJOR);
+  assert_int_equal(minor, TDM_VERSION_MINOR);
+  assert_int_equal(patch, TDM_VERSION_PATCH);
+  assert_int_equal(TDM_VERSION_NUMBER, major * 10000 + minor * 100 + patch);
+  char text[32];
+  snprintf(text, sizeof text, "%u.%u.%u", major, minor, patch);
+  assert_string_equal(v, text);
+  assert_ptr_equal(tdm_version(NULL, NULL, NULL), v);
+}
+
+static int ran_sized;
+static void sized(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b; (void)args; (void)n;
+  ran_sized++;
+}
+
+/* struct_size of the structures read through the caller's pointer: 0 or
+ * the size of this version's structure (or more) run; less is refused. */
+static void test_struct_sizes(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = test_runtime(2, &log);
+  tdm_codelet cl = {.name = "sized", .cpu_fn = sized};
+  ran_sized = 0;
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl}), TDM_OK);
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.struct_size = sizeof(tdm_task_desc),
+                                                    .codelet = &cl}),
+                   TDM_OK);
+  cl.struct_size = sizeof cl;
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl}), TDM_OK);
+  cl.struct_size = sizeof cl + 64; /* a newer header's: its new fields ignored */
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl}), TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(ran_sized, 4);
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG,
+             tdm_submit(rt, &(tdm_task_desc){.struct_size = 8, .codelet = &cl}));
+  cl.struct_size = 8;
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_submit(rt, &(tdm_task_desc){.codelet = &cl}));
+  assert_true(test_log_has(&log, "struct_size"));
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(ran_sized, 4);
+  assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+  assert_int_equal(tdm_runtime_destroy(NULL), TDM_OK);
+}
+
 static void test_foreign_and_stale_handles(void **state) {
   (void)state;
   test_log log, log2;
@@ -216,7 +267,7 @@ static void test_cycles_refused(void **state) {
 typedef struct {
   tdm_runtime *rt;
   tdm_handle *h;
-  _Atomic int wait_all, acquire, unregister, destroy_logged;
+  _Atomic int wait_all, acquire, unregister, destroy;
 } in_task;
 
 static void blocking_inside(const tdm_buffer *b, const void *args, size_t n) {
@@ -225,8 +276,7 @@ static void blocking_inside(const tdm_buffer *b, const void *args, size_t n) {
   atomic_store(&s->wait_all, tdm_wait_all(s->rt));
   atomic_store(&s->acquire, tdm_handle_acquire(s->h, TDM_R));
   atomic_store(&s->unregister, tdm_handle_unregister(s->h));
-  tdm_runtime_destroy(s->rt); /* refused, logged, returns */
-  atomic_store(&s->destroy_logged, 1);
+  atomic_store(&s->destroy, tdm_runtime_destroy(s->rt)); /* refused, logged */
 }
 
 static void test_blocking_calls_in_task(void **state) {
@@ -244,7 +294,7 @@ static void test_blocking_calls_in_task(void **state) {
   assert_int_equal(s.wait_all, TDM_ERR_IN_TASK);
   assert_int_equal(s.acquire, TDM_ERR_IN_TASK);
   assert_int_equal(s.unregister, TDM_ERR_IN_TASK);
-  assert_int_equal(s.destroy_logged, 1);
+  assert_int_equal(s.destroy, TDM_ERR_IN_TASK);
   assert_true(test_log_errors(&log) >= 4);
   tdm_runtime_destroy(rt);
 }
@@ -393,6 +443,8 @@ static void test_environment_values(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_table),
+      cmocka_unit_test(test_version),
+      cmocka_unit_test(test_struct_sizes),
       cmocka_unit_test(test_bad_config),
       cmocka_unit_test(test_environment_values),
       cmocka_unit_test(test_null_pointers),

@@ -314,7 +314,7 @@ static void child_of_runtime(tdm_runtime *rt, tdm_handle *h, tdm_handle *m, tdm_
   CHILD_CHECK(tdm_runtime_nworkers(rt) == 0 && tdm_runtime_ncpu_workers(rt) == 0);
   CHILD_CHECK(tdm_worker_id(rt) == -1);
   tdm_task_release(t);     /* does nothing, does not hang */
-  tdm_runtime_destroy(rt); /* likewise */
+  FORKED(tdm_runtime_destroy(rt)); /* likewise */
 #ifdef UNDER_TSAN
   /* ThreadSanitizer cannot start threads in the child of a process that
    * had threads ("dup thread with used id"): this part runs in the other

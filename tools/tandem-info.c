@@ -367,9 +367,7 @@ static void kv_bool(const char *k, int v, int *first) {
 static void print_json(const view *v, const log_store *log) {
   const tdm_machine_info *m = &v->m;
   int f = 1;
-  char version[32];
-  snprintf(version, sizeof version, "%d.%d.%d", TDM_VERSION_MAJOR, TDM_VERSION_MINOR,
-           TDM_VERSION_PATCH);
+  const char *version = tdm_version(NULL, NULL, NULL); /* the library's */
   printf("{");
   kv_str("format", "tandem-info", &f);
   kv_u64("format_version", 1, &f);

@@ -516,6 +516,12 @@ static tdm_status cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
   t->dev_mask = 0;
   if (!cl->opencl)
     return TDM_OK;
+  size_t vs = cl->opencl->struct_size;
+  if (vs && vs < sizeof *cl->opencl) {
+    tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s: tdm_opencl_variant.struct_size %zu: 0 or at "
+             "least %zu", what, name, vs, sizeof *cl->opencl);
+    return TDM_ERR_INVALID_ARG;
+  }
   tdm_status st = TDM_ERR_BUILD;
   for (unsigned k = 0; k < rt->ndevice_workers; k++) {
     tdm_status pst = can_run(gpus(rt)[k], t, true);

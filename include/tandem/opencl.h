@@ -37,6 +37,8 @@ extern "C" {
 #endif
 
 typedef struct tdm_opencl_variant {
+  /** 0, or sizeof(tdm_opencl_variant): see tdm_codelet in tandem.h. */
+  size_t struct_size;
   /** OpenCL C source of the program, and the kernel to run. */
   const char *source;
   const char *kernel;

@@ -548,15 +548,14 @@ tdm_status tdm_wait_all(tdm_runtime *rt) {
   return TDM_OK;
 }
 
-void tdm_runtime_destroy(tdm_runtime *rt) {
+tdm_status tdm_runtime_destroy(tdm_runtime *rt) {
   if (!rt)
-    return;
-  if (tdm__forked(rt)) { /* the workers are the parent's: nothing to stop */
-    tdm__forked_error(rt, "tdm_runtime_destroy");
-    return;
-  }
-  if (tdm__check_blocking(rt, "tdm_runtime_destroy"))
-    return;
+    return TDM_OK;
+  if (tdm__forked(rt)) /* the workers are the parent's: nothing to stop */
+    return tdm__forked_error(rt, "tdm_runtime_destroy");
+  tdm_status st = tdm__check_blocking(rt, "tdm_runtime_destroy");
+  if (st)
+    return st;
   atomic_store(&rt->closing, true);
   tdm__release_acquisitions(rt); /* tasks may wait for them */
   tdm_wait_all(rt);
@@ -565,6 +564,7 @@ void tdm_runtime_destroy(tdm_runtime *rt) {
   tdm__trace_finish(rt);
   tdm__log(rt, TDM_LOG_INFO, "runtime stopping");
   teardown(rt);
+  return TDM_OK;
 }
 
 unsigned tdm_runtime_nworkers(const tdm_runtime *rt) {

@@ -271,6 +271,13 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   if (!desc || !desc->codelet)
     return bad(rt, TDM_ERR_INVALID_ARG, "%s: NULL task description or codelet", what);
   const tdm_codelet *cl = desc->codelet;
+  /* struct_size: 0 is this version's layout; a smaller one is not one */
+  if (desc->struct_size && desc->struct_size < sizeof *desc)
+    return bad(rt, TDM_ERR_INVALID_ARG, "%s: tdm_task_desc.struct_size %zu: 0 or at least %zu",
+               what, desc->struct_size, sizeof *desc);
+  if (cl->struct_size && cl->struct_size < sizeof *cl)
+    return bad(rt, TDM_ERR_INVALID_ARG, "%s: tdm_codelet.struct_size %zu: 0 or at least %zu",
+               what, cl->struct_size, sizeof *cl);
   const char *name = cl->name ? cl->name : "(unnamed)";
   if (cl->nbuffers > TDM_MAX_BUFFERS) {
     tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s has %u buffers, at most %d allowed",

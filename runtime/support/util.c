@@ -7,6 +7,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+const char *tdm_version(unsigned *major, unsigned *minor, unsigned *patch) {
+  if (major)
+    *major = TDM_VERSION_MAJOR;
+  if (minor)
+    *minor = TDM_VERSION_MINOR;
+  if (patch)
+    *patch = TDM_VERSION_PATCH;
+  return TDM_VERSION;
+}
+
 const char *tdm_strerror(tdm_status status) {
   switch (status) {
 #define XX(name, value, msg)                                                   \
