@@ -97,7 +97,7 @@ typedef struct tdm_backend {
    * (the handles go next, while the memory nodes are still there). */
   tdm_status (*start)(tdm_runtime *rt);
   void (*stop)(tdm_runtime *rt);
-  /* At submission: which devices may run t (t->dev_mask, t->gpu_ok when
+  /* At submission: which devices may run t (t->dev_mask, t->device_ok when
    * any may); TDM_OK, or why a task that can only run on a device
    * cannot (logged). */
   tdm_status (*prepare)(tdm_runtime *rt, tdm_task *t, const char *what);

@@ -254,14 +254,14 @@ typedef struct tdm_task {
   uint8_t nbuf;
   uint8_t tile_mask; /* buffers that are tiles (held by reference) */
   bool user_ref;
-  bool gpu_ok; /* may run on a device (a backend's prepare) */
+  bool device_ok; /* may run on a device (a backend's prepare) */
   /* Where the scheduler placed it (0: the CPU workers, 1 + k: device k;
    * -1: not placed by a model) and the execution time it predicted. */
   int8_t sched_cls;
   bool sched_calib; /* placed there to calibrate the model */
   uint8_t modes[TDM_MAX_BUFFERS];
   tdm_runtime *rt;
-  const tdm_codelet *cl;
+  const tdm_codelet *codelet;
   /* Successors: a lock-free list of edges pushed by the tasks that depend
    * on this one. Finishing swaps in TDM_CLOSED: a dependent that then
    * finds TDM_CLOSED knows this task has finished and does not wait. */
@@ -289,7 +289,7 @@ typedef struct tdm_task {
    * (set for every task then), not touched otherwise. */
   uint64_t trace_id;
   float sched_predicted; /* seconds, see sched_cls */
-  uint64_t dev_mask;     /* bit k: device worker k can run it (gpu_ok) */
+  uint64_t dev_mask;     /* bit k: device worker k can run it (device_ok) */
   int priority;          /* tdm_task_desc.priority */
   /* While devices are used: each handle's unpartitions at submission,
    * the gathers its access comes after (data/coherence.h). In the room
@@ -461,7 +461,7 @@ struct tdm_runtime {
 
   /* OpenCL devices (devices.h, backends/opencl/probe.c): what was found, what is used.
    * Device worker k (worker id nworkers + k) drives device_of[k]. */
-  struct tdm_opencl *cl;
+  struct tdm_opencl *opencl;
   tdm_platform_record *platforms;
   unsigned nplatforms;
   tdm_device_record *devices;
@@ -677,10 +677,10 @@ void tdm__handle_forget(tdm_handle *h, bool lock);
 /* Predicted seconds to bring t's inputs to device k now (0: there;
  * k UINT_MAX: the host). */
 double tdm__transfer_time(tdm_runtime *rt, unsigned k, const tdm_task *t);
-static inline bool tdm__gpu_progress(tdm_runtime *rt) {
+static inline bool tdm__device_progress(tdm_runtime *rt) {
   return rt->dev && rt->dev->progress && rt->dev->progress(rt);
 }
-tdm_status tdm__gpu_prepare(tdm_runtime *rt, tdm_task *t, const char *what);
+tdm_status tdm__device_prepare(tdm_runtime *rt, tdm_task *t, const char *what);
 
 /* ---- scheduling (sched.c) ----------------------------------------------- */
 
@@ -712,7 +712,7 @@ void tdm__sched_work_shown(tdm_runtime *rt);
 void tdm__sched_done(tdm_task *t, unsigned worker, double seconds);
 /* Whether t's duration should be measured (the scheduler learns it). */
 static inline bool tdm__sched_timed(const tdm_task *t) {
-  return t->gpu_ok && t->rt->sched;
+  return t->device_ok && t->rt->sched;
 }
 tdm_status tdm__sched_start(tdm_runtime *rt);
 void tdm__sched_stop(tdm_runtime *rt);

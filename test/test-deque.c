@@ -25,11 +25,11 @@ static void take(stress *s, void *item) {
 static void *thief(void *arg) {
   stress *s = arg;
   for (;;) {
-    void *item = tdm_deque_steal(&s->d);
+    void *item = tdm__deque_steal(&s->d);
     if (item) {
       take(s, item);
       atomic_fetch_add(&s->stolen, 1);
-    } else if (atomic_load(&s->done) && tdm_deque_size(&s->d) == 0) {
+    } else if (atomic_load(&s->done) && tdm__deque_size(&s->d) == 0) {
       break;
     }
   }
@@ -39,7 +39,7 @@ static void *thief(void *arg) {
 static void test_deque_concurrent_push_pop_steal(void **state) {
   (void)state;
   stress s;
-  assert_int_equal(tdm_deque_init(&s.d, 16), 0); /* small: forces growth */
+  assert_int_equal(tdm__deque_init(&s.d, 16), 0); /* small: forces growth */
   s.seen = calloc(NITEMS, 1);
   atomic_init(&s.done, 0);
   atomic_init(&s.stolen, 0);
@@ -50,10 +50,10 @@ static void test_deque_concurrent_push_pop_steal(void **state) {
   uint64_t rng = 12345;
   long popped = 0;
   for (uintptr_t id = 1; id <= NITEMS; id++) {
-    assert_int_equal(tdm_deque_push(&s.d, (void *)id), 0);
+    assert_int_equal(tdm__deque_push(&s.d, (void *)id), 0);
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
     if ((rng >> 33) % 3 == 0) {
-      void *item = tdm_deque_pop(&s.d);
+      void *item = tdm__deque_pop(&s.d);
       if (item) {
         take(&s, item);
         popped++;
@@ -61,7 +61,7 @@ static void test_deque_concurrent_push_pop_steal(void **state) {
     }
   }
   void *item;
-  while ((item = tdm_deque_pop(&s.d))) {
+  while ((item = tdm__deque_pop(&s.d))) {
     take(&s, item);
     popped++;
   }
@@ -75,23 +75,23 @@ static void test_deque_concurrent_push_pop_steal(void **state) {
   /* with three thieves racing, some items must have been stolen */
   assert_true(atomic_load(&s.stolen) > 0);
   free((void *)s.seen);
-  tdm_deque_destroy(&s.d);
+  tdm__deque_destroy(&s.d);
 }
 
 static void test_deque_lifo_owner_fifo_thief(void **state) {
   (void)state;
   tdm_deque d;
-  assert_int_equal(tdm_deque_init(&d, 4), 0);
+  assert_int_equal(tdm__deque_init(&d, 4), 0);
   for (uintptr_t i = 1; i <= 100; i++)
-    assert_int_equal(tdm_deque_push(&d, (void *)i), 0);
-  assert_int_equal(tdm_deque_size(&d), 100);
-  assert_ptr_equal(tdm_deque_steal(&d), (void *)1);   /* oldest */
-  assert_ptr_equal(tdm_deque_pop(&d), (void *)100);   /* newest */
+    assert_int_equal(tdm__deque_push(&d, (void *)i), 0);
+  assert_int_equal(tdm__deque_size(&d), 100);
+  assert_ptr_equal(tdm__deque_steal(&d), (void *)1);   /* oldest */
+  assert_ptr_equal(tdm__deque_pop(&d), (void *)100);   /* newest */
   for (uintptr_t i = 99; i >= 2; i--)
-    assert_ptr_equal(tdm_deque_pop(&d), (void *)i);
-  assert_null(tdm_deque_pop(&d));
-  assert_null(tdm_deque_steal(&d));
-  tdm_deque_destroy(&d);
+    assert_ptr_equal(tdm__deque_pop(&d), (void *)i);
+  assert_null(tdm__deque_pop(&d));
+  assert_null(tdm__deque_steal(&d));
+  tdm__deque_destroy(&d);
 }
 
 int main(void) {

@@ -4,7 +4,7 @@
 #include "../../runtime/internal.h"
 
 void tdm__cpu_run(const tdm_task *t, const tdm_buffer *bufs) {
-  const tdm_codelet *cl = t->cl;
+  const tdm_codelet *cl = t->codelet;
   if (!cl->cpu_fn)
     return;
   tdm_buffer own[TDM_MAX_BUFFERS];

@@ -65,8 +65,8 @@ typedef struct program {
   struct program *next;
 } program;
 
-typedef struct tdm_gpu tdm_gpu;
-struct tdm_gpu {
+typedef struct cl_device cl_device;
+struct cl_device {
   tdm_runtime *rt;
   unsigned k;      /* device worker k */
   unsigned device; /* its device record */
@@ -103,13 +103,13 @@ struct tdm_gpu {
 };
 
 /* The backend's state: device worker k's record. */
-static tdm_gpu **gpus(const tdm_runtime *rt) {
+static cl_device **gpus(const tdm_runtime *rt) {
   return rt->backend;
 }
 
 /* What a task on a device keeps until its commands complete. */
 typedef struct exec {
-  tdm_gpu *gpu;
+  cl_device *gpu;
   cl_event done;     /* the last command */
   cl_event kernel;   /* while recording: the kernel itself */
   uint64_t launched; /* when its commands were enqueued */
@@ -117,7 +117,7 @@ typedef struct exec {
 } exec;
 
 static const cl_api *api_of(const tdm_runtime *rt) {
-  return &rt->cl->api;
+  return &rt->opencl->api;
 }
 
 #define CL_CHECK(rt, call, what)                                                          \
@@ -128,14 +128,14 @@ static const cl_api *api_of(const tdm_runtime *rt) {
   } while (0)
 
 
-static unsigned node_of(const tdm_gpu *g) {
+static unsigned node_of(const cl_device *g) {
   return g->shared ? 0 : 1 + g->k;
 }
 
 /* The offset from the device's profiling clock to the host's: an empty
  * command's end, read against the host clock once it is done (off by the
  * time the host takes to see it: microseconds). */
-static void sync_clocks(tdm_gpu *g) {
+static void sync_clocks(cl_device *g) {
   const cl_api *api = api_of(g->rt);
   cl_event e = NULL;
   cl_ulong end = 0;
@@ -153,7 +153,7 @@ static void sync_clocks(tdm_gpu *g) {
 }
 
 /* The host times of a completed command; false when unknown. */
-static bool command_times(const tdm_gpu *g, cl_event e, uint64_t *t0, uint64_t *t1) {
+static bool command_times(const cl_device *g, cl_event e, uint64_t *t0, uint64_t *t1) {
   const cl_api *api = api_of(g->rt);
   cl_ulong start = 0, end = 0;
   if (!e || api->GetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof start, &start,
@@ -174,7 +174,7 @@ static void add_to_buf(void *data, const tdm_trace_event *e);
 
 /* Reads the times of the copies that are done (all of them when `all`:
  * at destroy, or waiting for them) into g->copies. */
-static void resolve_copies(tdm_gpu *g) {
+static void resolve_copies(cl_device *g) {
   const cl_api *api = api_of(g->rt);
   TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
   size_t keep = 0;
@@ -217,7 +217,7 @@ static void add_to_buf(void *data, const tdm_trace_event *e) {
 static void cl_trace_collect(tdm_runtime *rt, void (*add)(void *, const tdm_trace_event *),
                             void *data) {
   for (unsigned k = 0; gpus(rt) && k < rt->ndevice_workers; k++) {
-    tdm_gpu *g = gpus(rt)[k];
+    cl_device *g = gpus(rt)[k];
     resolve_copies(g);
     TDM_PTHREAD(rt, pthread_mutex_lock(&g->trace_lock));
     for (size_t i = 0; i < g->copies.n; i++)
@@ -230,12 +230,12 @@ static tdm_status cl_start(tdm_runtime *rt) {
   if (!rt->ndevice_workers)
     return TDM_OK;
   const cl_api *api = api_of(rt);
-  tdm_gpu **all = tdm__calloc(rt, rt->ndevice_workers, sizeof *all);
+  cl_device **all = tdm__calloc(rt, rt->ndevice_workers, sizeof *all);
   if (!all)
     return TDM_ERR_NO_MEMORY;
   rt->backend = all;
   for (unsigned k = 0; k < rt->ndevice_workers; k++) {
-    tdm_gpu *g = tdm__calloc(rt, 1, sizeof *g);
+    cl_device *g = tdm__calloc(rt, 1, sizeof *g);
     if (!g)
       return TDM_ERR_NO_MEMORY;
     gpus(rt)[k] = g;
@@ -244,8 +244,8 @@ static tdm_status cl_start(tdm_runtime *rt) {
     g->k = k;
     g->device = d;
     g->shared = rt->devices[d].shared_memory;
-    g->ctx = rt->cl->contexts[d];
-    g->id = rt->cl->ids[d];
+    g->ctx = rt->opencl->contexts[d];
+    g->id = rt->opencl->ids[d];
     g->cap = rt->cfg.device_tasks ? rt->cfg.device_tasks : 4;
     g->max_alloc = rt->devices[d].max_alloc;
     g->limit = rt->devices[d].global_mem ? rt->devices[d].global_mem : UINT64_MAX;
@@ -287,7 +287,7 @@ static void cl_stop(tdm_runtime *rt) {
     return;
   const cl_api *api = api_of(rt);
   for (unsigned k = 0; k < rt->ndevice_workers; k++) {
-    tdm_gpu *g = gpus(rt)[k];
+    cl_device *g = gpus(rt)[k];
     if (g && g->compute)
       CL_CHECK(rt, api->Finish(g->compute), "clFinish");
     if (g && g->transfer)
@@ -303,7 +303,7 @@ static void cl_release(tdm_runtime *rt) {
   tdm__nodes_fini(&rt->nodes);
   const cl_api *api = gpus(rt) ? api_of(rt) : NULL;
   for (unsigned k = 0; api && k < rt->ndevice_workers; k++) {
-    tdm_gpu *g = gpus(rt)[k];
+    cl_device *g = gpus(rt)[k];
     if (!g)
       continue;
     for (program *p = g->programs, *next; p; p = next) {
@@ -341,7 +341,7 @@ static void cl_release(tdm_runtime *rt) {
 
 /* ---- programs ----------------------------------------------------------- */
 
-static void log_build_failure(tdm_gpu *g, const program *p, const char *name, cl_int err) {
+static void log_build_failure(cl_device *g, const program *p, const char *name, cl_int err) {
   tdm_runtime *rt = g->rt;
   const cl_api *api = api_of(rt);
   size_t len = 0;
@@ -364,7 +364,7 @@ static void log_build_failure(tdm_gpu *g, const program *p, const char *name, cl
 
 /* What identifies a compiled program: its source and options, and the
  * device and driver it is compiled for (cache.c). */
-static char *cache_key(const tdm_gpu *g, const tdm_opencl_variant *v, size_t *len) {
+static char *cache_key(const cl_device *g, const tdm_opencl_variant *v, size_t *len) {
   const tdm_device_record *d = &g->rt->devices[g->device];
   const char *parts[] = {"source", v->source,   "options", v->options ? v->options : "",
                          "device", d->name,     "vendor",  d->vendor,
@@ -387,7 +387,7 @@ static char *cache_key(const tdm_gpu *g, const tdm_opencl_variant *v, size_t *le
 
 /* Builds p from a cached binary; false (p untouched) when there is none
  * or the driver refuses it. */
-static bool from_cache(tdm_gpu *g, program *p, const char *key, size_t keylen) {
+static bool from_cache(cl_device *g, program *p, const char *key, size_t keylen) {
   const cl_api *api = api_of(g->rt);
   size_t size = 0;
   unsigned char *bin = tdm__cache_load(g->rt, key, keylen, &size);
@@ -417,7 +417,7 @@ static bool from_cache(tdm_gpu *g, program *p, const char *key, size_t keylen) {
 }
 
 /* Stores p's binary for g in the cache. */
-static void to_cache(tdm_gpu *g, program *p, const char *key, size_t keylen) {
+static void to_cache(cl_device *g, program *p, const char *key, size_t keylen) {
   const cl_api *api = api_of(g->rt);
   size_t size = 0;
   if (api->GetProgramInfo(p->program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) !=
@@ -434,7 +434,7 @@ static void to_cache(tdm_gpu *g, program *p, const char *key, size_t keylen) {
 
 /* The program of `cl`'s variant on device g, built on first use. Called
  * with g->lock held. */
-static program *program_of(tdm_gpu *g, const tdm_codelet *cl) {
+static program *program_of(cl_device *g, const tdm_codelet *cl) {
   const tdm_opencl_variant *v = cl->opencl;
   for (program *p = g->programs; p; p = p->next)
     if (p->variant == v)
@@ -481,9 +481,9 @@ static program *program_of(tdm_gpu *g, const tdm_codelet *cl) {
 
 /* Whether g can run t: its program builds there, and each of its buffers
  * fits in the device's memory (logged when `say`). */
-static tdm_status can_run_locked(tdm_gpu *g, const tdm_task *t, bool say) {
+static tdm_status can_run_locked(cl_device *g, const tdm_task *t, bool say) {
   tdm_runtime *rt = g->rt;
-  program *p = program_of(g, t->cl);
+  program *p = program_of(g, t->codelet);
   tdm_status st = p ? p->status : TDM_ERR_NO_MEMORY;
   uint64_t total = 0;
   for (unsigned i = 0; i < t->nbuf && !st && !g->shared; i++) {
@@ -494,7 +494,7 @@ static tdm_status can_run_locked(tdm_gpu *g, const tdm_task *t, bool say) {
         tdm__log(rt, TDM_LOG_WARNING,
                "OpenCL: codelet %s: buffer %u (%zu bytes) does not fit on device %u (at most "
                "%llu bytes per buffer, %llu in all)",
-               t->cl->name ? t->cl->name : "(unnamed)", i, bytes, g->device,
+               t->codelet->name ? t->codelet->name : "(unnamed)", i, bytes, g->device,
                (unsigned long long)g->max_alloc, (unsigned long long)g->limit);
       st = TDM_ERR_TOO_LARGE;
     }
@@ -502,7 +502,7 @@ static tdm_status can_run_locked(tdm_gpu *g, const tdm_task *t, bool say) {
   return st;
 }
 
-static tdm_status can_run(tdm_gpu *g, const tdm_task *t, bool say) {
+static tdm_status can_run(cl_device *g, const tdm_task *t, bool say) {
   TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->lock));
   tdm_status st = can_run_locked(g, t, say);
   TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->lock));
@@ -510,9 +510,9 @@ static tdm_status can_run(tdm_gpu *g, const tdm_task *t, bool say) {
 }
 
 static tdm_status cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
-  const tdm_codelet *cl = t->cl;
+  const tdm_codelet *cl = t->codelet;
   const char *name = cl->name ? cl->name : "(unnamed)";
-  t->gpu_ok = false;
+  t->device_ok = false;
   t->dev_mask = 0;
   if (!cl->opencl)
     return TDM_OK;
@@ -533,7 +533,7 @@ static tdm_status cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
     }
   }
   if (st == TDM_OK) {
-    t->gpu_ok = true;
+    t->device_ok = true;
     return TDM_OK;
   }
   if (cl->cpu_fn) {
@@ -556,7 +556,7 @@ static tdm_token token_of(cl_event e) {
   return (tdm_token)(uintptr_t)e;
 }
 
-static tdm_gpu *gpu_of_node(const tdm_runtime *rt, unsigned node) {
+static cl_device *gpu_of_node(const tdm_runtime *rt, unsigned node) {
   return gpus(rt)[node - 1];
 }
 
@@ -698,14 +698,14 @@ static cl_int copy_rect(const cl_api *api, cl_command_queue q, bool to_device, c
 }
 
 typedef struct timed_copy {
-  tdm_gpu *g;
+  cl_device *g;
   uint64_t bytes;
 } timed_copy;
 
 /* A copy completed: its profiled time teaches the link model. */
 static void CL_CALLBACK copy_timed(cl_event e, cl_int status, void *data) {
   timed_copy *c = data;
-  tdm_gpu *g = c->g;
+  cl_device *g = c->g;
   const cl_api *api = api_of(g->rt);
   cl_ulong t0 = 0, t1 = 0;
   if (status == CL_COMPLETE &&
@@ -722,7 +722,7 @@ static void CL_CALLBACK copy_timed(cl_event e, cl_int status, void *data) {
   atomic_fetch_sub(&g->timing_copies, 1); /* last: g may go once it is 0 */
 }
 
-static void count_copy(tdm_gpu *g, bool to_device, size_t bytes, cl_event e) {
+static void count_copy(cl_device *g, bool to_device, size_t bytes, cl_event e) {
   atomic_fetch_add_explicit(to_device ? &g->to_device : &g->to_host, bytes,
                             memory_order_relaxed);
   atomic_fetch_add_explicit(to_device ? &g->copies_to_device : &g->copies_to_host, 1,
@@ -755,7 +755,7 @@ static void count_copy(tdm_gpu *g, bool to_device, size_t bytes, cl_event e) {
 
 static void *node_alloc(void *ctx, unsigned node, const tdm_buffer *b, size_t bytes) {
   tdm_runtime *rt = ctx;
-  tdm_gpu *g = gpu_of_node(rt, node);
+  cl_device *g = gpu_of_node(rt, node);
   const cl_api *api = api_of(rt);
   cl_int err = CL_SUCCESS;
   cl_mem m;
@@ -779,7 +779,7 @@ static void node_free(void *ctx, unsigned node, void *mem) {
 static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
                       const tdm_token *after, unsigned nafter, tdm_token *done) {
   tdm_runtime *rt = ctx;
-  tdm_gpu *g = gpu_of_node(rt, node);
+  cl_device *g = gpu_of_node(rt, node);
   const cl_api *api = api_of(rt);
   waitlist w;
   waitlist_of(rt, g->ctx, &w, after, nafter);
@@ -863,7 +863,7 @@ static bool node_when_done(void *ctx, const tdm_token *ts, unsigned n, void (*fn
 #define CL_BANDWIDTH 8e9
 
 static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
-  tdm_gpu *g = gpu_of_node(ctx, node);
+  cl_device *g = gpu_of_node(ctx, node);
   TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
   double s = tdm__link_predict(&g->link, bytes);
   TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->trace_lock));
@@ -899,18 +899,18 @@ static void CL_CALLBACK on_complete(cl_event e, cl_int status, void *data) {
   tdm__wake_for_completion(rt);
 }
 
-static void pump(tdm_gpu *g);
+static void pump(cl_device *g);
 
 /* t's commands on its device completed: what they took, then the task. */
 static void completed(tdm_runtime *rt, tdm_task *t) {
   const cl_api *api = api_of(rt);
   exec *x = t->dx;
   t->dx = NULL;
-  tdm_gpu *g = x->gpu;
+  cl_device *g = x->gpu;
   cl_int status = atomic_load(&x->status);
   if (status < 0)
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u failed (error %d)",
-             t->cl->name ? t->cl->name : "(unnamed)", g->device, (int)status);
+             t->codelet->name ? t->codelet->name : "(unnamed)", g->device, (int)status);
   api->ReleaseEvent(x->done);
   tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
   atomic_fetch_add_explicit(&g->tasks, 1, memory_order_relaxed);
@@ -992,10 +992,10 @@ enum { LAUNCHED, RETRY, FAILED };
  * into mems, bufs (as the kernel sees them) and w (what the kernel waits
  * for). RETRY, nothing done, when they do not fit until tasks in flight
  * finish. */
-static int stage(tdm_gpu *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, waitlist *w,
+static int stage(cl_device *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, waitlist *w,
                  tdm_status *why) {
   tdm_runtime *rt = g->rt;
-  const char *name = t->cl->name ? t->cl->name : "(unnamed)";
+  const char *name = t->codelet->name ? t->codelet->name : "(unnamed)";
   *why = TDM_ERR_SYSTEM;
   tdm_pin pin;
   while ((pin = tdm__task_pin(rt, t, 1 + g->k, (void **)mems)) == TDM_PIN_BUSY)
@@ -1029,11 +1029,11 @@ static int stage(tdm_gpu *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, waitli
 }
 
 /* Enqueues t's kernel (or its enqueue function) after w; *done its event. */
-static cl_int enqueue(tdm_gpu *g, tdm_task *t, const cl_mem *mems, const tdm_buffer *bufs,
+static cl_int enqueue(cl_device *g, tdm_task *t, const cl_mem *mems, const tdm_buffer *bufs,
                       const waitlist *w, cl_event *done) {
   const cl_api *api = api_of(g->rt);
-  program *p = program_of(g, t->cl);
-  const tdm_opencl_variant *v = t->cl->opencl;
+  program *p = program_of(g, t->codelet);
+  const tdm_opencl_variant *v = t->codelet->opencl;
   if (!p || p->status)
     return CL_BUILD_PROGRAM_FAILURE;
   if (v->enqueue) {
@@ -1066,7 +1066,7 @@ static cl_int enqueue(tdm_gpu *g, tdm_task *t, const cl_mem *mems, const tdm_buf
 /* On a device working in host memory, a map/unmap of each written buffer
  * after the kernel hands its writes to the host where an implementation
  * caches; *done becomes the last of them. */
-static void hand_over(tdm_gpu *g, tdm_task *t, const cl_mem *mems, cl_event *done) {
+static void hand_over(cl_device *g, tdm_task *t, const cl_mem *mems, cl_event *done) {
   const cl_api *api = api_of(g->rt);
   for (unsigned i = 0; i < t->nbuf && g->shared; i++) {
     if (!(t->modes[i] & TDM_W))
@@ -1092,10 +1092,10 @@ static void hand_over(tdm_gpu *g, tdm_task *t, const cl_mem *mems, cl_event *don
  * with nothing done, when its buffers do not fit on the device until
  * tasks in flight finish. On failure the task is finished at once (its
  * outputs untouched) with an error logged. */
-static int launch(tdm_gpu *g, tdm_task *t) {
+static int launch(cl_device *g, tdm_task *t) {
   tdm_runtime *rt = g->rt;
   const cl_api *api = api_of(rt);
-  const char *name = t->cl->name ? t->cl->name : "(unnamed)";
+  const char *name = t->codelet->name ? t->codelet->name : "(unnamed)";
   cl_mem mems[TDM_MAX_BUFFERS];
   tdm_buffer bufs[TDM_MAX_BUFFERS];
   waitlist w = {.n = 0};
@@ -1151,7 +1151,7 @@ static int launch(tdm_gpu *g, tdm_task *t) {
   return LAUNCHED;
 }
 
-static void pump(tdm_gpu *g) {
+static void pump(cl_device *g) {
   tdm_runtime *rt = g->rt;
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   while (g->inflight < g->cap) {
@@ -1173,7 +1173,7 @@ static void pump(tdm_gpu *g) {
 /* ---- what the scheduler asks ------------------------------------------- */
 
 static void cl_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
-  tdm_gpu *g = gpus(rt)[k];
+  cl_device *g = gpus(rt)[k];
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   tdm__devq_put(&g->q, t);
   TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
@@ -1182,7 +1182,7 @@ static void cl_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
 
 static tdm_task *cl_take(tdm_runtime *rt, unsigned k, bool (*want)(tdm_task *, void *),
                          void *data) {
-  tdm_gpu *g = gpus(rt)[k];
+  cl_device *g = gpus(rt)[k];
   return tdm__devq_take(rt, &g->q, &g->lock, want, data);
 }
 
@@ -1196,7 +1196,7 @@ static int cl_current(const tdm_runtime *rt) {
 }
 
 static void cl_counters(const tdm_runtime *rt, unsigned k, tdm_device_counters *c) {
-  tdm_gpu *g = gpus(rt)[k];
+  cl_device *g = gpus(rt)[k];
   c->tasks = atomic_load(&g->tasks);
   c->bytes_to_device = atomic_load(&g->to_device);
   c->bytes_to_host = atomic_load(&g->to_host);

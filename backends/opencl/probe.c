@@ -315,7 +315,7 @@ static void no_opencl(tdm_runtime *rt, const char *why, int err) {
 
 /* Grows the runtime's arrays by `more` device slots. */
 static bool grow_devices(tdm_runtime *rt, unsigned more) {
-  tdm_opencl *cl = rt->cl;
+  tdm_opencl *cl = rt->opencl;
   unsigned n = rt->ndevices + more;
   tdm_device_record *d = tdm__realloc(rt, rt->devices, n * sizeof *d);
   if (d)
@@ -346,12 +346,12 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
   }
   cl_platform_id *plats = tdm__calloc(rt, nplat, sizeof *plats);
   rt->platforms = tdm__calloc(rt, nplat, sizeof *rt->platforms);
-  rt->cl = tdm__calloc(rt, 1, sizeof *rt->cl);
-  if (!plats || !rt->platforms || !rt->cl) {
+  rt->opencl = tdm__calloc(rt, 1, sizeof *rt->opencl);
+  if (!plats || !rt->platforms || !rt->opencl) {
     free(plats);
     return TDM_ERR_NO_MEMORY; /* the caller's teardown frees the rest */
   }
-  rt->cl->api = api;
+  rt->opencl->api = api;
   err = api.GetPlatformIDs(nplat, plats, NULL);
   if (err != CL_SUCCESS) {
     free(plats);
@@ -375,7 +375,7 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
       free(plats);
       return TDM_ERR_NO_MEMORY;
     }
-    cl_device_id *ids = rt->cl->ids + rt->ndevices;
+    cl_device_id *ids = rt->opencl->ids + rt->ndevices;
     err = api.GetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, ndev, ids, NULL);
     if (err != CL_SUCCESS) {
       tdm__log(rt, TDM_LOG_WARNING, "OpenCL: cannot list the devices of %s (error %d)",
@@ -389,8 +389,8 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
       d->platform = p;
       d->index = i;
       memcpy(d->platform_name, pr->name, sizeof d->platform_name);
-      rt->cl->platform_of[k] = plats[p];
-      rt->cl->contexts[k] = NULL;
+      rt->opencl->platform_of[k] = plats[p];
+      rt->opencl->contexts[k] = NULL;
       fill_record(rt, &api, ids[i], d);
       locate(rt, &api, ids[i], d);
       tdm__classify_device(d);
@@ -410,7 +410,7 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
 }
 
 bool tdm__opencl_activate(tdm_runtime *rt, unsigned i) {
-  tdm_opencl *cl = rt->cl;
+  tdm_opencl *cl = rt->opencl;
   tdm_device_record *d = &rt->devices[i];
   if (!cl->api.can_run) {
     d->used = false;
@@ -437,7 +437,7 @@ bool tdm__opencl_activate(tdm_runtime *rt, unsigned i) {
 }
 
 void tdm__opencl_close(tdm_runtime *rt) {
-  tdm_opencl *cl = rt->cl;
+  tdm_opencl *cl = rt->opencl;
   if (!cl)
     return;
   for (unsigned i = 0; cl->contexts && i < rt->ndevices; i++)
@@ -450,7 +450,7 @@ void tdm__opencl_close(tdm_runtime *rt) {
   free(cl->ids);
   free(cl->contexts);
   free(cl);
-  rt->cl = NULL;
+  rt->opencl = NULL;
 }
 
 #endif

@@ -94,7 +94,7 @@ void tdm__sleep_until(uint64_t until) {
 }
 
 static double class_speedup(const struct tdm_vt_class *c, const tdm_task *t) {
-  const char *name = t->cl->name;
+  const char *name = t->codelet->name;
   for (unsigned i = 0; name && i < c->nnamed; i++)
     if (!strcmp(c->named[i].name, name))
       return c->named[i].speedup;
@@ -434,7 +434,7 @@ static void run(sim_dev *d, tdm_task *t) {
     tdm__log(rt, TDM_LOG_ERROR,
              "emulated device %u: codelet %s: its buffers do not fit in its memory; it did "
              "not run, its outputs are unchanged",
-             d->k, t->cl->name ? t->cl->name : "(unnamed)");
+             d->k, t->codelet->name ? t->codelet->name : "(unnamed)");
     tdm__task_done(t, rt->nworkers + d->k, TDM_ERR_TOO_LARGE, 0, 0);
     return;
   }
@@ -515,18 +515,18 @@ static int sim_current(const tdm_runtime *rt) {
 }
 
 static tdm_status sim_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
-  t->gpu_ok = false;
+  t->device_ok = false;
   t->dev_mask = 0;
-  if (!t->cl->cpu_fn) {
+  if (!t->codelet->cpu_fn) {
     tdm__log(rt, TDM_LOG_ERROR,
              "%s: codelet %s has no CPU variant: emulated devices run CPU variants", what,
-             t->cl->name ? t->cl->name : "(unnamed)");
+             t->codelet->name ? t->codelet->name : "(unnamed)");
     return TDM_ERR_NO_DEVICE;
   }
   for (unsigned k = 0; k < sim_of(rt)->n; k++)
     if (speedup_of(&sim_of(rt)->dev[k], t) > 0)
       t->dev_mask |= 1ull << k;
-  t->gpu_ok = t->dev_mask != 0;
+  t->device_ok = t->dev_mask != 0;
   return TDM_OK;
 }
 

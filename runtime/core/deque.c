@@ -19,7 +19,7 @@ static tdm_ring *ring_new(int64_t capacity) {
   return r;
 }
 
-int tdm_deque_init(tdm_deque *d, size_t capacity) {
+int tdm__deque_init(tdm_deque *d, size_t capacity) {
   int64_t cap = 16;
   while ((size_t)cap < capacity)
     cap <<= 1;
@@ -33,7 +33,7 @@ int tdm_deque_init(tdm_deque *d, size_t capacity) {
   return 0;
 }
 
-void tdm_deque_destroy(tdm_deque *d) {
+void tdm__deque_destroy(tdm_deque *d) {
   free(atomic_load_explicit(&d->ring, memory_order_relaxed));
   while (d->retired) {
     tdm_ring *next = d->retired->retired_next;
@@ -58,7 +58,7 @@ static tdm_ring *grow(tdm_deque *d, tdm_ring *old, int64_t top, int64_t bottom) 
   return r;
 }
 
-int tdm_deque_push(tdm_deque *d, void *item) {
+int tdm__deque_push(tdm_deque *d, void *item) {
   /* relaxed: only the owner writes bottom */
   int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed);
   /* acquire: pairs with the thieves' CAS on top, so the slot we may reuse
@@ -78,7 +78,7 @@ int tdm_deque_push(tdm_deque *d, void *item) {
   return 0;
 }
 
-void *tdm_deque_pop(tdm_deque *d) {
+void *tdm__deque_pop(tdm_deque *d) {
   int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed) - 1;
   tdm_ring *r = atomic_load_explicit(&d->ring, memory_order_relaxed);
   atomic_store_explicit(&d->bottom, b, memory_order_relaxed);
@@ -102,7 +102,7 @@ void *tdm_deque_pop(tdm_deque *d) {
   return item;
 }
 
-void *tdm_deque_steal(tdm_deque *d) {
+void *tdm__deque_steal(tdm_deque *d) {
   /* acquire: see the slots as of the owner's last update of top */
   int64_t t = atomic_load_explicit(&d->top, memory_order_acquire);
   /* seq_cst: orders the load of top before the load of bottom (pairs with
@@ -122,7 +122,7 @@ void *tdm_deque_steal(tdm_deque *d) {
   return item;
 }
 
-int64_t tdm_deque_size(tdm_deque *d) {
+int64_t tdm__deque_size(tdm_deque *d) {
   int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed);
   int64_t t = atomic_load_explicit(&d->top, memory_order_relaxed);
   return b > t ? b - t : 0;

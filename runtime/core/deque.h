@@ -52,18 +52,18 @@ typedef struct tdm_deque {
 
 /* Returns 0, or -1 when out of memory. capacity is rounded up to a power
  * of two. */
-int tdm_deque_init(tdm_deque *d, size_t capacity);
-void tdm_deque_destroy(tdm_deque *d);
+int tdm__deque_init(tdm_deque *d, size_t capacity);
+void tdm__deque_destroy(tdm_deque *d);
 
 /* Owner only. Returns 0, or -1 when the ring could not grow (out of memory;
  * the item was not pushed). */
-int tdm_deque_push(tdm_deque *d, void *item);
+int tdm__deque_push(tdm_deque *d, void *item);
 /* Owner only. NULL when empty. */
-void *tdm_deque_pop(tdm_deque *d);
+void *tdm__deque_pop(tdm_deque *d);
 /* Any thread. NULL when empty or when it lost a race (callers retry
  * elsewhere; the item is not lost). */
-void *tdm_deque_steal(tdm_deque *d);
+void *tdm__deque_steal(tdm_deque *d);
 /* Any thread; a hint only. */
-int64_t tdm_deque_size(tdm_deque *d);
+int64_t tdm__deque_size(tdm_deque *d);
 
 #endif

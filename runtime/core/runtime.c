@@ -378,7 +378,7 @@ static void teardown(tdm_runtime *rt) {
   tdm__sched_stop(rt);
   if (rt->workers) {
     for (unsigned i = 0; i < rt->nworkers; i++) {
-      tdm_deque_destroy(&rt->workers[i].deque);
+      tdm__deque_destroy(&rt->workers[i].deque);
       free(rt->workers[i].trace.ev);
     }
     free(rt->workers);
@@ -410,11 +410,11 @@ static tdm_status start_workers(tdm_runtime *rt) {
     w->rt = rt;
     w->id = i;
     w->rng = 0x9e3779b97f4a7c15ull * (i + 1);
-    if (tdm_deque_init(&w->deque, 256)) {
+    if (tdm__deque_init(&w->deque, 256)) {
       /* the deques after this one were zeroed by calloc: give them a ring
        * so that teardown can destroy all of them alike */
       for (unsigned j = i; j < rt->nworkers; j++)
-        tdm_deque_init(&rt->workers[j].deque, 0);
+        tdm__deque_init(&rt->workers[j].deque, 0);
       return TDM_ERR_NO_MEMORY;
     }
   }

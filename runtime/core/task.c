@@ -173,7 +173,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->tile_mask = 0;
   t->user_ref = false;
   t->rt = rt;
-  t->cl = NULL;
+  t->codelet = NULL;
   t->edges = t->inline_edges;
   t->links = NULL; /* and dx, which shares its place */
   t->callback = NULL;
@@ -181,7 +181,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->args = NULL;
   t->args_size = 0;
   t->pool_next = NULL;
-  t->gpu_ok = false;
+  t->device_ok = false;
   if (rt->recording)
     t->trace_id = 0; /* codelet tasks get theirs at build */
   return t;
@@ -314,7 +314,7 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   if (desc->args_size)
     memcpy(t->args, desc->args, desc->args_size);
   t->args_size = desc->args_size;
-  t->cl = cl;
+  t->codelet = cl;
   t->nbuf = (uint8_t)cl->nbuffers;
   for (unsigned i = 0; i < cl->nbuffers; i++) {
     t->handles[i] = desc->handles[i];
@@ -331,13 +331,13 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   t->callback = desc->callback;
   t->callback_data = desc->callback_data;
   t->priority = desc->priority;
-  t->gpu_ok = false;
+  t->device_ok = false;
   t->sched_cls = -1;
   t->sched_calib = false;
   if (rt->recording)
     t->trace_id = atomic_fetch_add_explicit(&rt->next_task_id, 1, memory_order_relaxed) + 1;
   if (cl->opencl || rt->dev) {
-    tdm_status st = tdm__gpu_prepare(rt, t, what);
+    tdm_status st = tdm__device_prepare(rt, t, what);
     if (st) {
       tdm__task_unref(t);
       return st;
@@ -532,7 +532,7 @@ static unsigned unique_handles(const tdm_task *t, tdm_handle **hs, unsigned *mod
 
 tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   tdm_runtime *rt = t->rt;
-  const char *name = t->cl && t->cl->name ? t->cl->name : "(unnamed)";
+  const char *name = t->codelet && t->codelet->name ? t->codelet->name : "(unnamed)";
   /* Count the task before looking at `closing`: destroy sets closing and
    * then waits for inflight, so either it waits for us or we see it
    * closing (seq_cst on both sides). */
@@ -622,7 +622,7 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
     link_edge(preds.items[i], t, &t->edges[i]);
   if (rt->recording && t->trace_id) { /* the graph as submitted, finished ones too */
     tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_SUBMIT, .id = t->trace_id,
-                                          .name = t->cl->name});
+                                          .name = t->codelet->name});
     for (unsigned i = 0; i < preds.n + preds.ndone; i++) {
       tdm_task *p = i < preds.n ? preds.items[i] : preds.done[i - preds.n];
       if (p->kind == TDM_TASK_CODELET) /* not a host acquisition */

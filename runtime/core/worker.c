@@ -104,7 +104,7 @@ static void inject_chain(tdm_runtime *rt, tdm_task *first) {
 
 void tdm__schedule(tdm_runtime *rt, tdm_task *t) {
   tdm_worker *w = tdm__self_in(rt);
-  if (w && tdm_deque_push(&w->deque, t) == 0) {
+  if (w && tdm__deque_push(&w->deque, t) == 0) {
     wake_one(rt);
     return;
   }
@@ -128,7 +128,7 @@ static tdm_task *take_injected(tdm_worker *w) {
   unsigned pushed = 0;
   while (t->pool_next) {
     tdm_task *next = t->pool_next;
-    if (tdm_deque_push(&w->deque, t) != 0) {
+    if (tdm__deque_push(&w->deque, t) != 0) {
       inject_chain(rt, t); /* out of memory: leave the rest for later */
       t = NULL;
       break;
@@ -170,10 +170,10 @@ static tdm_task *steal(tdm_worker *w) {
     unsigned r = (unsigned)(next_random(w) % n);
     for (unsigned k = 0; k < n; k++) {
       tdm_deque *d = &rt->workers[victims[start + (r + k) % n]].deque;
-      if (tdm_deque_size(d) == 0)
+      if (tdm__deque_size(d) == 0)
         continue; /* cheap look; steal's fence only when worth it */
       tdm__count(&w->steals_tried, 1);
-      tdm_task *t = tdm_deque_steal(d);
+      tdm_task *t = tdm__deque_steal(d);
       if (t) {
         tdm__count(&w->steals_won, 1);
         return t;
@@ -294,10 +294,10 @@ static tdm_task *find_work(tdm_worker *w) {
   bool devices = rt->ndevice_workers && atomic_load_explicit(&rt->devices_ready,
                                                              memory_order_acquire);
   if (devices)
-    tdm__gpu_progress(rt);
+    tdm__device_progress(rt);
   /* a look at the size first: pop costs a full fence even when empty */
-  if (tdm_deque_size(&w->deque) > 0)
-    t = tdm_deque_pop(&w->deque);
+  if (tdm__deque_size(&w->deque) > 0)
+    t = tdm__deque_pop(&w->deque);
   if (!t)
     t = take_injected(w);
   if (!t && devices) /* placed on this kind of core by another thread */
@@ -317,7 +317,7 @@ static bool any_work(tdm_runtime *rt) {
   if (atomic_load_explicit(&rt->devices_ready, memory_order_acquire) && tdm__sched_queued(rt))
     return true;
   for (unsigned i = 0; i < rt->nworkers; i++)
-    if (tdm_deque_size(&rt->workers[i].deque) > 0)
+    if (tdm__deque_size(&rt->workers[i].deque) > 0)
       return true;
   return false;
 }

@@ -78,7 +78,7 @@ static void fetched(void *arg, int status) {
     tdm__log(t->rt, TDM_LOG_ERROR,
              "codelet %s: bringing its inputs home failed (status %d); it runs on what the "
              "host has",
-             t->cl->name ? t->cl->name : "(unnamed)", status);
+             t->codelet->name ? t->codelet->name : "(unnamed)", status);
   tdm__schedule(t->rt, t); /* its inputs are home: run it */
 }
 

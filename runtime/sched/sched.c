@@ -72,7 +72,7 @@ struct tdm_sched {
 };
 
 static const char *codelet_name(const tdm_task *t) {
-  return t->cl->name ? t->cl->name : "(unnamed)";
+  return t->codelet->name ? t->codelet->name : "(unnamed)";
 }
 
 /* Device k's class. */
@@ -92,7 +92,7 @@ static unsigned class_of(const tdm_runtime *rt, unsigned w) {
 static bool runs(tdm_runtime *rt, unsigned c, const tdm_task *t) {
   const tdm_sched *s = rt->sched;
   if (c < s->ncpu)
-    return t->cl->cpu_fn != NULL;
+    return t->codelet->cpu_fn != NULL;
   return (t->dev_mask >> (c - s->ncpu)) & 1;
 }
 
@@ -248,13 +248,13 @@ void tdm__place(tdm_runtime *rt, tdm_task *t) {
   tdm_sched *s = rt->sched;
   t->sched_cls = -1;
   t->sched_calib = false;
-  if (!t->gpu_ok || !s) {
+  if (!t->device_ok || !s) {
     tdm__schedule(rt, t);
     return;
   }
   switch (s->policy) {
   case TDM_POLICY_EAGER:
-    if (!t->cl->cpu_fn)
+    if (!t->codelet->cpu_fn)
       break; /* OpenCL only: heft's choice among the devices */
     share(rt, t);
     return;
@@ -262,7 +262,7 @@ void tdm__place(tdm_runtime *rt, tdm_task *t) {
     int k = rt->dev->current(rt);
     if (k >= 0 && runs(rt, dev_cls(s, (unsigned)k), t)) {
       rt->dev->push(rt, (unsigned)k, t);
-    } else if (t->cl->cpu_fn) {
+    } else if (t->codelet->cpu_fn) {
       tdm__schedule(rt, t);
       for (unsigned j = 0; j < rt->ndevice_workers; j++)
         rt->dev->kick(rt, j);
@@ -288,7 +288,7 @@ void tdm__place(tdm_runtime *rt, tdm_task *t) {
       }
       pick -= s->cls[c].workers;
     }
-    tdm__schedule(rt, t); /* not reached: a gpu_ok task runs somewhere */
+    tdm__schedule(rt, t); /* not reached: a device_ok task runs somewhere */
     return;
   }
   case TDM_POLICY_HEFT:
@@ -383,10 +383,10 @@ tdm_task *tdm__sched_idle_device(tdm_runtime *rt, unsigned k) {
   /* ws: the CPU workers' deques too; a task this device cannot run goes
    * back to the CPU workers */
   for (unsigned i = 0; i < rt->nworkers; i++) {
-    t = tdm_deque_steal(&rt->workers[i].deque);
+    t = tdm__deque_steal(&rt->workers[i].deque);
     if (!t)
       continue;
-    if (t->gpu_ok && runs(rt, dev_cls(s, k), t))
+    if (t->device_ok && runs(rt, dev_cls(s, k), t))
       return t;
     tdm__schedule(rt, t);
     return NULL;
@@ -501,12 +501,12 @@ void tdm__sched_stop(tdm_runtime *rt) {
   rt->sched = NULL;
 }
 
-tdm_status tdm__gpu_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
-  t->gpu_ok = false;
+tdm_status tdm__device_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
+  t->device_ok = false;
   t->sched_cls = -1;
   if (rt->dev)
     return rt->dev->prepare(rt, t, what);
-  if (!t->cl->opencl || t->cl->cpu_fn)
+  if (!t->codelet->opencl || t->codelet->cpu_fn)
     return TDM_OK;
   tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s has only an OpenCL variant and no device is used",
            what, codelet_name(t));

@@ -59,7 +59,7 @@ static double true_time(const tdm_vt_machine *m, const tdm_vt_task *t, unsigned 
 
 /* ---- the simulation state ------------------------------------------------ */
 
-typedef struct sim {
+typedef struct vt_state {
   const tdm_vt_machine *m;
   const tdm_vt_graph *g;
   unsigned nworkers;
@@ -75,7 +75,7 @@ typedef struct sim {
   uint64_t bytes;
   tdm_choice *choices;    /* per worker: heft's candidates */
   unsigned *choice_worker; /* and their workers */
-} sim;
+} vt_state;
 
 /* ---- memory nodes on the simulated clock ---------------------------------- */
 
@@ -118,7 +118,7 @@ static void vt_free(void *ctx, unsigned node, void *mem) {
  * decision is made; it takes latency + bytes / bandwidth. */
 static bool vt_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
                     const tdm_token *after, unsigned nafter, tdm_token *done) {
-  sim *s = ctx;
+  vt_state *s = ctx;
   uint64_t bytes = (uint64_t)c->host->nx * c->host->ny * c->host->elem_size;
   double *link = &s->link_free[node][to_node ? 0 : 1];
   double t0 = fmax(fmax(latest(after, nafter), *link), s->now);
@@ -158,7 +158,7 @@ static void vt_wait(void *ctx, const tdm_token *ts, unsigned n) {
 }
 
 static double vt_link_time(void *ctx, unsigned node, uint64_t bytes) {
-  const sim *s = ctx;
+  const vt_state *s = ctx;
   return s->m->latency[node] + (double)bytes / s->m->bandwidth[node];
 }
 
@@ -175,7 +175,7 @@ static const tdm_node_ops vt_node_ops = {
 };
 
 /* Data items as handles: d bytes in one row, valid on the host. */
-static bool items_new(sim *s) {
+static bool items_new(vt_state *s) {
   const tdm_vt_graph *g = s->g;
   s->items = calloc(g->ndata ? g->ndata : 1, sizeof *s->items);
   uint64_t limits[TDM_VT_MAX_CLASSES];
@@ -191,7 +191,7 @@ static bool items_new(sim *s) {
   return true;
 }
 
-static void items_free(sim *s) {
+static void items_free(vt_state *s) {
   for (unsigned d = 0; s->items && s->nodes.n && d < s->g->ndata; d++)
     tdm__coh_forget(&s->nodes, &s->items[d], false);
   tdm__nodes_fini(&s->nodes);
@@ -200,7 +200,7 @@ static void items_free(sim *s) {
 
 /* When data d could be on `node`, if asked at `now`: what the copies
  * tdm__coh_access would make take, without making them. */
-static double arrival_estimate(sim *s, unsigned d, unsigned node, double now) {
+static double arrival_estimate(vt_state *s, unsigned d, unsigned node, double now) {
   const tdm_vt_machine *m = s->m;
   const tdm_handle *h = &s->items[d];
   const tdm_nodeset *v = &h->coh.valid;
@@ -221,7 +221,7 @@ static double arrival_estimate(sim *s, unsigned d, unsigned node, double now) {
 
 /* When task t could start on worker w, decided at `now` (its inputs there,
  * the worker free); commit: make the copies. */
-static double start_time(sim *s, const tdm_vt_task *t, unsigned w, double now, bool commit) {
+static double start_time(vt_state *s, const tdm_vt_task *t, unsigned w, double now, bool commit) {
   unsigned node = s->m->classes[s->class_of[w]].node;
   double st = fmax(now, s->free_at[w]);
   s->now = now;
@@ -242,11 +242,11 @@ static double start_time(sim *s, const tdm_vt_task *t, unsigned w, double now, b
   return st;
 }
 
-static double predicted_time(sim *s, const tdm_vt_task *t, unsigned w) {
+static double predicted_time(vt_state *s, const tdm_vt_task *t, unsigned w) {
   return t->cpu_time * predicted_factor(s->md, s->m, t->codelet, s->class_of[w]);
 }
 
-static bool can_run(const sim *s, const tdm_vt_task *t, unsigned w) {
+static bool can_run(const vt_state *s, const tdm_vt_task *t, unsigned w) {
   return s->m->classes[s->class_of[w]].speedup[t->codelet] > 0;
 }
 
@@ -334,7 +334,7 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
   if (!m->nclasses || m->nclasses > TDM_VT_MAX_CLASSES || m->nnodes > TDM_VT_MAX_CLASSES ||
       !m->nnodes)
     return TDM_ERR_INVALID_ARG;
-  sim s;
+  vt_state s;
   memset(&s, 0, sizeof s);
   s.m = m;
   s.g = g;

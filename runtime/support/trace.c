@@ -69,7 +69,7 @@ void tdm__trace_task(tdm_runtime *rt, const tdm_task *t, unsigned worker, uint64
                                         .t0 = t0,
                                         .t1 = t1,
                                         .bytes = tdm__task_bytes(t),
-                                        .name = t->cl->name});
+                                        .name = t->codelet->name});
 }
 
 /* ---- gathering ------------------------------------------------------------ */
