@@ -80,6 +80,16 @@ static inline void test_log_attach(tdm_config *cfg, test_log *log) {
   cfg->log_level = TDM_LOG_DEBUG;
 }
 
+/* The splitmix64 finaliser (Steele, Lea and Flood, "Fast splittable
+ * pseudorandom number generators", OOPSLA 2014): a well-mixed 64-bit value
+ * of x, for tests that derive data and choices from a seed. */
+static inline uint64_t test_mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 /* A runtime with `nworkers` workers (0: one per core), unbound (tests
  * often ask for more workers than cores), logging into *log if not NULL. */
 static inline tdm_runtime *test_runtime(unsigned nworkers, test_log *log) {

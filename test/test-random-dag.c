@@ -21,11 +21,7 @@ typedef struct {
 } step;
 
 static uint64_t mix(uint64_t x) {
-  /* splitmix64 finaliser */
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+  return test_mix64(x);
 }
 
 /* Reads every R/RW buffer first, then writes every W/RW buffer. */
