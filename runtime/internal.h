@@ -546,7 +546,11 @@ tdm_status tdm__graph_enter(tdm_runtime *rt, tdm_task *t);
 tdm_status tdm__graph_add(tdm_runtime *rt, tdm_task *task, tdm_task *pred);
 /* Drops a task's links (it is submitted or discarded) and, when `unref`,
  * the references they hold (not at runtime destroy: every task goes). */
-void tdm__graph_drop(tdm_runtime *rt, tdm_task *t, bool unref);
+void tdm__graph_drop_links(tdm_runtime *rt, tdm_task *t, bool unref);
+static inline void tdm__graph_drop(tdm_runtime *rt, tdm_task *t, bool unref) {
+  if (t->links) /* most tasks never had explicit dependencies */
+    tdm__graph_drop_links(rt, t, unref);
+}
 
 /* worker.c */
 /* One round of polling while idle or waiting: for the first rounds a short

@@ -1,6 +1,6 @@
 /*
- * The OpenCL backend: tasks on OpenCL devices, their data on the devices'
- * memory, and the coherence of that data with the host's.
+ * The OpenCL backend: tasks on OpenCL devices, and their data on the
+ * devices' memory.
  *
  * Devices. Each device used has a logical worker (no thread): a queue of
  * tasks placed on it, an in-order compute queue and an in-order transfer
@@ -25,10 +25,11 @@
  * caches (no bytes move on such devices).
  *
  * Coherence is the runtime's (runtime/data/coherence.c): it decides what
- * is copied, and this file only makes buffers and copies for it, with
- * OpenCL events as completion tokens (node_ops below). A CPU task whose
- * inputs are not on the host has their copies started and is queued
- * again when they complete.
+ * is copied, and the backend only makes buffers and copies for it, with
+ * OpenCL events as completion tokens (memnode.c). A CPU task whose inputs
+ * are not on the host has their copies started and is queued again when
+ * they complete. Programs and which devices may run a task: programs.c.
+ * This file: the devices' lifecycle, clocks and trace, and running tasks.
  */
 #include <limits.h>
 #include <sched.h>
@@ -48,64 +49,7 @@ const tdm_backend tdm__opencl_backend = {
 };
 
 #else
-#include "cl.h"
-#include "../../runtime/sched/perfmodel.h"
-
-#include "tandem/opencl.h"
-
-static const tdm_node_ops cl_node_ops;
-
-/* ---- per device --------------------------------------------------------- */
-
-typedef struct program {
-  const struct tdm_opencl_variant *variant;
-  cl_program program;
-  cl_kernel kernel;
-  tdm_status status;
-  struct program *next;
-} program;
-
-typedef struct cl_device cl_device;
-struct cl_device {
-  tdm_runtime *rt;
-  unsigned k;      /* device worker k */
-  unsigned device; /* its device record */
-  bool shared;     /* works in host memory */
-  cl_context ctx;
-  cl_device_id id;
-  cl_command_queue compute, transfer;
-  pthread_mutex_t lock; /* guards all below */
-  tdm_devq q; /* tasks placed here, not yet launched */
-  unsigned inflight, cap;
-  program *programs;
-  /* its memory's size (counted and evicted by runtime/data/memory.c) */
-  uint64_t limit, max_alloc;
-  _Atomic uint64_t tasks, to_device, to_host, copies_to_device, copies_to_host;
-  /* Busy time: kernels' profiled durations when recording, else the time
-   * from a task's launch (or the previous completion) to its completion. */
-  _Atomic uint64_t busy_ns;
-  uint64_t last_done; /* under lock */
-  /* Recording: host time = device time + clock_offset; copies whose
-   * times are not read yet (under trace_lock), and those read. */
-  int64_t clock_offset;
-  /* The link, learnt from the copies' profiled times (under trace_lock),
-   * and the copies whose times are still to come (callbacks pending). */
-  tdm_link_model link;
-  _Atomic unsigned timing_copies;
-  pthread_mutex_t trace_lock; /* a leaf lock: guards the two below */
-  struct pending_copy {
-    cl_event ev;
-    bool to_device;
-    uint64_t bytes;
-  } *pending;
-  size_t npending, cap_pending;
-  tdm_trace_buf copies;
-};
-
-/* The backend's state: device worker k's record. */
-static cl_device **gpus(const tdm_runtime *rt) {
-  return rt->backend;
-}
+#include "device.h"
 
 /* What a task on a device keeps until its commands complete. */
 typedef struct exec {
@@ -115,22 +59,6 @@ typedef struct exec {
   uint64_t launched; /* when its commands were enqueued */
   _Atomic cl_int status;
 } exec;
-
-static const cl_api *api_of(const tdm_runtime *rt) {
-  return &rt->opencl->api;
-}
-
-#define CL_CHECK(rt, call, what)                                                          \
-  do {                                                                                    \
-    cl_int cl_err_ = (call);                                                              \
-    if (cl_err_ != CL_SUCCESS)                                                            \
-      tdm__log((rt), TDM_LOG_ERROR, "OpenCL: %s failed: error %d", (what), (int)cl_err_);  \
-  } while (0)
-
-
-static unsigned node_of(const cl_device *g) {
-  return g->shared ? 0 : 1 + g->k;
-}
 
 /* The offset from the device's profiling clock to the host's: an empty
  * command's end, read against the host clock once it is done (off by the
@@ -278,7 +206,7 @@ static tdm_status cl_start(tdm_runtime *rt) {
   uint64_t limits[TDM_MAX_DEVICE_WORKERS];
   for (unsigned k = 0; k < rt->ndevice_workers; k++)
     limits[k] = gpus(rt)[k]->shared ? 0 : gpus(rt)[k]->limit;
-  return tdm__nodes_init(&rt->nodes, rt, &cl_node_ops, rt, 1 + rt->ndevice_workers, limits);
+  return tdm__nodes_init(&rt->nodes, rt, &tdm__cl_node_ops, rt, 1 + rt->ndevice_workers, limits);
 }
 
 /* Waits for every command and callback (the handles go next). */
@@ -338,550 +266,6 @@ static void cl_release(tdm_runtime *rt) {
   rt->backend = NULL;
   tdm__opencl_close(rt);
 }
-
-/* ---- programs ----------------------------------------------------------- */
-
-static void log_build_failure(cl_device *g, const program *p, const char *name, cl_int err) {
-  tdm_runtime *rt = g->rt;
-  const cl_api *api = api_of(rt);
-  size_t len = 0;
-  char *log = NULL;
-  if (p->program &&
-      api->GetProgramBuildInfo(p->program, g->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &len) ==
-          CL_SUCCESS &&
-      len && (log = tdm__malloc(rt, len + 1)) &&
-      api->GetProgramBuildInfo(p->program, g->id, CL_PROGRAM_BUILD_LOG, len, log, NULL) ==
-          CL_SUCCESS)
-    log[len] = 0;
-  else if (log)
-    log[0] = 0;
-  tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: building kernel %s on device %u (%s) failed "
-           "(error %d); build log:\n%s",
-           name, p->variant->kernel ? p->variant->kernel : "(none)", g->device,
-           rt->devices[g->device].name, (int)err, log && log[0] ? log : "(empty)");
-  free(log);
-}
-
-/* What identifies a compiled program: its source and options, and the
- * device and driver it is compiled for (cache.c). */
-static char *cache_key(const cl_device *g, const tdm_opencl_variant *v, size_t *len) {
-  const tdm_device_record *d = &g->rt->devices[g->device];
-  const char *parts[] = {"source", v->source,   "options", v->options ? v->options : "",
-                         "device", d->name,     "vendor",  d->vendor,
-                         "driver", d->driver_version, "opencl", d->version,
-                         "platform", d->platform_name};
-  size_t n = 0;
-  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-    n += strlen(parts[i]) + 1;
-  char *key = tdm__malloc(g->rt, n), *at = key;
-  if (!key)
-    return NULL;
-  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-    size_t l = strlen(parts[i]) + 1; /* the NULs separate the parts */
-    memcpy(at, parts[i], l);
-    at += l;
-  }
-  *len = n;
-  return key;
-}
-
-/* Builds p from a cached binary; false (p untouched) when there is none
- * or the driver refuses it. */
-static bool from_cache(cl_device *g, program *p, const char *key, size_t keylen) {
-  const cl_api *api = api_of(g->rt);
-  size_t size = 0;
-  unsigned char *bin = tdm__cache_load(g->rt, key, keylen, &size);
-  if (!bin)
-    return false;
-  const unsigned char *bins[1] = {bin};
-  cl_int status = CL_SUCCESS, err = CL_SUCCESS;
-  cl_program prog = api->CreateProgramWithBinary(g->ctx, 1, &g->id, &size, bins, &status, &err);
-  free(bin);
-  if (prog && err == CL_SUCCESS && status == CL_SUCCESS)
-    err = api->BuildProgram(prog, 1, &g->id, p->variant->options, NULL, NULL);
-  cl_kernel kernel = NULL;
-  if (prog && err == CL_SUCCESS && status == CL_SUCCESS)
-    kernel = api->CreateKernel(prog, p->variant->kernel, &err);
-  if (!kernel) {
-    tdm__log(g->rt, TDM_LOG_WARNING,
-             "OpenCL cache: device %u refused a cached binary of kernel %s (error %d, %d); "
-             "building it again",
-             g->device, p->variant->kernel, (int)err, (int)status);
-    if (prog)
-      api->ReleaseProgram(prog);
-    return false;
-  }
-  p->program = prog;
-  p->kernel = kernel;
-  return true;
-}
-
-/* Stores p's binary for g in the cache. */
-static void to_cache(cl_device *g, program *p, const char *key, size_t keylen) {
-  const cl_api *api = api_of(g->rt);
-  size_t size = 0;
-  if (api->GetProgramInfo(p->program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) !=
-          CL_SUCCESS ||
-      !size)
-    return;
-  unsigned char *bin = tdm__malloc(g->rt, size);
-  unsigned char *bins[1] = {bin};
-  if (bin &&
-      api->GetProgramInfo(p->program, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS)
-    tdm__cache_store(g->rt, key, keylen, bin, size);
-  free(bin);
-}
-
-/* The program of `cl`'s variant on device g, built on first use. Called
- * with g->lock held. */
-static program *program_of(cl_device *g, const tdm_codelet *cl) {
-  const tdm_opencl_variant *v = cl->opencl;
-  for (program *p = g->programs; p; p = p->next)
-    if (p->variant == v)
-      return p;
-  program *p = tdm__calloc(g->rt, 1, sizeof *p);
-  if (!p)
-    return NULL;
-  p->variant = v;
-  p->next = g->programs;
-  g->programs = p;
-  if (v->enqueue) /* the escape hatch needs no program */
-    return p;
-  const cl_api *api = api_of(g->rt);
-  const char *name = cl->name ? cl->name : "(unnamed)";
-  cl_int err = CL_INVALID_VALUE;
-  if (!v->source || !v->kernel) {
-    log_build_failure(g, p, name, err);
-    p->status = TDM_ERR_BUILD;
-    return p;
-  }
-  size_t keylen = 0;
-  char *key = cache_key(g, v, &keylen);
-  if (key && from_cache(g, p, key, keylen)) {
-    tdm__log(g->rt, TDM_LOG_INFO, "OpenCL: codelet %s: kernel %s for device %u from the cache",
-             name, v->kernel, g->device);
-    free(key);
-    return p;
-  }
-  const char *src = v->source;
-  p->program = api->CreateProgramWithSource(g->ctx, 1, &src, NULL, &err);
-  if (p->program)
-    err = api->BuildProgram(p->program, 1, &g->id, v->options, NULL, NULL);
-  if (err == CL_SUCCESS)
-    p->kernel = api->CreateKernel(p->program, v->kernel, &err);
-  if (err == CL_SUCCESS && key)
-    to_cache(g, p, key, keylen);
-  free(key);
-  if (err != CL_SUCCESS) {
-    log_build_failure(g, p, name, err);
-    p->status = TDM_ERR_BUILD;
-  }
-  return p;
-}
-
-/* Whether g can run t: its program builds there, and each of its buffers
- * fits in the device's memory (logged when `say`). */
-static tdm_status can_run_locked(cl_device *g, const tdm_task *t, bool say) {
-  tdm_runtime *rt = g->rt;
-  program *p = program_of(g, t->codelet);
-  tdm_status st = p ? p->status : TDM_ERR_NO_MEMORY;
-  uint64_t total = 0;
-  for (unsigned i = 0; i < t->nbuf && !st && !g->shared; i++) {
-    size_t bytes = tdm__coh_bytes(t->handles[i]);
-    total += bytes;
-    if ((g->max_alloc && bytes > g->max_alloc) || bytes > g->limit || total > g->limit) {
-      if (say)
-        tdm__log(rt, TDM_LOG_WARNING,
-               "OpenCL: codelet %s: buffer %u (%zu bytes) does not fit on device %u (at most "
-               "%llu bytes per buffer, %llu in all)",
-               t->codelet->name ? t->codelet->name : "(unnamed)", i, bytes, g->device,
-               (unsigned long long)g->max_alloc, (unsigned long long)g->limit);
-      st = TDM_ERR_TOO_LARGE;
-    }
-  }
-  return st;
-}
-
-static tdm_status can_run(cl_device *g, const tdm_task *t, bool say) {
-  TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->lock));
-  tdm_status st = can_run_locked(g, t, say);
-  TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->lock));
-  return st;
-}
-
-static tdm_status cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
-  const tdm_codelet *cl = t->codelet;
-  const char *name = cl->name ? cl->name : "(unnamed)";
-  t->device_ok = false;
-  t->dev_mask = 0;
-  if (!cl->opencl)
-    return TDM_OK;
-  size_t vs = cl->opencl->struct_size;
-  if (vs && vs < sizeof *cl->opencl) {
-    tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s: tdm_opencl_variant.struct_size %zu: 0 or at "
-             "least %zu", what, name, vs, sizeof *cl->opencl);
-    return TDM_ERR_INVALID_ARG;
-  }
-  tdm_status st = TDM_ERR_BUILD;
-  for (unsigned k = 0; k < rt->ndevice_workers; k++) {
-    tdm_status pst = can_run(gpus(rt)[k], t, true);
-    if (!pst) {
-      st = TDM_OK; /* at least one device can run it */
-      t->dev_mask |= 1ull << k;
-    } else if (pst != TDM_ERR_BUILD && st == TDM_ERR_BUILD) {
-      st = pst;
-    }
-  }
-  if (st == TDM_OK) {
-    t->device_ok = true;
-    return TDM_OK;
-  }
-  if (cl->cpu_fn) {
-    tdm__log(rt, TDM_LOG_WARNING, "%s: codelet %s: its OpenCL variant cannot run; the task "
-             "runs on the CPU", what, name);
-    return TDM_OK;
-  }
-  return st;
-}
-
-/* ---- memory-node operations ---------------------------------------------
- * What runtime/data/coherence.c asks of OpenCL: buffers, copies between a
- * device's buffer and the host, and events as tokens. */
-
-static cl_event ev_of(tdm_token t) {
-  return (cl_event)(uintptr_t)t;
-}
-
-static tdm_token token_of(cl_event e) {
-  return (tdm_token)(uintptr_t)e;
-}
-
-static cl_device *gpu_of_node(const tdm_runtime *rt, unsigned node) {
-  return gpus(rt)[node - 1];
-}
-
-typedef struct waitlist {
-  cl_event ev[2 * TDM_MAX_BUFFERS];
-  unsigned n;
-} waitlist;
-
-static void release_all(const cl_api *api, waitlist *w) {
-  for (unsigned i = 0; i < w->n; i++)
-    api->ReleaseEvent(w->ev[i]);
-  w->n = 0;
-}
-
-/* ---- joining events ------------------------------------------------------
- * A command can only wait for events of its own context, and each device
- * has a context of its own. An event of another context, or several events
- * at once, are turned into a user event of the right context that a
- * callback completes when they all have. */
-
-typedef struct join {
-  _Atomic int left;
-  _Atomic cl_int status;
-  cl_event user; /* NULL: call fn instead */
-  void (*fn)(void *, int);
-  void *arg;
-  /* copies: a late callback must not reach into a runtime being freed */
-  cl_int (*SetUserEventStatus)(cl_event, cl_int);
-  cl_int (*ReleaseEvent)(cl_event);
-} join;
-
-static void CL_CALLBACK join_one(cl_event e, cl_int status, void *data) {
-  (void)e;
-  join *j = data;
-  if (status < 0)
-    atomic_store(&j->status, status);
-  if (atomic_fetch_sub(&j->left, 1) != 1)
-    return;
-  cl_int st = atomic_load(&j->status);
-  if (j->user) {
-    j->SetUserEventStatus(j->user, st < 0 ? st : CL_COMPLETE);
-    j->ReleaseEvent(j->user);
-  } else {
-    j->fn(j->arg, st < 0 ? (int)st : 0);
-  }
-  free(j);
-}
-
-/* Registers j's callback on each of evs (j->left set to n first). */
-static void join_all(tdm_runtime *rt, join *j, const cl_event *evs, unsigned n) {
-  const cl_api *api = api_of(rt);
-  atomic_init(&j->left, (int)n);
-  atomic_init(&j->status, CL_COMPLETE);
-  j->SetUserEventStatus = api->SetUserEventStatus;
-  j->ReleaseEvent = api->ReleaseEvent;
-  for (unsigned i = 0; i < n; i++)
-    if (api->SetEventCallback(evs[i], CL_COMPLETE, join_one, j) != CL_SUCCESS) {
-      CL_CHECK(rt, api->WaitForEvents(1, &evs[i]), "clWaitForEvents");
-      join_one(evs[i], CL_COMPLETE, j);
-    }
-}
-
-/* A new event of context ctx that completes when all of evs have (NULL
- * when none is given, or on failure, after waiting for them here). */
-static cl_event join_events(tdm_runtime *rt, cl_context ctx, const cl_event *evs, unsigned n) {
-  const cl_api *api = api_of(rt);
-  if (!n)
-    return NULL;
-  cl_int err = CL_SUCCESS;
-  join *j = tdm__calloc(rt, 1, sizeof *j);
-  cl_event user = j ? api->CreateUserEvent(ctx, &err) : NULL;
-  if (!user || api->RetainEvent(user) != CL_SUCCESS) {
-    tdm__log(rt, TDM_LOG_WARNING, "OpenCL: cannot join events (error %d): waiting for them",
-             (int)err);
-    for (unsigned i = 0; i < n; i++)
-      CL_CHECK(rt, api->WaitForEvents(1, &evs[i]), "clWaitForEvents");
-    if (user)
-      api->SetUserEventStatus(user, CL_COMPLETE);
-    free(j);
-    return user;
-  }
-  j->user = user;
-  join_all(rt, j, evs, n);
-  return user;
-}
-
-static cl_context context_of(const cl_api *api, cl_event e) {
-  cl_context c = NULL;
-  if (api->GetEventInfo(e, CL_EVENT_CONTEXT, sizeof c, &c, NULL) != CL_SUCCESS)
-    return NULL;
-  return c;
-}
-
-/* Adds e to w, for a command of context ctx. */
-static void wait_for(tdm_runtime *rt, cl_context ctx, waitlist *w, cl_event e) {
-  const cl_api *api = api_of(rt);
-  if (!e)
-    return;
-  if (w->n == sizeof w->ev / sizeof w->ev[0]) { /* full: fold it into one */
-    cl_event all = join_events(rt, ctx, w->ev, w->n);
-    release_all(api, w);
-    if (all)
-      w->ev[w->n++] = all;
-  }
-  if (context_of(api, e) != ctx) {
-    cl_event bridged = join_events(rt, ctx, &e, 1);
-    if (bridged)
-      w->ev[w->n++] = bridged;
-  } else if (api->RetainEvent(e) == CL_SUCCESS) {
-    w->ev[w->n++] = e;
-  }
-}
-
-static void waitlist_of(tdm_runtime *rt, cl_context ctx, waitlist *w, const tdm_token *ts,
-                        unsigned n) {
-  w->n = 0;
-  for (unsigned i = 0; i < n; i++)
-    wait_for(rt, ctx, w, ev_of(ts[i]));
-}
-
-/* Copies between the host and buffer m as c says. */
-static cl_int copy_rect(const cl_api *api, cl_command_queue q, bool to_device, cl_mem m,
-                        const tdm_copy *c, const waitlist *w, cl_event *e) {
-  const tdm_buffer *b = c->host;
-  static const size_t zero[3] = {0, 0, 0};
-  size_t region[3] = {b->ny * b->elem_size, b->nx, 1};
-  size_t bytes = b->nx * b->ny * b->elem_size;
-  if (b->ld == b->ny) /* both sides contiguous */
-    return to_device ? api->EnqueueWriteBuffer(q, m, CL_FALSE, 0, bytes, b->ptr, w->n,
-                                               w->n ? w->ev : NULL, e)
-                     : api->EnqueueReadBuffer(q, m, CL_FALSE, 0, bytes, b->ptr, w->n,
-                                              w->n ? w->ev : NULL, e);
-  size_t host_pitch = b->ld * b->elem_size;
-  return to_device
-             ? api->EnqueueWriteBufferRect(q, m, CL_FALSE, zero, zero, region, c->pitch, 0,
-                                           host_pitch, 0, b->ptr, w->n, w->n ? w->ev : NULL, e)
-             : api->EnqueueReadBufferRect(q, m, CL_FALSE, zero, zero, region, c->pitch, 0,
-                                          host_pitch, 0, b->ptr, w->n, w->n ? w->ev : NULL, e);
-}
-
-typedef struct timed_copy {
-  cl_device *g;
-  uint64_t bytes;
-} timed_copy;
-
-/* A copy completed: its profiled time teaches the link model. */
-static void CL_CALLBACK copy_timed(cl_event e, cl_int status, void *data) {
-  timed_copy *c = data;
-  cl_device *g = c->g;
-  const cl_api *api = api_of(g->rt);
-  cl_ulong t0 = 0, t1 = 0;
-  if (status == CL_COMPLETE &&
-      api->GetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) ==
-          CL_SUCCESS &&
-      api->GetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) ==
-          CL_SUCCESS &&
-      t1 > t0) {
-    TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
-    tdm__link_observe(&g->link, c->bytes, 1e-9 * (double)(t1 - t0));
-    TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->trace_lock));
-  }
-  free(c);
-  atomic_fetch_sub(&g->timing_copies, 1); /* last: g may go once it is 0 */
-}
-
-static void count_copy(cl_device *g, bool to_device, size_t bytes, cl_event e) {
-  atomic_fetch_add_explicit(to_device ? &g->to_device : &g->to_host, bytes,
-                            memory_order_relaxed);
-  atomic_fetch_add_explicit(to_device ? &g->copies_to_device : &g->copies_to_host, 1,
-                            memory_order_relaxed);
-  timed_copy *c = e ? tdm__malloc(g->rt, sizeof *c) : NULL;
-  if (c) {
-    *c = (timed_copy){g, bytes};
-    atomic_fetch_add(&g->timing_copies, 1);
-    if (api_of(g->rt)->SetEventCallback(e, CL_COMPLETE, copy_timed, c) != CL_SUCCESS) {
-      atomic_fetch_sub(&g->timing_copies, 1);
-      free(c);
-    }
-  }
-  if (!g->rt->trace_path || !e)
-    return;
-  const cl_api *api = api_of(g->rt);
-  TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
-  if (g->npending == g->cap_pending) {
-    size_t cap = g->cap_pending ? 2 * g->cap_pending : 64;
-    struct pending_copy *p = tdm__realloc(g->rt, g->pending, cap * sizeof *p);
-    if (p) {
-      g->pending = p;
-      g->cap_pending = cap;
-    }
-  }
-  if (g->npending < g->cap_pending && api->RetainEvent(e) == CL_SUCCESS)
-    g->pending[g->npending++] = (struct pending_copy){e, to_device, bytes};
-  TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->trace_lock));
-}
-
-static void *node_alloc(void *ctx, unsigned node, const tdm_buffer *b, size_t bytes) {
-  tdm_runtime *rt = ctx;
-  cl_device *g = gpu_of_node(rt, node);
-  const cl_api *api = api_of(rt);
-  cl_int err = CL_SUCCESS;
-  cl_mem m;
-  if (g->shared) /* the application's memory itself, first element to last */
-    m = api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, b->ptr, &err);
-  else /* the elements packed */
-    m = api->CreateBuffer(g->ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-  if (!m)
-    tdm__log(rt, err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES
-                     ? TDM_LOG_DEBUG
-                     : TDM_LOG_WARNING,
-             "OpenCL: device %u: no buffer of %zu bytes (error %d)", g->device, bytes, (int)err);
-  return m;
-}
-
-static void node_free(void *ctx, unsigned node, void *mem) {
-  (void)node;
-  api_of(ctx)->ReleaseMemObject((cl_mem)mem);
-}
-
-static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
-                      const tdm_token *after, unsigned nafter, tdm_token *done) {
-  tdm_runtime *rt = ctx;
-  cl_device *g = gpu_of_node(rt, node);
-  const cl_api *api = api_of(rt);
-  waitlist w;
-  waitlist_of(rt, g->ctx, &w, after, nafter);
-  cl_event e = NULL;
-  cl_int err = copy_rect(api, g->transfer, to_node, (cl_mem)c->mem, c, &w, &e);
-  release_all(api, &w);
-  size_t bytes = c->host->nx * c->host->ny * c->host->elem_size;
-  if (err != CL_SUCCESS) {
-    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: %s device %u, %zu bytes: error %d",
-             to_node ? "host to" : "to host from", g->device, bytes, (int)err);
-    return false;
-  }
-  api->Flush(g->transfer);
-  count_copy(g, to_node, bytes, e);
-  *done = token_of(e);
-  return true;
-}
-
-static tdm_token node_join(void *ctx, const tdm_token *ts, unsigned n) {
-  tdm_runtime *rt = ctx;
-  const cl_api *api = api_of(rt);
-  if (!n)
-    return 0;
-  if (n == 1)
-    return api->RetainEvent(ev_of(ts[0])) == CL_SUCCESS ? ts[0] : 0;
-  cl_event *evs = tdm__malloc(rt, n * sizeof *evs);
-  if (!evs) {
-    for (unsigned i = 0; i < n; i++)
-      CL_CHECK(rt, api->WaitForEvents(1, &(cl_event){ev_of(ts[i])}), "clWaitForEvents");
-    return 0;
-  }
-  for (unsigned i = 0; i < n; i++)
-    evs[i] = ev_of(ts[i]);
-  cl_event all = join_events(rt, context_of(api, evs[0]), evs, n);
-  free(evs);
-  return token_of(all);
-}
-
-static bool node_retain(void *ctx, tdm_token t) {
-  return api_of(ctx)->RetainEvent(ev_of(t)) == CL_SUCCESS;
-}
-
-static void node_release(void *ctx, tdm_token t) {
-  api_of(ctx)->ReleaseEvent(ev_of(t));
-}
-
-static bool node_test(void *ctx, tdm_token t) {
-  cl_int st = CL_QUEUED;
-  return api_of(ctx)->GetEventInfo(ev_of(t), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st,
-                                   NULL) == CL_SUCCESS &&
-         (st == CL_COMPLETE || st < 0);
-}
-
-static void node_wait(void *ctx, const tdm_token *ts, unsigned n) {
-  for (unsigned i = 0; i < n; i++) /* one at a time: their contexts differ */
-    CL_CHECK((tdm_runtime *)ctx,
-             api_of(ctx)->WaitForEvents(1, &(cl_event){ev_of(ts[i])}), "clWaitForEvents");
-}
-
-static bool node_when_done(void *ctx, const tdm_token *ts, unsigned n, void (*fn)(void *, int),
-                           void *arg) {
-  tdm_runtime *rt = ctx;
-  join *j = tdm__calloc(rt, 1, sizeof *j);
-  cl_event *evs = j ? tdm__malloc(rt, n * sizeof *evs) : NULL;
-  if (!evs) {
-    free(j);
-    return false;
-  }
-  for (unsigned i = 0; i < n; i++)
-    evs[i] = ev_of(ts[i]);
-  j->fn = fn;
-  j->arg = arg;
-  join_all(rt, j, evs, n);
-  free(evs);
-  return true;
-}
-
-/* Until the link model has seen copies of two sizes: a PCIe-like link,
- * 10 us and 8 GB/s. */
-#define CL_LATENCY 10e-6
-#define CL_BANDWIDTH 8e9
-
-static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
-  cl_device *g = gpu_of_node(ctx, node);
-  TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
-  double s = tdm__link_predict(&g->link, bytes);
-  TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->trace_lock));
-  return s >= 0 ? s : CL_LATENCY + (double)bytes / CL_BANDWIDTH;
-}
-
-static const tdm_node_ops cl_node_ops = {
-    .alloc = node_alloc,
-    .free = node_free,
-    .copy = node_copy,
-    .join = node_join,
-    .retain = node_retain,
-    .release = node_release,
-    .test = node_test,
-    .wait = node_wait,
-    .when_done = node_when_done,
-    .link_time = node_link_time,
-};
 
 /* ---- completions ---------------------------------------------------------- */
 
@@ -1018,10 +402,10 @@ static int stage(cl_device *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, wait
   tdm_tokens ts;
   tdm__tokens_init(&ts);
   bool ok = tdm__task_access(rt, t, node_of(g), &ts);
-  waitlist_of(rt, g->ctx, w, ts.v, ts.n);
+  tdm__cl_waitlist_of(rt, g->ctx, w, ts.v, ts.n);
   tdm__tokens_release(&rt->nodes, &ts);
   if (!ok) {
-    release_all(api_of(rt), w);
+    tdm__cl_release_all(api_of(rt), w);
     tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
     return FAILED;
   }
@@ -1032,7 +416,7 @@ static int stage(cl_device *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, wait
 static cl_int enqueue(cl_device *g, tdm_task *t, const cl_mem *mems, const tdm_buffer *bufs,
                       const waitlist *w, cl_event *done) {
   const cl_api *api = api_of(g->rt);
-  program *p = program_of(g, t->codelet);
+  program *p = tdm__cl_program_of(g, t->codelet);
   const tdm_opencl_variant *v = t->codelet->opencl;
   if (!p || p->status)
     return CL_BUILD_PROGRAM_FAILURE;
@@ -1111,7 +495,7 @@ static int launch(cl_device *g, tdm_task *t) {
   cl_event done = NULL;
   if (st == LAUNCHED) {
     cl_int err = enqueue(g, t, mems, bufs, &w, &done);
-    release_all(api, &w);
+    tdm__cl_release_all(api, &w);
     if (err != CL_SUCCESS) {
       tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u: enqueue failed (error %d)",
                name, g->device, (int)err);
@@ -1213,7 +597,7 @@ const tdm_backend tdm__opencl_backend = {
     .release = cl_release,
     .start = cl_start,
     .stop = cl_stop,
-    .prepare = cl_prepare,
+    .prepare = tdm__cl_prepare,
     .push = cl_push,
     .take = cl_take,
     .kick = cl_kick,

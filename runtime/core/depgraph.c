@@ -229,10 +229,8 @@ tdm_status tdm__graph_add(tdm_runtime *rt, tdm_task *task, tdm_task *pred) {
   return TDM_OK;
 }
 
-void tdm__graph_drop(tdm_runtime *rt, tdm_task *t, bool unref) {
+void tdm__graph_drop_links(tdm_runtime *rt, tdm_task *t, bool unref) {
   tdm_links *l = t->links;
-  if (!l)
-    return;
   t->links = NULL;
   if (unref) /* else the runtime is being destroyed: the list goes too */
     unlink_node(&rt->graph, l);

@@ -720,16 +720,23 @@ void tdm__task_finish(tdm_task *t) {
   finish(t, tdm__self_in(t->rt));
 }
 
-void tdm__task_done(tdm_task *t, unsigned worker, tdm_status status, uint64_t t0,
-                    uint64_t t1) {
+/* The end of a task (see tdm__task_done); w: the calling worker of t's
+ * runtime, or NULL. Inlined into the CPU workers' path. */
+static inline void task_done(tdm_task *t, tdm_worker *w, unsigned worker, tdm_status status,
+                             uint64_t t0, uint64_t t1) {
   tdm_runtime *rt = t->rt;
-  if (!status)
+  if (rt->recording && !status)
     tdm__trace_task(rt, t, worker, t0, t1);
   if (tdm__sched_timed(t)) /* the backlog shrinks; the model learns a success */
     tdm__sched_done(t, worker, status ? -1 : 1e-9 * (double)(t1 - t0));
   if (t->callback)
     t->callback(t->callback_data);
-  finish(t, tdm__self_in(rt));
+  finish(t, w);
+}
+
+void tdm__task_done(tdm_task *t, unsigned worker, tdm_status status, uint64_t t0,
+                    uint64_t t1) {
+  task_done(t, tdm__self_in(t->rt), worker, status, t0, t1);
 }
 
 void tdm__task_execute(tdm_task *t, tdm_worker *w) {
@@ -760,7 +767,7 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
   }
   if (rt->ndevice_workers)
     tdm__host_written(t);
-  tdm__task_done(t, w->id, TDM_OK, t0, t1);
+  task_done(t, w, w->id, TDM_OK, t0, t1);
 }
 
 void tdm__task_wait_state(tdm_task *t, uint32_t state) {

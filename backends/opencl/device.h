@@ -1,0 +1,114 @@
+/*
+ * The OpenCL backend's own declarations, shared by its files: device.c
+ * (devices, their queues, launching and ending tasks), programs.c
+ * (programs, the binary cache's keys, which devices may run a task) and
+ * memnode.c (the memory-node operations: buffers, copies, events as
+ * tokens). Internal.
+ */
+#ifndef TDM_BACKEND_OPENCL_DEVICE_H
+#define TDM_BACKEND_OPENCL_DEVICE_H
+
+#include "cl.h"
+#include "../../runtime/sched/perfmodel.h"
+
+#include "tandem/opencl.h"
+
+/* ---- per device --------------------------------------------------------- */
+
+typedef struct program {
+  const struct tdm_opencl_variant *variant;
+  cl_program program;
+  cl_kernel kernel;
+  tdm_status status;
+  struct program *next;
+} program;
+
+typedef struct cl_device cl_device;
+struct cl_device {
+  tdm_runtime *rt;
+  unsigned k;      /* device worker k */
+  unsigned device; /* its device record */
+  bool shared;     /* works in host memory */
+  cl_context ctx;
+  cl_device_id id;
+  cl_command_queue compute, transfer;
+  pthread_mutex_t lock; /* guards all below */
+  tdm_devq q; /* tasks placed here, not yet launched */
+  unsigned inflight, cap;
+  program *programs;
+  /* its memory's size (counted and evicted by runtime/data/memory.c) */
+  uint64_t limit, max_alloc;
+  _Atomic uint64_t tasks, to_device, to_host, copies_to_device, copies_to_host;
+  /* Busy time: kernels' profiled durations when recording, else the time
+   * from a task's launch (or the previous completion) to its completion. */
+  _Atomic uint64_t busy_ns;
+  uint64_t last_done; /* under lock */
+  /* Recording: host time = device time + clock_offset; copies whose
+   * times are not read yet (under trace_lock), and those read. */
+  int64_t clock_offset;
+  /* The link, learnt from the copies' profiled times (under trace_lock),
+   * and the copies whose times are still to come (callbacks pending). */
+  tdm_link_model link;
+  _Atomic unsigned timing_copies;
+  pthread_mutex_t trace_lock; /* a leaf lock: guards the two below */
+  struct pending_copy {
+    cl_event ev;
+    bool to_device;
+    uint64_t bytes;
+  } *pending;
+  size_t npending, cap_pending;
+  tdm_trace_buf copies;
+};
+
+/* The backend's state: device worker k's record. */
+static inline cl_device **gpus(const tdm_runtime *rt) {
+  return rt->backend;
+}
+
+static inline const cl_api *api_of(const tdm_runtime *rt) {
+  return &rt->opencl->api;
+}
+
+#define CL_CHECK(rt, call, what)                                                          \
+  do {                                                                                    \
+    cl_int cl_err_ = (call);                                                              \
+    if (cl_err_ != CL_SUCCESS)                                                            \
+      tdm__log((rt), TDM_LOG_ERROR, "OpenCL: %s failed: error %d", (what), (int)cl_err_);  \
+  } while (0)
+
+static inline unsigned node_of(const cl_device *g) {
+  return g->shared ? 0 : 1 + g->k;
+}
+
+/* ---- programs.c ---- */
+
+/* The program of `codelet`'s variant on device g, built on first use.
+ * Called with g->lock held. */
+program *tdm__cl_program_of(cl_device *g, const tdm_codelet *codelet);
+/* The backend's prepare (backends/backend.h). */
+tdm_status tdm__cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what);
+
+/* ---- memnode.c ---- */
+
+/* Completion tokens are events. */
+static inline cl_event ev_of(tdm_token t) {
+  return (cl_event)(uintptr_t)t;
+}
+static inline tdm_token token_of(cl_event e) {
+  return (tdm_token)(uintptr_t)e;
+}
+
+/* What a command waits for, retained; folded into one joined event when
+ * full. */
+typedef struct waitlist {
+  cl_event ev[2 * TDM_MAX_BUFFERS];
+  unsigned n;
+} waitlist;
+void tdm__cl_release_all(const cl_api *api, waitlist *w);
+/* w becomes tokens ts as events of context ctx (others bridged). */
+void tdm__cl_waitlist_of(tdm_runtime *rt, cl_context ctx, waitlist *w, const tdm_token *ts,
+                         unsigned n);
+
+extern const tdm_node_ops tdm__cl_node_ops;
+
+#endif
