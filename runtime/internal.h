@@ -517,6 +517,13 @@ struct tdm_runtime {
   _Atomic long alloc_countdown; /* see tdm__fail_allocation; -1: off */
 };
 
+/* A helper split out of a hot function for reading, kept inlined. */
+#if defined(__GNUC__)
+#define TDM_ALWAYS_INLINE __attribute__((always_inline)) inline
+#else
+#define TDM_ALWAYS_INLINE inline
+#endif
+
 /* The worker the calling thread is, or NULL. */
 /* Initial-exec: the variable is in the static TLS block, read with one
  * instruction instead of a call to __tls_get_addr (the default for shared

@@ -137,6 +137,68 @@ static int kind_class(const char *name) {
 
 /* ---- setup ------------------------------------------------------------ */
 
+/* The devices m declares (classes other than cpu.N, whose N must be a
+ * kind of core of this machine); TDM_ERR_INVALID_ARG, logged, if there is
+ * a bad one or too many. */
+static tdm_status count_devices(const tdm_runtime *rt, const char *text,
+                                const tdm_vt_machine *m, unsigned *n) {
+  *n = 0;
+  for (unsigned c = 0; c < m->nclasses; c++) {
+    const char *name = m->classes[c].name;
+    if (!strncmp(name, "cpu", 3) && (!name[3] || name[3] == '.')) {
+      int kind = kind_class(name);
+      if (kind < 0 || (unsigned)kind >= rt->plan.nkinds) {
+        tdm__log(rt, TDM_LOG_ERROR,
+                 "tdm_runtime_create: sim=\"%s\": \"%s\": the CPU workers are the "
+                 "machine's; cpu.N declares the speed of its kind N of core (this machine "
+                 "has %u %s: 0%s)",
+                 text, name, rt->plan.nkinds, rt->plan.nkinds == 1 ? "kind" : "kinds",
+                 rt->plan.nkinds == 1 ? "" : " to nkinds-1");
+        return TDM_ERR_INVALID_ARG;
+      }
+      continue;
+    }
+    *n += m->classes[c].workers;
+  }
+  if (*n > TDM_MAX_DEVICE_WORKERS) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: sim: %u devices, at most %d", *n,
+             TDM_MAX_DEVICE_WORKERS);
+    return TDM_ERR_INVALID_ARG;
+  }
+  return TDM_OK;
+}
+
+/* What tdm_runtime_device reports of emulated device d, the w-th of its
+ * class. */
+static void describe(tdm_device_record *r, const sim_dev *d, unsigned w) {
+  const struct tdm_vt_class *cls = &d->decl;
+  if (cls->workers > 1)
+    snprintf(r->name, sizeof r->name, "%s.%u", cls->name, w);
+  else
+    snprintf(r->name, sizeof r->name, "%s", cls->name);
+  snprintf(r->platform_name, sizeof r->platform_name, "Tandem emulation");
+  snprintf(r->vendor, sizeof r->vendor, "Tandem");
+  snprintf(r->driver_version, sizeof r->driver_version, "%s", TDM_VERSION);
+  snprintf(r->version, sizeof r->version, "emulated");
+  r->cls = TDM_DEVICE_EMULATED;
+  snprintf(r->reason, sizeof r->reason, "declared by tdm_config.sim / TANDEM_SIM");
+  r->duplicate_of = -1;
+  r->numa_node = -1;
+  r->used = true;
+  r->shared_memory = d->shared;
+  r->context_ok = true;
+  if (d->shared)
+    snprintf(r->memory_reason, sizeof r->memory_reason, "declared: memory=shared");
+  else
+    snprintf(r->memory_reason, sizeof r->memory_reason,
+             "declared: memory=own, latency %g s, bandwidth %g bytes/s", d->latency,
+             d->bandwidth);
+  int len = snprintf(r->usage, sizeof r->usage, "used: speed-up %g", cls->speedup[0]);
+  for (unsigned i = 0; i < cls->nnamed && len > 0 && (size_t)len < sizeof r->usage; i++)
+    len += snprintf(r->usage + len, sizeof r->usage - (size_t)len, ", %s %g",
+                    cls->named[i].name, cls->named[i].speedup);
+}
+
 /* Emulated devices when tdm_config.sim asks for them (then no other
  * backend is asked). */
 static tdm_status sim_discover(tdm_runtime *rt, bool *claims) {
@@ -152,38 +214,18 @@ static tdm_status sim_discover(tdm_runtime *rt, bool *claims) {
     tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: sim=\"%s\": %s", text, err);
     return TDM_ERR_INVALID_ARG;
   }
-  unsigned n = 0;
-  for (unsigned c = 0; c < m.nclasses; c++) {
-    const char *name = m.classes[c].name;
-    if (!strncmp(name, "cpu", 3) && (!name[3] || name[3] == '.')) {
-      int kind = kind_class(name);
-      if (kind < 0 || (unsigned)kind >= rt->plan.nkinds) {
-        tdm__log(rt, TDM_LOG_ERROR,
-                 "tdm_runtime_create: sim=\"%s\": \"%s\": the CPU workers are the "
-                 "machine's; cpu.N declares the speed of its kind N of core (this machine "
-                 "has %u %s: 0%s)",
-                 text, name, rt->plan.nkinds, rt->plan.nkinds == 1 ? "kind" : "kinds",
-                 rt->plan.nkinds == 1 ? "" : " to nkinds-1");
-        return TDM_ERR_INVALID_ARG;
-      }
-      continue;
-    }
-    n += m.classes[c].workers;
-  }
-  if (n > TDM_MAX_DEVICE_WORKERS) {
-    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: sim: %u devices, at most %d", n,
-             TDM_MAX_DEVICE_WORKERS);
-    return TDM_ERR_INVALID_ARG;
-  }
+  unsigned n;
+  tdm_status st = count_devices(rt, text, &m, &n);
+  if (st)
+    return st;
   tdm_sim *s = tdm__calloc(rt, 1, sizeof *s);
   rt->devices = tdm__calloc(rt, n ? n : 1, sizeof *rt->devices);
   rt->device_of = tdm__calloc(rt, n ? n : 1, sizeof *rt->device_of);
-  if (!s || !rt->devices || !rt->device_of) {
-    free(s);
-    return TDM_ERR_NO_MEMORY;
-  }
-  s->dev = tdm__calloc(rt, n ? n : 1, sizeof *s->dev);
-  if (!s->dev) {
+  if (s)
+    s->dev = tdm__calloc(rt, n ? n : 1, sizeof *s->dev);
+  if (!s || !s->dev || !rt->devices || !rt->device_of) {
+    if (s)
+      free(s->dev);
     free(s);
     return TDM_ERR_NO_MEMORY;
   }
@@ -209,48 +251,15 @@ static tdm_status sim_discover(tdm_runtime *rt, bool *claims) {
     for (unsigned w = 0; w < cls->workers; w++) {
       unsigned k = s->n++;
       sim_dev *d = &s->dev[k];
-      d->rt = rt;
-      d->k = k;
-      d->decl = *cls;
-      d->shared = cls->node == 0;
-      d->latency = m.latency[cls->node];
-      d->bandwidth = m.bandwidth[cls->node];
-      tdm_device_record *r = &rt->devices[k];
-      if (cls->workers > 1)
-        snprintf(r->name, sizeof r->name, "%s.%u", cls->name, w);
-      else
-        snprintf(r->name, sizeof r->name, "%s", cls->name);
-      snprintf(r->platform_name, sizeof r->platform_name, "Tandem emulation");
-      snprintf(r->vendor, sizeof r->vendor, "Tandem");
-      snprintf(r->driver_version, sizeof r->driver_version, "%d.%d.%d", TDM_VERSION_MAJOR,
-               TDM_VERSION_MINOR, TDM_VERSION_PATCH);
-      snprintf(r->version, sizeof r->version, "emulated");
-      r->cls = TDM_DEVICE_EMULATED;
-      snprintf(r->reason, sizeof r->reason, "declared by tdm_config.sim / TANDEM_SIM");
-      r->duplicate_of = -1;
-      r->numa_node = -1;
-      r->used = true;
-      r->shared_memory = d->shared;
-      r->context_ok = true;
-      if (d->shared)
-        snprintf(r->memory_reason, sizeof r->memory_reason, "declared: memory=shared");
-      else
-        snprintf(r->memory_reason, sizeof r->memory_reason,
-                 "declared: memory=own, latency %g s, bandwidth %g bytes/s", d->latency,
-                 d->bandwidth);
-      int len = snprintf(r->usage, sizeof r->usage, "used: speed-up %g", cls->speedup[0]);
-      for (unsigned i = 0; i < cls->nnamed && len > 0 && (size_t)len < sizeof r->usage; i++)
-        len += snprintf(r->usage + len, sizeof r->usage - (size_t)len, ", %s %g",
-                        cls->named[i].name, cls->named[i].speedup);
-      r->worker = (int)(rt->nworkers + k);
+      *d = (sim_dev){.rt = rt, .k = k, .decl = *cls, .shared = cls->node == 0,
+                     .latency = m.latency[cls->node], .bandwidth = m.bandwidth[cls->node]};
+      describe(&rt->devices[k], d, w);
+      rt->devices[k].worker = (int)(rt->nworkers + k);
       rt->device_of[k] = k;
     }
   }
-  rt->ndevices = n;
-  rt->ndevice_workers = n;
+  rt->ndevices = rt->ndevice_workers = n;
   tdm__log(rt, TDM_LOG_INFO, "%u emulated devices, time scale %g", n, rt->time_scale);
-  if (!n)
-    rt->ndevices = 0;
   return TDM_OK;
 }
 

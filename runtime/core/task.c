@@ -530,6 +530,105 @@ static unsigned unique_handles(const tdm_task *t, tdm_handle **hs, unsigned *mod
   return n;
 }
 
+/* The submission of t, in steps (tdm__task_submit); the hot ones are
+ * inlined into it, as they were written there. */
+
+/* Its explicit dependencies, which must all have been submitted, into
+ * preds (deps_lock held when t was created by tdm_task_create). */
+static tdm_status explicit_preds(tdm_task *t, pred_list *preds, const char *name) {
+  tdm_task **deps = t->links ? t->links->deps.items : NULL;
+  unsigned ndeps = t->links ? t->links->deps.n : 0;
+  for (unsigned i = 0; i < ndeps; i++)
+    if (atomic_load(&deps[i]->state) == TDM_TS_CREATED) {
+      tdm__log(t->rt, TDM_LOG_ERROR,
+               "submit of %s refused: it depends on a task not submitted yet", name);
+      return TDM_ERR_DEP_NOT_SUBMITTED;
+    }
+  for (unsigned i = 0; i < ndeps; i++)
+    if (preds_add(preds, deps[i]))
+      return TDM_ERR_NO_MEMORY;
+  return TDM_OK;
+}
+
+/* Phase 1, the handles locked: checks them, adds the tasks t must follow
+ * to preds, reserves t's place among the readers, and its edges. Nothing
+ * is changed that a failure must undo but the reservations. */
+TDM_ALWAYS_INLINE static tdm_status check_and_reserve(tdm_task *t, tdm_handle **hs,
+                                                      const unsigned *modes, unsigned nh,
+                                                      pred_list *preds, const char *name) {
+  tdm_runtime *rt = t->rt;
+  tdm_status st = TDM_OK;
+  for (unsigned i = 0; i < nh && !st; i++) {
+    tdm_handle *h = hs[i];
+    if (atomic_load_explicit(&h->magic, memory_order_relaxed) != TDM_HANDLE_MAGIC) {
+      st = TDM_ERR_STALE_HANDLE;
+      tdm__log(rt, TDM_LOG_ERROR, "submit of %s refused: a handle was unregistered", name);
+    } else if (h->tiles) {
+      st = TDM_ERR_PARTITIONED;
+      tdm__log(rt, TDM_LOG_ERROR,
+               "submit of %s refused: a handle is partitioned (use its tiles)", name);
+    } else {
+      for (unsigned k = 0; k < h->writers.n && !st; k++)
+        if (preds_add(preds, h->writers.items[k]))
+          st = TDM_ERR_NO_MEMORY;
+      if (modes[i] & TDM_W) {
+        for (unsigned k = 0; k < h->readers.n && !st; k++)
+          if (preds_add(preds, h->readers.items[k]))
+            st = TDM_ERR_NO_MEMORY;
+      } else if (!st && reserve_reader(h)) {
+        st = TDM_ERR_NO_MEMORY;
+      }
+    }
+  }
+  if (!st && preds->n > TDM_INLINE_EDGES) {
+    t->edges = tdm__malloc(rt, preds->n * sizeof *t->edges);
+    if (!t->edges) {
+      t->edges = t->inline_edges;
+      st = TDM_ERR_NO_MEMORY;
+    }
+  }
+  return st;
+}
+
+/* While recording: the graph as submitted, finished predecessors too. */
+static void record_submit(tdm_task *t, const pred_list *preds) {
+  tdm_runtime *rt = t->rt;
+  tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_SUBMIT, .id = t->trace_id,
+                                        .name = t->codelet->name});
+  for (unsigned i = 0; i < preds->n + preds->ndone; i++) {
+    tdm_task *p = i < preds->n ? preds->items[i] : preds->done[i - preds->n];
+    if (p->kind == TDM_TASK_CODELET) /* not a host acquisition */
+      tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_EDGE, .id = t->trace_id,
+                                            .id2 = p->trace_id});
+  }
+}
+
+/* Phase 3, the handles locked: t is the writer, or a reader, of each. */
+TDM_ALWAYS_INLINE static void commit(tdm_task *t, tdm_handle **hs, const unsigned *modes,
+                                     unsigned nh, bool give_ref) {
+  if (!give_ref)
+    tdm__task_ref(t); /* the runtime's, until it finishes */
+  for (unsigned i = 0; i < nh; i++) {
+    tdm_handle *h = hs[i];
+    tdm__task_ref(t);
+    if (modes[i] & TDM_W) {
+      clear_refs(&h->writers);
+      clear_refs(&h->readers);
+      h->writers.items[h->writers.n++] = t; /* inline room: cannot fail */
+    } else {
+      h->readers.items[h->readers.n++] = t; /* reserved above */
+    }
+  }
+  if (t->rt->ndevice_workers) /* the gathers its accesses come after */
+    for (unsigned i = 0; i < t->nbuf; i++)
+      t->gens[i] = t->handles[i]->coh.gathers;
+  /* undo task_build's count, once per buffer as it was made (a handle
+   * named twice counts twice); every one of these handles is locked */
+  if (t->user_ref)
+    for (unsigned i = 0; i < t->nbuf; i++)
+      t->handles[i]->unsubmitted--;
+}
+
 tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   tdm_runtime *rt = t->rt;
   const char *name = t->codelet && t->codelet->name ? t->codelet->name : "(unnamed)";
@@ -561,52 +660,12 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
    * dependency list is read and emptied under deps_lock. */
   if (t->user_ref)
     TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
-  tdm_task **deps = t->links ? t->links->deps.items : NULL;
-  unsigned ndeps = t->links ? t->links->deps.n : 0;
-  for (unsigned i = 0; i < ndeps; i++)
-    if (atomic_load(&deps[i]->state) == TDM_TS_CREATED) {
-      st = TDM_ERR_DEP_NOT_SUBMITTED;
-      tdm__log(rt, TDM_LOG_ERROR,
-               "submit of %s refused: it depends on a task not submitted yet", name);
-      goto unlock_deps;
-    }
-  for (unsigned i = 0; i < ndeps; i++)
-    if (preds_add(&preds, deps[i])) {
-      st = TDM_ERR_NO_MEMORY;
-      goto unlock_deps;
-    }
+  if (t->links && (st = explicit_preds(t, &preds, name)))
+    goto unlock_deps;
 
   /* Phase 1: check and reserve under the handles' locks. */
   tdm__handles_lock(hs, nh);
-  for (unsigned i = 0; i < nh && !st; i++) {
-    tdm_handle *h = hs[i];
-    if (atomic_load_explicit(&h->magic, memory_order_relaxed) != TDM_HANDLE_MAGIC) {
-      st = TDM_ERR_STALE_HANDLE;
-      tdm__log(rt, TDM_LOG_ERROR, "submit of %s refused: a handle was unregistered", name);
-    } else if (h->tiles) {
-      st = TDM_ERR_PARTITIONED;
-      tdm__log(rt, TDM_LOG_ERROR,
-               "submit of %s refused: a handle is partitioned (use its tiles)", name);
-    } else {
-      for (unsigned k = 0; k < h->writers.n && !st; k++)
-        if (preds_add(&preds, h->writers.items[k]))
-          st = TDM_ERR_NO_MEMORY;
-      if (modes[i] & TDM_W) {
-        for (unsigned k = 0; k < h->readers.n && !st; k++)
-          if (preds_add(&preds, h->readers.items[k]))
-            st = TDM_ERR_NO_MEMORY;
-      } else if (!st && reserve_reader(h)) {
-        st = TDM_ERR_NO_MEMORY;
-      }
-    }
-  }
-  if (!st && preds.n > TDM_INLINE_EDGES) {
-    t->edges = tdm__malloc(rt, preds.n * sizeof *t->edges);
-    if (!t->edges) {
-      t->edges = t->inline_edges;
-      st = TDM_ERR_NO_MEMORY;
-    }
-  }
+  st = check_and_reserve(t, hs, modes, nh, &preds, name);
   if (st) {
     if (st == TDM_ERR_NO_MEMORY)
       tdm__log(rt, TDM_LOG_ERROR, "submit of %s: out of memory", name);
@@ -620,39 +679,11 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   atomic_store_explicit(&t->state, TDM_TS_SUBMITTED, memory_order_release);
   for (unsigned i = 0; i < preds.n; i++)
     link_edge(preds.items[i], t, &t->edges[i]);
-  if (rt->recording && t->trace_id) { /* the graph as submitted, finished ones too */
-    tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_SUBMIT, .id = t->trace_id,
-                                          .name = t->codelet->name});
-    for (unsigned i = 0; i < preds.n + preds.ndone; i++) {
-      tdm_task *p = i < preds.n ? preds.items[i] : preds.done[i - preds.n];
-      if (p->kind == TDM_TASK_CODELET) /* not a host acquisition */
-        tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_EDGE, .id = t->trace_id,
-                                              .id2 = p->trace_id});
-    }
-  }
+  if (rt->recording && t->trace_id)
+    record_submit(t, &preds);
 
   /* Phase 3: commit. */
-  if (!give_ref)
-    tdm__task_ref(t); /* the runtime's, until it finishes */
-  for (unsigned i = 0; i < nh; i++) {
-    tdm_handle *h = hs[i];
-    tdm__task_ref(t);
-    if (modes[i] & TDM_W) {
-      clear_refs(&h->writers);
-      clear_refs(&h->readers);
-      h->writers.items[h->writers.n++] = t; /* inline room: cannot fail */
-    } else {
-      h->readers.items[h->readers.n++] = t; /* reserved above */
-    }
-  }
-  if (rt->ndevice_workers) /* the gathers its accesses come after */
-    for (unsigned i = 0; i < t->nbuf; i++)
-      t->gens[i] = t->handles[i]->coh.gathers;
-  /* undo task_build's count, once per buffer as it was made (a handle
-   * named twice counts twice); every one of these handles is locked */
-  if (t->user_ref)
-    for (unsigned i = 0; i < t->nbuf; i++)
-      t->handles[i]->unsubmitted--;
+  commit(t, hs, modes, nh, give_ref);
   tdm__handles_unlock(hs, nh);
   tdm__graph_drop(t->rt, t, true);
   if (t->user_ref)
