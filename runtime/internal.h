@@ -661,11 +661,10 @@ void tdm__sleep_until(uint64_t until);
 /* data/access.c: a task's buffers where it runs. Slot 1 + k is device k's
  * buffers (in its own memory, or over host memory for a device working
  * there); node is where it works (tdm__device_node). */
-/* Makes t's buffers in `slot` and pins them (mems[i]). Else none is
- * pinned: FULL, they do not fit beside the pinned ones; BUSY, other
- * threads held buffers in the way (try again). */
-typedef enum { TDM_PIN_OK, TDM_PIN_FULL, TDM_PIN_BUSY } tdm_pin;
-tdm_pin tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems);
+/* Makes t's buffers in `slot` and pins them (mems[i]), waiting a moment
+ * while other threads hold buffers in the way; false, none pinned, when
+ * they do not fit beside the pinned ones. */
+bool tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems);
 void tdm__task_unpin(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned n);
 /* t's accesses on `node`: copies started, what to wait for added to w;
  * false when a copy could not be made (logged). */

@@ -32,7 +32,6 @@
  * This file: the devices' lifecycle, clocks and trace, and running tasks.
  */
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,10 +380,7 @@ static int stage(cl_device *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, wait
   tdm_runtime *rt = g->rt;
   const char *name = t->codelet->name ? t->codelet->name : "(unnamed)";
   *why = TDM_ERR_SYSTEM;
-  tdm_pin pin;
-  while ((pin = tdm__task_pin(rt, t, 1 + g->k, (void **)mems)) == TDM_PIN_BUSY)
-    sched_yield(); /* others hold buffers in the way for a moment */
-  if (pin != TDM_PIN_OK) {
+  if (!tdm__task_pin(rt, t, 1 + g->k, (void **)mems)) {
     if (g->inflight) /* room comes back as they finish */
       return RETRY;
     *why = TDM_ERR_TOO_LARGE;

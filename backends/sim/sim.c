@@ -409,10 +409,7 @@ static bool execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) {
   unsigned node = node_of(d), slot = 1 + d->k;
   void *mems[TDM_MAX_BUFFERS];
   tdm_buffer bufs[TDM_MAX_BUFFERS];
-  tdm_pin pin = TDM_PIN_OK;
-  while (!d->shared && (pin = tdm__task_pin(rt, t, slot, mems)) == TDM_PIN_BUSY)
-    sched_yield(); /* others hold buffers in the way for a moment */
-  if (pin != TDM_PIN_OK)
+  if (!d->shared && !tdm__task_pin(rt, t, slot, mems))
     return false;
   tdm_tokens w;
   tdm__tokens_init(&w);

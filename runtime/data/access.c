@@ -7,25 +7,37 @@
 #include "../internal.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 
-tdm_pin tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems) {
+/* One try of tdm__task_pin: false, nothing pinned, when a buffer does not
+ * fit (*busy: other threads held buffers in the way). */
+static bool pin_once(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems, bool *busy) {
   const tdm_nodes *nodes = &rt->nodes;
   for (unsigned i = 0; i < t->nbuf; i++) {
     tdm_handle *h = t->handles[i];
-    bool busy;
     tdm__coh_lock(&h->coh);
     /* pinned under the family's lock: no one evicts it in between */
-    mems[i] = tdm__mem_get(nodes, h, slot, &busy);
+    mems[i] = tdm__mem_get(nodes, h, slot, busy);
     if (mems[i])
       tdm__mem_pin(nodes, h, slot, 1);
     tdm__coh_unlock(&h->coh);
     if (!mems[i]) {
       tdm__task_unpin(rt, t, slot, i);
-      return busy ? TDM_PIN_BUSY : TDM_PIN_FULL;
+      return false;
     }
   }
-  return TDM_PIN_OK;
+  return true;
+}
+
+bool tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems) {
+  bool busy;
+  while (!pin_once(rt, t, slot, mems, &busy)) {
+    if (!busy)
+      return false;
+    sched_yield(); /* others hold buffers in the way for a moment; we hold no lock */
+  }
+  return true;
 }
 
 void tdm__task_unpin(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned n) {
@@ -61,9 +73,7 @@ void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token do
     if (!(t->modes[i] & TDM_W))
       continue;
     tdm_handle *h = t->handles[i];
-    tdm_token mine = done && nodes->ops->retain(nodes->ctx, done) ? done : 0;
-    if (done && !mine) /* no reference to keep: complete it is, then */
-      nodes->ops->wait(nodes->ctx, &done, 1);
+    tdm_token mine = tdm__token_hold(nodes, done);
     tdm__coh_lock(&h->coh);
     tdm__coh_written(nodes, h, node, mine);
     tdm__coh_unlock(&h->coh);
@@ -140,11 +150,6 @@ unsigned tdm__device_node(const tdm_runtime *rt, unsigned k) {
   return rt->nodes.mem[1 + k].counted ? 1 + k : 0;
 }
 
-static double link_time(void *ctx, unsigned node, uint64_t bytes) {
-  const tdm_nodes *nodes = ctx;
-  return nodes->ops->link_time(nodes->ctx, node, bytes);
-}
-
 double tdm__transfer_time(tdm_runtime *rt, unsigned k, const tdm_task *t) {
   unsigned node = k == UINT_MAX ? 0 : tdm__device_node(rt, k);
   double s = 0;
@@ -153,7 +158,7 @@ double tdm__transfer_time(tdm_runtime *rt, unsigned k, const tdm_task *t) {
       continue;
     tdm_handle *h = t->handles[i];
     tdm__coh_lock(&h->coh);
-    s += tdm__coh_estimate(&rt->nodes, h, node, link_time, (void *)&rt->nodes);
+    s += tdm__coh_estimate(h, node, rt->nodes.ops->link_time, rt->nodes.ctx);
     tdm__coh_unlock(&h->coh);
   }
   return s;

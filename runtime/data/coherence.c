@@ -47,6 +47,14 @@ void tdm__coh_unlock(tdm_coh *c) {
 
 /* ---- tokens ------------------------------------------------------------------ */
 
+tdm_token tdm__token_hold(const tdm_nodes *nodes, tdm_token t) {
+  if (t && !nodes->ops->retain(nodes->ctx, t)) {
+    nodes->ops->wait(nodes->ctx, &t, 1); /* no reference to keep: complete it is, then */
+    return 0;
+  }
+  return t;
+}
+
 /* Adds t (a new reference) to w. If w cannot grow, waits for all it
  * holds and t instead: slower, never wrong. */
 static void wait_add(const tdm_nodes *nodes, tdm_tokens *w, tdm_token t) {
@@ -67,10 +75,8 @@ static void wait_add(const tdm_nodes *nodes, tdm_tokens *w, tdm_token t) {
     w->v = v;
     w->cap = cap;
   }
-  if (nodes->ops->retain(nodes->ctx, t))
+  if ((t = tdm__token_hold(nodes, t)))
     w->v[w->n++] = t;
-  else
-    nodes->ops->wait(nodes->ctx, &t, 1);
 }
 
 void tdm__tokens_release(const tdm_nodes *nodes, tdm_tokens *w) {
@@ -83,16 +89,12 @@ void tdm__tokens_release(const tdm_nodes *nodes, tdm_tokens *w) {
 
 /* ---- state -------------------------------------------------------------------- */
 
-static bool replicas(const tdm_nodes *nodes, tdm_handle *h) {
+bool tdm__coh_replicas(const tdm_nodes *nodes, tdm_handle *h) {
   if (!h->coh.rep)
     h->coh.rep = tdm__calloc(nodes->rt, nodes->n, sizeof *h->coh.rep);
   if (!h->coh.rep)
     tdm__log(nodes->rt, TDM_LOG_ERROR, "out of memory for a handle's device copies");
   return h->coh.rep != NULL;
-}
-
-bool tdm__coh_replicas(const tdm_nodes *nodes, tdm_handle *h) {
-  return replicas(nodes, h);
 }
 
 /* The fill token of node n becomes t (taken over). */
@@ -136,12 +138,8 @@ static bool inherit(const tdm_nodes *nodes, tdm_handle *h) {
     if (!ok)
       return false;
   }
-  tdm_token e = 0, f = fill_of(p, 0);
-  if (f && nodes->ops->retain(nodes->ctx, f))
-    e = f;
-  else if (f)
-    nodes->ops->wait(nodes->ctx, &f, 1);
-  if (!replicas(nodes, h)) {
+  tdm_token e = tdm__token_hold(nodes, fill_of(p, 0));
+  if (!tdm__coh_replicas(nodes, h)) {
     if (e)
       nodes->ops->release(nodes->ctx, e);
     return false;
@@ -192,14 +190,6 @@ static bool gather(const tdm_nodes *nodes, tdm_handle *h) {
   while (!atomic_compare_exchange_weak_explicit(&mn->reap, &g->older, g, memory_order_release,
                                                 memory_order_relaxed))
     ;
-  if (!replicas(nodes, h)) {
-    if (all) {
-      nodes->ops->wait(nodes->ctx, &all, 1);
-      nodes->ops->release(nodes->ctx, all);
-    }
-    h->coh.valid = tdm__nodeset_of(0);
-    return true; /* complete: nothing to wait for */
-  }
   tdm__coh_written(nodes, h, 0, all);
   return true;
 }
@@ -265,7 +255,7 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
     wait_add(nodes, w, fill_of(h, node));
     return true;
   }
-  if (!replicas(nodes, h))
+  if (!tdm__coh_replicas(nodes, h))
     return false;
   tdm_token e = 0;
   if (node == 0) { /* from a device holding it */
@@ -320,7 +310,7 @@ static void only_on(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
 }
 
 void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_token done) {
-  if (!h->coh.rep && done && !replicas(nodes, h)) {
+  if (!h->coh.rep && done && !tdm__coh_replicas(nodes, h)) {
     nodes->ops->wait(nodes->ctx, &done, 1);
     nodes->ops->release(nodes->ctx, done);
     done = 0;
@@ -344,9 +334,8 @@ bool tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
   return true;
 }
 
-double tdm__coh_estimate(const tdm_nodes *nodes, tdm_handle *h, unsigned node,
+double tdm__coh_estimate(const tdm_handle *h, unsigned node,
                          double (*link)(void *ctx, unsigned node, uint64_t bytes), void *ctx) {
-  (void)nodes;
   /* a tile not used yet is where its matrix is; a matrix to gather comes
    * home first (counted as there) */
   const tdm_handle *x = h;

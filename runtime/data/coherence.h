@@ -105,6 +105,9 @@ static inline void tdm__tokens_init(tdm_tokens *w) {
 struct tdm_nodes;
 /* Drops the references w holds and empties it. */
 void tdm__tokens_release(const struct tdm_nodes *nodes, tdm_tokens *w);
+/* A new reference to t, or 0 after waiting for t when none can be taken
+ * (0 for 0). */
+tdm_token tdm__token_hold(const struct tdm_nodes *nodes, tdm_token t);
 
 /* ---- the nodes of a runtime ---------------------------------------------------- */
 
@@ -201,8 +204,9 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
  * already): node becomes the only valid one. */
 void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_token done);
 /* Predicted seconds to make h valid on `node`, by link(ctx, node, bytes)
- * (the time of a copy between the host and device node `node`). */
-double tdm__coh_estimate(const tdm_nodes *nodes, tdm_handle *h, unsigned node,
+ * (the time of a copy between the host and device node `node`: a node
+ * operation's link_time). */
+double tdm__coh_estimate(const tdm_handle *h, unsigned node,
                          double (*link)(void *ctx, unsigned node, uint64_t bytes), void *ctx);
 /* Forgets h's replicas (their buffers freed) and a gather not done (its
  * tiles released), taking the family's lock when `lock` (not at destroy,
