@@ -665,6 +665,8 @@ void tdm__sleep_until(uint64_t until);
  * while other threads hold buffers in the way; false, none pinned, when
  * they do not fit beside the pinned ones. */
 bool tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems);
+/* Whether t's buffers fit in `slot`'s memory at all (nothing else there). */
+bool tdm__task_fits(const tdm_runtime *rt, const tdm_task *t, unsigned slot);
 void tdm__task_unpin(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned n);
 /* t's accesses on `node`: copies started, what to wait for added to w;
  * false when a copy could not be made (logged). */

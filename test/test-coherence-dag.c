@@ -378,6 +378,14 @@ static void test_emulated_evictions(void **state) {
   every_policy(&(setup){.sim = TWO_OWN, .limit = 3 * ROWS * COLS * 8}, 2000, 4, 400);
 }
 
+/* Devices too small for the whole matrices (600 bytes: a matrix is
+ * 1,152): tasks on them run on the CPU workers, tasks on tiles may run on
+ * the devices; never a task skipped. */
+static void test_emulated_memory_too_small(void **state) {
+  (void)state;
+  every_policy(&(setup){.sim = TWO_OWN, .limit = 600}, 2500, 4, 400);
+}
+
 /* Forty devices with memory of their own: nodes past the 32nd and 64th
  * bits of a word (the set of valid nodes once was 32 bits wide). */
 static void test_emulated_forty_devices(void **state) {
@@ -421,6 +429,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_cpu_only),
         cmocka_unit_test(test_emulated_every_policy),
         cmocka_unit_test(test_emulated_evictions),
+        cmocka_unit_test(test_emulated_memory_too_small),
         cmocka_unit_test(test_emulated_forty_devices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -529,8 +529,10 @@ static tdm_status sim_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
              t->codelet->name ? t->codelet->name : "(unnamed)");
     return TDM_ERR_NO_DEVICE;
   }
+  /* a device whose memory cannot hold the task's buffers never gets it
+   * (it would have to skip the task) */
   for (unsigned k = 0; k < sim_of(rt)->n; k++)
-    if (speedup_of(&sim_of(rt)->dev[k], t) > 0)
+    if (speedup_of(&sim_of(rt)->dev[k], t) > 0 && tdm__task_fits(rt, t, 1 + k))
       t->dev_mask |= 1ull << k;
   t->device_ok = t->dev_mask != 0;
   return TDM_OK;

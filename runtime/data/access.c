@@ -40,6 +40,14 @@ bool tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems) {
   return true;
 }
 
+bool tdm__task_fits(const tdm_runtime *rt, const tdm_task *t, unsigned slot) {
+  const tdm_memnode *m = &rt->nodes.mem[slot];
+  uint64_t total = 0;
+  for (unsigned i = 0; i < t->nbuf && m->counted; i++)
+    total += tdm__coh_bytes(t->handles[i]);
+  return total <= m->limit || !m->counted;
+}
+
 void tdm__task_unpin(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned n) {
   for (unsigned i = 0; i < n; i++)
     tdm__mem_pin(&rt->nodes, t->handles[i], slot, -1);
