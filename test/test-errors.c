@@ -119,10 +119,10 @@ static void test_version(void **state) {
   assert_ptr_equal(tdm_version(NULL, NULL, NULL), v);
 }
 
-static int ran_sized;
+static _Atomic int ran_sized; /* tasks run concurrently */
 static void sized(const tdm_buffer *b, const void *args, size_t n) {
   (void)b; (void)args; (void)n;
-  ran_sized++;
+  atomic_fetch_add(&ran_sized, 1);
 }
 
 /* struct_size of the structures read through the caller's pointer: 0 or
@@ -132,7 +132,7 @@ static void test_struct_sizes(void **state) {
   test_log log;
   tdm_runtime *rt = test_runtime(2, &log);
   tdm_codelet cl = {.name = "sized", .cpu_fn = sized};
-  ran_sized = 0;
+  atomic_store(&ran_sized, 0);
   assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl}), TDM_OK);
   assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.struct_size = sizeof(tdm_task_desc),
                                                     .codelet = &cl}),
@@ -142,14 +142,14 @@ static void test_struct_sizes(void **state) {
   cl.struct_size = sizeof cl + 64; /* a newer header's: its new fields ignored */
   assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl}), TDM_OK);
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
-  assert_int_equal(ran_sized, 4);
+  assert_int_equal(atomic_load(&ran_sized), 4);
   EXPECT_ERR(&log, TDM_ERR_INVALID_ARG,
              tdm_submit(rt, &(tdm_task_desc){.struct_size = 8, .codelet = &cl}));
   cl.struct_size = 8;
   EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_submit(rt, &(tdm_task_desc){.codelet = &cl}));
   assert_true(test_log_has(&log, "struct_size"));
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
-  assert_int_equal(ran_sized, 4);
+  assert_int_equal(atomic_load(&ran_sized), 4);
   assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
   assert_int_equal(tdm_runtime_destroy(NULL), TDM_OK);
 }
