@@ -686,9 +686,9 @@ void tdm__host_written(tdm_task *t);
 void tdm__handle_home(tdm_handle *h, bool will_write);
 /* Releases h's device buffers (lock: see tdm__coh_forget). */
 void tdm__handle_forget(tdm_handle *h, bool lock);
-/* Predicted seconds to bring t's inputs to device k now (0: there;
- * k UINT_MAX: the host). */
-double tdm__transfer_time(tdm_runtime *rt, unsigned k, const tdm_task *t);
+/* Predicted seconds to bring t's inputs to `node` now (0: there), by the
+ * nodes' link times (the runtime's, or virtual time's). */
+double tdm__transfer_time(const tdm_nodes *nodes, unsigned node, const tdm_task *t);
 static inline bool tdm__device_progress(tdm_runtime *rt) {
   return rt->dev && rt->dev->progress && rt->dev->progress(rt);
 }
@@ -756,6 +756,8 @@ tdm_task *tdm__devq_next(tdm_runtime *rt, unsigned k, tdm_devq *q, pthread_mutex
  * accepts it (called under the lock), else NULL; cheap when q is empty. */
 tdm_task *tdm__devq_take(tdm_runtime *rt, tdm_devq *q, pthread_mutex_t *lock,
                          bool (*want)(tdm_task *, void *), void *data);
+/* The same, lock held (or a queue no other thread sees). */
+tdm_task *tdm__devq_take_last(tdm_devq *q, bool (*want)(tdm_task *, void *), void *data);
 /* Wakes a worker to finish completed device tasks (any thread). */
 void tdm__wake_for_completion(tdm_runtime *rt);
 

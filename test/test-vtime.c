@@ -1,5 +1,5 @@
 /*
- * Placement policies in virtual time (runtime/sched/policy.c), exactly: every
+ * Placement policies in virtual time (runtime/sched/vtime.c), exactly: every
  * task and copy takes its modelled duration, so the schedules and these
  * assertions are deterministic.
  *
@@ -10,12 +10,15 @@
  *    bound (critical path, and work over speed);
  *  - two GPUs share the work in proportion to their speeds;
  *  - a GPU that slows down mid-run gets fewer tasks afterwards;
- *  - every policy respects the lower bound and is deterministic.
+ *  - every policy respects the lower bound and is deterministic;
+ *  - the policies are the runtime's tables: heft calibrates each class
+ *    before it trusts it, ws's idle devices steal from the CPU workers.
  */
 #include "common.h"
 
 #include <math.h>
 
+#include "sched/perfmodel.h"
 #include "vt-graphs.h"
 
 /* 2 CPU cores (class 0) and one discrete GPU (class 1, node 1). */
@@ -196,6 +199,48 @@ static void test_priorities(void **state) {
   }
 }
 
+/* The model starts empty, as the runtime's does without a saved file:
+ * heft sends TDM_MODEL_CALIBRATION tries to each class, even to CPU cores
+ * a thousand times slower than the GPU, then the rest to the GPU. */
+static void test_heft_calibrates(void **state) {
+  (void)state;
+  tdm_vt_machine m = cpus_and_gpu();
+  m.classes[1].speedup[GEMM] = 1000;
+  memset(&b, 0, sizeof b);
+  for (int i = 0; i < 30; i++) {
+    unsigned x = data(&b, 1 << 10);
+    task(&b, GEMM, 10e-3, 1, (unsigned[]){x}, (uint8_t[]){TDM_RW});
+  }
+  tdm_vt_result r = run(&m, TDM_POLICY_HEFT);
+  printf("heft, model empty at start: %u tasks on the CPUs, %u on the GPU, %.2f ms\n",
+         r.codelet_class[GEMM][0], r.codelet_class[GEMM][1], r.makespan * 1e3);
+  assert_int_equal(r.codelet_class[GEMM][0], TDM_MODEL_CALIBRATION);
+  assert_int_equal(r.codelet_class[GEMM][1], 30 - TDM_MODEL_CALIBRATION);
+  /* the last calibration try ends at 20 ms: two rounds on two cores */
+  assert_true(fabs(r.makespan - 20e-3) < 1e-9);
+  tdm__vt_result_free(&r);
+}
+
+/* ws: tasks released by the application go to the CPU workers' queue;
+ * the idle GPU steals from it (its idle_device hook), so it runs some. */
+static void test_ws_devices_steal(void **state) {
+  (void)state;
+  tdm_vt_machine m = cpus_and_gpu();
+  m.classes[0].workers = 1;
+  memset(&b, 0, sizeof b);
+  for (int i = 0; i < 10; i++) {
+    unsigned x = data(&b, 1 << 10);
+    task(&b, GEMM, 10e-3, 1, (unsigned[]){x}, (uint8_t[]){TDM_RW});
+  }
+  tdm_vt_result r = run(&m, TDM_POLICY_WS);
+  printf("ws: %u tasks on the CPU, %u stolen by the GPU\n", r.codelet_class[GEMM][0],
+         r.codelet_class[GEMM][1]);
+  assert_int_equal(r.codelet_class[GEMM][0] + r.codelet_class[GEMM][1], 10);
+  assert_true(r.codelet_class[GEMM][1] >= 8); /* 10x faster, takes most */
+  assert_true(r.codelet_class[GEMM][0] >= 1); /* the CPU worker took the first */
+  tdm__vt_result_free(&r);
+}
+
 /* Machine descriptions: the example of policy.h, and each kind of
  * mistake refused with what is wrong. */
 /* The decision both drivers share. */
@@ -322,6 +367,8 @@ int main(void) {
       cmocka_unit_test(test_slowed_gpu_gets_less),
       cmocka_unit_test(test_priorities),
       cmocka_unit_test(test_heft_pick),
+      cmocka_unit_test(test_heft_calibrates),
+      cmocka_unit_test(test_ws_devices_steal),
       cmocka_unit_test(test_parse_machine),
       cmocka_unit_test(test_deterministic_and_bad_input),
   };

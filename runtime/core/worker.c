@@ -264,16 +264,10 @@ tdm_task *tdm__devq_next(tdm_runtime *rt, unsigned k, tdm_devq *q, pthread_mutex
   return t;
 }
 
-tdm_task *tdm__devq_take(tdm_runtime *rt, tdm_devq *q, pthread_mutex_t *lock,
-                         bool (*want)(tdm_task *, void *), void *data) {
-  if (!atomic_load_explicit(&q->queued, memory_order_relaxed))
-    return NULL;
-  TDM_PTHREAD(rt, pthread_mutex_lock(lock));
+tdm_task *tdm__devq_take_last(tdm_devq *q, bool (*want)(tdm_task *, void *), void *data) {
   tdm_task *last = q->tail, *prev = NULL;
-  if (!last || (want && !want(last, data))) {
-    TDM_PTHREAD(rt, pthread_mutex_unlock(lock));
+  if (!last || (want && !want(last, data)))
     return NULL;
-  }
   for (tdm_task *t = q->head; t != last; t = t->pool_next)
     prev = t;
   if (prev)
@@ -282,8 +276,17 @@ tdm_task *tdm__devq_take(tdm_runtime *rt, tdm_devq *q, pthread_mutex_t *lock,
     q->head = NULL;
   q->tail = prev;
   q->queued--;
-  TDM_PTHREAD(rt, pthread_mutex_unlock(lock));
   return last;
+}
+
+tdm_task *tdm__devq_take(tdm_runtime *rt, tdm_devq *q, pthread_mutex_t *lock,
+                         bool (*want)(tdm_task *, void *), void *data) {
+  if (!atomic_load_explicit(&q->queued, memory_order_relaxed))
+    return NULL;
+  TDM_PTHREAD(rt, pthread_mutex_lock(lock));
+  tdm_task *t = tdm__devq_take_last(q, want, data);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(lock));
+  return t;
 }
 
 static tdm_task *find_work(tdm_worker *w) {

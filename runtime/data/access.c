@@ -158,15 +158,14 @@ unsigned tdm__device_node(const tdm_runtime *rt, unsigned k) {
   return rt->nodes.mem[1 + k].counted ? 1 + k : 0;
 }
 
-double tdm__transfer_time(tdm_runtime *rt, unsigned k, const tdm_task *t) {
-  unsigned node = k == UINT_MAX ? 0 : tdm__device_node(rt, k);
+double tdm__transfer_time(const tdm_nodes *nodes, unsigned node, const tdm_task *t) {
   double s = 0;
   for (unsigned i = 0; i < t->nbuf; i++) {
     if (!(t->modes[i] & TDM_R))
       continue;
     tdm_handle *h = t->handles[i];
     tdm__coh_lock(&h->coh);
-    s += tdm__coh_estimate(h, node, rt->nodes.ops->link_time, rt->nodes.ctx);
+    s += tdm__coh_estimate(h, node, nodes->ops->link_time, nodes->ctx);
     tdm__coh_unlock(&h->coh);
   }
   return s;

@@ -1,42 +1,189 @@
 /*
- * What both drivers of the placement policies share (policy.h): the
- * policies' names, and heft's choice among the candidates of a task.
- * HEFT follows Topcuoglu, Hariri and Wu, "Performance-effective and
- * low-complexity task scheduling for heterogeneous computing", IEEE TPDS
- * 13(3), 2002.
+ * What the placement policies share (policy.h): their table and names,
+ * the scheduler both drivers make, and the steps several policies take:
+ * accounting a task's predicted time to its class, and an idle class
+ * taking a task queued on a device.
  */
 #include "policy.h"
 
 #include "../internal.h"
+#include "perfmodel.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+const tdm_policy_ops *const tdm__policies[TDM_NPOLICIES] = {
+    [TDM_POLICY_HEFT] = &tdm__policy_heft,
+    [TDM_POLICY_WS] = &tdm__policy_ws,
+    [TDM_POLICY_EAGER] = &tdm__policy_eager,
+    [TDM_POLICY_RANDOM] = &tdm__policy_random,
+};
+
 const char *tdm__policy_name(tdm_policy p) {
-  switch (p) {
-  case TDM_POLICY_HEFT:
-    return "heft";
-  case TDM_POLICY_WS:
-    return "ws";
-  case TDM_POLICY_EAGER:
-    return "eager";
-  case TDM_POLICY_RANDOM:
-    return "random";
-  }
-  return "unknown";
+  return (unsigned)p < TDM_NPOLICIES ? tdm__policies[p]->name : "unknown";
 }
 
 bool tdm__policy_parse(const char *name, tdm_policy *out) {
-  static const tdm_policy all[] = {TDM_POLICY_HEFT, TDM_POLICY_WS, TDM_POLICY_EAGER,
-                                   TDM_POLICY_RANDOM};
-  for (unsigned i = 0; i < sizeof all / sizeof *all; i++)
-    if (!strcmp(name, tdm__policy_name(all[i]))) {
-      *out = all[i];
+  for (unsigned i = 0; i < TDM_NPOLICIES; i++)
+    if (!strcmp(name, tdm__policies[i]->name)) {
+      *out = (tdm_policy)i;
       return true;
     }
   return false;
+}
+
+tdm_status tdm__sched_init(tdm_sched *s, const tdm_runtime *rt, tdm_policy p,
+                           const tdm_sched_driver *drv, void *ctx, unsigned ncpu,
+                           unsigned nclasses, uint64_t seed) {
+  memset(s, 0, sizeof *s);
+  s->rt = rt;
+  s->policy = tdm__policies[(unsigned)p < TDM_NPOLICIES ? p : TDM_POLICY_HEFT];
+  s->drv = drv;
+  s->ctx = ctx;
+  s->ncpu = ncpu;
+  s->nclasses = nclasses;
+  s->rng = seed ? seed : 0x9e3779b97f4a7c15ull;
+  s->cls = calloc(nclasses ? nclasses : 1, sizeof *s->cls);
+  s->model = tdm__model_new();
+  if (!s->cls || !s->model) {
+    tdm__model_free(s->model);
+    free(s->cls);
+    s->cls = NULL;
+    s->model = NULL;
+    return TDM_ERR_NO_MEMORY;
+  }
+  int err = pthread_mutex_init(&s->lock, NULL);
+  if (err) {
+    tdm__log(rt, TDM_LOG_ERROR, "pthread_mutex_init: %s", strerror(err));
+    tdm__model_free(s->model);
+    free(s->cls);
+    s->cls = NULL;
+    s->model = NULL;
+    return TDM_ERR_SYSTEM;
+  }
+  if (s->policy->init)
+    s->policy->init(s);
+  return TDM_OK;
+}
+
+void tdm__sched_fini(tdm_sched *s) {
+  if (!s->cls)
+    return;
+  pthread_mutex_destroy(&s->lock);
+  tdm__model_free(s->model);
+  free(s->cls);
+  s->cls = NULL;
+  s->model = NULL;
+}
+
+void tdm__sched_place(tdm_sched *s, tdm_task *t, bool device_ok) {
+  t->sched_cls = -1;
+  t->sched_calib = false;
+  if (device_ok)
+    s->policy->place(s, t);
+  else
+    s->drv->to_cpu(s, t);
+}
+
+tdm_task *tdm__sched_shared(tdm_sched *s, unsigned c) {
+  /* a few reconsidered at a time: the caller has work to do */
+  for (unsigned tries = 0; tries < 16; tries++) {
+    tdm_task *t = s->drv->take_shared(s);
+    if (!t)
+      return NULL;
+    if (s->policy->reconsider && s->policy->reconsider(s, t))
+      continue;
+    if (s->drv->runs(s, c, t))
+      return t;
+    s->drv->share(s, t, false); /* another kind of worker will take it */
+    return NULL;
+  }
+  return NULL;
+}
+
+tdm_task *tdm__sched_idle(tdm_sched *s, unsigned c) {
+  tdm_task *(*idle)(tdm_sched *, unsigned) =
+      c < s->ncpu ? s->policy->idle_cpu : s->policy->idle_device;
+  return idle ? idle(s, c) : NULL;
+}
+
+void tdm__sched_finished(tdm_sched *s, tdm_task *t, unsigned c, double seconds) {
+  TDM_PTHREAD(s->rt, pthread_mutex_lock(&s->lock));
+  if (s->policy->done)
+    s->policy->done(s, t, c, seconds);
+  if (c < s->nclasses && seconds >= 0 && s->drv->observe(s, t, c, seconds))
+    s->dirty = true;
+  TDM_PTHREAD(s->rt, pthread_mutex_unlock(&s->lock));
+}
+
+uint64_t tdm__sched_random(tdm_sched *s) {
+  /* xorshift64 (Marsaglia, 2003) */
+  s->rng ^= s->rng << 13;
+  s->rng ^= s->rng >> 7;
+  s->rng ^= s->rng << 17;
+  return s->rng;
+}
+
+void tdm__policy_release(tdm_sched *s, tdm_task *t, unsigned c, double seconds) {
+  (void)c;
+  (void)seconds;
+  if (t->sched_cls >= 0) {
+    tdm_sclass *k = &s->cls[t->sched_cls];
+    k->backlog = fmax(0, k->backlog - t->sched_predicted);
+    if (t->sched_calib && k->calibrating)
+      k->calibrating--;
+  }
+  t->sched_cls = -1;
+  t->sched_calib = false;
+}
+
+typedef struct take_ctx {
+  tdm_sched *s;
+  unsigned to;   /* the idle class */
+  unsigned from; /* the class queued on */
+  bool always;
+} take_ctx;
+
+/* Whether the idle class x->to should run t rather than let it wait on
+ * x->from; if so, t's share of the backlog moves with it. */
+static bool worth_taking(tdm_task *t, void *data) {
+  take_ctx *x = data;
+  tdm_sched *s = x->s;
+  if (!s->drv->runs(s, x->to, t))
+    return false;
+  double move = x->always ? 0 : s->drv->transfer(s, x->to, t);
+  TDM_PTHREAD(s->rt, pthread_mutex_lock(&s->lock));
+  bool ok = false;
+  double here = s->drv->predict(s, t, x->to, &ok);
+  bool take = x->always;
+  if (take && here < 0)
+    here = t->sched_predicted;
+  if (!take) {
+    /* t, queued last on `from`, waits for the rest of its backlog */
+    const tdm_sclass *from = &s->cls[x->from];
+    take = here >= 0 && ok && here + move < from->backlog / from->workers;
+  }
+  if (take) {
+    tdm__policy_release(s, t, x->from, -1);
+    t->sched_cls = (int8_t)x->to;
+    t->sched_predicted = (float)here;
+    s->cls[x->to].backlog += here;
+  }
+  TDM_PTHREAD(s->rt, pthread_mutex_unlock(&s->lock));
+  return take;
+}
+
+tdm_task *tdm__policy_take_queued(tdm_sched *s, unsigned to, bool always) {
+  for (unsigned c = s->ncpu; c < s->nclasses; c++) {
+    if (c == to)
+      continue;
+    take_ctx x = {.s = s, .to = to, .from = c, .always = always};
+    tdm_task *t = s->drv->take(s, c, worth_taking, &x);
+    if (t)
+      return t;
+  }
+  return NULL;
 }
 
 int tdm__heft_pick(const tdm_choice *c, unsigned n, unsigned max_tries, bool *calibrating) {
@@ -58,5 +205,3 @@ int tdm__heft_pick(const tdm_choice *c, unsigned n, unsigned max_tries, bool *ca
     return cal;
   return all_known ? best : -1;
 }
-
-/* The model's names: codelet c is "c<c>", a class its name. */

@@ -1,39 +1,165 @@
 /*
- * Heterogeneous placement policies, and a driver that runs them on a
- * simulated clock (policy.c).
+ * Placement policies, as tables, and the two drivers that run them: the
+ * runtime's threads (sched.c) and a simulated clock (vtime.c).
  *
- * The policies decide which worker runs a ready task, from predictions of
- * execution times per kind of worker ("class": a CPU kind, a device) and
- * of transfer times per link. They make no thread or clock calls: a driver
- * tells them the time. The virtual-time driver here runs a whole task
- * graph in simulated time, every task and copy taking its modelled
- * duration, so that a schedule is computed deterministically in a
- * fraction of a second, for machines we do not have and for exact tests.
- * (The runtime's threads will drive the same policies in real time.)
+ * A policy decides which kind of worker ("class": the CPU workers of one
+ * kind, or a device) runs a ready task that a device could run, from the
+ * performance model's predictions (perfmodel.h) and the time its inputs
+ * need to get there. It makes no thread or clock calls: it asks its
+ * driver (tdm_sched_driver) for facts and to queue tasks, so the same
+ * table runs in real time and in virtual time, calibration included, as
+ * StarPU runs its real policies on SimGrid's clock. Each policy is one
+ * file (heft.c, ws.c, eager.c, random.c); what several share is in
+ * policy.c.
  */
 #ifndef TDM_POLICY_H
 #define TDM_POLICY_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "tandem.h"
 
+/* The policies by number (tdm__policies[]), in the order of their names
+ * in tandem.h; the first is the default. */
 typedef enum tdm_policy {
   TDM_POLICY_HEFT = 0, /* earliest estimated finish, transfers included */
   TDM_POLICY_WS,       /* work stealing: the releasing worker's queue, thieves */
   TDM_POLICY_EAGER,    /* one queue: the first worker free takes the head */
-  TDM_POLICY_RANDOM    /* a random worker that can run it */
+  TDM_POLICY_RANDOM,   /* a random worker that can run it */
+  TDM_NPOLICIES
 } tdm_policy;
 
 const char *tdm__policy_name(tdm_policy p);
 /* "heft", "ws", "eager" or "random" into *out; false for anything else. */
 bool tdm__policy_parse(const char *name, tdm_policy *out);
 
-/* The placement decision both drivers share (the runtime's threads in
- * sched.c, the simulated clock here): for a ready task, one candidate
- * per worker or class that can run it. */
+struct tdm_task;
+struct tdm_perfmodel;
+typedef struct tdm_sched tdm_sched;
+
+/* What a policy asks of the driver that runs it. Classes are numbered
+ * 0 .. ncpu-1 for the CPU workers (one class per kind of core), then one
+ * per device. Calls come with the scheduler's lock not held unless said. */
+typedef struct tdm_sched_driver {
+  /* Whether class c can run t (it has workers, and t a variant for it). */
+  bool (*runs)(const tdm_sched *s, unsigned c, const struct tdm_task *t);
+  /* The model's prediction for t on class c: seconds, or < 0 when none;
+   * *calibrated whether to trust it (lock held). */
+  double (*predict)(const tdm_sched *s, const struct tdm_task *t, unsigned c, bool *calibrated);
+  /* Teaches the model that t took `seconds` on class c; true if the
+   * model changed (lock held). */
+  bool (*observe)(tdm_sched *s, const struct tdm_task *t, unsigned c, double seconds);
+  /* Seconds that t's inputs need to reach class c's memory. */
+  double (*transfer)(const tdm_sched *s, unsigned c, const struct tdm_task *t);
+  /* The device class the calling worker belongs to, or -1 (a CPU worker,
+   * the application's thread): where a task was released. */
+  int (*current)(const tdm_sched *s);
+  /* Queues t on class c. */
+  void (*send)(tdm_sched *s, struct tdm_task *t, unsigned c);
+  /* Queues t for the CPU workers, the releasing one first if it is one. */
+  void (*to_cpu)(tdm_sched *s, struct tdm_task *t);
+  /* The queue every class takes from: put at the tail (wake: tell the
+   * devices), take the head. */
+  void (*share)(tdm_sched *s, struct tdm_task *t, bool wake);
+  struct tdm_task *(*take_shared)(tdm_sched *s);
+  /* The last task queued on device class `from` if want(t, data) agrees
+   * (called with that queue's lock held, which comes before the
+   * scheduler's), else NULL. */
+  struct tdm_task *(*take)(tdm_sched *s, unsigned from, bool (*want)(struct tdm_task *, void *),
+                           void *data);
+  /* A task from the CPU workers' queues that class c can run, or NULL. */
+  struct tdm_task *(*steal_cpu)(tdm_sched *s, unsigned c);
+  /* Tells the devices that work may be waiting for them. */
+  void (*kick_devices)(tdm_sched *s);
+} tdm_sched_driver;
+
+/* A placement policy. Every entry but `name` and `place` may be NULL. */
+typedef struct tdm_policy_ops {
+  const char *name;
+  /* Once, when a driver starts it. */
+  void (*init)(tdm_sched *s);
+  /* A ready task that some device can run: queue it through the driver. */
+  void (*place)(tdm_sched *s, struct tdm_task *t);
+  /* A task that class c took from the shared queue: true if the policy
+   * queued it somewhere now (predictions known since it was shared). */
+  bool (*reconsider)(tdm_sched *s, struct tdm_task *t);
+  /* An idle CPU class c / device class c with nothing queued for it: a
+   * task to run, taken from elsewhere, or NULL. */
+  struct tdm_task *(*idle_cpu)(tdm_sched *s, unsigned c);
+  struct tdm_task *(*idle_device)(tdm_sched *s, unsigned c);
+  /* t ended on class c, after `seconds` (< 0: it failed) (lock held). */
+  void (*done)(tdm_sched *s, struct tdm_task *t, unsigned c, double seconds);
+  /* Work appeared in the CPU workers' deques. */
+  void (*work_shown)(tdm_sched *s);
+} tdm_policy_ops;
+
+extern const tdm_policy_ops tdm__policy_heft, tdm__policy_ws, tdm__policy_eager,
+    tdm__policy_random;
+extern const tdm_policy_ops *const tdm__policies[TDM_NPOLICIES];
+
+/* A kind of worker, as the policies see it. */
+typedef struct tdm_sclass {
+  char name[160];     /* the model's name for it */
+  unsigned workers;   /* 0: none (never chosen) */
+  double backlog;     /* predicted seconds placed here, not finished */
+  unsigned calibrating; /* tasks placed here to calibrate, not finished */
+} tdm_sclass;
+
+/* A scheduler: a policy, its driver, the classes and the model. */
+struct tdm_sched {
+  const tdm_policy_ops *policy;
+  const tdm_sched_driver *drv;
+  void *ctx; /* the driver's */
+  const struct tdm_runtime *rt; /* for the log; NULL in virtual time */
+  unsigned ncpu, nclasses;
+  tdm_sclass *cls;
+  struct tdm_perfmodel *model;
+  bool dirty; /* the model learnt something */
+  uint64_t rng;
+  pthread_mutex_t lock; /* guards cls, model, dirty, rng */
+};
+
+/* Makes s with nclasses classes (named and counted by the caller), an
+ * empty model and the lock, logging to rt (may be NULL); NULL-safe tdm__sched_fini undoes it. Returns
+ * TDM_OK, TDM_ERR_NO_MEMORY or TDM_ERR_SYSTEM (the lock). */
+tdm_status tdm__sched_init(tdm_sched *s, const struct tdm_runtime *rt, tdm_policy p,
+                           const tdm_sched_driver *drv, void *ctx, unsigned ncpu,
+                           unsigned nclasses, uint64_t seed);
+void tdm__sched_fini(tdm_sched *s);
+
+/* What the drivers call. A ready task: the CPU workers if no device can
+ * run it, else the policy's choice. */
+void tdm__sched_place(tdm_sched *s, struct tdm_task *t, bool device_ok);
+/* The next task from the shared queue for an idle worker of class c (the
+ * policy reconsiders a few first), or NULL. */
+struct tdm_task *tdm__sched_shared(tdm_sched *s, unsigned c);
+/* An idle worker of class c: the policy's idle_cpu or idle_device. */
+struct tdm_task *tdm__sched_idle(tdm_sched *s, unsigned c);
+/* t ended on class c after `seconds` (< 0: failed): the policy's account
+ * and, for a success, the model. */
+void tdm__sched_finished(tdm_sched *s, struct tdm_task *t, unsigned c, double seconds);
+
+/* Shared by the policies (policy.c). */
+#define TDM_SCHED_UNKNOWN_TIME 1e-3 /* s: the backlog a task of unknown duration adds */
+/* heft's placement: the class where t would finish first, or a class to
+ * calibrate; false when no prediction is known yet (t stays with the
+ * caller). */
+bool tdm__heft_place(tdm_sched *s, struct tdm_task *t);
+/* Takes t's share out of its class's backlog, and its calibration try
+ * (lock held): the `done` of the policies that use tdm__heft_place. */
+void tdm__policy_release(tdm_sched *s, struct tdm_task *t, unsigned c, double seconds);
+/* For idle class `to`: the last task queued on another device that it
+ * should run instead (always: take it whenever it can run it; else only
+ * when it would finish earlier here, transfers included), its share of
+ * the backlog moved along; NULL if none. */
+struct tdm_task *tdm__policy_take_queued(tdm_sched *s, unsigned to, bool always);
+uint64_t tdm__sched_random(tdm_sched *s); /* lock held */
+
+/* The choice heft makes for a ready task, among one candidate per class
+ * that can run it (tdm__heft_place; the tests call it alone). */
 typedef struct tdm_choice {
   double start;    /* s from now: when it could start there (the worker
                       free, its inputs there) */
@@ -49,6 +175,8 @@ typedef struct tdm_choice {
  * if none has room, -1: not known yet where (the caller shares the task
  * with every kind of worker). */
 int tdm__heft_pick(const tdm_choice *c, unsigned n, unsigned max_tries, bool *calibrating);
+
+/* ---- virtual time (vtime.c) ---------------------------------------------- */
 
 #define TDM_VT_MAX_CLASSES 16
 /* The ranges of a machine description's numbers (tdm__vt_parse_machine). */

@@ -1,21 +1,25 @@
 /*
- * The virtual-time driver: placement policies on a simulated clock (see
- * policy.h).
+ * The virtual-time driver: the placement policies' tables (policy.h), run
+ * on a simulated clock instead of threads, as StarPU runs its policies
+ * on SimGrid's.
  *
- * HEFT follows Topcuoglu, Hariri and Wu, "Performance-effective and
- * low-complexity task scheduling for heterogeneous computing", IEEE TPDS
- * 13(3), 2002: tasks are ordered by upward rank (their mean execution time
- * plus the longest path of mean times to the end of the graph) and each
- * goes to the worker where it would finish earliest, counting the time
- * its inputs need to get there. Here a task is placed when it becomes
- * ready, in time order, so that the model has seen every duration that
- * ended before the decision, as the runtime will.
+ * The simulation follows the runtime's threads: a task whose last
+ * predecessor ends is placed by the policy at that moment (tasks
+ * released together in order of the user's priority, then of upward rank
+ * as HEFT orders them: Topcuoglu, Hariri and Wu, IEEE TPDS 13(3), 2002);
+ * a worker that becomes free takes, as the runtime's do, from its class's
+ * queue, then from the shared queue, then what the policy's idle hook
+ * finds. Each task then waits for its inputs (the coherence module
+ * decides the copies, each taking latency + bytes / bandwidth on a link
+ * that carries one copy at a time) and runs for its true duration.
+ * Queues are in priority order, first in first out; the CPU workers share
+ * one (the runtime gives each its own deque, newest first).
  *
- * The model is the runtime's (perfmodel.h), fed with the time each task
- * took per second of one CPU core's work (one "size" per codelet): its
- * median of the last observations, once calibrated, else the declared
- * speed-up. A spike moves a median by one rank, never the estimate as a
- * whole.
+ * The model is the runtime's (perfmodel.h), empty at the start as the
+ * runtime's is without a saved file, so heft calibrates as it does on a
+ * real machine. It learns the time each task took per second of one CPU
+ * core's work (one "size" per codelet), when the task ends: a class that
+ * slows down gets less work.
  */
 #include "policy.h"
 
@@ -31,23 +35,6 @@ static void codelet_key(unsigned codelet, char *buf, size_t size) {
   snprintf(buf, size, "c%u", codelet);
 }
 
-/* Seconds per second of a CPU core's work on class c. */
-static double predicted_factor(const tdm_perfmodel *pm, const tdm_vt_machine *m,
-                               unsigned codelet, unsigned c) {
-  char key[16];
-  codelet_key(codelet, key, sizeof key);
-  bool calibrated = false;
-  double f = tdm__model_predict(pm, key, 0, m->classes[c].name, &calibrated);
-  return calibrated && f > 0 ? f : 1 / m->classes[c].speedup[codelet];
-}
-
-static void observe(tdm_perfmodel *pm, const tdm_vt_machine *m, unsigned codelet, unsigned c,
-                    double factor) {
-  char key[16];
-  codelet_key(codelet, key, sizeof key);
-  tdm__model_observe(pm, key, 0, m->classes[c].name, factor);
-}
-
 /* The true duration of task t on class c starting at `at`. */
 static double true_time(const tdm_vt_machine *m, const tdm_vt_task *t, unsigned c, double at) {
   const struct tdm_vt_class *k = &m->classes[c];
@@ -60,22 +47,32 @@ static double true_time(const tdm_vt_machine *m, const tdm_vt_task *t, unsigned 
 /* ---- the simulation state ------------------------------------------------ */
 
 typedef struct vt_state {
+  tdm_sched s; /* first: the policies' scheduler; classes are the machine's */
   const tdm_vt_machine *m;
   const tdm_vt_graph *g;
+  tdm_task *tasks;   /* per graph task: what the policies see of it */
+  unsigned *left;    /* per task: predecessors not ended */
+  double *rank;      /* per task: upward rank */
   unsigned nworkers;
-  unsigned *class_of;  /* per worker */
-  double *free_at;     /* per worker */
+  unsigned *class_of; /* per worker */
+  tdm_task **running; /* per worker: its task, or NULL */
+  double *free_at;    /* per worker: when its task ends */
+  tdm_devq queue[TDM_VT_MAX_CLASSES]; /* per class */
+  tdm_devq shared;
+  unsigned placed;   /* tasks queued on a class so far */
+  int releaser;      /* the device class whose task ended, or -1 */
   /* The data items, whose copies the coherence module decides (as for
    * the runtime's devices): a token is a time, the bits of a double. */
   tdm_handle *items;
   tdm_nodes nodes;
-  double now; /* of the decision being made */
+  double now;
   double link_free[TDM_VT_MAX_CLASSES][2]; /* per node: to it, from it */
-  tdm_perfmodel *md;
   uint64_t bytes;
-  tdm_choice *choices;    /* per worker: heft's candidates */
-  unsigned *choice_worker; /* and their workers */
 } vt_state;
+
+static unsigned index_of(const vt_state *s, const tdm_task *t) {
+  return (unsigned)(t - s->tasks);
+}
 
 /* ---- memory nodes on the simulated clock ---------------------------------- */
 
@@ -198,58 +195,6 @@ static void items_free(vt_state *s) {
   free(s->items);
 }
 
-/* When data d could be on `node`, if asked at `now`: what the copies
- * tdm__coh_access would make take, without making them. */
-static double arrival_estimate(vt_state *s, unsigned d, unsigned node, double now) {
-  const tdm_vt_machine *m = s->m;
-  const tdm_handle *h = &s->items[d];
-  const tdm_nodeset *v = &h->coh.valid;
-  double ready0 = h->coh.rep ? time_of(h->coh.rep[0].fill) : 0;
-  if (tdm__nodeset_has(v, node))
-    return h->coh.rep ? time_of(h->coh.rep[node].fill) : 0;
-  double bytes = (double)tdm__coh_bytes(h), at_host = ready0;
-  if (!tdm__nodeset_has(v, 0)) { /* from a device holding it, through the host */
-    unsigned src = (unsigned)tdm__nodeset_next(v, 1);
-    double t0 = fmax(fmax(time_of(h->coh.rep[src].fill), s->link_free[src][1]), now);
-    at_host = t0 + m->latency[src] + bytes / m->bandwidth[src];
-  }
-  if (node == 0)
-    return at_host;
-  double t0 = fmax(fmax(at_host, s->link_free[node][0]), now);
-  return t0 + m->latency[node] + bytes / m->bandwidth[node];
-}
-
-/* When task t could start on worker w, decided at `now` (its inputs there,
- * the worker free); commit: make the copies. */
-static double start_time(vt_state *s, const tdm_vt_task *t, unsigned w, double now, bool commit) {
-  unsigned node = s->m->classes[s->class_of[w]].node;
-  double st = fmax(now, s->free_at[w]);
-  s->now = now;
-  for (unsigned i = 0; i < t->nbuf; i++) {
-    if (!(t->modes[i] & TDM_R))
-      continue;
-    if (!commit) {
-      st = fmax(st, arrival_estimate(s, t->data[i], node, now));
-      continue;
-    }
-    tdm_tokens ts;
-    tdm__tokens_init(&ts);
-    /* cannot fail: simulated buffers always fit, copies always start */
-    tdm__coh_access(&s->nodes, &s->items[t->data[i]], node, TDM_R, UINT32_MAX, &ts);
-    st = fmax(st, latest(ts.v, ts.n));
-    tdm__tokens_release(&s->nodes, &ts);
-  }
-  return st;
-}
-
-static double predicted_time(vt_state *s, const tdm_vt_task *t, unsigned w) {
-  return t->cpu_time * predicted_factor(s->md, s->m, t->codelet, s->class_of[w]);
-}
-
-static bool can_run(const vt_state *s, const tdm_vt_task *t, unsigned w) {
-  return s->m->classes[s->class_of[w]].speedup[t->codelet] > 0;
-}
-
 /* ---- graph order ------------------------------------------------------- */
 
 /* Upward rank of each task (mean time over the workers that can run it,
@@ -302,7 +247,7 @@ static bool upward_ranks(const tdm_vt_machine *m, const tdm_vt_graph *g, double 
   return ok;
 }
 
-/* ---- the driver ----------------------------------------------------------- */
+/* ---- ready tasks ----------------------------------------------------------- */
 
 /* Whether task a goes before task b when both are ready at once: the
  * user's priority, then the upward rank (the critical path first). */
@@ -310,14 +255,6 @@ static bool before(const tdm_vt_graph *g, const double *rank, unsigned a, unsign
   if (g->tasks[a].priority != g->tasks[b].priority)
     return g->tasks[a].priority > g->tasks[b].priority;
   return rank[a] > rank[b];
-}
-
-static uint64_t next_random(uint64_t *x) {
-  /* xorshift64 (Marsaglia, 2003) */
-  *x ^= *x << 13;
-  *x ^= *x >> 7;
-  *x ^= *x << 17;
-  return *x;
 }
 
 void tdm__vt_result_free(tdm_vt_result *r) {
@@ -328,203 +265,319 @@ void tdm__vt_result_free(tdm_vt_result *r) {
   r->start = r->end = NULL;
 }
 
+/* ---- the policies' driver ---------------------------------------------------- */
+
+static vt_state *vt_of(const tdm_sched *s) {
+  return (vt_state *)(uintptr_t)s;
+}
+
+static const tdm_vt_task *graph_task(const tdm_sched *s, const tdm_task *t) {
+  const vt_state *v = vt_of(s);
+  return &v->g->tasks[index_of(v, t)];
+}
+
+static bool vt_runs(const tdm_sched *s, unsigned c, const tdm_task *t) {
+  const struct tdm_vt_class *k = &vt_of(s)->m->classes[c];
+  return k->workers && k->speedup[graph_task(s, t)->codelet] > 0;
+}
+
+/* The model learns seconds per second of a CPU core's work. */
+static double vt_predict(const tdm_sched *s, const tdm_task *t, unsigned c, bool *calibrated) {
+  const tdm_vt_task *vt = graph_task(s, t);
+  char key[16];
+  codelet_key(vt->codelet, key, sizeof key);
+  double f = tdm__model_predict(s->model, key, 0, s->cls[c].name, calibrated);
+  return f < 0 ? f : f * vt->cpu_time;
+}
+
+static bool vt_observe(tdm_sched *s, const tdm_task *t, unsigned c, double seconds) {
+  const tdm_vt_task *vt = graph_task(s, t);
+  char key[16];
+  codelet_key(vt->codelet, key, sizeof key);
+  return vt->cpu_time > 0 &&
+         tdm__model_observe(s->model, key, 0, s->cls[c].name, seconds / vt->cpu_time);
+}
+
+static double vt_transfer(const tdm_sched *s, unsigned c, const tdm_task *t) {
+  const vt_state *v = vt_of(s);
+  return tdm__transfer_time(&v->nodes, v->m->classes[c].node, t);
+}
+
+static int vt_current(const tdm_sched *s) {
+  return vt_of(s)->releaser;
+}
+
+static void vt_send(tdm_sched *s, tdm_task *t, unsigned c) {
+  vt_state *v = vt_of(s);
+  tdm__devq_put(&v->queue[c], t);
+  v->placed++;
+}
+
+static void vt_to_cpu(tdm_sched *s, tdm_task *t) {
+  vt_send(s, t, 0);
+}
+
+static void vt_share(tdm_sched *s, tdm_task *t, bool wake) {
+  (void)wake; /* idle workers look at every change */
+  tdm__devq_put(&vt_of(s)->shared, t);
+}
+
+static tdm_task *vt_take_shared(tdm_sched *s) {
+  return tdm__devq_pop(&vt_of(s)->shared);
+}
+
+static tdm_task *vt_take(tdm_sched *s, unsigned from, bool (*want)(tdm_task *, void *),
+                         void *data) {
+  return tdm__devq_take_last(&vt_of(s)->queue[from], want, data);
+}
+
+/* The first task of the CPU workers' queue, if class c can run it (as
+ * the runtime's devices steal the oldest task of a deque). */
+static tdm_task *vt_steal_cpu(tdm_sched *s, unsigned c) {
+  tdm_devq *q = &vt_of(s)->queue[0];
+  return q->head && vt_runs(s, c, q->head) ? tdm__devq_pop(q) : NULL;
+}
+
+static void vt_kick_devices(tdm_sched *s) {
+  (void)s; /* idle workers look at every change */
+}
+
+static const tdm_sched_driver vt_driver = {
+    .runs = vt_runs,
+    .predict = vt_predict,
+    .observe = vt_observe,
+    .transfer = vt_transfer,
+    .current = vt_current,
+    .send = vt_send,
+    .to_cpu = vt_to_cpu,
+    .share = vt_share,
+    .take_shared = vt_take_shared,
+    .take = vt_take,
+    .steal_cpu = vt_steal_cpu,
+    .kick_devices = vt_kick_devices,
+};
+
+/* ---- the simulation ---------------------------------------------------------- */
+
+static bool device_ok(const vt_state *v, const tdm_task *t) {
+  for (unsigned c = 1; c < v->m->nclasses; c++)
+    if (vt_runs(&v->s, c, t))
+      return true;
+  return false;
+}
+
+/* Places the tasks of ready[0..n) (released by a worker of class
+ * `releaser`, or -1: at the start), in priority and rank order. */
+static void place_ready(vt_state *v, unsigned *ready, unsigned n, int releaser) {
+  for (unsigned i = 1; i < n; i++) /* insertion sort: a few at a time */
+    for (unsigned j = i; j > 0 && before(v->g, v->rank, ready[j], ready[j - 1]); j--) {
+      unsigned x = ready[j];
+      ready[j] = ready[j - 1];
+      ready[j - 1] = x;
+    }
+  v->releaser = releaser >= 1 ? releaser : -1;
+  for (unsigned i = 0; i < n; i++) {
+    tdm_task *t = &v->tasks[ready[i]];
+    tdm__sched_place(&v->s, t, device_ok(v, t));
+  }
+  v->releaser = -1;
+}
+
+/* Worker w starts t now: when its inputs are there, for its true time. */
+static void start(vt_state *v, unsigned w, tdm_task *t, tdm_vt_result *r) {
+  unsigned i = index_of(v, t), c = v->class_of[w];
+  const tdm_vt_task *vt = &v->g->tasks[i];
+  unsigned node = v->m->classes[c].node;
+  double at = v->now;
+  for (unsigned k = 0; k < vt->nbuf; k++) {
+    if (!(vt->modes[k] & TDM_R))
+      continue;
+    tdm_tokens ts;
+    tdm__tokens_init(&ts);
+    /* cannot fail: simulated buffers always fit, copies always start */
+    tdm__coh_access(&v->nodes, &v->items[vt->data[k]], node, TDM_R, UINT32_MAX, &ts);
+    at = fmax(at, latest(ts.v, ts.n));
+    tdm__tokens_release(&v->nodes, &ts);
+  }
+  double end = at + true_time(v->m, vt, c, at);
+  for (unsigned k = 0; k < vt->nbuf; k++)
+    if (vt->modes[k] & TDM_W)
+      tdm__coh_written(&v->nodes, &v->items[vt->data[k]], node, token_at(end));
+  v->running[w] = t;
+  v->free_at[w] = end;
+  r->worker[i] = w;
+  r->start[i] = at;
+  r->end[i] = end;
+  r->makespan = fmax(r->makespan, end);
+  r->tasks_per_class[c]++;
+  r->codelet_class[vt->codelet][c]++;
+}
+
+/* Idle workers take work, as the runtime's threads do, until none finds
+ * any: their class's queue, the shared queue, the policy's idle hook. */
+static void dispatch(vt_state *v, tdm_vt_result *r) {
+  for (bool again = true; again;) {
+    again = false;
+    unsigned placed = v->placed;
+    for (unsigned w = 0; w < v->nworkers; w++) {
+      if (v->running[w])
+        continue;
+      unsigned c = v->class_of[w];
+      tdm_task *t = tdm__devq_pop(&v->queue[c]);
+      if (!t)
+        t = tdm__sched_shared(&v->s, c);
+      if (!t)
+        t = tdm__sched_idle(&v->s, c);
+      if (t) {
+        start(v, w, t, r);
+        again = true;
+      }
+    }
+    again = again || v->placed != placed; /* a reconsidered task queued */
+  }
+}
+
+/* Worker w's task ends now: the policy and the model learn it, and the
+ * tasks it released are placed. */
+static void finish(vt_state *v, unsigned w, const tdm_vt_result *r, unsigned *ready) {
+  tdm_task *t = v->running[w];
+  unsigned i = index_of(v, t), c = v->class_of[w], n = 0;
+  v->running[w] = NULL;
+  if (device_ok(v, t))
+    tdm__sched_finished(&v->s, t, c, r->end[i] - r->start[i]);
+  for (unsigned u = 0; u < v->g->ntasks; u++)
+    for (unsigned k = 0; k < v->g->tasks[u].ndeps; k++)
+      if (v->g->tasks[u].deps[k] == i && --v->left[u] == 0)
+        ready[n++] = u;
+  place_ready(v, ready, n, (int)c);
+}
+
+/* The simulation proper: false if tasks are left that no worker takes
+ * (not reached: every task was checked to run somewhere). */
+static bool simulate(vt_state *v, tdm_vt_result *r, unsigned *ready) {
+  unsigned n = 0, ended = 0;
+  for (unsigned i = 0; i < v->g->ntasks; i++)
+    if (!v->left[i])
+      ready[n++] = i;
+  place_ready(v, ready, n, -1);
+  for (;;) {
+    dispatch(v, r);
+    unsigned next = v->nworkers; /* the first to end */
+    for (unsigned w = 0; w < v->nworkers; w++)
+      if (v->running[w] && (next == v->nworkers || v->free_at[w] < v->free_at[next]))
+        next = w;
+    if (next == v->nworkers)
+      return ended == v->g->ntasks;
+    v->now = v->free_at[next];
+    for (unsigned w = 0; w < v->nworkers; w++)
+      if (v->running[w] && v->free_at[w] == v->now) {
+        finish(v, w, r, ready);
+        ended++;
+      }
+  }
+}
+
+/* Whether the graph's tasks are well formed (indices, a class to run
+ * each); the tasks the policies see made from them. */
+static bool check_tasks(vt_state *v) {
+  const tdm_vt_graph *g = v->g;
+  for (unsigned i = 0; i < g->ntasks; i++) {
+    const tdm_vt_task *vt = &g->tasks[i];
+    tdm_task *t = &v->tasks[i];
+    if (vt->codelet >= 8 || vt->nbuf > TDM_VT_MAX_BUFFERS)
+      return false;
+    bool runnable = false;
+    for (unsigned c = 0; c < v->m->nclasses; c++)
+      runnable = runnable || vt_runs(&v->s, c, t);
+    for (unsigned k = 0; k < vt->nbuf; k++) {
+      if (vt->data[k] >= g->ndata)
+        return false;
+      t->handles[k] = &v->items[vt->data[k]];
+      t->modes[k] = vt->modes[k];
+    }
+    for (unsigned k = 0; k < vt->ndeps; k++)
+      if (vt->deps[k] >= g->ntasks)
+        return false;
+    if (!runnable)
+      return false;
+    t->nbuf = (uint8_t)vt->nbuf;
+    t->priority = vt->priority;
+    t->sched_cls = -1;
+    v->left[i] = vt->ndeps;
+  }
+  return true;
+}
+
+/* The machine's classes as the scheduler's: class 0 the CPU workers. The
+ * model knows a class by its name, as the runtime's knows a device by its
+ * own: classes of one name share what is learnt. */
+static tdm_status vt_new(vt_state *v, const tdm_vt_machine *m, const tdm_vt_graph *g,
+                         tdm_policy p, uint64_t seed, tdm_vt_result *r) {
+  memset(v, 0, sizeof *v);
+  v->m = m;
+  v->g = g;
+  v->releaser = -1;
+  for (unsigned c = 0; c < m->nclasses; c++) {
+    if (m->classes[c].node >= m->nnodes)
+      return TDM_ERR_INVALID_ARG;
+    v->nworkers += m->classes[c].workers;
+  }
+  tdm_status st = tdm__sched_init(&v->s, NULL, p, &vt_driver, v, 1, m->nclasses, seed);
+  if (st)
+    return st;
+  for (unsigned c = 0; c < m->nclasses; c++) {
+    snprintf(v->s.cls[c].name, sizeof v->s.cls[c].name, "%s", m->classes[c].name);
+    v->s.cls[c].workers = m->classes[c].workers;
+  }
+  size_t n = g->ntasks ? g->ntasks : 1, nw = v->nworkers ? v->nworkers : 1;
+  v->tasks = tdm__zalloc_aligned(TDM_CACHE_LINE, n * sizeof *v->tasks);
+  v->left = calloc(n, sizeof *v->left);
+  v->rank = calloc(n, sizeof *v->rank);
+  v->class_of = calloc(nw, sizeof *v->class_of);
+  v->running = calloc(nw, sizeof *v->running);
+  v->free_at = calloc(nw, sizeof *v->free_at);
+  r->worker = calloc(n, sizeof *r->worker);
+  r->start = calloc(n, sizeof *r->start);
+  r->end = calloc(n, sizeof *r->end);
+  if (!v->tasks || !v->left || !v->rank || !v->class_of || !v->running || !v->free_at ||
+      !r->worker || !r->start || !r->end || !items_new(v))
+    return TDM_ERR_NO_MEMORY;
+  for (unsigned c = 0, w = 0; c < m->nclasses; c++)
+    for (unsigned k = 0; k < m->classes[c].workers; k++)
+      v->class_of[w++] = c;
+  if (!check_tasks(v) || !upward_ranks(m, g, v->rank, v->nworkers, v->class_of))
+    return TDM_ERR_INVALID_ARG; /* (upward_ranks: a cycle) */
+  return TDM_OK;
+}
+
+static void vt_free_state(vt_state *v) {
+  items_free(v);
+  tdm__sched_fini(&v->s);
+  free(v->tasks);
+  free(v->left);
+  free(v->rank);
+  free(v->class_of);
+  free(v->running);
+  free(v->free_at);
+}
+
 tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_policy p,
                        uint64_t seed, tdm_vt_result *r) {
   memset(r, 0, sizeof *r);
   if (!m->nclasses || m->nclasses > TDM_VT_MAX_CLASSES || m->nnodes > TDM_VT_MAX_CLASSES ||
-      !m->nnodes)
+      !m->nnodes || (unsigned)p >= TDM_NPOLICIES)
     return TDM_ERR_INVALID_ARG;
-  vt_state s;
-  memset(&s, 0, sizeof s);
-  s.m = m;
-  s.g = g;
-  for (unsigned c = 0; c < m->nclasses; c++) {
-    if (m->classes[c].node >= m->nnodes)
-      return TDM_ERR_INVALID_ARG;
-    s.nworkers += m->classes[c].workers;
-  }
-  unsigned n = g->ntasks;
-  s.class_of = malloc(s.nworkers * sizeof *s.class_of);
-  s.md = tdm__model_new();
-  s.choices = malloc(s.nworkers * sizeof *s.choices);
-  s.choice_worker = malloc(s.nworkers * sizeof *s.choice_worker);
-  s.free_at = calloc(s.nworkers, sizeof *s.free_at);
-  double *rank = calloc(n ? n : 1, sizeof *rank), *ready = calloc(n ? n : 1, sizeof *ready);
-  unsigned *left = calloc(n ? n : 1, sizeof *left);
-  bool *placed = calloc(n ? n : 1, sizeof *placed);
-  r->worker = calloc(n ? n : 1, sizeof *r->worker);
-  r->start = calloc(n ? n : 1, sizeof *r->start);
-  r->end = calloc(n ? n : 1, sizeof *r->end);
-  /* for ws: the worker whose queue holds each ready task */
-  unsigned *queue_of = calloc(n ? n : 1, sizeof *queue_of);
-  tdm_status st = TDM_OK;
-  if (!s.class_of || !s.md || !s.choices || !s.choice_worker || !s.free_at || !items_new(&s) ||
-      !rank || !ready || !left || !placed || !r->worker || !r->start || !r->end || !queue_of) {
+  vt_state v;
+  tdm_status st = vt_new(&v, m, g, p, seed, r);
+  unsigned *ready = st ? NULL : malloc((g->ntasks ? g->ntasks : 1) * sizeof *ready);
+  if (!st && !ready)
     st = TDM_ERR_NO_MEMORY;
-    goto out;
-  }
-  for (unsigned c = 0, w = 0; c < m->nclasses; c++)
-    for (unsigned k = 0; k < m->classes[c].workers; k++)
-      s.class_of[w++] = c;
-  for (unsigned i = 0; i < n; i++) {
-    const tdm_vt_task *t = &g->tasks[i];
-    bool runnable = false;
-    for (unsigned w = 0; w < s.nworkers && !runnable; w++)
-      runnable = can_run(&s, t, w);
-    bool bad = !runnable || t->codelet >= 8 || t->nbuf > TDM_VT_MAX_BUFFERS;
-    for (unsigned k = 0; k < t->nbuf && !bad; k++)
-      bad = t->data[k] >= g->ndata;
-    for (unsigned k = 0; k < t->ndeps && !bad; k++)
-      bad = t->deps[k] >= n;
-    if (bad) {
-      st = TDM_ERR_INVALID_ARG;
-      goto out;
-    }
-    left[i] = t->ndeps;
-  }
-  if (!upward_ranks(m, g, rank, s.nworkers, s.class_of)) {
-    st = TDM_ERR_INVALID_ARG; /* a cycle */
-    goto out;
-  }
-  /* observations become known when the task ends: fed to the model in
-   * time order before each decision */
-  unsigned *by_end = malloc((n ? n : 1) * sizeof *by_end);
-  if (!by_end) {
-    st = TDM_ERR_NO_MEMORY;
-    goto out;
-  }
-  unsigned nended = 0, nfed = 0;
-  uint64_t rng = seed ? seed : 0x9e3779b97f4a7c15ull;
-  for (unsigned done = 0; done < n; done++) {
-    /* the next decision: for heft and random the ready task with the
-     * earliest ready time (then the highest rank); for eager and ws the
-     * pairing of a worker and a ready task that can start first */
-    unsigned pick = n, wpick = 0;
-    double now = INFINITY;
-    if (p == TDM_POLICY_HEFT || p == TDM_POLICY_RANDOM) {
-      for (unsigned i = 0; i < n; i++)
-        if (!placed[i] && !left[i] &&
-            (ready[i] < now || (ready[i] == now && pick < n && before(g, rank, i, pick)))) {
-          pick = i;
-          now = ready[i];
-        }
-    } else {
-      for (unsigned w = 0; w < s.nworkers; w++) {
-        unsigned best = n;
-        double when = INFINITY;
-        bool own = false;
-        for (unsigned i = 0; i < n; i++) {
-          if (placed[i] || left[i] || !can_run(&s, &g->tasks[i], w))
-            continue;
-          double t = fmax(ready[i], s.free_at[w]);
-          /* ws: among tasks available at the same moment, its own queue's
-           * newest first, then the oldest of others'; eager: the oldest */
-          bool mine = p == TDM_POLICY_WS && queue_of[i] == w;
-          bool better = t < when ||
-                        (t == when && best < n &&
-                         (p == TDM_POLICY_WS ? (mine && !own) || (mine == own && (mine ? ready[i] > ready[best] : ready[i] < ready[best]))
-                                             : ready[i] < ready[best] ||
-                                                   (ready[i] == ready[best] && before(g, rank, i, best))));
-          if (better) {
-            best = i;
-            when = t;
-            own = mine;
-          }
-        }
-        if (best < n && when < now) {
-          now = when;
-          pick = best;
-          wpick = w;
-        }
-      }
-    }
-    if (pick == n) {
-      st = TDM_ERR_INVALID_ARG;
-      break;
-    }
-    /* feed the model what ended before now */
-    while (nfed < nended && r->end[by_end[nfed]] <= now) {
-      unsigned i = by_end[nfed++];
-      const tdm_vt_task *t = &g->tasks[i];
-      if (t->cpu_time > 0)
-        observe(s.md, m, t->codelet, s.class_of[r->worker[i]],
-                (r->end[i] - r->start[i]) / t->cpu_time);
-    }
-    const tdm_vt_task *t = &g->tasks[pick];
-    if (p == TDM_POLICY_HEFT) {
-      /* the model starts from the declared speeds: always calibrated */
-      tdm_choice *c = s.choices;
-      unsigned nc = 0;
-      for (unsigned w = 0; w < s.nworkers; w++)
-        if (can_run(&s, t, w)) {
-          s.choice_worker[nc] = w;
-          c[nc++] = (tdm_choice){.start = start_time(&s, t, w, now, false) - now,
-                                 .exec = predicted_time(&s, t, w),
-                                 .calibrated = true};
-        }
-      bool calibrating;
-      wpick = s.choice_worker[tdm__heft_pick(c, nc, 0, &calibrating)];
-    } else if (p == TDM_POLICY_RANDOM) {
-      unsigned ok = 0;
-      for (unsigned w = 0; w < s.nworkers; w++)
-        ok += can_run(&s, t, w);
-      unsigned k = (unsigned)(next_random(&rng) % ok);
-      for (unsigned w = 0; w < s.nworkers; w++)
-        if (can_run(&s, t, w) && k-- == 0) {
-          wpick = w;
-          break;
-        }
-    }
-    double start = start_time(&s, t, wpick, now, true);
-    double end = start + true_time(m, t, s.class_of[wpick], start);
-    s.free_at[wpick] = end;
-    unsigned node = m->classes[s.class_of[wpick]].node;
-    for (unsigned k = 0; k < t->nbuf; k++)
-      if (t->modes[k] & TDM_W)
-        tdm__coh_written(&s.nodes, &s.items[t->data[k]], node, token_at(end));
-    placed[pick] = true;
-    r->worker[pick] = wpick;
-    r->start[pick] = start;
-    r->end[pick] = end;
-    /* keep by_end sorted by end time (insertion: graphs here are small) */
-    unsigned j = nended++;
-    while (j > nfed && r->end[by_end[j - 1]] > end) {
-      by_end[j] = by_end[j - 1];
-      j--;
-    }
-    by_end[j] = pick;
-    if (end > r->makespan)
-      r->makespan = end;
-    unsigned c = s.class_of[wpick];
-    r->tasks_per_class[c]++;
-    r->codelet_class[t->codelet][c]++;
-    /* release the successors: ready when their last predecessor ends */
-    for (unsigned v = 0; v < n; v++)
-      for (unsigned k = 0; k < g->tasks[v].ndeps; k++)
-        if (g->tasks[v].deps[k] == pick) {
-          left[v]--;
-          if (end > ready[v]) {
-            ready[v] = end;
-            queue_of[v] = wpick; /* ws: the releasing worker's queue */
-          }
-        }
-  }
-  r->bytes_moved = s.bytes;
-  free(by_end);
-out:
-  free(s.class_of);
-  tdm__model_free(s.md);
-  free(s.choices);
-  free(s.choice_worker);
-  free(s.free_at);
-  items_free(&s);
-  free(rank);
+  if (!st && !simulate(&v, r, ready))
+    st = TDM_ERR_INVALID_ARG;
+  r->bytes_moved = v.bytes;
   free(ready);
-  free(left);
-  free(placed);
-  free(queue_of);
+  vt_free_state(&v);
   if (st)
     tdm__vt_result_free(r);
   return st;
 }
-

@@ -1,6 +1,6 @@
 /*
  * bench-sched: tiled GEMM and tiled Cholesky scheduled in virtual time
- * (runtime/sched/policy.c) on emulated machines, under each policy: makespan,
+ * (runtime/sched/vtime.c) on emulated machines, under each policy: makespan,
  * ratio to the lower bound, tasks per kind of worker, bytes moved. Every
  * task and copy takes its modelled duration, so the figures are exact and
  * the same on every run; they say how the policies place work, not how
@@ -43,7 +43,9 @@ static tdm_vt_machine make(const machine_def *d) {
   }
   for (unsigned g = 0; g < d->dgpus; g++) {
     struct tdm_vt_class *c = &m.classes[m.nclasses++];
-    *c = (struct tdm_vt_class){.name = "discrete GPU", .workers = 1, .node = m.nnodes};
+    /* a GPU of another speed has another name, as a real device would */
+    *c = (struct tdm_vt_class){.workers = 1, .node = m.nnodes};
+    snprintf(c->name, sizeof c->name, "discrete GPU %gx", d->dgpu_scale[g]);
     for (int k = 0; k < 8; k++)
       c->speedup[k] = ref[k] * d->dgpu_scale[g];
     m.latency[m.nnodes] = 10e-6;

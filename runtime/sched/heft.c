@@ -1,0 +1,93 @@
+/*
+ * heft: a ready task goes to the class where it would finish earliest:
+ * the class's backlog (predicted seconds of the work placed there and not
+ * finished, over its workers) + the time its inputs need to get there +
+ * its predicted execution time (Topcuoglu, Hariri and Wu, "Performance-
+ * effective and low-complexity task scheduling for heterogeneous
+ * computing", IEEE TPDS 13(3), 2002, as StarPU's dmda applies it at run
+ * time). While a class has not run a codelet at a size
+ * TDM_MODEL_CALIBRATION times, the task goes there instead (calibration
+ * on line); while every class that could calibrate has its tries in
+ * flight, the task is shared with every worker and placed later, when a
+ * worker takes it and the predictions are known.
+ *
+ * Dynamic correction: an idle CPU worker or device takes the last task
+ * queued on a device when it would finish earlier itself, transfers
+ * included.
+ */
+#include "../internal.h"
+#include "perfmodel.h"
+#include "policy.h"
+
+#include <limits.h>
+
+#define MAX_CLASSES (TDM_MAX_DEVICE_WORKERS + 8)
+
+/* The class where t finishes first, a class to calibrate, or UINT_MAX:
+ * not known yet where (lock held). */
+static unsigned choose(tdm_sched *s, tdm_task *t, const double *move, double *predicted,
+                       bool *calib) {
+  tdm_choice c[MAX_CLASSES];
+  unsigned cls[MAX_CLASSES], n = 0;
+  double known = -1;
+  for (unsigned k = 0; k < s->nclasses && n < MAX_CLASSES; k++) {
+    if (move[k] < 0)
+      continue; /* cannot run it */
+    bool ok = false;
+    double p = s->drv->predict(s, t, k, &ok);
+    if (p >= 0)
+      known = p;
+    cls[n] = k;
+    c[n++] = (tdm_choice){.start = s->cls[k].backlog / s->cls[k].workers + move[k],
+                          .exec = p,
+                          .calibrated = ok && p >= 0,
+                          .trying = s->cls[k].calibrating};
+  }
+  int i = tdm__heft_pick(c, n, TDM_MODEL_CALIBRATION, calib);
+  if (i < 0)
+    return UINT_MAX;
+  /* a calibration try counts as the time known elsewhere, if any */
+  *predicted = c[i].exec >= 0 ? c[i].exec : known >= 0 ? known : TDM_SCHED_UNKNOWN_TIME;
+  return cls[i];
+}
+
+bool tdm__heft_place(tdm_sched *s, tdm_task *t) {
+  /* the transfers first, out of the lock: they look at the handles */
+  double move[MAX_CLASSES];
+  for (unsigned k = 0; k < s->nclasses && k < MAX_CLASSES; k++)
+    move[k] = s->drv->runs(s, k, t) ? s->drv->transfer(s, k, t) : -1;
+  double predicted = 0;
+  bool calib = false;
+  TDM_PTHREAD(s->rt, pthread_mutex_lock(&s->lock));
+  unsigned c = choose(s, t, move, &predicted, &calib);
+  if (c != UINT_MAX) {
+    s->cls[c].backlog += predicted;
+    s->cls[c].calibrating += calib;
+    t->sched_cls = (int8_t)c;
+    t->sched_predicted = (float)predicted;
+    t->sched_calib = calib;
+  }
+  TDM_PTHREAD(s->rt, pthread_mutex_unlock(&s->lock));
+  if (c == UINT_MAX)
+    return false;
+  s->drv->send(s, t, c);
+  return true;
+}
+
+static void place(tdm_sched *s, tdm_task *t) {
+  if (!tdm__heft_place(s, t))
+    s->drv->share(s, t, true);
+}
+
+static tdm_task *idle(tdm_sched *s, unsigned c) {
+  return tdm__policy_take_queued(s, c, false);
+}
+
+const tdm_policy_ops tdm__policy_heft = {
+    .name = "heft",
+    .place = place,
+    .reconsider = tdm__heft_place,
+    .idle_cpu = idle,
+    .idle_device = idle,
+    .done = tdm__policy_release,
+};
