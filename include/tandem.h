@@ -60,8 +60,12 @@ extern "C" {
 #define TDM_VERSION_NUMBER                                                     \
   (TDM_VERSION_MAJOR * 10000 + TDM_VERSION_MINOR * 100 + TDM_VERSION_PATCH)
 
-/** Most buffers (handles) one task may access. */
+/** Buffers (handles) a codelet and a task describe in place (modes,
+ * handles); a task with more gives them in arrays of its own
+ * (tdm_codelet.dyn_modes, tdm_task_desc.dyn_handles). */
 #define TDM_MAX_BUFFERS 8
+/** Most buffers one task may access. */
+#define TDM_MAX_TASK_BUFFERS 1024
 
 /** Bytes of by-value arguments kept inside the task; larger ones are
  * allocated separately (still copied at submit). */
@@ -80,7 +84,7 @@ extern "C" {
   XX(ERR_INVALID_ARG, -1, "invalid argument (NULL pointer, zero size or bad value)") \
   XX(ERR_NO_MEMORY, -2, "out of memory")                                       \
   XX(ERR_SYSTEM, -3, "a system call or library call failed (see the log)")     \
-  XX(ERR_TOO_MANY_BUFFERS, -4, "a codelet declares more than TDM_MAX_BUFFERS buffers") \
+  XX(ERR_TOO_MANY_BUFFERS, -4, "a codelet declares more than TDM_MAX_TASK_BUFFERS buffers") \
   XX(ERR_INVALID_MODE, -5, "invalid access mode")                              \
   XX(ERR_WRONG_RUNTIME, -6, "object belongs to another runtime")               \
   XX(ERR_STALE_HANDLE, -7, "handle was unregistered (or unpartitioned)")       \
@@ -707,9 +711,11 @@ struct tdm_opencl_variant;
  * tdm_task_desc, tdm_opencl_variant) start with struct_size, as
  * tdm_config does, so that fields can be added at their end: 0 (what
  * "= {0}" and designated initializers leave) means the layout of this
- * version; set it to sizeof the structure to use fields added later. A
- * nonzero size smaller than this version's structure is refused
- * (TDM_ERR_INVALID_ARG); fields beyond what the library knows are ignored.
+ * version; sizeof the structure (the usual setting) is the layout the
+ * program was compiled with: fields added later, past it, read as zero.
+ * A nonzero size smaller than the structure's first version (version
+ * 0.1: up to `opencl` and `priority`) is refused (TDM_ERR_INVALID_ARG);
+ * fields beyond what the library knows are ignored.
  */
 
 typedef struct tdm_codelet {
@@ -718,13 +724,21 @@ typedef struct tdm_codelet {
   /** The CPU variant; may be NULL: the task then runs on a device, or does
    * nothing when it has no OpenCL variant either. */
   tdm_cpu_fn cpu_fn;
-  unsigned nbuffers;                 /**< <= TDM_MAX_BUFFERS */
-  tdm_access modes[TDM_MAX_BUFFERS]; /**< access mode of each buffer */
+  /** Buffers of each task, up to TDM_MAX_TASK_BUFFERS. */
+  unsigned nbuffers;
+  /** Access mode of each buffer, when nbuffers <= TDM_MAX_BUFFERS. */
+  tdm_access modes[TDM_MAX_BUFFERS];
   /** The OpenCL variant, or NULL. A task with only this variant runs on
    * an OpenCL device; with both, where the placement policy
    * (tdm_config.scheduler) sends it: by default where it is predicted to
    * finish first, transfers included. */
   const struct tdm_opencl_variant *opencl;
+  /** With more than TDM_MAX_BUFFERS buffers: the access modes of all
+   * nbuffers of them (`modes` is then not read), read at each submission;
+   * NULL otherwise. Such a task costs one allocation more at submission
+   * (its buffers are kept beside it), and the CPU variant receives all
+   * nbuffers tdm_buffer views as usual. */
+  const tdm_access *dyn_modes;
 } tdm_codelet;
 
 typedef struct tdm_task tdm_task;
@@ -738,7 +752,8 @@ typedef void (*tdm_task_callback)(void *user_data);
 typedef struct tdm_task_desc {
   size_t struct_size;                   /**< 0, or sizeof(tdm_task_desc) */
   const tdm_codelet *codelet;           /**< required */
-  tdm_handle *handles[TDM_MAX_BUFFERS]; /**< codelet->nbuffers of them */
+  /** codelet->nbuffers of them, when nbuffers <= TDM_MAX_BUFFERS */
+  tdm_handle *handles[TDM_MAX_BUFFERS];
   const void *args;                     /**< copied; may be NULL */
   size_t args_size;
   tdm_task_callback callback; /**< may be NULL */
@@ -746,6 +761,9 @@ typedef struct tdm_task_desc {
   /** Among ready tasks queued for a device, higher ones start first
    * (default 0). CPU workers' deques do not order by priority. */
   int priority;
+  /** With more than TDM_MAX_BUFFERS buffers: all codelet->nbuffers
+   * handles (`handles` is then not read); copied. NULL otherwise. */
+  tdm_handle *const *dyn_handles;
 } tdm_task_desc;
 
 /**
@@ -756,7 +774,8 @@ typedef struct tdm_task_desc {
  *
  * Errors (the task does not exist and its callback never runs):
  * TDM_ERR_INVALID_ARG (NULL rt/desc/codelet, a NULL handle, args_size > 0
- * with NULL args), TDM_ERR_TOO_MANY_BUFFERS, TDM_ERR_INVALID_MODE,
+ * with NULL args, more than TDM_MAX_BUFFERS buffers without dyn_modes or
+ * dyn_handles), TDM_ERR_TOO_MANY_BUFFERS, TDM_ERR_INVALID_MODE,
  * TDM_ERR_WRONG_RUNTIME (a handle of another runtime),
  * TDM_ERR_STALE_HANDLE, TDM_ERR_PARTITIONED, TDM_ERR_SHUTTING_DOWN,
  * TDM_ERR_NO_MEMORY. Any thread, including tasks.

@@ -251,8 +251,8 @@ typedef struct tdm_task {
   /* Nonzero while a thread waits in tdm_task_wait or an acquisition. */
   _Atomic uint32_t waiters;
   uint8_t kind;
-  uint8_t nbuf;
-  uint8_t tile_mask; /* buffers that are tiles (held by reference) */
+  uint8_t tile_mask; /* buffers that are tiles (held by reference; <= 8 buffers) */
+  uint16_t nbuf;     /* past TDM_MAX_BUFFERS, the buffers are in `more` */
   bool user_ref;
   bool device_ok; /* may run on a device (a backend's prepare) */
   /* Where the scheduler placed it (0: the CPU workers, 1 + k: device k;
@@ -295,6 +295,9 @@ typedef struct tdm_task {
    * the gathers its access comes after (data/coherence.h). In the room
    * left on this line: the task stays six lines long. */
   uint32_t gens[TDM_MAX_BUFFERS];
+  /* A task with more than TDM_MAX_BUFFERS buffers: all of them, in a
+   * block of their own (handles, modes and gens above are not used). */
+  struct tdm_task_more *more;
 
   /* -- the rest, used by tasks that have buffers, arguments, edges -- */
   _Alignas(TDM_CACHE_LINE) tdm_handle *handles[TDM_MAX_BUFFERS];
@@ -307,6 +310,39 @@ typedef struct tdm_task {
 
 typedef struct tdm_edge tdm_edge;
 #define TDM_CLOSED ((tdm_edge *)(uintptr_t)1)
+
+/* The buffers of a task with more than TDM_MAX_BUFFERS of them (StarPU's
+ * dyn_handles), one allocation made at creation: nothing past it can
+ * fail for want of room. */
+typedef struct tdm_task_more {
+  tdm_handle **handles; /* nbuf of each */
+  uint8_t *modes;
+  uint8_t *tiles;        /* 1: a tile, held by reference */
+  /* Set at submission: its distinct handles by address (nlocked), their
+   * modes together, and each one's gathers count (tdm_task.gens). */
+  unsigned nlocked;
+  tdm_handle **locked;
+  unsigned *lock_modes;
+  uint32_t *gens;
+  tdm_buffer *bufs;      /* room for the views a backend passes */
+  void **mems;           /* and for its buffers on a node */
+} tdm_task_more;
+
+/* A task's handles and modes, wherever they are. */
+static inline tdm_handle *const *tdm__task_handles(const tdm_task *t) {
+  return t->nbuf <= TDM_MAX_BUFFERS ? t->handles : t->more->handles;
+}
+static inline const uint8_t *tdm__task_modes(const tdm_task *t) {
+  return t->nbuf <= TDM_MAX_BUFFERS ? t->modes : t->more->modes;
+}
+/* Room for a backend's views of t's buffers and its node buffers: the
+ * caller's arrays of TDM_MAX_BUFFERS, or the task's own past that. */
+static inline tdm_buffer *tdm__task_views(const tdm_task *t, tdm_buffer *room) {
+  return t->nbuf <= TDM_MAX_BUFFERS ? room : t->more->bufs;
+}
+static inline void **tdm__task_mems(const tdm_task *t, void **room) {
+  return t->nbuf <= TDM_MAX_BUFFERS ? room : t->more->mems;
+}
 
 /* ---- data handles ----------------------------------------------------- */
 

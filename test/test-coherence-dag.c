@@ -10,7 +10,9 @@
  * Modes: "sim" (two emulated devices with memory of their own, every
  * policy, and with a small memory limit: evictions), "discrete" and
  * "integrated" (PoCL behaving as either, tasks with a CPU and an OpenCL
- * variant; SKIP without an OpenCL CPU device).
+ * variant; SKIP without an OpenCL CPU device). One task in four, when
+ * enough tiles exist, is wide: WIDE distinct buffers, past
+ * TDM_MAX_BUFFERS.
  */
 #include "common.h"
 
@@ -27,11 +29,12 @@
 #define COLS 12
 #define LD 13 /* rows apart: copies are rectangles */
 #define MAXB 3
+#define WIDE 10 /* buffers of a wide task */
 
 typedef struct {
   uint64_t id;
   uint32_t nbuf;
-  uint32_t modes[MAXB];
+  uint32_t modes[WIDE];
 } step;
 
 static uint64_t mix(uint64_t x) {
@@ -54,8 +57,16 @@ static void apply(const step *s, const tdm_buffer *b) {
           ((uint64_t *)b[i].ptr)[r * b[i].ld + c] = mix(acc + i * 1000003u + r * b[i].ny + c);
 }
 
+/* Wide tasks submitted, and run by their CPU variant (the rest ran on an
+ * OpenCL device). */
+static unsigned wide_submitted;
+static _Atomic unsigned wide_on_cpu;
+
 static void run_step(const tdm_buffer *b, const void *args, size_t n) {
   (void)n;
+  const step *s = args;
+  if (s->nbuf == WIDE)
+    atomic_fetch_add(&wide_on_cpu, 1);
   apply(args, b);
 }
 
@@ -68,7 +79,7 @@ static const char kernel_source[] =
     "  x = (x ^ (x >> 27)) * 0x94d049bb133111ebUL;\n"
     "  return x ^ (x >> 31);\n"
     "}\n"
-    "typedef struct { ulong id; uint nbuf; uint modes[3]; } task_step;\n"
+    "typedef struct { ulong id; uint nbuf; uint modes[10]; } task_step;\n"
     "void body(global ulong **p, ulong *nx, ulong *ny, ulong *ld, task_step s) {\n"
     "  ulong acc = mix(s.id);\n"
     "  for (uint i = 0; i < s.nbuf; i++)\n"
@@ -96,6 +107,14 @@ static const char kernel_source[] =
     "  global ulong *p[3] = {p0, p1, p2};\n"
     "  ulong nx[3] = {nx0, nx1, nx2}, ny[3] = {ny0, ny1, ny2}, ld[3] = {ld0, ld1, ld2};\n"
     "  body(p, nx, ny, ld, s);\n"
+    "}\n"
+    "kernel void step10(B(0), B(1), B(2), B(3), B(4), B(5), B(6), B(7), B(8), B(9),\n"
+    "                   task_step s) {\n"
+    "  global ulong *p[10] = {p0, p1, p2, p3, p4, p5, p6, p7, p8, p9};\n"
+    "  ulong nx[10] = {nx0, nx1, nx2, nx3, nx4, nx5, nx6, nx7, nx8, nx9};\n"
+    "  ulong ny[10] = {ny0, ny1, ny2, ny3, ny4, ny5, ny6, ny7, ny8, ny9};\n"
+    "  ulong ld[10] = {ld0, ld1, ld2, ld3, ld4, ld5, ld6, ld7, ld8, ld9};\n"
+    "  body(p, nx, ny, ld, s);\n"
     "}\n";
 
 static void one_item(const tdm_buffer *bufs, const void *args, size_t args_size, unsigned *dims,
@@ -113,10 +132,15 @@ static tdm_opencl_variant variants[MAXB] = {
     {.source = kernel_source, .kernel = "step2", .work_size = one_item},
     {.source = kernel_source, .kernel = "step3", .work_size = one_item},
 };
+static tdm_opencl_variant wide_variant = {.source = kernel_source, .kernel = "step10",
+                                          .work_size = one_item};
 #endif
 
 /* A codelet per (nbuf, modes): code is the modes as base-3 digits. */
 static tdm_codelet cls[MAXB][27];
+/* Wide tasks: their modes are read at submission, from wide_modes. */
+static tdm_codelet wide;
+static tdm_access wide_modes[WIDE];
 
 static void init_codelets(bool opencl) {
   static const tdm_access mode_of[3] = {TDM_R, TDM_W, TDM_RW};
@@ -138,6 +162,11 @@ static void init_codelets(bool opencl) {
         cl->modes[nbuf - 1 - i] = mode_of[c % 3];
     }
   }
+  wide = (tdm_codelet){.name = "coherence-wide", .cpu_fn = run_step, .nbuffers = WIDE,
+                       .dyn_modes = wide_modes};
+#ifdef TEST_WITH_OPENCL
+  wide.opencl = opencl ? &wide_variant : NULL;
+#endif
 }
 
 /* ---- one run ------------------------------------------------------------- */
@@ -172,11 +201,21 @@ static tdm_handle *pick(run *r, unsigned m) {
   return tdm_matrix_tile(r->mat[m], i, j);
 }
 
+/* Handles to draw from: the tiles of partitioned matrices, the others. */
+static size_t distinct_handles(const run *r) {
+  size_t n = 0;
+  for (unsigned m = 0; m < NMAT; m++)
+    n += r->parted[m] ? r->tr[m] * r->tc[m] : 1;
+  return n;
+}
+
 static void submit_task(run *r) {
   static const unsigned mode_of[3] = {TDM_R, TDM_W, TDM_RW};
-  step s = {.id = next(r), .nbuf = 1 + (uint32_t)(next(r) % MAXB)};
+  bool is_wide = next(r) % 4 == 0 && distinct_handles(r) >= 2 * WIDE;
+  step s = {.id = next(r), .nbuf = is_wide ? WIDE : 1 + (uint32_t)(next(r) % MAXB)};
   tdm_task_desc d = {0};
-  tdm_buffer refs[MAXB];
+  tdm_handle *hs[WIDE];
+  tdm_buffer refs[WIDE];
   unsigned code = 0;
   for (unsigned i = 0; i < s.nbuf; i++) {
     tdm_handle *h;
@@ -187,16 +226,22 @@ static void submit_task(run *r) {
       h = pick(r, m);
       again = false;
       for (unsigned j = 0; j < i; j++)
-        again |= d.handles[j] == h;
+        again |= hs[j] == h;
     } while (again);
     unsigned x = (unsigned)(next(r) % 5); /* readers more often */
     unsigned k = x < 2 ? 0 : x - 2 > 2 ? 2 : x - 2;
     s.modes[i] = mode_of[k];
     code = code * 3 + k;
-    d.handles[i] = h;
+    hs[i] = h;
+    if (is_wide)
+      wide_modes[i] = (tdm_access)mode_of[k];
+    else
+      d.handles[i] = h;
     refs[i] = ref_of(r, m, h);
   }
-  d.codelet = &cls[s.nbuf - 1][code];
+  d.codelet = is_wide ? &wide : &cls[s.nbuf - 1][code];
+  wide_submitted += is_wide;
+  d.dyn_handles = is_wide ? hs : NULL;
   d.args = &s;
   d.args_size = sizeof s;
   assert_int_equal(tdm_submit(r->rt, &d), TDM_OK);
@@ -320,22 +365,27 @@ static unsigned device_tasks(tdm_runtime *rt, uint64_t *evictions) {
   return n;
 }
 
-/* Runs nseeds seeds of `steps` steps; adds the tasks the devices ran and
- * the evictions to *totals. */
+/* Runs nseeds seeds of `steps` steps; adds the tasks the devices ran, the
+ * evictions and the wide tasks to *totals. */
 static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps,
-                 uint64_t totals[2]) {
+                 uint64_t totals[3]) {
   char dir[64];
   tdm_runtime *rt = make(s, dir, sizeof dir);
+  wide_submitted = 0;
+  atomic_store(&wide_on_cpu, 0);
   for (uint64_t seed = first; seed < first + nseeds; seed++)
     one_seed(rt, seed, steps);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
   uint64_t evictions;
   unsigned on_devices = device_tasks(rt, &evictions);
-  printf("%s %s%s: %u seeds, %u tasks on devices, %llu evictions\n",
+  printf("%s %s%s: %u seeds, %u tasks on devices, %llu evictions, %u wide tasks (%u by the CPU "
+         "variant)\n",
          s->sim ? "emulated" : s->discrete ? "discrete" : "integrated", s->policy,
-         s->limit ? " (memory limit)" : "", nseeds, on_devices,
-         (unsigned long long)evictions);
+         s->limit ? " (memory limit)" : "", nseeds, on_devices, (unsigned long long)evictions,
+         wide_submitted, atomic_load(&wide_on_cpu));
   totals[0] += on_devices;
   totals[1] += evictions;
+  totals[2] += wide_submitted;
   tdm_runtime_destroy(rt);
   test_remove_dir(dir);
 }
@@ -355,13 +405,14 @@ static void test_cpu_only(void **state) {
 /* Every policy; the devices must have taken part (some policy may keep a
  * run on the CPU) and, with a memory limit, memory must have run short. */
 static void every_policy(const setup *base, uint64_t first, unsigned nseeds, unsigned steps) {
-  uint64_t totals[2] = {0, 0};
+  uint64_t totals[3] = {0, 0, 0};
   for (unsigned p = 0; p < 4; p++) {
     setup s = *base;
     s.policy = policies[p];
     with(&s, first + 100 * p, nseeds, steps, totals);
   }
   assert_true(totals[0] > 0);
+  assert_true(totals[2] > 0); /* the wide path was taken */
   if (base->limit)
     assert_true(totals[1] > 0);
 }
@@ -390,7 +441,7 @@ static void test_emulated_memory_too_small(void **state) {
  * bits of a word (the set of valid nodes once was 32 bits wide). */
 static void test_emulated_forty_devices(void **state) {
   (void)state;
-  uint64_t totals[2] = {0, 0};
+  uint64_t totals[3] = {0, 0, 0};
   with(&(setup){.sim = "gpu:workers=40,speedup=2,latency=1us,bandwidth=1G", .policy = "eager"},
        5000, 3, 300, totals);
   assert_true(totals[0] > 0);

@@ -89,9 +89,35 @@ static void test_too_many_buffers_and_bad_modes(void **state) {
   tdm_handle *h;
   assert_int_equal(tdm_register_vector(rt, &x, 1, sizeof x, &h), TDM_OK);
   tdm_codelet many = {.name = "many", .cpu_fn = noop,
-                      .nbuffers = TDM_MAX_BUFFERS + 1, .modes = {TDM_R}};
+                      .nbuffers = TDM_MAX_TASK_BUFFERS + 1, .modes = {TDM_R}};
   EXPECT_ERR(&log, TDM_ERR_TOO_MANY_BUFFERS,
              tdm_submit(rt, &(tdm_task_desc){.codelet = &many, .handles = {h}}));
+  /* past TDM_MAX_BUFFERS, the modes and handles come in arrays */
+  many.nbuffers = TDM_MAX_BUFFERS + 1;
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG,
+             tdm_submit(rt, &(tdm_task_desc){.codelet = &many, .handles = {h}}));
+  assert_true(test_log_has(&log, "dyn_modes"));
+  tdm_access modes[TDM_MAX_BUFFERS + 1];
+  tdm_handle *hs[TDM_MAX_BUFFERS + 1];
+  for (int i = 0; i <= TDM_MAX_BUFFERS; i++) {
+    modes[i] = TDM_R;
+    hs[i] = h;
+  }
+  many.dyn_modes = modes;
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG,
+             tdm_submit(rt, &(tdm_task_desc){.codelet = &many, .handles = {h}}));
+  assert_true(test_log_has(&log, "dyn_handles"));
+  hs[3] = NULL;
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG,
+             tdm_submit(rt, &(tdm_task_desc){.codelet = &many, .dyn_handles = hs}));
+  hs[3] = h;
+  modes[5] = (tdm_access)0;
+  EXPECT_ERR(&log, TDM_ERR_INVALID_MODE,
+             tdm_submit(rt, &(tdm_task_desc){.codelet = &many, .dyn_handles = hs}));
+  modes[5] = TDM_RW;
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &many, .dyn_handles = hs}),
+                   TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
   tdm_codelet bad_mode = {.name = "bad", .cpu_fn = noop, .nbuffers = 1, .modes = {(tdm_access)0}};
   EXPECT_ERR(&log, TDM_ERR_INVALID_MODE,
              tdm_submit(rt, &(tdm_task_desc){.codelet = &bad_mode, .handles = {h}}));
@@ -125,8 +151,9 @@ static void sized(const tdm_buffer *b, const void *args, size_t n) {
   atomic_fetch_add(&ran_sized, 1);
 }
 
-/* struct_size of the structures read through the caller's pointer: 0 or
- * the size of this version's structure (or more) run; less is refused. */
+/* struct_size of the structures read through the caller's pointer: 0,
+ * the size of this version's structure (or more), or of the first
+ * version's run; less is refused. */
 static void test_struct_sizes(void **state) {
   (void)state;
   test_log log;
@@ -141,15 +168,42 @@ static void test_struct_sizes(void **state) {
   assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl}), TDM_OK);
   cl.struct_size = sizeof cl + 64; /* a newer header's: its new fields ignored */
   assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl}), TDM_OK);
+  /* a program compiled with the first version's structures: the fields
+   * added since (dyn_modes, dyn_handles) read as NULL, not past its end */
+  struct {
+    tdm_codelet cl;
+    char poison[16];
+  } v1;
+  memset(&v1, 0xff, sizeof v1); /* what lies past the old structure */
+  v1.cl.struct_size = offsetof(tdm_codelet, opencl) + sizeof(void *);
+  v1.cl.name = "sized";
+  v1.cl.cpu_fn = sized;
+  v1.cl.nbuffers = 0;
+  v1.cl.opencl = NULL;
+  struct {
+    tdm_task_desc d;
+    char poison[16];
+  } d1;
+  memset(&d1, 0xff, sizeof d1);
+  d1.d.struct_size = offsetof(tdm_task_desc, priority) + sizeof(int);
+  d1.d.codelet = &v1.cl;
+  d1.d.args = NULL;
+  d1.d.args_size = 0;
+  d1.d.callback = NULL;
+  d1.d.priority = 0;
+  assert_int_equal(tdm_submit(rt, &d1.d), TDM_OK);
+  v1.cl.nbuffers = TDM_MAX_BUFFERS + 1; /* no dyn_modes in that version */
+  EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_submit(rt, &d1.d));
+  assert_true(test_log_has(&log, "dyn_modes"));
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
-  assert_int_equal(atomic_load(&ran_sized), 4);
+  assert_int_equal(atomic_load(&ran_sized), 5);
   EXPECT_ERR(&log, TDM_ERR_INVALID_ARG,
              tdm_submit(rt, &(tdm_task_desc){.struct_size = 8, .codelet = &cl}));
   cl.struct_size = 8;
   EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_submit(rt, &(tdm_task_desc){.codelet = &cl}));
   assert_true(test_log_has(&log, "struct_size"));
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
-  assert_int_equal(atomic_load(&ran_sized), 4);
+  assert_int_equal(atomic_load(&ran_sized), 5);
   assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
   assert_int_equal(tdm_runtime_destroy(NULL), TDM_OK);
 }

@@ -3,21 +3,25 @@
  * random access modes, for many seeds. Each task mixes what it reads into
  * what it writes with a function that depends on the task's number, so any
  * reordering of conflicting tasks changes the result. The final data must
- * equal a sequential execution of the same submission order.
+ * equal a sequential execution of the same submission order. One task in
+ * sixteen is wide: 9 to 16 buffers, past TDM_MAX_BUFFERS (given through
+ * dyn_modes and dyn_handles).
  */
 #include "common.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 
 #define NHANDLES 40
 #define NTASKS 3000
 #define NSEEDS 12
 #define WORDS 4
+#define MAX_WIDE 16
 
 typedef struct {
   uint64_t id;
   unsigned nbuf;
-  unsigned modes[4];
+  unsigned modes[MAX_WIDE];
 } step;
 
 static uint64_t mix(uint64_t x) {
@@ -40,7 +44,7 @@ static void apply(const step *s, uint64_t *const *bufs) {
 static void run_step(const tdm_buffer *b, const void *args, size_t n) {
   (void)n;
   const step *s = args;
-  uint64_t *bufs[4];
+  uint64_t *bufs[MAX_WIDE];
   for (unsigned i = 0; i < s->nbuf; i++)
     bufs[i] = b[i].ptr;
   apply(s, bufs);
@@ -50,6 +54,10 @@ static void run_step(const tdm_buffer *b, const void *args, size_t n) {
  * as base-3 digits, first buffer most significant. Filled before any task
  * runs: codelets are read by the workers. */
 static tdm_codelet cls[4][81];
+/* Wide tasks: one codelet per count; their modes are read at submission
+ * only, from wide_modes, which the submitting thread fills. */
+static tdm_codelet wide[MAX_WIDE + 1];
+static tdm_access wide_modes[MAX_WIDE];
 
 static void init_codelets(void) {
   static const tdm_access mode_of[3] = {TDM_R, TDM_W, TDM_RW};
@@ -66,6 +74,9 @@ static void init_codelets(void) {
         cl->modes[nbuf - 1 - i] = mode_of[c % 3];
     }
   }
+  for (unsigned n = TDM_MAX_BUFFERS + 1; n <= MAX_WIDE; n++)
+    wide[n] = (tdm_codelet){.name = "wide", .cpu_fn = run_step, .nbuffers = n,
+                            .dyn_modes = wide_modes};
 }
 
 static void one_seed(tdm_runtime *rt, uint64_t seed) {
@@ -81,21 +92,31 @@ static void one_seed(tdm_runtime *rt, uint64_t seed) {
   uint64_t rng = seed;
   for (int t = 0; t < NTASKS; t++) {
     rng = mix(rng);
-    step s = {.id = rng, .nbuf = 1 + (unsigned)(rng % 4)};
+    bool is_wide = (rng >> 40) % 16 == 0;
+    step s = {.id = rng,
+              .nbuf = is_wide ? TDM_MAX_BUFFERS + 1 + (unsigned)((rng >> 44) % 8)
+                              : 1 + (unsigned)(rng % 4)};
     unsigned code = 0;
     tdm_task_desc d = {0};
-    uint64_t *bufs[4];
+    tdm_handle *dyn[MAX_WIDE];
+    uint64_t *bufs[MAX_WIDE];
     for (unsigned i = 0; i < s.nbuf; i++) {
       rng = mix(rng);
       /* readers a bit more often, so that groups of readers form */
       unsigned m = (rng >> 8) % 5;
       s.modes[i] = mode_of[m < 3 ? 0 : m - 2];
       unsigned h = (unsigned)((rng >> 20) % NHANDLES);
-      d.handles[i] = hs[h];
+      if (is_wide) {
+        dyn[i] = hs[h];
+        wide_modes[i] = (tdm_access)s.modes[i];
+      } else {
+        d.handles[i] = hs[h];
+      }
       bufs[i] = ref[h];
       code = code * 3 + (m < 3 ? 0 : m - 2);
     }
-    d.codelet = &cls[s.nbuf - 1][code];
+    d.codelet = is_wide ? &wide[s.nbuf] : &cls[s.nbuf - 1][code];
+    d.dyn_handles = is_wide ? dyn : NULL;
     d.args = &s;
     d.args_size = sizeof s;
     assert_int_equal(tdm_submit(rt, &d), TDM_OK);

@@ -339,10 +339,11 @@ static cl_int set_args(const cl_api *api, cl_kernel kernel, const tdm_task *t,
                        const cl_mem *mems, bool shared) {
   cl_uint a = 0;
   cl_int err = CL_SUCCESS;
+  tdm_handle *const *hs = tdm__task_handles(t);
   for (unsigned i = 0; i < t->nbuf && err == CL_SUCCESS; i++) {
-    const tdm_buffer *b = &t->handles[i]->buf;
+    const tdm_buffer *b = &hs[i]->buf;
     err = api->SetKernelArg(kernel, a++, sizeof(cl_mem), &mems[i]);
-    if (t->handles[i]->kind == TDM_HANDLE_VECTOR) {
+    if (hs[i]->kind == TDM_HANDLE_VECTOR) {
       cl_ulong n = b->nx;
       if (err == CL_SUCCESS)
         err = api->SetKernelArg(kernel, a++, sizeof n, &n);
@@ -390,8 +391,9 @@ static int stage(cl_device *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, wait
              name, g->device, (unsigned long long)g->limit);
     return FAILED;
   }
+  tdm_handle *const *hs = tdm__task_handles(t);
   for (unsigned i = 0; i < t->nbuf; i++) {
-    bufs[i] = t->handles[i]->buf;
+    bufs[i] = hs[i]->buf;
     if (!g->shared) /* the device holds the elements packed */
       bufs[i].ld = bufs[i].ny;
   }
@@ -431,7 +433,8 @@ static cl_int enqueue(cl_device *g, tdm_task *t, const cl_mem *mems, const tdm_b
   if (v->work_size)
     v->work_size(bufs, t->args, t->args_size, &dims, global, local);
   else if (t->nbuf)
-    default_work_size(&bufs[0], t->handles[0]->kind == TDM_HANDLE_VECTOR, &dims, global);
+    default_work_size(&bufs[0], tdm__task_handles(t)[0]->kind == TDM_HANDLE_VECTOR, &dims,
+                      global);
   else
     dims = 1;
   if (dims < 1 || dims > 3)
@@ -448,13 +451,15 @@ static cl_int enqueue(cl_device *g, tdm_task *t, const cl_mem *mems, const tdm_b
  * caches; *done becomes the last of them. */
 static void hand_over(cl_device *g, tdm_task *t, const cl_mem *mems, cl_event *done) {
   const cl_api *api = api_of(g->rt);
+  tdm_handle *const *hs = tdm__task_handles(t);
+  const uint8_t *modes = tdm__task_modes(t);
   for (unsigned i = 0; i < t->nbuf && g->shared; i++) {
-    if (!(t->modes[i] & TDM_W))
+    if (!(modes[i] & TDM_W))
       continue;
     cl_int merr = CL_SUCCESS;
     cl_event mapped = NULL, unmapped = NULL;
     void *ptr = api->EnqueueMapBuffer(g->compute, mems[i], CL_FALSE, CL_MAP_READ | CL_MAP_WRITE,
-                                      0, tdm__coh_span(t->handles[i]), 1, done, &mapped, &merr);
+                                      0, tdm__coh_span(hs[i]), 1, done, &mapped, &merr);
     if (ptr && api->EnqueueUnmapMemObject(g->compute, mems[i], ptr, 1, &mapped, &unmapped) ==
                    CL_SUCCESS) {
       api->ReleaseEvent(*done);
@@ -476,8 +481,9 @@ static int launch(cl_device *g, tdm_task *t) {
   tdm_runtime *rt = g->rt;
   const cl_api *api = api_of(rt);
   const char *name = t->codelet->name ? t->codelet->name : "(unnamed)";
-  cl_mem mems[TDM_MAX_BUFFERS];
-  tdm_buffer bufs[TDM_MAX_BUFFERS];
+  /* past TDM_MAX_BUFFERS, the task's own room (cl_mem is a pointer) */
+  cl_mem mems_room[TDM_MAX_BUFFERS], *mems = t->more ? (cl_mem *)t->more->mems : mems_room;
+  tdm_buffer bufs_room[TDM_MAX_BUFFERS], *bufs = tdm__task_views(t, bufs_room);
   waitlist w = {.n = 0};
   exec *x = tdm__calloc(rt, 1, sizeof *x);
   tdm_status why = TDM_ERR_NO_MEMORY;

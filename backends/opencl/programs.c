@@ -154,8 +154,9 @@ static tdm_status can_run_locked(cl_device *g, const tdm_task *t, bool say) {
   program *p = tdm__cl_program_of(g, t->codelet);
   tdm_status st = p ? p->status : TDM_ERR_NO_MEMORY;
   uint64_t total = 0;
+  tdm_handle *const *hs = tdm__task_handles(t);
   for (unsigned i = 0; i < t->nbuf && !st && !g->shared; i++) {
-    size_t bytes = tdm__coh_bytes(t->handles[i]);
+    size_t bytes = tdm__coh_bytes(hs[i]);
     total += bytes;
     if ((g->max_alloc && bytes > g->max_alloc) || bytes > g->limit || total > g->limit) {
       if (say)

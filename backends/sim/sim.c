@@ -407,8 +407,9 @@ static void fetch(tdm_runtime *rt, tdm_task *t, unsigned node) {
 static bool execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) {
   tdm_runtime *rt = d->rt;
   unsigned node = node_of(d), slot = 1 + d->k;
-  void *mems[TDM_MAX_BUFFERS];
-  tdm_buffer bufs[TDM_MAX_BUFFERS];
+  void *mems_room[TDM_MAX_BUFFERS], **mems = tdm__task_mems(t, mems_room);
+  tdm_buffer bufs_room[TDM_MAX_BUFFERS], *bufs = tdm__task_views(t, bufs_room);
+  tdm_handle *const *hs = tdm__task_handles(t);
   if (!d->shared && !tdm__task_pin(rt, t, slot, mems))
     return false;
   tdm_tokens w;
@@ -418,7 +419,7 @@ static bool execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) {
   tdm__sleep_until(latest(w.v, w.n)); /* booked at placement, if placed here */
   tdm__tokens_release(&rt->nodes, &w);
   for (unsigned i = 0; i < t->nbuf; i++) {
-    bufs[i] = t->handles[i]->buf;
+    bufs[i] = hs[i]->buf;
     if (!d->shared) { /* the elements packed in the device's buffer */
       bufs[i].ptr = mems[i];
       bufs[i].ld = bufs[i].ny;

@@ -171,6 +171,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->kind = TDM_TASK_CODELET;
   t->nbuf = 0;
   t->tile_mask = 0;
+  t->more = NULL;
   t->user_ref = false;
   t->rt = rt;
   t->codelet = NULL;
@@ -195,6 +196,8 @@ static void free_task_memory(tdm_task *t) {
     free(t->args);
   if (t->edges != t->inline_edges)
     free(t->edges);
+  free(t->more);
+  t->more = NULL;
 }
 
 void tdm__pool_destroy(tdm_runtime *rt) {
@@ -233,8 +236,8 @@ void tdm__task_unref(tdm_task *t) {
   if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
     return;
   for (unsigned i = 0; i < t->nbuf; i++)
-    if (t->tile_mask & (1u << i))
-      tdm__handle_unref(t->handles[i]);
+    if (t->more ? t->more->tiles[i] : (t->tile_mask >> i) & 1)
+      tdm__handle_unref(tdm__task_handles(t)[i]);
   tdm__graph_drop(t->rt, t, true);
   free_task_memory(t);
   pool_put(t->rt, t);
@@ -256,10 +259,117 @@ static tdm_status bad(tdm_runtime *rt, tdm_status st, const char *fmt, ...) {
  * each of t's buffers: unregister refuses a handle while it is not 0. */
 static void count_unsubmitted(tdm_task *t, int delta) {
   for (unsigned i = 0; i < t->nbuf; i++) {
-    tdm_handle *h = t->handles[i];
+    tdm_handle *h = tdm__task_handles(t)[i];
     tdm__spin_lock(&h->lock);
     h->unsubmitted += (unsigned)delta;
     tdm__spin_unlock(&h->lock);
+  }
+}
+
+/* Fields added to tdm_codelet and tdm_task_desc after their first
+ * version: read only when the caller's struct_size says they are there
+ * (0: this version's layout). */
+#define TDM_HAS_FIELD(p, type, field)                                          \
+  (!(p)->struct_size || (p)->struct_size >= offsetof(type, field) + sizeof((p)->field))
+
+/* The sizes of the first versions (0.1): up to `opencl` and `priority`. */
+#define CODELET_V1 (offsetof(tdm_codelet, opencl) + sizeof(void *))
+#define DESC_V1 (offsetof(tdm_task_desc, priority) + sizeof(int))
+
+/* What a task description says of its buffers: modes and handles, in
+ * place or in the caller's arrays past TDM_MAX_BUFFERS. */
+typedef struct desc_bufs {
+  unsigned n;
+  const tdm_access *modes;
+  tdm_handle *const *handles;
+} desc_bufs;
+
+/* Checks desc (its sizes, buffers, modes, handles); fills *b. */
+static tdm_status check_desc(tdm_runtime *rt, const tdm_task_desc *desc, const char *what,
+                             desc_bufs *b) {
+  if (!desc || !desc->codelet)
+    return bad(rt, TDM_ERR_INVALID_ARG, "%s: NULL task description or codelet", what);
+  const tdm_codelet *cl = desc->codelet;
+  if (desc->struct_size && desc->struct_size < DESC_V1)
+    return bad(rt, TDM_ERR_INVALID_ARG, "%s: tdm_task_desc.struct_size %zu: 0 or at least %zu",
+               what, desc->struct_size, (size_t)DESC_V1);
+  if (cl->struct_size && cl->struct_size < CODELET_V1)
+    return bad(rt, TDM_ERR_INVALID_ARG, "%s: tdm_codelet.struct_size %zu: 0 or at least %zu",
+               what, cl->struct_size, (size_t)CODELET_V1);
+  const char *name = cl->name ? cl->name : "(unnamed)";
+  if (cl->nbuffers > TDM_MAX_TASK_BUFFERS)
+    return bad(rt, TDM_ERR_TOO_MANY_BUFFERS, "%s: codelet %s has %u buffers, at most %d allowed",
+               what, name, cl->nbuffers, TDM_MAX_TASK_BUFFERS);
+  b->n = cl->nbuffers;
+  b->modes = cl->modes;
+  b->handles = desc->handles;
+  if (b->n > TDM_MAX_BUFFERS) {
+    b->modes = TDM_HAS_FIELD(cl, tdm_codelet, dyn_modes) ? cl->dyn_modes : NULL;
+    b->handles = TDM_HAS_FIELD(desc, tdm_task_desc, dyn_handles) ? desc->dyn_handles : NULL;
+    if (!b->modes || !b->handles)
+      return bad(rt, TDM_ERR_INVALID_ARG,
+                 "%s: codelet %s has %u buffers, more than %d: its dyn_modes and the task's "
+                 "dyn_handles must give them (%s is NULL)",
+                 what, name, b->n, TDM_MAX_BUFFERS, b->modes ? "dyn_handles" : "dyn_modes");
+  }
+  if (desc->args_size && !desc->args)
+    return bad(rt, TDM_ERR_INVALID_ARG, "%s: args_size > 0 but args is NULL (codelet %s)",
+               what, name);
+  for (unsigned i = 0; i < b->n; i++) {
+    if (b->modes[i] != TDM_R && b->modes[i] != TDM_W && b->modes[i] != TDM_RW)
+      return bad(rt, TDM_ERR_INVALID_MODE, "%s: codelet %s, buffer %u: invalid access mode %d",
+                 what, name, i, (int)b->modes[i]);
+    tdm_status st = tdm__handle_check(rt, b->handles[i], what);
+    if (st)
+      return st;
+  }
+  return TDM_OK;
+}
+
+/* One block for the buffers of a task with more than TDM_MAX_BUFFERS:
+ * the arrays of tdm_task_more after it, pointers first. */
+static tdm_task_more *more_new(tdm_runtime *rt, unsigned n) {
+  size_t ptrs = 3 * n * sizeof(void *), bufs = n * sizeof(tdm_buffer);
+  size_t ints = n * (sizeof(uint32_t) + sizeof(unsigned)), bytes = 2 * n;
+  size_t head = (sizeof(tdm_task_more) + 15) & ~(size_t)15;
+  unsigned char *p = tdm__malloc(rt, head + bufs + ptrs + ints + bytes);
+  if (!p)
+    return NULL;
+  tdm_task_more *m = (tdm_task_more *)(void *)p;
+  p += head; /* tdm_buffer first: the strictest alignment */
+  m->bufs = (tdm_buffer *)(void *)p;
+  p += bufs;
+  m->handles = (tdm_handle **)(void *)p;
+  m->locked = m->handles + n;
+  m->mems = (void **)(m->locked + n);
+  p += ptrs;
+  m->gens = (uint32_t *)(void *)p;
+  m->lock_modes = (unsigned *)(m->gens + n);
+  p += ints;
+  m->modes = p;
+  m->tiles = p + n;
+  return m;
+}
+
+/* t's buffers from b. A task holds a tile, which unpartition does not
+ * wait for, but not a registered handle: unregister waits for the
+ * handle's tasks, and a finished task no longer touches its handles (the
+ * mask tells which are tiles without reading the handle then). */
+static void set_buffers(tdm_task *t, const desc_bufs *b) {
+  tdm_task_more *m = t->more;
+  tdm_handle **hs = m ? m->handles : t->handles;
+  uint8_t *modes = m ? m->modes : t->modes;
+  t->nbuf = (uint16_t)b->n;
+  for (unsigned i = 0; i < b->n; i++) {
+    hs[i] = b->handles[i];
+    modes[i] = (uint8_t)b->modes[i];
+    bool tile = hs[i]->parent != NULL;
+    if (m)
+      m->tiles[i] = tile;
+    else
+      t->tile_mask |= (uint8_t)(tile << i);
+    if (tile)
+      tdm__handle_ref(hs[i]);
   }
 }
 
@@ -268,66 +378,31 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   if (!rt)
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, what);
-  if (!desc || !desc->codelet)
-    return bad(rt, TDM_ERR_INVALID_ARG, "%s: NULL task description or codelet", what);
+  desc_bufs b = {0, NULL, NULL};
+  tdm_status st = check_desc(rt, desc, what, &b);
+  if (st)
+    return st;
   const tdm_codelet *cl = desc->codelet;
-  /* struct_size: 0 is this version's layout; a smaller one is not one */
-  if (desc->struct_size && desc->struct_size < sizeof *desc)
-    return bad(rt, TDM_ERR_INVALID_ARG, "%s: tdm_task_desc.struct_size %zu: 0 or at least %zu",
-               what, desc->struct_size, sizeof *desc);
-  if (cl->struct_size && cl->struct_size < sizeof *cl)
-    return bad(rt, TDM_ERR_INVALID_ARG, "%s: tdm_codelet.struct_size %zu: 0 or at least %zu",
-               what, cl->struct_size, sizeof *cl);
   const char *name = cl->name ? cl->name : "(unnamed)";
-  if (cl->nbuffers > TDM_MAX_BUFFERS) {
-    tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s has %u buffers, at most %d allowed",
-             what, name, cl->nbuffers, TDM_MAX_BUFFERS);
-    return TDM_ERR_TOO_MANY_BUFFERS;
-  }
-  if (desc->args_size && !desc->args)
-    return bad(rt, TDM_ERR_INVALID_ARG, "%s: args_size > 0 but args is NULL (codelet %s)",
-               what, name);
-  for (unsigned i = 0; i < cl->nbuffers; i++) {
-    if (cl->modes[i] != TDM_R && cl->modes[i] != TDM_W && cl->modes[i] != TDM_RW) {
-      tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s, buffer %u: invalid access mode %d",
-               what, name, i, (int)cl->modes[i]);
-      return TDM_ERR_INVALID_MODE;
-    }
-    tdm_status st = tdm__handle_check(rt, desc->handles[i], what);
-    if (st)
-      return st;
-  }
   tdm_task *t = tdm__task_alloc(rt);
   if (!t)
     return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for task %s", what, name);
-  if (desc->args_size > TDM_INLINE_ARGS) {
+  if (desc->args_size > TDM_INLINE_ARGS)
     t->args = tdm__malloc(rt, desc->args_size);
-    if (!t->args) {
-      t->nbuf = 0;
-      tdm__task_unref(t);
-      return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for the arguments of %s",
-                 what, name);
-    }
-  } else if (desc->args_size) {
+  else if (desc->args_size)
     t->args = t->inline_args;
+  if (b.n > TDM_MAX_BUFFERS)
+    t->more = more_new(rt, b.n);
+  if ((desc->args_size && !t->args) || (b.n > TDM_MAX_BUFFERS && !t->more)) {
+    tdm__task_unref(t); /* no buffers yet */
+    return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for the %s of %s", what,
+               t->more || b.n <= TDM_MAX_BUFFERS ? "arguments" : "buffers", name);
   }
   if (desc->args_size)
     memcpy(t->args, desc->args, desc->args_size);
   t->args_size = desc->args_size;
   t->codelet = cl;
-  t->nbuf = (uint8_t)cl->nbuffers;
-  for (unsigned i = 0; i < cl->nbuffers; i++) {
-    t->handles[i] = desc->handles[i];
-    t->modes[i] = (uint8_t)cl->modes[i];
-    /* A task holds a tile, which unpartition does not wait for, but not a
-     * registered handle: unregister waits for the handle's tasks, and a
-     * finished task no longer touches its handles (the mask tells which
-     * are tiles without reading the handle then). */
-    if (t->handles[i]->parent) {
-      t->tile_mask |= (uint8_t)(1u << i);
-      tdm__handle_ref(t->handles[i]);
-    }
-  }
+  set_buffers(t, &b);
   t->callback = desc->callback;
   t->callback_data = desc->callback_data;
   t->priority = desc->priority;
@@ -336,12 +411,9 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   t->sched_calib = false;
   if (rt->recording)
     t->trace_id = atomic_fetch_add_explicit(&rt->next_task_id, 1, memory_order_relaxed) + 1;
-  if (cl->opencl || rt->dev) {
-    tdm_status st = tdm__device_prepare(rt, t, what);
-    if (st) {
-      tdm__task_unref(t);
-      return st;
-    }
+  if ((cl->opencl || rt->dev) && (st = tdm__device_prepare(rt, t, what))) {
+    tdm__task_unref(t);
+    return st;
   }
   if (user_ref && tdm__graph_enter(rt, t)) {
     tdm__task_unref(t);
@@ -503,8 +575,40 @@ void tdm__sub_inflight(tdm_runtime *rt, int64_t n) {
     wake_waiters(rt);
 }
 
+typedef struct handle_mode {
+  tdm_handle *h;
+  unsigned mode;
+} handle_mode;
+
+static int by_address(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)((const handle_mode *)a)->h, y = (uintptr_t)((const handle_mode *)b)->h;
+  return x < y ? -1 : x > y;
+}
+
+/* Past TDM_MAX_BUFFERS: sorted by address, then the repeats merged
+ * (O(n log n); the room is the task's own, pairs in its views' room). */
+static unsigned unique_many(const tdm_task *t, tdm_handle **hs, unsigned *modes) {
+  handle_mode *pairs = (handle_mode *)(void *)t->more->bufs; /* unused until it runs */
+  _Static_assert(sizeof(handle_mode) <= sizeof(tdm_buffer), "a pair fits in a view's room");
+  for (unsigned i = 0; i < t->nbuf; i++)
+    pairs[i] = (handle_mode){t->more->handles[i], t->more->modes[i]};
+  qsort(pairs, t->nbuf, sizeof *pairs, by_address);
+  unsigned n = 0;
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    if (n && hs[n - 1] == pairs[i].h) {
+      modes[n - 1] |= pairs[i].mode;
+      continue;
+    }
+    hs[n] = pairs[i].h;
+    modes[n++] = pairs[i].mode;
+  }
+  return n;
+}
+
 /* Distinct handles of t with their combined modes, sorted by address. */
 static unsigned unique_handles(const tdm_task *t, tdm_handle **hs, unsigned *modes) {
+  if (t->nbuf > TDM_MAX_BUFFERS)
+    return unique_many(t, hs, modes);
   unsigned n = 0;
   for (unsigned i = 0; i < t->nbuf; i++) {
     unsigned j;
@@ -619,14 +723,20 @@ TDM_ALWAYS_INLINE static void commit(tdm_task *t, tdm_handle **hs, const unsigne
       h->readers.items[h->readers.n++] = t; /* reserved above */
     }
   }
-  if (t->rt->ndevice_workers) /* the gathers its accesses come after */
+  tdm_handle *const *ths = tdm__task_handles(t);
+  if (t->more) { /* its distinct handles, and the gathers they come after */
+    t->more->nlocked = nh;
+    for (unsigned i = 0; i < nh; i++)
+      t->more->gens[i] = hs[i]->coh.gathers;
+  } else if (t->rt->ndevice_workers) { /* the gathers its accesses come after */
     for (unsigned i = 0; i < t->nbuf; i++)
-      t->gens[i] = t->handles[i]->coh.gathers;
+      t->gens[i] = ths[i]->coh.gathers;
+  }
   /* undo task_build's count, once per buffer as it was made (a handle
    * named twice counts twice); every one of these handles is locked */
   if (t->user_ref)
     for (unsigned i = 0; i < t->nbuf; i++)
-      t->handles[i]->unsubmitted--;
+      ths[i]->unsubmitted--;
 }
 
 tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
@@ -651,8 +761,8 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   preds.record = rt->recording && t->trace_id;
   preds.done = NULL;
   preds.ndone = preds.capdone = 0;
-  tdm_handle *hs[TDM_MAX_BUFFERS];
-  unsigned modes[TDM_MAX_BUFFERS];
+  tdm_handle *hs_room[TDM_MAX_BUFFERS], **hs = t->more ? t->more->locked : hs_room;
+  unsigned modes_room[TDM_MAX_BUFFERS], *modes = t->more ? t->more->lock_modes : modes_room;
   unsigned nh = unique_handles(t, hs, modes);
 
   /* Explicit dependencies: all must have been submitted. Tasks the user
@@ -740,8 +850,9 @@ static void finish(tdm_task *t, tdm_worker *w) {
 
 uint64_t tdm__task_bytes(const tdm_task *t) {
   uint64_t n = 0;
+  tdm_handle *const *hs = tdm__task_handles(t);
   for (unsigned i = 0; i < t->nbuf; i++) {
-    const tdm_buffer *b = &t->handles[i]->buf;
+    const tdm_buffer *b = &hs[i]->buf;
     n += (uint64_t)b->nx * b->ny * b->elem_size;
   }
   return n;

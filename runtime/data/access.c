@@ -14,8 +14,9 @@
  * fit (*busy: other threads held buffers in the way). */
 static bool pin_once(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems, bool *busy) {
   const tdm_nodes *nodes = &rt->nodes;
+  tdm_handle *const *hs = tdm__task_handles(t);
   for (unsigned i = 0; i < t->nbuf; i++) {
-    tdm_handle *h = t->handles[i];
+    tdm_handle *h = hs[i];
     tdm__coh_lock(&h->coh);
     /* pinned under the family's lock: no one evicts it in between */
     mems[i] = tdm__mem_get(nodes, h, slot, busy);
@@ -43,19 +44,33 @@ bool tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems) {
 bool tdm__task_fits(const tdm_runtime *rt, const tdm_task *t, unsigned slot) {
   const tdm_memnode *m = &rt->nodes.mem[slot];
   uint64_t total = 0;
+  tdm_handle *const *hs = tdm__task_handles(t);
   for (unsigned i = 0; i < t->nbuf && m->counted; i++)
-    total += tdm__coh_bytes(t->handles[i]);
+    total += tdm__coh_bytes(hs[i]);
   return total <= m->limit || !m->counted;
 }
 
 void tdm__task_unpin(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned n) {
+  tdm_handle *const *hs = tdm__task_handles(t);
   for (unsigned i = 0; i < n; i++)
-    tdm__mem_pin(&rt->nodes, t->handles[i], slot, -1);
+    tdm__mem_pin(&rt->nodes, hs[i], slot, -1);
+}
+
+/* One access of t: h in `mode`, after `gen` gathers (lock taken here). */
+static bool access_one(tdm_runtime *rt, tdm_handle *h, unsigned node, unsigned mode,
+                       uint32_t gen, tdm_tokens *w) {
+  tdm__coh_lock(&h->coh);
+  bool ok = tdm__coh_access(&rt->nodes, h, node, mode, gen, w);
+  tdm__coh_unlock(&h->coh);
+  return ok;
 }
 
 bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w) {
   bool ok = true;
-  for (unsigned i = 0; i < t->nbuf && ok; i++) {
+  const tdm_task_more *m = t->more;
+  for (unsigned i = 0; m && i < m->nlocked && ok; i++) /* distinct already */
+    ok = access_one(rt, m->locked[i], node, m->lock_modes[i], m->gens[i], w);
+  for (unsigned i = 0; !m && i < t->nbuf && ok; i++) {
     tdm_handle *h = t->handles[i];
     /* a handle named twice is one access, in both modes */
     unsigned mode = t->modes[i];
@@ -65,11 +80,8 @@ bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w
         first &= j >= i;
         mode |= t->modes[j];
       }
-    if (!first)
-      continue;
-    tdm__coh_lock(&h->coh);
-    ok = tdm__coh_access(&rt->nodes, h, node, mode, t->gens[i], w);
-    tdm__coh_unlock(&h->coh);
+    if (first)
+      ok = access_one(rt, h, node, mode, t->gens[i], w);
   }
   tdm__coh_reap(&rt->nodes);
   return ok;
@@ -77,10 +89,12 @@ bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w
 
 void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token done) {
   const tdm_nodes *nodes = &rt->nodes;
+  tdm_handle *const *hs = tdm__task_handles(t);
+  const uint8_t *modes = tdm__task_modes(t);
   for (unsigned i = 0; i < t->nbuf; i++) {
-    if (!(t->modes[i] & TDM_W))
+    if (!(modes[i] & TDM_W))
       continue;
-    tdm_handle *h = t->handles[i];
+    tdm_handle *h = hs[i];
     tdm_token mine = tdm__token_hold(nodes, done);
     tdm__coh_lock(&h->coh);
     tdm__coh_written(nodes, h, node, mine);
@@ -160,10 +174,12 @@ unsigned tdm__device_node(const tdm_runtime *rt, unsigned k) {
 
 double tdm__transfer_time(const tdm_nodes *nodes, unsigned node, const tdm_task *t) {
   double s = 0;
+  tdm_handle *const *hs = tdm__task_handles(t);
+  const uint8_t *modes = tdm__task_modes(t);
   for (unsigned i = 0; i < t->nbuf; i++) {
-    if (!(t->modes[i] & TDM_R))
+    if (!(modes[i] & TDM_R))
       continue;
-    tdm_handle *h = t->handles[i];
+    tdm_handle *h = hs[i];
     tdm__coh_lock(&h->coh);
     s += tdm__coh_estimate(h, node, nodes->ops->link_time, nodes->ctx);
     tdm__coh_unlock(&h->coh);
