@@ -292,9 +292,11 @@ static tdm_status setup_devices(tdm_runtime *rt) {
     if (claims) {
       if (rt->ndevice_workers)
         rt->dev = *b;
+      rt->cpu_stretch = (*b)->cpu_factor;
       break;
     }
   }
+  rt->time_cpu_tasks = rt->recording || rt->timing || rt->cpu_stretch;
   return TDM_OK;
 }
 

@@ -190,14 +190,16 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
 
 /* Frees what a task owns outside its slab (not the references it holds:
  * at destroy every task goes at once). */
-static void free_task_memory(tdm_task *t) {
+TDM_ALWAYS_INLINE static void free_task_memory(tdm_task *t) {
   tdm__graph_drop(t->rt, t, false);
-  if (t->args != t->inline_args)
+  if (t->args && t->args != t->inline_args)
     free(t->args);
   if (t->edges != t->inline_edges)
     free(t->edges);
-  free(t->more);
-  t->more = NULL;
+  if (t->more) {
+    free(t->more);
+    t->more = NULL;
+  }
 }
 
 void tdm__pool_destroy(tdm_runtime *rt) {
@@ -217,7 +219,6 @@ void tdm__pool_destroy(tdm_runtime *rt) {
   rt->ext_free = NULL;
 }
 
-static void free_task_memory(tdm_task *t);
 
 /* Drops the references a task array holds; keeps its storage. */
 static void clear_refs(tdm_taskvec *v) {
@@ -235,9 +236,11 @@ void tdm__task_unref(tdm_task *t) {
   /* acq_rel: the last owner sees every other owner's writes before freeing */
   if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
     return;
-  for (unsigned i = 0; i < t->nbuf; i++)
-    if (t->more ? t->more->tiles[i] : (t->tile_mask >> i) & 1)
-      tdm__handle_unref(tdm__task_handles(t)[i]);
+  for (unsigned m = t->tile_mask; m; m &= m - 1) /* the tiles it holds */
+    tdm__handle_unref(t->handles[__builtin_ctz(m)]);
+  for (unsigned i = 0; t->more && i < t->nbuf; i++)
+    if (t->more->tiles[i])
+      tdm__handle_unref(t->more->handles[i]);
   tdm__graph_drop(t->rt, t, true);
   free_task_memory(t);
   pool_put(t->rt, t);
@@ -296,7 +299,7 @@ static tdm_status check_desc(tdm_runtime *rt, const tdm_task_desc *desc, const c
   if (cl->struct_size && cl->struct_size < CODELET_V1)
     return bad(rt, TDM_ERR_INVALID_ARG, "%s: tdm_codelet.struct_size %zu: 0 or at least %zu",
                what, cl->struct_size, (size_t)CODELET_V1);
-  const char *name = cl->name ? cl->name : "(unnamed)";
+#define name (cl->name ? cl->name : "(unnamed)") /* for the messages only */
   if (cl->nbuffers > TDM_MAX_TASK_BUFFERS)
     return bad(rt, TDM_ERR_TOO_MANY_BUFFERS, "%s: codelet %s has %u buffers, at most %d allowed",
                what, name, cl->nbuffers, TDM_MAX_TASK_BUFFERS);
@@ -324,6 +327,7 @@ static tdm_status check_desc(tdm_runtime *rt, const tdm_task_desc *desc, const c
       return st;
   }
   return TDM_OK;
+#undef name
 }
 
 /* One block for the buffers of a task with more than TDM_MAX_BUFFERS:
@@ -357,19 +361,24 @@ static tdm_task_more *more_new(tdm_runtime *rt, unsigned n) {
  * mask tells which are tiles without reading the handle then). */
 static void set_buffers(tdm_task *t, const desc_bufs *b) {
   tdm_task_more *m = t->more;
-  tdm_handle **hs = m ? m->handles : t->handles;
-  uint8_t *modes = m ? m->modes : t->modes;
   t->nbuf = (uint16_t)b->n;
+  if (!m) {
+    for (unsigned i = 0; i < b->n; i++) {
+      tdm_handle *h = t->handles[i] = b->handles[i];
+      t->modes[i] = (uint8_t)b->modes[i];
+      if (h->parent) {
+        t->tile_mask |= (uint8_t)(1u << i);
+        tdm__handle_ref(h);
+      }
+    }
+    return;
+  }
   for (unsigned i = 0; i < b->n; i++) {
-    hs[i] = b->handles[i];
-    modes[i] = (uint8_t)b->modes[i];
-    bool tile = hs[i]->parent != NULL;
-    if (m)
-      m->tiles[i] = tile;
-    else
-      t->tile_mask |= (uint8_t)(tile << i);
-    if (tile)
-      tdm__handle_ref(hs[i]);
+    tdm_handle *h = m->handles[i] = b->handles[i];
+    m->modes[i] = (uint8_t)b->modes[i];
+    m->tiles[i] = h->parent != NULL;
+    if (h->parent)
+      tdm__handle_ref(h);
   }
 }
 
@@ -383,7 +392,7 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   if (st)
     return st;
   const tdm_codelet *cl = desc->codelet;
-  const char *name = cl->name ? cl->name : "(unnamed)";
+#define name (cl->name ? cl->name : "(unnamed)") /* for the messages only */
   tdm_task *t = tdm__task_alloc(rt);
   if (!t)
     return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for task %s", what, name);
@@ -391,12 +400,11 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
     t->args = tdm__malloc(rt, desc->args_size);
   else if (desc->args_size)
     t->args = t->inline_args;
-  if (b.n > TDM_MAX_BUFFERS)
-    t->more = more_new(rt, b.n);
-  if ((desc->args_size && !t->args) || (b.n > TDM_MAX_BUFFERS && !t->more)) {
+  bool more_failed = b.n > TDM_MAX_BUFFERS && !(t->more = more_new(rt, b.n));
+  if ((desc->args_size && !t->args) || more_failed) {
     tdm__task_unref(t); /* no buffers yet */
     return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for the %s of %s", what,
-               t->more || b.n <= TDM_MAX_BUFFERS ? "arguments" : "buffers", name);
+               more_failed ? "buffers" : "arguments", name);
   }
   if (desc->args_size)
     memcpy(t->args, desc->args, desc->args_size);
@@ -424,6 +432,7 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
     count_unsubmitted(t, +1);
   *out = t;
   return TDM_OK;
+#undef name
 }
 
 /* ---- submission ------------------------------------------------------- */
@@ -888,19 +897,15 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
   tdm__count(&w->tasks_run, 1);
   /* timed when tracing or counting, for the scheduler's model (a task a
    * device could run), or to stretch it on an emulated machine */
-  /* an emulated machine (a backend's cpu_factor) is slower than this one */
-  double (*stretch)(const tdm_runtime *, unsigned, const tdm_task *) =
-      rt->claimed ? rt->claimed->cpu_factor : NULL;
-  bool timed = rt->recording || rt->timing || stretch || tdm__sched_timed(t);
   uint64_t t0 = 0, t1 = 0;
-  if (!timed) {
+  if (!rt->time_cpu_tasks && !tdm__sched_timed(t)) {
     tdm__cpu_run(t, NULL);
   } else {
     t0 = tdm__now_ns();
     tdm__cpu_run(t, NULL);
     t1 = tdm__now_ns();
-    if (stretch) {
-      double stretched = (double)(t1 - t0) * 1e-9 * stretch(rt, w->id, t);
+    if (rt->cpu_stretch) { /* an emulated machine is slower than this one */
+      double stretched = (double)(t1 - t0) * 1e-9 * rt->cpu_stretch(rt, w->id, t);
       tdm__sleep_until(t0 + tdm__ns_of(stretched));
       t1 = tdm__now_ns();
     }
