@@ -515,6 +515,11 @@ struct tdm_runtime {
   unsigned *device_of;
   const tdm_backend *claimed; /* the backend whose runtime this is, or NULL */
   const tdm_backend *dev;     /* the same, when it has device workers */
+  /* Every CPU task is timed: recording, timing, or an emulated machine
+   * whose CPU tasks are stretched (cpu_stretch, its backend's
+   * cpu_factor, else NULL). Set before the workers start. */
+  bool time_cpu_tasks;
+  double (*cpu_stretch)(const tdm_runtime *rt, unsigned worker, const tdm_task *t);
   void *backend;              /* its state, opaque here */
   tdm_nodes nodes;            /* memory nodes, set up by it (none: n 0) */
   /* Set once the devices are started, after the CPU workers (whose
@@ -541,11 +546,6 @@ struct tdm_runtime {
   /* Recording (trace.c): tracing, the graph, or statistics asked for;
    * timing: task and idle times measured. */
   bool recording, timing;
-  /* Every CPU task is timed: recording, timing, or an emulated machine
-   * whose CPU tasks are stretched (cpu_stretch, its backend's
-   * cpu_factor, else NULL). Set before the workers start. */
-  bool time_cpu_tasks;
-  double (*cpu_stretch)(const tdm_runtime *rt, unsigned worker, const tdm_task *t);
   char *trace_path, *dag_path; /* cfg.trace_path, cfg.dag_path point here */
   _Atomic uint64_t next_task_id;
   uint64_t trace_t0; /* creation time: the trace's zero */

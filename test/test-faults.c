@@ -1,7 +1,8 @@
 /*
  * Allocation failures: a scenario that touches every kind of allocation a
  * running runtime makes (tasks, large arguments, edges, dependency lists,
- * reader lists, handles, tiles) is run again and again, the k-th
+ * reader lists, handles, tiles, the buffers of a task with more than
+ * TDM_MAX_BUFFERS) is run again and again, the k-th
  * allocation failing in run k, until a run sees no failure. In every run,
  * the call that hit the failure returns TDM_ERR_NO_MEMORY with a log
  * message, every other call succeeds, and the data holds exactly the
@@ -31,6 +32,11 @@ static void look(const tdm_buffer *b, const void *args, size_t n) {
 static const tdm_codelet cl_inc = {.name = "inc", .cpu_fn = inc, .nbuffers = 1, .modes = {TDM_RW}};
 static const tdm_codelet cl_look = {.name = "look", .cpu_fn = look,
                                     .nbuffers = 1, .modes = {TDM_R}};
+/* A wide task: buffer 0 incremented, the nine others read. */
+static const tdm_access wide_modes[10] = {TDM_RW, TDM_R, TDM_R, TDM_R, TDM_R,
+                                          TDM_R,  TDM_R, TDM_R, TDM_R, TDM_R};
+static const tdm_codelet cl_wide = {.name = "wide", .cpu_fn = inc, .nbuffers = 10,
+                                    .dyn_modes = wide_modes};
 
 typedef struct {
   unsigned nomem;  /* calls that returned TDM_ERR_NO_MEMORY */
@@ -75,6 +81,8 @@ static int scenario(long k) {
   for (int i = 0; i < 10; i++) /* readers, then a writer with 10 edges */
     ok(&t, tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_look, .handles = {h[0]}}));
   expect[0] += submit_inc(&t, rt, h[0]);
+  tdm_handle *wide[10] = {h[3], h[0], h[1], h[2], h[0], h[1], h[2], h[0], h[1], h[2]};
+  expect[3] += ok(&t, tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_wide, .dyn_handles = wide}));
 
   tdm_task *a = NULL, *b = NULL;
   tdm_task_desc d = {.codelet = &cl_inc, .handles = {h[1]}};

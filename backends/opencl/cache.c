@@ -101,7 +101,7 @@ void *tdm__cache_load(tdm_runtime *rt, const char *key, size_t keylen, size_t *s
     why = "larger than any entry";
   else if (!(data = tdm__malloc(rt, (n = (size_t)st.st_size) ? n : 1)) || !read_all(fd, data, n))
     why = data ? "unreadable" : "out of memory";
-  else if (!(why = tdm__cache_parse(data, n, key, keylen, &at, &len)) && (bin = malloc(len)))
+  else if (!(why = tdm__cache_parse(data, n, key, keylen, &at, &len)) && (bin = tdm__malloc(rt, len)))
     memcpy(bin, data + at, len);
   close(fd);
   free(data);

@@ -184,13 +184,13 @@ static cl_int query(const cl_api *api, cl_platform_id p, cl_device_id d, cl_uint
 
 /* A string property of a platform or device, cut to fit `size` bytes when
  * longer (OpenCL refuses to return a string into too small a buffer). */
-static void cl_string(const cl_api *api, cl_platform_id p, cl_device_id d, cl_uint param,
-                      char *buf, size_t size) {
+static void cl_string(tdm_runtime *rt, const cl_api *api, cl_platform_id p, cl_device_id d,
+                      cl_uint param, char *buf, size_t size) {
   size_t len = 0;
   buf[0] = 0;
   if (query(api, p, d, param, 0, NULL, &len) != CL_SUCCESS || len == 0)
     return;
-  char *all = len > size ? malloc(len) : buf;
+  char *all = len > size ? tdm__malloc(rt, len) : buf;
   if (!all)
     return;
   if (query(api, p, d, param, len, all, NULL) != CL_SUCCESS)
@@ -202,14 +202,14 @@ static void cl_string(const cl_api *api, cl_platform_id p, cl_device_id d, cl_ui
   buf[size - 1] = 0;
 }
 
-static void info_str(const cl_api *api, cl_device_id dev, cl_device_info param, char *buf,
-                     size_t size) {
-  cl_string(api, NULL, dev, param, buf, size);
+static void info_str(tdm_runtime *rt, const cl_api *api, cl_device_id dev, cl_device_info param,
+                     char *buf, size_t size) {
+  cl_string(rt, api, NULL, dev, param, buf, size);
 }
 
-static void platform_str(const cl_api *api, cl_platform_id p, cl_platform_info param,
-                         char *buf, size_t size) {
-  cl_string(api, p, NULL, param, buf, size);
+static void platform_str(tdm_runtime *rt, const cl_api *api, cl_platform_id p,
+                         cl_platform_info param, char *buf, size_t size) {
+  cl_string(rt, api, p, NULL, param, buf, size);
 }
 
 /* Reads a scalar of `size` bytes into *out; leaves it alone on error. */
@@ -218,11 +218,12 @@ static bool info_val(const cl_api *api, cl_device_id dev, cl_device_info param, 
   return api->GetDeviceInfo(dev, param, size, out, NULL) == CL_SUCCESS;
 }
 
-static bool has_extension(const cl_api *api, cl_device_id dev, const char *ext) {
+static bool has_extension(tdm_runtime *rt, const cl_api *api, cl_device_id dev,
+                          const char *ext) {
   size_t len = 0;
   if (api->GetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, 0, NULL, &len) != CL_SUCCESS || !len)
     return false;
-  char *all = malloc(len + 1);
+  char *all = tdm__malloc(rt, len + 1);
   if (!all)
     return false;
   bool found = false;
@@ -236,7 +237,7 @@ static bool has_extension(const cl_api *api, cl_device_id dev, const char *ext) 
   return found;
 }
 
-static void fill_record(const tdm_runtime *rt, const cl_api *api, cl_device_id dev,
+static void fill_record(tdm_runtime *rt, const cl_api *api, cl_device_id dev,
                         tdm_device_record *d) {
   cl_device_type type = 0;
   cl_uint cu = 0, clock = 0;
@@ -244,10 +245,10 @@ static void fill_record(const tdm_runtime *rt, const cl_api *api, cl_device_id d
   cl_device_fp_config fp64 = 0;
   cl_bool unified = CL_FALSE;
   cl_device_svm_capabilities svm = 0;
-  info_str(api, dev, CL_DEVICE_NAME, d->name, sizeof d->name);
-  info_str(api, dev, CL_DEVICE_VENDOR, d->vendor, sizeof d->vendor);
-  info_str(api, dev, CL_DRIVER_VERSION, d->driver_version, sizeof d->driver_version);
-  info_str(api, dev, CL_DEVICE_VERSION, d->version, sizeof d->version);
+  info_str(rt, api, dev, CL_DEVICE_NAME, d->name, sizeof d->name);
+  info_str(rt, api, dev, CL_DEVICE_VENDOR, d->vendor, sizeof d->vendor);
+  info_str(rt, api, dev, CL_DRIVER_VERSION, d->driver_version, sizeof d->driver_version);
+  info_str(rt, api, dev, CL_DEVICE_VERSION, d->version, sizeof d->version);
   if (!info_val(api, dev, CL_DEVICE_TYPE, &type, sizeof type))
     tdm__log(rt, TDM_LOG_WARNING, "OpenCL: %s does not report its type", d->name);
   info_val(api, dev, CL_DEVICE_MAX_COMPUTE_UNITS, &cu, sizeof cu);
@@ -268,7 +269,7 @@ static void fill_record(const tdm_runtime *rt, const cl_api *api, cl_device_id d
   d->fp64 = fp64 != 0;
   d->host_unified = unified == CL_TRUE;
   d->svm_caps = svm;
-  if (has_extension(api, dev, "cl_khr_pci_bus_info")) {
+  if (has_extension(rt, api, dev, "cl_khr_pci_bus_info")) {
     cl_device_pci_bus_info_khr pci;
     if (info_val(api, dev, CL_DEVICE_PCI_BUS_INFO_KHR, &pci, sizeof pci)) {
       d->has_pci = true;
@@ -278,7 +279,7 @@ static void fill_record(const tdm_runtime *rt, const cl_api *api, cl_device_id d
       d->pci_function = pci.pci_function;
     }
   }
-  if (has_extension(api, dev, "cl_khr_device_uuid"))
+  if (has_extension(rt, api, dev, "cl_khr_device_uuid"))
     d->has_uuid = info_val(api, dev, CL_DEVICE_UUID_KHR, d->uuid, sizeof d->uuid);
 }
 
@@ -361,9 +362,9 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
   rt->nplatforms = nplat;
   for (cl_uint p = 0; p < nplat; p++) {
     tdm_platform_record *pr = &rt->platforms[p];
-    platform_str(&api, plats[p], CL_PLATFORM_NAME, pr->name, sizeof pr->name);
-    platform_str(&api, plats[p], CL_PLATFORM_VENDOR, pr->vendor, sizeof pr->vendor);
-    platform_str(&api, plats[p], CL_PLATFORM_VERSION, pr->version, sizeof pr->version);
+    platform_str(rt, &api, plats[p], CL_PLATFORM_NAME, pr->name, sizeof pr->name);
+    platform_str(rt, &api, plats[p], CL_PLATFORM_VENDOR, pr->vendor, sizeof pr->vendor);
+    platform_str(rt, &api, plats[p], CL_PLATFORM_VERSION, pr->version, sizeof pr->version);
     cl_uint ndev = 0;
     err = api.GetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &ndev);
     if (err != CL_SUCCESS || ndev == 0) {

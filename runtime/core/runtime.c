@@ -114,90 +114,82 @@ static bool env_choice(tdm_runtime *rt, const char *name, const char *const *nam
   return false;
 }
 
+/* A string setting: a nonempty value replaces the config's (the
+ * environment outlives the runtime's creation, when it is copied). */
+static void env_string(const char *name, const char **field) {
+  const char *s = getenv(name);
+  if (s && *s)
+    *field = s;
+}
+
+/* An on/off setting (0 or 1) into an int field of the config. */
+static void env_flag(tdm_runtime *rt, const char *name, int *field) {
+  unsigned on = *field != 0;
+  env_unsigned(rt, name, 1, &on);
+  *field = (int)on;
+}
+
+/* The settings that are checked here, not only at creation: a bad value
+ * is ignored with a warning, the config's value kept. */
+static void env_checked(tdm_runtime *rt) {
+  const char *s = getenv("TANDEM_DEVICES");
+  tdm_device_selection sel;
+  char bad[64];
+  if (s && *s && tdm__parse_devices(s, &sel, bad, sizeof bad) == TDM_OK)
+    rt->cfg.devices = s;
+  else if (s && *s)
+    tdm__log(rt, TDM_LOG_WARNING,
+             "ignoring TANDEM_DEVICES=\"%s\": \"%s\" is not all, gpu, integrated, discrete, "
+             "accelerator, cpu, a device number or none (alone)",
+             s, bad);
+  s = getenv("TANDEM_SCHED");
+  tdm_policy p;
+  if (s && *s && tdm__policy_parse(s, &p))
+    rt->cfg.scheduler = s;
+  else if (s && *s)
+    tdm__log(rt, TDM_LOG_WARNING,
+             "ignoring TANDEM_SCHED=\"%s\": expected heft, ws, eager or random", s);
+  s = getenv("TANDEM_SIM_SCALE");
+  char *end;
+  double v = s ? strtod(s, &end) : 0;
+  if (s && (*s < '0' || *s > '9' || *end || !(v >= 1 && v <= 1e6)))
+    tdm__log(rt, TDM_LOG_WARNING,
+             "ignoring TANDEM_SIM_SCALE=\"%s\": expected a number from 1 to 1e6", s);
+  else if (s)
+    rt->cfg.sim_time_scale = v;
+  s = getenv("TANDEM_DEVICE_MEMORY_LIMIT");
+  uint64_t bytes;
+  if (s && !tdm__parse_bytes(s, TDM_MAX_MEMORY_LIMIT, &bytes))
+    tdm__log(rt, TDM_LOG_WARNING,
+             "ignoring TANDEM_DEVICE_MEMORY_LIMIT=\"%s\": expected bytes, with k, M or G "
+             "allowed, up to 2^50 (1 PiB)",
+             s);
+  else if (s)
+    rt->cfg.device_memory_limit = bytes;
+}
+
 static void apply_env(tdm_runtime *rt) {
   static const char *const levels[] = {"error", "warning", "info", "debug", NULL};
+  static const char *const memory[] = {"reported", "integrated", "discrete", NULL};
   unsigned choice;
   if (env_choice(rt, "TANDEM_LOG_LEVEL", levels, &choice))
     rt->cfg.log_level = (tdm_log_level)choice;
-  const char *s;
   env_unsigned(rt, "TANDEM_NWORKERS", 4096, &rt->cfg.nworkers);
-  unsigned bind = rt->cfg.bind_workers != 0;
-  env_unsigned(rt, "TANDEM_BIND", 1, &bind);
-  rt->cfg.bind_workers = (int)bind;
+  env_flag(rt, "TANDEM_BIND", &rt->cfg.bind_workers);
   env_unsigned(rt, "TANDEM_SPIN_US", 10u * 1000 * 1000, &rt->cfg.spin_us);
-  s = getenv("TANDEM_SYNTHETIC_TOPOLOGY");
-  if (s && *s)
-    rt->cfg.synthetic_topology = s;
-  s = getenv("TANDEM_TOPOLOGY_XML");
-  if (s && *s)
-    rt->cfg.topology_xml = s;
-  s = getenv("TANDEM_DEVICES");
-  if (s && *s) {
-    tdm_device_selection sel;
-    char bad[64];
-    if (tdm__parse_devices(s, &sel, bad, sizeof bad) == TDM_OK)
-      rt->cfg.devices = s;
-    else
-      tdm__log(rt, TDM_LOG_WARNING,
-               "ignoring TANDEM_DEVICES=\"%s\": \"%s\" is not all, gpu, integrated, discrete, "
-               "accelerator, cpu, a device number or none (alone)",
-               s, bad);
-  }
-  unsigned admit = rt->cfg.opencl_cpu_devices != 0;
-  env_unsigned(rt, "TANDEM_OPENCL_CPU", 1, &admit);
-  rt->cfg.opencl_cpu_devices = (int)admit;
-  static const char *const memory[] = {"reported", "integrated", "discrete", NULL};
+  env_string("TANDEM_SYNTHETIC_TOPOLOGY", &rt->cfg.synthetic_topology);
+  env_string("TANDEM_TOPOLOGY_XML", &rt->cfg.topology_xml);
+  env_flag(rt, "TANDEM_OPENCL_CPU", &rt->cfg.opencl_cpu_devices);
   if (env_choice(rt, "TANDEM_DEVICE_MEMORY", memory, &choice))
     rt->cfg.device_memory = (tdm_device_memory)choice;
-  s = getenv("TANDEM_OPENCL_LIBRARY");
-  if (s && *s)
-    rt->cfg.opencl_library = s;
+  env_string("TANDEM_OPENCL_LIBRARY", &rt->cfg.opencl_library);
   env_unsigned(rt, "TANDEM_DEVICE_TASKS", 1024, &rt->cfg.device_tasks);
-  s = getenv("TANDEM_CACHE_DIR");
-  if (s && *s)
-    rt->cfg.cache_dir = s;
-  s = getenv("TANDEM_TRACE");
-  if (s && *s)
-    rt->cfg.trace_path = s;
-  s = getenv("TANDEM_DAG");
-  if (s && *s)
-    rt->cfg.dag_path = s;
-  s = getenv("TANDEM_SCHED");
-  if (s && *s) {
-    tdm_policy p;
-    if (tdm__policy_parse(s, &p))
-      rt->cfg.scheduler = s;
-    else
-      tdm__log(rt, TDM_LOG_WARNING,
-               "ignoring TANDEM_SCHED=\"%s\": expected heft, ws, eager or random", s);
-  }
-  s = getenv("TANDEM_SIM");
-  if (s && *s)
-    rt->cfg.sim = s;
-  s = getenv("TANDEM_SIM_SCALE");
-  if (s) {
-    char *end;
-    double v = strtod(s, &end);
-    if (*s < '0' || *s > '9' || *end || !(v >= 1 && v <= 1e6))
-      tdm__log(rt, TDM_LOG_WARNING,
-               "ignoring TANDEM_SIM_SCALE=\"%s\": expected a number from 1 to 1e6", s);
-    else
-      rt->cfg.sim_time_scale = v;
-  }
-  unsigned stats = rt->cfg.stats != 0;
-  env_unsigned(rt, "TANDEM_STATS", 1, &stats);
-  rt->cfg.stats = (int)stats;
-  s = getenv("TANDEM_DEVICE_MEMORY_LIMIT");
-  uint64_t bytes;
-  if (s) {
-    if (!tdm__parse_bytes(s, TDM_MAX_MEMORY_LIMIT, &bytes))
-      tdm__log(rt, TDM_LOG_WARNING,
-               "ignoring TANDEM_DEVICE_MEMORY_LIMIT=\"%s\": expected bytes, with k, M or G "
-               "allowed, up to 2^50 (1 PiB)",
-               s);
-    else
-      rt->cfg.device_memory_limit = bytes;
-  }
+  env_string("TANDEM_CACHE_DIR", &rt->cfg.cache_dir);
+  env_string("TANDEM_TRACE", &rt->cfg.trace_path);
+  env_string("TANDEM_DAG", &rt->cfg.dag_path);
+  env_string("TANDEM_SIM", &rt->cfg.sim);
+  env_flag(rt, "TANDEM_STATS", &rt->cfg.stats);
+  env_checked(rt);
 }
 
 /* The config's strings are only valid during tdm_runtime_create: the

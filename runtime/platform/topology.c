@@ -148,29 +148,37 @@ static int cmp_victims(const void *a, const void *b) {
   return x->worker < y->worker ? -1 : (x->worker > y->worker);
 }
 
-tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
-                             unsigned nworkers, tdm_worker_plan *p) {
-  memset(p, 0, sizeof *p);
-  hwloc_bitmap_t usable = usable_cpuset(rt, topo);
-  if (!usable)
-    return TDM_ERR_NO_MEMORY;
+/* The cores (or PUs where the machine reports no cores) with a usable
+ * PU, their usable PUs and their kind. */
+typedef struct core_list {
+  unsigned n;
+  hwloc_obj_t *obj;
+  hwloc_bitmap_t *set;
+  unsigned *kind;
+} core_list;
 
-  /* Cores (or PUs where the machine reports no cores) with a usable PU. */
+static void cores_free(core_list *c) {
+  for (unsigned i = 0; i < c->n; i++)
+    hwloc_bitmap_free(c->set[i]);
+  free(c->set);
+  free(c->obj);
+  free(c->kind);
+}
+
+static tdm_status find_cores(const tdm_runtime *rt, hwloc_topology_t topo,
+                             hwloc_const_bitmap_t usable, core_list *cl) {
+  memset(cl, 0, sizeof *cl);
   hwloc_obj_type_t type = HWLOC_OBJ_CORE;
   int n = hwloc_get_nbobjs_by_type(topo, type);
   if (n <= 0) {
     type = HWLOC_OBJ_PU;
     n = hwloc_get_nbobjs_by_type(topo, type);
   }
-  hwloc_obj_t *cores = n > 0 ? calloc((size_t)n, sizeof *cores) : NULL;
-  hwloc_bitmap_t *core_sets = n > 0 ? calloc((size_t)n, sizeof *core_sets) : NULL;
-  unsigned *core_kind = NULL;
-  tdm_status st = TDM_OK;
-  unsigned ncores = 0;
-  if (n > 0 && (!cores || !core_sets)) {
-    st = TDM_ERR_NO_MEMORY;
-    goto out;
-  }
+  cl->obj = n > 0 ? calloc((size_t)n, sizeof *cl->obj) : NULL;
+  cl->set = n > 0 ? calloc((size_t)n, sizeof *cl->set) : NULL;
+  cl->kind = n > 0 ? calloc((size_t)n, sizeof *cl->kind) : NULL;
+  if (n > 0 && (!cl->obj || !cl->set || !cl->kind))
+    return TDM_ERR_NO_MEMORY;
   for (int i = 0; i < n; i++) {
     hwloc_obj_t c = hwloc_get_obj_by_type(topo, type, (unsigned)i);
     if (!c || !c->cpuset || !hwloc_bitmap_intersects(c->cpuset, usable))
@@ -178,50 +186,48 @@ tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
     hwloc_bitmap_t s = hwloc_bitmap_alloc();
     if (!s || hwloc_bitmap_and(s, c->cpuset, usable) < 0) {
       hwloc_bitmap_free(s);
-      st = TDM_ERR_NO_MEMORY;
-      goto out;
+      return TDM_ERR_NO_MEMORY;
     }
-    cores[ncores] = c;
-    core_sets[ncores++] = s;
+    cl->obj[cl->n] = c;
+    cl->set[cl->n++] = s;
   }
-  if (ncores == 0) {
+  if (cl->n == 0) {
     tdm__log(rt, TDM_LOG_ERROR, "no usable CPU core found in the topology");
-    st = TDM_ERR_TOPOLOGY;
-    goto out;
+    return TDM_ERR_TOPOLOGY;
   }
-  /* CPU kinds: hwloc lists them by increasing efficiency rank. A core in
-   * no kind, or in several (hwloc returns -1), counts as kind 0. Cores are
-   * then ordered by kind, the most powerful first (a stable insertion
-   * sort: a few hundred cores at most). */
-  int nkinds = hwloc_cpukinds_get_nr(topo, 0);
-  p->nkinds = nkinds > 1 ? (unsigned)nkinds : 1;
-  core_kind = calloc(ncores, sizeof *core_kind);
-  if (!core_kind) {
-    st = TDM_ERR_NO_MEMORY;
-    goto out;
-  }
-  for (unsigned c = 0; c < ncores && nkinds > 1; c++) {
-    int k = hwloc_cpukinds_get_by_cpuset(topo, core_sets[c], 0);
-    core_kind[c] = k > 0 ? (unsigned)k : 0;
-  }
-  for (unsigned c = 1; c < ncores; c++) {
-    hwloc_obj_t o = cores[c];
-    hwloc_bitmap_t s = core_sets[c];
-    unsigned k = core_kind[c], j = c;
-    for (; j > 0 && core_kind[j - 1] < k; j--) {
-      cores[j] = cores[j - 1];
-      core_sets[j] = core_sets[j - 1];
-      core_kind[j] = core_kind[j - 1];
-    }
-    cores[j] = o;
-    core_sets[j] = s;
-    core_kind[j] = k;
-  }
-  if (nworkers == 0)
-    nworkers = ncores;
+  return TDM_OK;
+}
 
+/* CPU kinds: hwloc lists them by increasing efficiency rank. A core in no
+ * kind, or in several (hwloc returns -1), counts as kind 0. Cores are
+ * then ordered by kind, the most powerful first (a stable insertion sort:
+ * a few hundred cores at most). Returns the number of kinds. */
+static unsigned sort_by_kind(hwloc_topology_t topo, core_list *cl) {
+  int nkinds = hwloc_cpukinds_get_nr(topo, 0);
+  for (unsigned c = 0; c < cl->n && nkinds > 1; c++) {
+    int k = hwloc_cpukinds_get_by_cpuset(topo, cl->set[c], 0);
+    cl->kind[c] = k > 0 ? (unsigned)k : 0;
+  }
+  for (unsigned c = 1; c < cl->n; c++) {
+    hwloc_obj_t o = cl->obj[c];
+    hwloc_bitmap_t s = cl->set[c];
+    unsigned k = cl->kind[c], j = c;
+    for (; j > 0 && cl->kind[j - 1] < k; j--) {
+      cl->obj[j] = cl->obj[j - 1];
+      cl->set[j] = cl->set[j - 1];
+      cl->kind[j] = cl->kind[j - 1];
+    }
+    cl->obj[j] = o;
+    cl->set[j] = s;
+    cl->kind[j] = k;
+  }
+  return nkinds > 1 ? (unsigned)nkinds : 1;
+}
+
+/* Worker w on core w mod ncores, with that core's PUs and kind. */
+static tdm_status assign_workers(tdm_worker_plan *p, const core_list *cl, unsigned nworkers) {
   p->nworkers = nworkers;
-  p->ncores = ncores;
+  p->ncores = cl->n;
   p->cpusets = calloc(nworkers, sizeof *p->cpusets);
   p->core_of = calloc(nworkers, sizeof *p->core_of);
   p->core_logical = calloc(nworkers, sizeof *p->core_logical);
@@ -229,35 +235,36 @@ tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
   p->group_end = calloc(nworkers, sizeof *p->group_end);
   p->ngroups = calloc(nworkers, sizeof *p->ngroups);
   p->kind_of = calloc(nworkers, sizeof *p->kind_of);
-  victim_key *keys = calloc(nworkers, sizeof *keys);
-  if (!p->cpusets || !p->core_of || !p->core_logical || !p->victims || !p->group_end || !p->ngroups ||
-      !p->kind_of || !keys) {
-    free(keys);
-    st = TDM_ERR_NO_MEMORY;
-    goto out;
-  }
+  if (!p->cpusets || !p->core_of || !p->core_logical || !p->victims || !p->group_end ||
+      !p->ngroups || !p->kind_of)
+    return TDM_ERR_NO_MEMORY;
   for (unsigned w = 0; w < nworkers; w++) {
-    p->core_of[w] = w % ncores;
-    p->core_logical[w] = cores[w % ncores]->logical_index;
-    p->cpusets[w] = hwloc_bitmap_dup(core_sets[w % ncores]);
+    p->core_of[w] = w % cl->n;
+    p->core_logical[w] = cl->obj[w % cl->n]->logical_index;
+    p->kind_of[w] = cl->kind[w % cl->n];
+    p->cpusets[w] = hwloc_bitmap_dup(cl->set[w % cl->n]);
     p->victims[w] = calloc(nworkers, sizeof(unsigned));
     p->group_end[w] = calloc(nworkers, sizeof(unsigned));
-    if (!p->cpusets[w] || !p->victims[w] || !p->group_end[w]) {
-      free(keys);
-      st = TDM_ERR_NO_MEMORY;
-      goto out;
-    }
+    if (!p->cpusets[w] || !p->victims[w] || !p->group_end[w])
+      return TDM_ERR_NO_MEMORY;
   }
-  for (unsigned w = 0; w < nworkers; w++)
-    p->kind_of[w] = core_kind[w % ncores];
+  return TDM_OK;
+}
 
+/* Each worker's victims, nearest first, in groups of equal distance (the
+ * depth of the closest common ancestor of their cores). */
+static tdm_status order_victims(hwloc_topology_t topo, tdm_worker_plan *p, const core_list *cl) {
+  unsigned nworkers = p->nworkers;
+  victim_key *keys = calloc(nworkers, sizeof *keys);
+  if (!keys)
+    return TDM_ERR_NO_MEMORY;
   for (unsigned w = 0; w < nworkers; w++) {
     unsigned nk = 0;
-    hwloc_obj_t mine = cores[p->core_of[w]];
+    hwloc_obj_t mine = cl->obj[p->core_of[w]];
     for (unsigned v = 0; v < nworkers; v++) {
       if (v == w)
         continue;
-      hwloc_obj_t theirs = cores[p->core_of[v]];
+      hwloc_obj_t theirs = cl->obj[p->core_of[v]];
       hwloc_obj_t common =
           mine == theirs ? mine : hwloc_get_common_ancestor_obj(topo, mine, theirs);
       keys[nk].worker = v;
@@ -273,12 +280,24 @@ tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
     p->ngroups[w] = g;
   }
   free(keys);
-out:
-  for (unsigned i = 0; i < ncores; i++)
-    hwloc_bitmap_free(core_sets[i]);
-  free(core_sets);
-  free(cores);
-  free(core_kind);
+  return TDM_OK;
+}
+
+tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,
+                             unsigned nworkers, tdm_worker_plan *p) {
+  memset(p, 0, sizeof *p);
+  hwloc_bitmap_t usable = usable_cpuset(rt, topo);
+  if (!usable)
+    return TDM_ERR_NO_MEMORY;
+  core_list cl;
+  tdm_status st = find_cores(rt, topo, usable, &cl);
+  if (!st) {
+    p->nkinds = sort_by_kind(topo, &cl);
+    st = assign_workers(p, &cl, nworkers ? nworkers : cl.n);
+  }
+  if (!st)
+    st = order_victims(topo, p, &cl);
+  cores_free(&cl);
   if (st) {
     hwloc_bitmap_free(usable);
     tdm__plan_free(p);
