@@ -6,7 +6,10 @@
  * a node, evict a device node, partition the matrix into two tiles or
  * unpartition it. After each read the node must hold exactly the current
  * contents; completion tokens are counted, so that one released twice or
- * never is caught too.
+ * never is caught too. Copies land as late as they may: only when a
+ * token that depends on them is waited for, else at the end of the
+ * sequence, so that a copy nobody waits for (a write-back whose token was
+ * dropped) lands over newer contents and is caught by the final check.
  */
 #include "common.h"
 
@@ -27,10 +30,54 @@ static int refs[MAXTOK]; /* per token: references held */
 static unsigned ntok;
 static unsigned copies;
 
+/* What a token stands for until it has run: a copy, or a join of tokens. */
+typedef struct {
+  bool pending;
+  bool join;
+  bool to_node;
+  tdm_buffer host;
+  void *mem;
+  size_t pitch;
+  unsigned nafter;
+  tdm_token after[16];
+} pending_op;
+static pending_op ops_of[MAXTOK];
+static char seq_text[256]; /* the events of the sequence, for messages */
+/* Memory freed while a copy may still use it: freed at the end. */
+static void *freed[4096];
+static unsigned nfreed;
+
 static tdm_token new_token(void) {
   assert_true(ntok + 1 < MAXTOK);
   refs[++ntok] = 1;
+  ops_of[ntok].pending = false;
   return ntok;
+}
+
+/* Runs t's copy now, after what it depends on. */
+static void land(tdm_token t) {
+  pending_op *o = &ops_of[t];
+  if (!o->pending)
+    return;
+  o->pending = false;
+  for (unsigned i = 0; i < o->nafter; i++)
+    land(o->after[i]);
+  for (size_t r = 0; !o->join && r < o->host.nx; r++) {
+    uint64_t *host = (uint64_t *)o->host.ptr + r * o->host.ld;
+    uint64_t *dev = (uint64_t *)((char *)o->mem + r * o->pitch);
+    memcpy(o->to_node ? dev : host, o->to_node ? host : dev, o->host.ny * sizeof *host);
+  }
+}
+
+static tdm_token later(const tdm_token *after, unsigned nafter, bool join) {
+  tdm_token t = new_token();
+  pending_op *o = &ops_of[t];
+  assert_true(nafter <= sizeof o->after / sizeof o->after[0]);
+  o->pending = true;
+  o->join = join;
+  o->nafter = nafter;
+  memcpy(o->after, after, nafter * sizeof *after);
+  return t;
 }
 
 static void *node_alloc(void *ctx, unsigned node, const tdm_buffer *b, size_t bytes) {
@@ -43,7 +90,8 @@ static void *node_alloc(void *ctx, unsigned node, const tdm_buffer *b, size_t by
 static void node_free(void *ctx, unsigned node, void *mem) {
   (void)ctx;
   (void)node;
-  free(mem);
+  assert_true(nfreed < sizeof freed / sizeof freed[0]);
+  freed[nfreed++] = mem; /* a copy not landed yet may read or write it */
 }
 
 static void use(tdm_token t) {
@@ -57,14 +105,13 @@ static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
   assert_true(node > 0 && node < NNODES);
   for (unsigned i = 0; i < nafter; i++)
     use(after[i]);
-  const tdm_buffer *b = c->host;
-  for (size_t r = 0; r < b->nx; r++) {
-    uint64_t *host = (uint64_t *)b->ptr + r * b->ld;
-    uint64_t *dev = (uint64_t *)((char *)c->mem + r * c->pitch);
-    memcpy(to_node ? dev : host, to_node ? host : dev, b->ny * sizeof *host);
-  }
   copies++;
-  *done = new_token();
+  *done = later(after, nafter, false);
+  pending_op *o = &ops_of[*done];
+  o->to_node = to_node;
+  o->host = *c->host;
+  o->mem = c->mem;
+  o->pitch = c->pitch;
   return true;
 }
 
@@ -72,7 +119,7 @@ static tdm_token node_join(void *ctx, const tdm_token *ts, unsigned n) {
   (void)ctx;
   for (unsigned i = 0; i < n; i++)
     use(ts[i]);
-  return n ? new_token() : 0;
+  return n ? later(ts, n, true) : 0;
 }
 
 static bool node_retain(void *ctx, tdm_token t) {
@@ -91,13 +138,15 @@ static void node_release(void *ctx, tdm_token t) {
 static bool node_test(void *ctx, tdm_token t) {
   (void)ctx;
   use(t);
-  return true;
+  return !ops_of[t].pending;
 }
 
 static void node_wait(void *ctx, const tdm_token *ts, unsigned n) {
   (void)ctx;
-  for (unsigned i = 0; i < n; i++)
+  for (unsigned i = 0; i < n; i++) {
     use(ts[i]);
+    land(ts[i]);
+  }
 }
 
 static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
@@ -162,6 +211,7 @@ static void prepare(world *w, tdm_handle *h, unsigned node, unsigned mode) {
   ok = ok && tdm__coh_access(&w->nodes, h, node, mode, UINT32_MAX, &ts);
   tdm__coh_unlock(&h->coh);
   assert_true(ok);
+  ops.wait(NULL, ts.v, ts.n); /* as a task waits for its inputs */
   tdm__tokens_release(&w->nodes, &ts);
   tdm__coh_reap(&w->nodes);
 }
@@ -218,6 +268,19 @@ static void partition(world *w) {
  * 12-13 evict node 1 or 2, 14 partition or unpartition. */
 #define NEVENTS 15
 
+/* Event e in words, for messages (before it happens). */
+static const char *event_name(world *w, unsigned e) {
+  static char buf[48];
+  if (e < 12)
+    snprintf(buf, sizeof buf, "%s(%s%u,node%u)", e < 6 ? "read" : "write",
+             w->parted ? "tile" : "matrix", w->parted ? (e % 6) / 3 : 0, e % 3);
+  else if (e < 14)
+    snprintf(buf, sizeof buf, "evict(node%u)", 1 + (e - 12));
+  else
+    snprintf(buf, sizeof buf, "%s", w->parted ? "unpartition" : "partition");
+  return buf;
+}
+
 static void event(world *w, unsigned e) {
   tdm_handle *hs[2];
   unsigned n = handles(w, hs);
@@ -240,6 +303,8 @@ static void event(world *w, unsigned e) {
 static void begin(world *w) {
   memset(refs, 0, sizeof refs);
   ntok = 0;
+  nfreed = 0;
+  seq_text[0] = 0;
   w->version = 0;
   w->parted = false;
   w->nall = 0;
@@ -256,6 +321,13 @@ static void end(world *w) {
     w->parted = false;
   }
   read_on(w, w->m, 0);
+  /* every copy lands; none may change what the host holds now */
+  for (tdm_token t = 1; t <= ntok; t++)
+    land(t);
+  for (size_t r = 0; r < ROWS; r++)
+    for (size_t c = 0; c < COLS; c++)
+      if (w->data[r * LD + c] != w->truth[r * LD + c])
+        fail_msg("a copy that landed late overwrote element (%zu, %zu) of the host%s", r, c, seq_text);
   for (unsigned i = 0; i < w->nall; i++)
     tdm__coh_forget(&w->nodes, w->all[i], true);
   tdm__coh_forget(&w->nodes, w->m, true);
@@ -263,6 +335,9 @@ static void end(world *w) {
   for (unsigned t = 1; t <= ntok; t++)
     if (refs[t] != 0)
       fail_msg("token %u: %d references left", t, refs[t]);
+  for (unsigned i = 0; i < nfreed; i++)
+    free(freed[i]);
+  nfreed = 0;
   assert_int_equal(tdm_handle_unregister(w->m), TDM_OK);
 }
 
@@ -297,8 +372,11 @@ static void test_every_sequence(void **state) {
     total *= NEVENTS;
   for (unsigned long s = 0; s < total; s++) {
     begin(&w);
-    for (unsigned long x = s, i = 0; i < len; i++, x /= NEVENTS)
+    for (unsigned long x = s, i = 0; i < len; i++, x /= NEVENTS) {
+      snprintf(seq_text + strlen(seq_text), sizeof seq_text - strlen(seq_text), " %s",
+               event_name(&w, (unsigned)(x % NEVENTS)));
       event(&w, (unsigned)(x % NEVENTS));
+    }
     end(&w);
     runs++;
   }

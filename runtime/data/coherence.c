@@ -258,14 +258,21 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
   if (!tdm__coh_replicas(nodes, h))
     return false;
   tdm_token e = 0;
+  /* after what fills the source, and what still writes the target */
   if (node == 0) { /* from a device holding it */
     unsigned src = (unsigned)tdm__nodeset_next(&h->coh.valid, 1);
-    tdm_token f = h->coh.rep[src].fill;
-    if (!copy_whole(nodes, h, src, false, h->coh.rep[src].mem, &f, f ? 1 : 0, &e))
+    tdm_token after[2];
+    unsigned n = 0;
+    if (h->coh.rep[src].fill)
+      after[n++] = h->coh.rep[src].fill;
+    if (h->coh.rep[0].fill)
+      after[n++] = h->coh.rep[0].fill;
+    if (!copy_whole(nodes, h, src, false, h->coh.rep[src].mem, after, n, &e))
       return false;
   } else { /* through the host */
     tdm_tokens before;
     tdm__tokens_init(&before);
+    wait_add(nodes, &before, fill_of(h, node));
     bool home = make_valid(nodes, h, 0, &before);
     void *mem = home ? tdm__mem_get(nodes, h, node, NULL) : NULL;
     bool ok = mem && copy_whole(nodes, h, node, true, mem, before.v, before.n, &e);
@@ -290,8 +297,8 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
   if (mode & TDM_R) {
     if (!make_valid(nodes, h, node, w))
       return false;
-  } else if (tdm__nodeset_has(&h->coh.valid, node)) {
-    wait_add(nodes, w, fill_of(h, node)); /* what fills the node lands first */
+  } else { /* what writes the node's memory lands first, valid or not */
+    wait_add(nodes, w, fill_of(h, node));
   }
   /* A write: the copies elsewhere are stale from now on (the task graph
    * has finished their users), so that an eviction does not write one
@@ -301,12 +308,13 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
   return true;
 }
 
-/* node is the only valid node of h (its fill kept). */
+/* node is the only valid node of h. Every node keeps its fill token,
+ * valid or not: a copy into a node's memory may still be running (a
+ * write-back that an eviction started, a copy home), and whatever writes
+ * that memory next waits for it (tdm__coh_access, make_valid). */
 static void only_on(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
+  (void)nodes;
   h->coh.valid = tdm__nodeset_of(node);
-  for (unsigned n = 0; h->coh.rep && n < nodes->n; n++)
-    if (n != node)
-      set_fill(nodes, h, n, 0);
 }
 
 void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_token done) {
@@ -323,8 +331,13 @@ void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_
 bool tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
   tdm_replica *r = &h->coh.rep[node];
   if (tdm__nodeset_only(&h->coh.valid, node)) { /* the only copy: home first */
-    tdm_token e = 0;
-    if (!copy_whole(nodes, h, node, false, r->mem, &r->fill, r->fill ? 1 : 0, &e))
+    tdm_token e = 0, after[2];
+    unsigned n = 0;
+    if (r->fill) /* after what wrote it here, and what still writes home */
+      after[n++] = r->fill;
+    if (h->coh.rep[0].fill)
+      after[n++] = h->coh.rep[0].fill;
+    if (!copy_whole(nodes, h, node, false, r->mem, after, n, &e))
       return false;
     tdm__nodeset_add(&h->coh.valid, 0);
     set_fill(nodes, h, 0, e);
