@@ -190,16 +190,14 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
 
 /* Frees what a task owns outside its slab (not the references it holds:
  * at destroy every task goes at once). */
-TDM_ALWAYS_INLINE static void free_task_memory(tdm_task *t) {
+static void free_task_memory(tdm_task *t) {
   tdm__graph_drop(t->rt, t, false);
-  if (t->args && t->args != t->inline_args)
+  if (t->args != t->inline_args)
     free(t->args);
   if (t->edges != t->inline_edges)
     free(t->edges);
-  if (t->more) {
-    free(t->more);
-    t->more = NULL;
-  }
+  free(t->more);
+  t->more = NULL;
 }
 
 void tdm__pool_destroy(tdm_runtime *rt) {
