@@ -109,6 +109,17 @@ static tdm_token fill_of(const tdm_handle *h, unsigned n) {
   return h->coh.rep ? h->coh.rep[n].fill : 0;
 }
 
+/* What a copy from node `from` to node `to` comes after: what wrote the
+ * source, and what still writes the target. Returns how many (<= 2). */
+static unsigned fills_of(const tdm_handle *h, unsigned from, unsigned to, tdm_token *out) {
+  unsigned n = 0;
+  if (fill_of(h, from))
+    out[n++] = fill_of(h, from);
+  if (fill_of(h, to))
+    out[n++] = fill_of(h, to);
+  return n;
+}
+
 /* Copies h between the host and its own packed buffer `mem` on node. */
 static bool copy_whole(const tdm_nodes *nodes, tdm_handle *h, unsigned node, bool to_node,
                        void *mem, const tdm_token *after, unsigned nafter, tdm_token *done) {
@@ -262,11 +273,7 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
   if (node == 0) { /* from a device holding it */
     unsigned src = (unsigned)tdm__nodeset_next(&h->coh.valid, 1);
     tdm_token after[2];
-    unsigned n = 0;
-    if (h->coh.rep[src].fill)
-      after[n++] = h->coh.rep[src].fill;
-    if (h->coh.rep[0].fill)
-      after[n++] = h->coh.rep[0].fill;
+    unsigned n = fills_of(h, src, 0, after);
     if (!copy_whole(nodes, h, src, false, h->coh.rep[src].mem, after, n, &e))
       return false;
   } else { /* through the host */
@@ -332,11 +339,7 @@ bool tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
   tdm_replica *r = &h->coh.rep[node];
   if (tdm__nodeset_only(&h->coh.valid, node)) { /* the only copy: home first */
     tdm_token e = 0, after[2];
-    unsigned n = 0;
-    if (r->fill) /* after what wrote it here, and what still writes home */
-      after[n++] = r->fill;
-    if (h->coh.rep[0].fill)
-      after[n++] = h->coh.rep[0].fill;
+    unsigned n = fills_of(h, node, 0, after);
     if (!copy_whole(nodes, h, node, false, r->mem, after, n, &e))
       return false;
     tdm__nodeset_add(&h->coh.valid, 0);
