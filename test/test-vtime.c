@@ -340,8 +340,9 @@ static void test_deterministic_and_bad_input(void **state) {
     tdm__vt_result_free(&r1);
     tdm__vt_result_free(&r2);
   }
-  /* a task nobody can run, a cycle, a bad data index */
+  /* no such policy, a task nobody can run, a cycle, a bad data index */
   tdm_vt_result r;
+  assert_int_equal(tdm__vt_run(&m, &g, TDM_NPOLICIES, 1, &r), TDM_ERR_INVALID_ARG);
   m.classes[0].speedup[SMALL] = 0;
   m.classes[1].speedup[SMALL] = 0;
   tdm_vt_task t = {.codelet = SMALL, .cpu_time = 1};

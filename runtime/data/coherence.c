@@ -160,7 +160,7 @@ static bool inherit(const tdm_nodes *nodes, tdm_handle *h) {
   return true;
 }
 
-static void only_on(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
+static void only_on(tdm_handle *h, unsigned node);
 
 /* After an unpartition the matrix's contents are in its old tiles: its
  * first use (the first access submitted after the unpartition) brings
@@ -193,7 +193,7 @@ static bool gather(const tdm_nodes *nodes, tdm_handle *h) {
    * eviction must not write them back), and they go with the tiles once
    * their readers are done, the tiles released by tdm__coh_reap. */
   for (size_t k = 0; k < g->n; k++)
-    only_on(nodes, g->tiles[k], 0);
+    only_on(g->tiles[k], 0);
   tdm_token all = w.n ? nodes->ops->join(nodes->ctx, w.v, w.n) : 0;
   tdm__tokens_release(nodes, &w);
   tdm_nodes *mn = (tdm_nodes *)nodes; /* the reap list is its one mutable part */
@@ -311,7 +311,7 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
    * has finished their users), so that an eviction does not write one
    * back over what is being written. */
   if (mode & TDM_W)
-    only_on(nodes, h, node);
+    only_on(h, node);
   return true;
 }
 
@@ -319,8 +319,7 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
  * valid or not: a copy into a node's memory may still be running (a
  * write-back that an eviction started, a copy home), and whatever writes
  * that memory next waits for it (tdm__coh_access, make_valid). */
-static void only_on(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
-  (void)nodes;
+static void only_on(tdm_handle *h, unsigned node) {
   h->coh.valid = tdm__nodeset_of(node);
 }
 
@@ -330,7 +329,7 @@ void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_
     nodes->ops->release(nodes->ctx, done);
     done = 0;
   }
-  only_on(nodes, h, node);
+  only_on(h, node);
   if (h->coh.rep)
     set_fill(nodes, h, node, done);
 }

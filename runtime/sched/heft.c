@@ -21,7 +21,7 @@
 
 #include <limits.h>
 
-#define MAX_CLASSES (TDM_MAX_DEVICE_WORKERS + 8)
+#define MAX_CLASSES (TDM_MAX_DEVICE_WORKERS + TDM_SCHED_MAX_CPU_CLASSES)
 
 /* The class where t finishes first, a class to calibrate, or UINT_MAX:
  * not known yet where (lock held). */
@@ -30,7 +30,7 @@ static unsigned choose(tdm_sched *s, tdm_task *t, const double *move, double *pr
   tdm_choice c[MAX_CLASSES];
   unsigned cls[MAX_CLASSES], n = 0;
   double known = -1;
-  for (unsigned k = 0; k < s->nclasses && n < MAX_CLASSES; k++) {
+  for (unsigned k = 0; k < s->nclasses && k < MAX_CLASSES; k++) {
     if (move[k] < 0)
       continue; /* cannot run it */
     bool ok = false;

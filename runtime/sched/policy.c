@@ -33,7 +33,7 @@ bool tdm__policy_parse(const char *name, tdm_policy *out) {
   return false;
 }
 
-tdm_status tdm__sched_init(tdm_sched *s, const tdm_runtime *rt, tdm_policy p,
+tdm_status tdm__sched_init(tdm_sched *s, tdm_runtime *rt, tdm_policy p,
                            const tdm_sched_driver *drv, void *ctx, unsigned ncpu,
                            unsigned nclasses, uint64_t seed) {
   memset(s, 0, sizeof *s);

@@ -100,6 +100,10 @@ extern const tdm_policy_ops tdm__policy_heft, tdm__policy_ws, tdm__policy_eager,
     tdm__policy_random;
 extern const tdm_policy_ops *const tdm__policies[TDM_NPOLICIES];
 
+/* Kinds of CPU core the scheduler tells apart (hybrid chips); more are
+ * one class. */
+#define TDM_SCHED_MAX_CPU_CLASSES 8
+
 /* A kind of worker, as the policies see it. */
 typedef struct tdm_sclass {
   char name[160];     /* the model's name for it */
@@ -113,7 +117,7 @@ struct tdm_sched {
   const tdm_policy_ops *policy;
   const tdm_sched_driver *drv;
   void *ctx; /* the driver's */
-  const struct tdm_runtime *rt; /* for the log; NULL in virtual time */
+  struct tdm_runtime *rt; /* the runtime whose threads drive it; NULL in virtual time */
   unsigned ncpu, nclasses;
   tdm_sclass *cls;
   struct tdm_perfmodel *model;
@@ -125,7 +129,7 @@ struct tdm_sched {
 /* Makes s with nclasses classes (named and counted by the caller), an
  * empty model and the lock, logging to rt (may be NULL); NULL-safe tdm__sched_fini undoes it. Returns
  * TDM_OK, TDM_ERR_NO_MEMORY or TDM_ERR_SYSTEM (the lock). */
-tdm_status tdm__sched_init(tdm_sched *s, const struct tdm_runtime *rt, tdm_policy p,
+tdm_status tdm__sched_init(tdm_sched *s, struct tdm_runtime *rt, tdm_policy p,
                            const tdm_sched_driver *drv, void *ctx, unsigned ncpu,
                            unsigned nclasses, uint64_t seed);
 void tdm__sched_fini(tdm_sched *s);

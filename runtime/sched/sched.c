@@ -32,13 +32,10 @@ typedef struct kind_queue {
   tdm_devq q;
 } kind_queue;
 
-#define MAX_CPU_CLASSES 8
-
 /* The scheduler of a runtime: the policies' state, and the runtime's
  * queues of CPU kinds. */
 struct rt_sched {
   tdm_sched s; /* first: rt->sched points at both */
-  tdm_runtime *rt;
   kind_queue *kq; /* per CPU kind, when ncpu > 1 */
 };
 
@@ -47,7 +44,7 @@ static const char *codelet_name(const tdm_task *t) {
 }
 
 static tdm_runtime *rt_of(const tdm_sched *s) {
-  return ((const struct rt_sched *)s)->rt;
+  return s->rt;
 }
 
 /* The class of worker w (CPU workers first, then device workers). */
@@ -272,8 +269,7 @@ tdm_status tdm__sched_start(tdm_runtime *rt) {
   struct rt_sched *x = calloc(1, sizeof *x);
   if (!x)
     return TDM_ERR_NO_MEMORY;
-  x->rt = rt;
-  unsigned ncpu = rt->plan.nkinds > 1 && rt->plan.nkinds <= MAX_CPU_CLASSES ? rt->plan.nkinds : 1;
+  unsigned ncpu = rt->plan.nkinds > 1 && rt->plan.nkinds <= TDM_SCHED_MAX_CPU_CLASSES ? rt->plan.nkinds : 1;
   tdm_status st = tdm__sched_init(&x->s, rt, rt->policy, &rt_driver, x, ncpu,
                                   ncpu + rt->ndevice_workers,
                                   0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)rt);
