@@ -196,8 +196,10 @@ static void free_task_memory(tdm_task *t) {
     free(t->args);
   if (t->edges != t->inline_edges)
     free(t->edges);
-  free(t->more);
-  t->more = NULL;
+  if (t->more) {
+    free(t->more);
+    t->more = NULL;
+  }
 }
 
 void tdm__pool_destroy(tdm_runtime *rt) {
@@ -236,10 +238,11 @@ void tdm__task_unref(tdm_task *t) {
     return;
   for (unsigned m = t->tile_mask; m; m &= m - 1) /* the tiles it holds */
     tdm__handle_unref(t->handles[__builtin_ctz(m)]);
-  for (unsigned i = 0; t->more && i < t->nbuf; i++)
-    if (t->more->tiles[i])
-      tdm__handle_unref(t->more->handles[i]);
-  tdm__graph_drop(t->rt, t, true);
+  if (t->more)
+    for (unsigned i = 0; i < t->nbuf; i++)
+      if (t->more->tiles[i])
+        tdm__handle_unref(t->more->handles[i]);
+  tdm__graph_drop(t->rt, t, true); /* free_task_memory's finds none left */
   free_task_memory(t);
   pool_put(t->rt, t);
 }
@@ -497,7 +500,8 @@ static int preds_add(pred_list *p, tdm_task *t) {
 static void preds_free(pred_list *p) {
   if (p->items != p->local)
     free(p->items);
-  free(p->done);
+  if (p->done)
+    free(p->done);
 }
 
 /* Makes room for one more reader, first dropping readers that finished. */
@@ -644,15 +648,20 @@ static unsigned unique_handles(const tdm_task *t, tdm_handle **hs, unsigned *mod
 /* The submission of t, in steps (tdm__task_submit); the hot ones are
  * inlined into it, as they were written there. */
 
+/* t's name for messages (made on error paths only). */
+static const char *task_name(const tdm_task *t) {
+  return t->codelet && t->codelet->name ? t->codelet->name : "(unnamed)";
+}
+
 /* Its explicit dependencies, which must all have been submitted, into
  * preds (deps_lock held when t was created by tdm_task_create). */
-static tdm_status explicit_preds(tdm_task *t, pred_list *preds, const char *name) {
+static tdm_status explicit_preds(tdm_task *t, pred_list *preds) {
   tdm_task **deps = t->links ? t->links->deps.items : NULL;
   unsigned ndeps = t->links ? t->links->deps.n : 0;
   for (unsigned i = 0; i < ndeps; i++)
     if (atomic_load(&deps[i]->state) == TDM_TS_CREATED) {
       tdm__log(t->rt, TDM_LOG_ERROR,
-               "submit of %s refused: it depends on a task not submitted yet", name);
+               "submit of %s refused: it depends on a task not submitted yet", task_name(t));
       return TDM_ERR_DEP_NOT_SUBMITTED;
     }
   for (unsigned i = 0; i < ndeps; i++)
@@ -666,18 +675,19 @@ static tdm_status explicit_preds(tdm_task *t, pred_list *preds, const char *name
  * is changed that a failure must undo but the reservations. */
 TDM_ALWAYS_INLINE static tdm_status check_and_reserve(tdm_task *t, tdm_handle **hs,
                                                       const unsigned *modes, unsigned nh,
-                                                      pred_list *preds, const char *name) {
+                                                      pred_list *preds) {
   tdm_runtime *rt = t->rt;
   tdm_status st = TDM_OK;
   for (unsigned i = 0; i < nh && !st; i++) {
     tdm_handle *h = hs[i];
     if (atomic_load_explicit(&h->magic, memory_order_relaxed) != TDM_HANDLE_MAGIC) {
       st = TDM_ERR_STALE_HANDLE;
-      tdm__log(rt, TDM_LOG_ERROR, "submit of %s refused: a handle was unregistered", name);
+      tdm__log(rt, TDM_LOG_ERROR, "submit of %s refused: a handle was unregistered",
+               task_name(t));
     } else if (h->tiles) {
       st = TDM_ERR_PARTITIONED;
       tdm__log(rt, TDM_LOG_ERROR,
-               "submit of %s refused: a handle is partitioned (use its tiles)", name);
+               "submit of %s refused: a handle is partitioned (use its tiles)", task_name(t));
     } else {
       for (unsigned k = 0; k < h->writers.n && !st; k++)
         if (preds_add(preds, h->writers.items[k]))
@@ -748,7 +758,6 @@ TDM_ALWAYS_INLINE static void commit(tdm_task *t, tdm_handle **hs, const unsigne
 
 tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   tdm_runtime *rt = t->rt;
-  const char *name = t->codelet && t->codelet->name ? t->codelet->name : "(unnamed)";
   /* Count the task before looking at `closing`: destroy sets closing and
    * then waits for inflight, so either it waits for us or we see it
    * closing (seq_cst on both sides). */
@@ -756,7 +765,7 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   if (atomic_load(&rt->closing) && !tdm__self_in(rt)) {
     tdm__sub_inflight(rt, 1);
     tdm__log(rt, TDM_LOG_ERROR, "submit of %s refused: the runtime is being destroyed",
-             name);
+             task_name(t));
     return TDM_ERR_SHUTTING_DOWN;
   }
 
@@ -777,15 +786,15 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
    * dependency list is read and emptied under deps_lock. */
   if (t->user_ref)
     TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
-  if (t->links && (st = explicit_preds(t, &preds, name)))
+  if (t->links && (st = explicit_preds(t, &preds)))
     goto unlock_deps;
 
   /* Phase 1: check and reserve under the handles' locks. */
   tdm__handles_lock(hs, nh);
-  st = check_and_reserve(t, hs, modes, nh, &preds, name);
+  st = check_and_reserve(t, hs, modes, nh, &preds);
   if (st) {
     if (st == TDM_ERR_NO_MEMORY)
-      tdm__log(rt, TDM_LOG_ERROR, "submit of %s: out of memory", name);
+      tdm__log(rt, TDM_LOG_ERROR, "submit of %s: out of memory", task_name(t));
     tdm__handles_unlock(hs, nh);
     goto unlock_deps;
   }
