@@ -104,7 +104,10 @@ extern "C" {
   XX(ERR_NOT_SUPPORTED, -21, "not supported (see the log)")                  \
   XX(ERR_TOO_LARGE, -22, "a buffer is larger than a device can hold (see the log)") \
   XX(ERR_FORKED, -23, "the runtime belongs to the parent process: this process is a fork() of it") \
-  XX(ERR_OVERLAP, -24, "the memory overlaps memory already registered with the runtime")
+  XX(ERR_OVERLAP, -24, "the memory overlaps memory already registered with the runtime") \
+  XX(ERR_CANCELLED, -25, "the task was cancelled: a task whose results it reads failed or was cancelled") \
+  XX(ERR_LOST, -26, "the handle's latest version was never produced (a task writing it failed or was cancelled); its data is the last version produced") \
+  XX(ERR_TASK_FAILED, -27, "tasks failed or were cancelled since the last report (see the log)")
 
 typedef enum tdm_status {
 #define TDM__STATUS_ENUM(name, value, msg) TDM_##name = (value),
@@ -667,7 +670,11 @@ TDM_API tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags);
  * submitted earlier that conflicts with `mode` has finished (writers for
  * TDM_R; readers and writers for TDM_W/RW). Until tdm_handle_release, tasks
  * submitted later that conflict with `mode` wait. One acquisition at a time
- * per handle (TDM_ERR_BUSY otherwise). Errors also: TDM_ERR_INVALID_MODE,
+ * per handle (TDM_ERR_BUSY otherwise). TDM_ERR_LOST, not acquired, when
+ * the version it would read (TDM_R, TDM_RW) was never produced: a task
+ * writing it failed or was cancelled (see "Task outcomes" below); a
+ * TDM_W acquisition is granted then, and what the host writes is the
+ * handle's new version. Errors also: TDM_ERR_INVALID_MODE,
  * TDM_ERR_PARTITIONED, TDM_ERR_STALE_HANDLE, TDM_ERR_IN_TASK.
  * Blocking; not from a task of the same runtime.
  */
@@ -683,7 +690,9 @@ TDM_API tdm_status tdm_handle_release(tdm_handle *h);
  * is stale. Errors (nothing unregistered): TDM_ERR_BUSY when the handle is
  * acquired, partitioned, a tile (unpartition its matrix instead) or named
  * by a created but unsubmitted task; TDM_ERR_STALE_HANDLE; TDM_ERR_IN_TASK.
- * A stale handle is detected as such while it is among the last 1024
+ * TDM_ERR_LOST when its newest version was never produced (a task writing
+ * it failed or was cancelled): it is unregistered all the same, and its
+ * memory holds the last version that was produced. A stale handle is detected as such while it is among the last 1024
  * handles the runtime unregistered; older stale pointers are invalid, as
  * freed memory is. Blocking; not from a task of the same runtime.
  */
@@ -743,8 +752,11 @@ typedef struct tdm_codelet {
 
 typedef struct tdm_task tdm_task;
 
-/** Called on a worker after the task's function returns and before the tasks
- * that depend on it are released. It may submit tasks; it must not block. */
+/** Called once the task has ended, whatever its outcome, and before the
+ * tasks that depend on it are released: on the worker that ran it, or on
+ * a thread of the runtime when it ran on a device, failed or was
+ * cancelled. tdm_callback_status tells the outcome. It may submit tasks;
+ * it must not block. */
 typedef void (*tdm_task_callback)(void *user_data);
 
 /** Everything a task is made of; read during tdm_submit / tdm_task_create
@@ -816,10 +828,32 @@ TDM_API tdm_status tdm_task_depends_on(tdm_task *task, tdm_task *pred);
  */
 TDM_API tdm_status tdm_task_submit(tdm_task *task);
 
-/** Blocks until the submitted task has finished (its callback included).
+/**
+ * Task outcomes. Every submitted task ends in exactly one of three ways:
+ *  - done (TDM_OK): it ran and its results are the handles' new versions;
+ *  - failed: it could not run, or its run failed (a device error: the
+ *    status says which, e.g. TDM_ERR_SYSTEM, TDM_ERR_TOO_LARGE), and the
+ *    log says why. Its outputs keep the versions they had;
+ *  - cancelled (TDM_ERR_CANCELLED): a task whose results it reads (through
+ *    a handle it reads, TDM_R or TDM_RW, or an explicit dependency)
+ *    failed or was cancelled, so it never ran. Cancellation goes on
+ *    transitively. A task that only overwrites a handle (TDM_W) after a
+ *    failed writer is not cancelled: it makes a new version.
+ * A handle whose newest version was never produced makes
+ * tdm_handle_acquire (to read) and tdm_handle_unregister return
+ * TDM_ERR_LOST; nothing reads a half-written buffer as a result.
+ */
+
+/** Blocks until the submitted task has ended (its callback included), and
+ * returns its outcome: TDM_OK, its failure status, or TDM_ERR_CANCELLED.
  * TDM_ERR_INVALID_ARG if it was never submitted. Blocking; not from a task
  * of the same runtime. */
 TDM_API tdm_status tdm_task_wait(tdm_task *task);
+
+/** In a completion callback (tdm_task_desc.callback): the outcome of the
+ * task it completes, as tdm_task_wait returns it. TDM_ERR_INVALID_ARG on a
+ * thread that is not running a completion callback. */
+TDM_API tdm_status tdm_callback_status(void);
 
 /** Gives back the reference from tdm_task_create. A task released before
  * being submitted is discarded, and tasks that named it in
@@ -827,7 +861,12 @@ TDM_API tdm_status tdm_task_wait(tdm_task *task);
 TDM_API void tdm_task_release(tdm_task *task);
 
 /** Blocks until every task submitted to the runtime, and every task those
- * submitted, has finished. Blocking; not from a task of the same runtime. */
+ * submitted, has ended. Returns TDM_OK, or TDM_ERR_TASK_FAILED when tasks
+ * failed or were cancelled since the previous call returned (or since the
+ * runtime was created): the log then says how many and names the first of
+ * each. Each call reports a failure once: the next call returns TDM_OK
+ * unless more tasks failed meanwhile. Blocking; not from a task of the
+ * same runtime. */
 TDM_API tdm_status tdm_wait_all(tdm_runtime *rt);
 
 #ifdef __cplusplus

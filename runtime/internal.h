@@ -75,6 +75,16 @@ void *tdm__zalloc_aligned(size_t align, size_t size);
  * one); a negative n disarms. */
 void tdm__fail_allocation(tdm_runtime *rt, long n);
 
+/* Device faults, injected where a backend launches a task and where it
+ * learns that the task's commands completed: the task fails there as if
+ * the device had reported an error. */
+enum { TDM_FAULT_LAUNCH, TDM_FAULT_COMPLETE, TDM_NFAULTS };
+/* Test seam: from now on each operation of that kind fails with
+ * probability p (0 disarms), drawn from a sequence seeded with seed. */
+void tdm__faults_set(tdm_runtime *rt, unsigned kind, double p, uint64_t seed);
+/* Whether this operation of that kind fails (and logs so). */
+bool tdm__fault(tdm_runtime *rt, unsigned kind);
+
 /* FNV-1a over n bytes, continuing from h (TDM_FNV_OFFSET to start). */
 #define TDM_FNV_OFFSET 0xcbf29ce484222325ull
 uint64_t tdm__fnv1a(const void *data, size_t n, uint64_t h);
@@ -289,6 +299,12 @@ typedef struct tdm_task {
    * (set for every task then), not touched otherwise. */
   uint64_t trace_id;
   float sched_predicted; /* seconds, see sched_cls */
+  /* How it ended: TDM_OK until then; TDM_ERR_CANCELLED, stored by a
+   * predecessor whose version it reads and which ended without producing
+   * it (before that predecessor's release of pending publishes it), or by
+   * the submitter; the failure status of its try otherwise. Final once
+   * state is DONE. */
+  _Atomic int32_t outcome;
   uint64_t dev_mask;     /* bit k: device worker k can run it (device_ok) */
   int priority;          /* tdm_task_desc.priority */
   /* While devices are used: each handle's unpartitions at submission,
@@ -310,6 +326,17 @@ typedef struct tdm_task {
 
 typedef struct tdm_edge tdm_edge;
 #define TDM_CLOSED ((tdm_edge *)(uintptr_t)1)
+
+/* A data edge: the successor reads a version the predecessor produces,
+ * and is cancelled when the predecessor ends without producing it (an
+ * edge that only orders, a write after a read or a write over a write, is
+ * not). Marked in the low bit of the task pointer (tasks are aligned). */
+static inline tdm_task *tdm__edge_tag(tdm_task *t) {
+  return (tdm_task *)((uintptr_t)t | 1u);
+}
+static inline tdm_task *tdm__edge_task(tdm_task *t) {
+  return (tdm_task *)((uintptr_t)t & ~(uintptr_t)1u);
+}
 
 /* The buffers of a task with more than TDM_MAX_BUFFERS of them (StarPU's
  * dyn_handles), one allocation made at creation: nothing past it can
@@ -552,17 +579,29 @@ struct tdm_runtime {
   tdm_trace_buf trace_shared; /* threads that are not workers */
   pthread_mutex_t trace_lock; /* one flush at a time */
 
+  /* Codelet tasks that failed or were cancelled since tdm_wait_all last
+   * reported them (task.c), and the first of each, for its message. */
+  pthread_mutex_t fail_lock;
+  unsigned long nfailed, ncancelled;
+  tdm_status first_status;
+  char first_failed[64], first_cancelled[64];
+
   bool mutexes_ready;
   unsigned fork_generation; /* tdm__fork_generation at creation */
   pid_t pid;                /* the creating process, for messages */
   _Atomic long alloc_countdown; /* see tdm__fail_allocation; -1: off */
+  /* see tdm__fault: the probabilities as fractions of 2^32 (0: off) */
+  _Atomic uint32_t fault_p[TDM_NFAULTS];
+  _Atomic uint64_t fault_draws;
 };
 
 /* A helper split out of a hot function for reading, kept inlined. */
 #if defined(__GNUC__)
 #define TDM_ALWAYS_INLINE __attribute__((always_inline)) inline
+#define TDM_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
 #define TDM_ALWAYS_INLINE inline
+#define TDM_UNLIKELY(x) (x)
 #endif
 
 /* The worker the calling thread is, or NULL. */
@@ -637,6 +676,15 @@ void tdm__task_finish(tdm_task *t);
  * one way a backend ends a task. */
 void tdm__task_done(tdm_task *t, unsigned worker, tdm_status status, uint64_t t0,
                     uint64_t t1);
+/* Records that t ended with `status` (failed, or cancelled) for
+ * tdm_wait_all's report, and logs it. */
+void tdm__task_ended_badly(tdm_task *t, tdm_status status);
+/* While a completion callback runs on this thread: its task's outcome
+ * (tdm_callback_status). */
+extern _Thread_local tdm_status tdm__callback_status TDM_TLS_MODEL;
+/* TDM_ERR_TASK_FAILED, with a message naming what, when codelet tasks
+ * failed or were cancelled since the last report; resets the counts. */
+tdm_status tdm__report_failures(tdm_runtime *rt, const char *what);
 /* Subtracts n from rt->inflight; wakes wait_all at zero. */
 void tdm__sub_inflight(tdm_runtime *rt, int64_t n);
 /* Blocks until t reaches `state` (READY or DONE). */
@@ -715,6 +763,14 @@ bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w
 /* t's writes were made on node, complete at `done` (the caller keeps its
  * reference; 0: complete). */
 void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token done);
+/* t ran on node (not the host) and failed: the buffers it writes hold no
+ * version there. Each falls back on its other valid copies, or on the
+ * host's bytes, which nothing has written since (the task fails: whatever
+ * reads its outputs is cancelled). A version that lived on that node
+ * only, as the task's input, is gone then. A task that fails before it
+ * runs needs nothing undone: its inputs are as they were, and what it
+ * only writes is made valid when written (tdm__coh_access). */
+void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node);
 /* The node device k works in: 1 + k (its own memory) or 0. */
 unsigned tdm__device_node(const tdm_runtime *rt, unsigned k);
 /* Before a CPU task runs: true when its inputs are on the host; else

@@ -8,6 +8,7 @@
  * dyn_modes and dyn_handles).
  */
 #include "common.h"
+#include "internal.h" /* the device fault seam */
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -23,6 +24,20 @@ typedef struct {
   unsigned nbuf;
   unsigned modes[MAX_WIDE];
 } step;
+
+/* Under injected device faults: each task's handles, and its outcome as
+ * its completion callback saw it. */
+typedef struct {
+  step s;
+  unsigned h[MAX_WIDE];
+  _Atomic int outcome;
+} record;
+
+static record records[NTASKS];
+
+static void note_outcome(void *data) {
+  atomic_store((_Atomic int *)data, (int)tdm_callback_status());
+}
 
 static uint64_t mix(uint64_t x) {
   return test_mix64(x);
@@ -79,7 +94,48 @@ static void init_codelets(void) {
                             .dyn_modes = wide_modes};
 }
 
-static void one_seed(tdm_runtime *rt, uint64_t seed) {
+/* The sequential run, given the tasks that failed: a task whose inputs
+ * were never produced is cancelled (it must have been), a failed or
+ * cancelled task's outputs are lost, a task that ran makes new versions.
+ * Returns the tasks that failed; lost[h]: h's newest version is lost. */
+static unsigned replay(uint64_t ref[][WORDS], bool *lost, uint64_t seed) {
+  unsigned failed = 0;
+  for (int t = 0; t < NTASKS; t++) {
+    record *r = &records[t];
+    bool cancel = false;
+    for (unsigned i = 0; i < r->s.nbuf; i++)
+      cancel |= (r->s.modes[i] & TDM_R) && lost[r->h[i]];
+    int got = atomic_load(&r->outcome);
+    if (cancel && got != TDM_ERR_CANCELLED)
+      fail_msg("seed %llu: task %d reads a lost version but ended with %s",
+               (unsigned long long)seed, t, tdm_status_name((tdm_status)got));
+    if (!cancel && got == TDM_ERR_CANCELLED)
+      fail_msg("seed %llu: task %d was cancelled with its inputs produced",
+               (unsigned long long)seed, t);
+    assert_true(got == TDM_OK || got == TDM_ERR_SYSTEM || got == TDM_ERR_CANCELLED);
+    failed += got == TDM_ERR_SYSTEM;
+    uint64_t *bufs[MAX_WIDE];
+    for (unsigned i = 0; i < r->s.nbuf; i++) {
+      bufs[i] = ref[r->h[i]];
+      if (r->s.modes[i] & TDM_W)
+        lost[r->h[i]] = got != TDM_OK;
+    }
+    if (got == TDM_OK)
+      apply(&r->s, bufs);
+  }
+  return failed;
+}
+
+enum { NO_FAULTS, LAUNCH_FAULTS, RUN_FAULTS };
+
+/* faults: device launches fail at random (LAUNCH_FAULTS), or launches and
+ * completions, after the task ran and wrote (RUN_FAULTS), with probability
+ * 1/16 each. The outcomes must be those replay derives, and every handle
+ * its last produced version; after a run that failed, only a handle not
+ * lost (the version kept before such a run is not kept yet: a lost handle
+ * holds the host's latest bytes, which may be older). Returns the tasks
+ * that failed. */
+static unsigned one_seed(tdm_runtime *rt, uint64_t seed, int faults) {
   static uint64_t data[NHANDLES][WORDS], ref[NHANDLES][WORDS];
   for (int h = 0; h < NHANDLES; h++)
     for (int w = 0; w < WORDS; w++)
@@ -119,15 +175,33 @@ static void one_seed(tdm_runtime *rt, uint64_t seed) {
     d.dyn_handles = is_wide ? dyn : NULL;
     d.args = &s;
     d.args_size = sizeof s;
+    if (faults) {
+      records[t].s = s;
+      for (unsigned i = 0; i < s.nbuf; i++)
+        records[t].h[i] = (unsigned)(bufs[i] - ref[0]) / WORDS;
+      atomic_store(&records[t].outcome, 1); /* not ended */
+      d.callback = note_outcome;
+      d.callback_data = &records[t].outcome;
+    }
     assert_int_equal(tdm_submit(rt, &d), TDM_OK);
-    apply(&s, bufs); /* the sequential reference */
+    if (!faults)
+      apply(&s, bufs); /* the sequential reference */
+  }
+  bool lost[NHANDLES] = {false};
+  unsigned failed = 0;
+  if (faults) {
+    tdm_status st = tdm_wait_all(rt);
+    failed = replay(ref, lost, seed);
+    assert_int_equal(st, failed ? TDM_ERR_TASK_FAILED : TDM_OK);
+    assert_int_equal(tdm_wait_all(rt), TDM_OK); /* reported once */
   }
   for (int h = 0; h < NHANDLES; h++)
-    assert_int_equal(tdm_handle_unregister(hs[h]), TDM_OK);
+    assert_int_equal(tdm_handle_unregister(hs[h]), lost[h] ? TDM_ERR_LOST : TDM_OK);
   for (int h = 0; h < NHANDLES; h++)
     for (int w = 0; w < WORDS; w++)
-      if (data[h][w] != ref[h][w])
+      if (data[h][w] != ref[h][w] && !(faults == RUN_FAULTS && lost[h]))
         fail_msg("seed %llu: handle %d word %d differs", (unsigned long long)seed, h, w);
+  return failed;
 }
 
 static void test_random_dag_matches_sequential(void **state) {
@@ -135,7 +209,7 @@ static void test_random_dag_matches_sequential(void **state) {
   /* more workers than cores on purpose: more interleavings */
   tdm_runtime *rt = test_runtime(4, NULL);
   for (uint64_t seed = 1; seed <= NSEEDS; seed++)
-    one_seed(rt, seed);
+    one_seed(rt, seed, NO_FAULTS);
   tdm_runtime_destroy(rt);
 }
 
@@ -143,14 +217,14 @@ static void test_random_dag_default_workers(void **state) {
   (void)state;
   tdm_runtime *rt = test_runtime(0, NULL);
   for (uint64_t seed = 100; seed < 100 + NSEEDS; seed++)
-    one_seed(rt, seed);
+    one_seed(rt, seed, NO_FAULTS);
   tdm_runtime_destroy(rt);
 }
 
 /* With emulated devices, one with memory of its own and one sharing the
  * host's, under each placement policy: data moves between the nodes and
  * the results are still those of the sequential run. */
-static void with_devices(const char *policy) {
+static void with_devices_faults(const char *policy, int faults) {
   char dir[64];
   test_temp_dir(dir, sizeof dir);
   tdm_config cfg;
@@ -164,8 +238,15 @@ static void with_devices(const char *policy) {
   cfg.cache_dir = dir;
   tdm_runtime *rt = NULL;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  unsigned failed = 0;
+  if (faults)
+    tdm__faults_set(rt, TDM_FAULT_LAUNCH, 1.0 / 16, 7);
+  if (faults == RUN_FAULTS)
+    tdm__faults_set(rt, TDM_FAULT_COMPLETE, 1.0 / 16, 7);
   for (uint64_t seed = 200; seed < 203; seed++)
-    one_seed(rt, seed);
+    failed += one_seed(rt, seed, faults);
+  if (faults) /* the faults were met */
+    assert_true(failed > 0);
   unsigned on_devices = 0;
   for (unsigned d = 0; d < 2; d++) {
     tdm_device_counters c = {.struct_size = sizeof c};
@@ -175,6 +256,32 @@ static void with_devices(const char *policy) {
   assert_true(on_devices > 0); /* the devices took part */
   tdm_runtime_destroy(rt);
   test_remove_dir(dir);
+}
+
+static void with_devices(const char *policy) {
+  with_devices_faults(policy, NO_FAULTS);
+}
+
+/* Injected device faults: no retries yet, so the failed tasks' readers
+ * are cancelled, transitively, and nothing else. */
+static void test_random_dag_launch_faults_heft(void **state) {
+  (void)state;
+  with_devices_faults("heft", LAUNCH_FAULTS);
+}
+
+static void test_random_dag_launch_faults_eager(void **state) {
+  (void)state;
+  with_devices_faults("eager", LAUNCH_FAULTS);
+}
+
+static void test_random_dag_run_faults_heft(void **state) {
+  (void)state;
+  with_devices_faults("heft", RUN_FAULTS);
+}
+
+static void test_random_dag_run_faults_ws(void **state) {
+  (void)state;
+  with_devices_faults("ws", RUN_FAULTS);
 }
 
 static void test_random_dag_heft(void **state) {
@@ -205,6 +312,10 @@ int main(void) {
       cmocka_unit_test(test_random_dag_ws),
       cmocka_unit_test(test_random_dag_eager),
       cmocka_unit_test(test_random_dag_random),
+      cmocka_unit_test(test_random_dag_launch_faults_heft),
+      cmocka_unit_test(test_random_dag_launch_faults_eager),
+      cmocka_unit_test(test_random_dag_run_faults_heft),
+      cmocka_unit_test(test_random_dag_run_faults_ws),
   };
   init_codelets();
   return cmocka_run_group_tests(tests, NULL, NULL);

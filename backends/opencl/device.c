@@ -291,9 +291,13 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
   t->dx = NULL;
   cl_device *g = x->gpu;
   cl_int status = atomic_load(&x->status);
-  if (status < 0)
+  if (status >= 0 && tdm__fault(rt, TDM_FAULT_COMPLETE))
+    status = CL_OUT_OF_RESOURCES;
+  if (status < 0) { /* what it wrote there is no version */
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u failed (error %d)",
              t->codelet->name ? t->codelet->name : "(unnamed)", g->device, (int)status);
+    tdm__task_write_failed(rt, t, node_of(g));
+  }
   api->ReleaseEvent(x->done);
   tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
   atomic_fetch_add_explicit(&g->tasks, 1, memory_order_relaxed);
@@ -487,9 +491,21 @@ static int launch(cl_device *g, tdm_task *t) {
   waitlist w = {.n = 0};
   exec *x = tdm__calloc(rt, 1, sizeof *x);
   tdm_status why = TDM_ERR_NO_MEMORY;
-  int st = x ? stage(g, t, mems, bufs, &w, &why) : FAILED;
+  int st = FAILED;
+  tdm_status cancelled = atomic_load_explicit(&t->outcome, memory_order_relaxed);
+  if (cancelled) { /* taken from a CPU worker's deque: it ends here */
+    free(x);
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+    tdm__task_done(t, rt->nworkers + g->k, cancelled, 0, 0);
+    TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+    return LAUNCHED;
+  }
   if (!x)
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: out of memory launching codelet %s", name);
+  else if (tdm__fault(rt, TDM_FAULT_LAUNCH))
+    why = TDM_ERR_SYSTEM; /* as an enqueue that failed before staging */
+  else
+    st = stage(g, t, mems, bufs, &w, &why);
   if (st == RETRY) {
     free(x);
     return RETRY;

@@ -394,6 +394,12 @@ static unsigned node_of(const sim_dev *d) {
 
 /* ---- the device's thread ------------------------------------------------ */
 
+/* Whether a task's inputs start moving to d when it is queued there;
+ * with a memory limit, when it runs (a prefetch could find no room). */
+static bool prefetched(const sim_dev *d) {
+  return !d->rt->cfg.device_memory_limit || d->shared;
+}
+
 /* Starts the copies of t's inputs to node (when placed: a prefetch). */
 static void fetch(tdm_runtime *rt, tdm_task *t, unsigned node) {
   tdm_tokens w;
@@ -404,20 +410,26 @@ static void fetch(tdm_runtime *rt, tdm_task *t, unsigned node) {
 
 /* Runs t's CPU variant on the device's memory; false when its buffers do
  * not fit there (nothing ran). *x0, *ran: when and how long it ran. */
-static bool execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) {
+/* Runs t on d: TDM_OK, or why it did not run (its outputs unchanged). */
+static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) {
   tdm_runtime *rt = d->rt;
   unsigned node = node_of(d), slot = 1 + d->k;
   void *mems_room[TDM_MAX_BUFFERS], **mems = tdm__task_mems(t, mems_room);
   tdm_buffer bufs_room[TDM_MAX_BUFFERS], *bufs = tdm__task_views(t, bufs_room);
   tdm_handle *const *hs = tdm__task_handles(t);
   if (!d->shared && !tdm__task_pin(rt, t, slot, mems))
-    return false;
+    return TDM_ERR_TOO_LARGE;
   tdm_tokens w;
   tdm__tokens_init(&w);
-  if (!tdm__task_access(rt, t, node, &w))
-    tdm__log(rt, TDM_LOG_ERROR, "emulated device %u: an input could not be copied", d->k);
+  bool staged = tdm__task_access(rt, t, node, &w);
   tdm__sleep_until(latest(w.v, w.n)); /* booked at placement, if placed here */
   tdm__tokens_release(&rt->nodes, &w);
+  if (!staged) { /* not run on what it has: it fails */
+    tdm__log(rt, TDM_LOG_ERROR, "emulated device %u: an input could not be copied", d->k);
+    if (!d->shared)
+      tdm__task_unpin(rt, t, slot, t->nbuf);
+    return TDM_ERR_SYSTEM;
+  }
   for (unsigned i = 0; i < t->nbuf; i++) {
     bufs[i] = hs[i]->buf;
     if (!d->shared) { /* the elements packed in the device's buffer */
@@ -431,18 +443,31 @@ static bool execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) {
   tdm__task_written(rt, t, node, 0);
   if (!d->shared)
     tdm__task_unpin(rt, t, slot, t->nbuf);
-  return true;
+  return TDM_OK;
 }
 
 static void run(sim_dev *d, tdm_task *t) {
   tdm_runtime *rt = d->rt;
   uint64_t x0, ran;
-  if (!execute(d, t, &x0, &ran)) {
-    tdm__log(rt, TDM_LOG_ERROR,
-             "emulated device %u: codelet %s: its buffers do not fit in its memory; it did "
-             "not run, its outputs are unchanged",
-             d->k, t->codelet->name ? t->codelet->name : "(unnamed)");
-    tdm__task_done(t, rt->nworkers + d->k, TDM_ERR_TOO_LARGE, 0, 0);
+  const char *name = t->codelet->name ? t->codelet->name : "(unnamed)";
+  tdm_status cancelled = atomic_load_explicit(&t->outcome, memory_order_relaxed);
+  if (cancelled) { /* taken from a CPU worker's deque: it ends here */
+    tdm__task_done(t, rt->nworkers + d->k, cancelled, 0, 0);
+    return;
+  }
+  if (tdm__fault(rt, TDM_FAULT_LAUNCH)) { /* nothing ran, nothing written */
+    tdm__log(rt, TDM_LOG_ERROR, "emulated device %u: codelet %s: launch failed", d->k, name);
+    tdm__task_done(t, rt->nworkers + d->k, TDM_ERR_SYSTEM, 0, 0);
+    return;
+  }
+  tdm_status st = execute(d, t, &x0, &ran);
+  if (st) {
+    if (st == TDM_ERR_TOO_LARGE)
+      tdm__log(rt, TDM_LOG_ERROR,
+               "emulated device %u: codelet %s: its buffers do not fit in its memory; it did "
+               "not run, its outputs are unchanged",
+               d->k, name);
+    tdm__task_done(t, rt->nworkers + d->k, st, 0, 0);
     return;
   }
   double factor = rt->time_scale / speedup_of(d, t);
@@ -453,6 +478,13 @@ static void run(sim_dev *d, tdm_task *t) {
   uint64_t x1 = tdm__now_ns();
   atomic_fetch_add_explicit(&d->tasks, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&d->busy_ns, x1 - x0, memory_order_relaxed);
+  if (tdm__fault(rt, TDM_FAULT_COMPLETE)) { /* it ran, and wrote, but failed */
+    tdm__log(rt, TDM_LOG_ERROR, "emulated device %u: codelet %s: its run failed", d->k, name);
+    if (!d->shared)
+      tdm__task_write_failed(rt, t, node_of(d));
+    tdm__task_done(t, rt->nworkers + d->k, TDM_ERR_SYSTEM, x0, x1);
+    return;
+  }
   tdm__task_done(t, rt->nworkers + d->k, TDM_OK, x0, x1);
 }
 
@@ -493,9 +525,7 @@ static void sim_kick(tdm_runtime *rt, unsigned k) {
 
 static void sim_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
   sim_dev *d = &sim_of(rt)->dev[k];
-  /* its inputs start moving now; with a memory limit, when it runs (a
-   * prefetch could find no room) */
-  if (!rt->cfg.device_memory_limit || d->shared)
+  if (prefetched(d))
     fetch(rt, t, node_of(d));
   TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
   tdm__devq_put(&d->q, t);

@@ -312,8 +312,12 @@ static tdm_status init_sync(tdm_runtime *rt) {
     goto fail7;
   if ((err = pthread_mutex_init(&rt->cache_lock, NULL)))
     goto fail8;
+  if ((err = pthread_mutex_init(&rt->fail_lock, NULL)))
+    goto fail9;
   rt->mutexes_ready = true;
   return TDM_OK;
+fail9:
+  pthread_mutex_destroy(&rt->cache_lock);
 fail8:
   pthread_mutex_destroy(&rt->trace_lock);
 fail7:
@@ -338,6 +342,7 @@ fail:
 static void destroy_sync(tdm_runtime *rt) {
   if (!rt->mutexes_ready)
     return;
+  pthread_mutex_destroy(&rt->fail_lock);
   pthread_mutex_destroy(&rt->cache_lock);
   pthread_mutex_destroy(&rt->trace_lock);
   pthread_mutex_destroy(&rt->any_lock);
@@ -539,7 +544,7 @@ tdm_status tdm_wait_all(tdm_runtime *rt) {
     TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
   }
   atomic_fetch_sub(&rt->nwaiters, 1);
-  return TDM_OK;
+  return tdm__report_failures(rt, "tdm_wait_all");
 }
 
 tdm_status tdm_runtime_destroy(tdm_runtime *rt) {

@@ -167,6 +167,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   atomic_init(&t->refs, 1);
   atomic_init(&t->state, TDM_TS_CREATED);
   atomic_init(&t->waiters, 0);
+  atomic_init(&t->outcome, TDM_OK);
   atomic_init(&t->succ_head, NULL);
   t->kind = TDM_TASK_CODELET;
   t->nbuf = 0;
@@ -450,6 +451,9 @@ typedef struct {
   bool record;
   tdm_task **done;
   unsigned ndone, capdone;
+  /* A predecessor whose version t reads has already ended without
+   * producing it: t is cancelled (it is linked all the same). */
+  bool cancel;
 } pred_list;
 
 static void record_done(pred_list *p, tdm_task *t) {
@@ -467,21 +471,29 @@ static void record_done(pred_list *p, tdm_task *t) {
   p->done[p->ndone++] = t;
 }
 
-static int preds_add(pred_list *p, tdm_task *t) {
-  /* acquire: if it has finished, its effects are visible and no edge is
-   * needed */
+/* Adds t to p; data: the task being submitted reads a version t
+ * produces (its edge is tagged TDM_EDGE_DATA). */
+static int preds_add(pred_list *p, tdm_task *t, bool data) {
+  /* acquire: if it has finished, its effects (and outcome) are visible and
+   * no edge is needed */
   if (atomic_load_explicit(&t->state, memory_order_acquire) == TDM_TS_DONE) {
+    if (data && atomic_load_explicit(&t->outcome, memory_order_relaxed))
+      p->cancel = true;
     if (p->record)
       record_done(p, t);
     return 0;
   }
+  tdm_task *tagged = data ? tdm__edge_tag(t) : t;
   /* The same predecessor often comes through several handles (a stencil
    * point wrote one neighbour and read another): one edge is enough. The
    * scan is bounded so that a writer after thousands of readers stays
    * linear; duplicates past it are harmless. */
   for (unsigned i = 0; i < p->n && i < 16; i++)
-    if (p->items[i] == t)
+    if (tdm__edge_task(p->items[i]) == t) {
+      if (data)
+        p->items[i] = tagged;
       return 0;
+    }
   if (p->n == p->cap) {
     unsigned cap = p->cap * 2;
     tdm_task **items = p->items == p->local ? tdm__malloc(t->rt, cap * sizeof *items)
@@ -493,7 +505,7 @@ static int preds_add(pred_list *p, tdm_task *t) {
     p->items = items;
     p->cap = cap;
   }
-  p->items[p->n++] = t;
+  p->items[p->n++] = tagged;
   return 0;
 }
 
@@ -561,15 +573,20 @@ static void release_pending(tdm_task *t) {
     task_ready(t);
 }
 
-static void link_edge(tdm_task *pred, tdm_task *succ, tdm_edge *e) {
-  e->succ = succ;
+/* pred: tagged as preds_add made it. */
+static void link_edge(tdm_task *tagged, tdm_task *succ, tdm_edge *e) {
+  tdm_task *pred = tdm__edge_task(tagged);
+  e->succ = tagged == pred ? succ : tdm__edge_tag(succ);
   /* count the edge first: pred may finish as soon as it is visible */
   atomic_fetch_add_explicit(&succ->pending, 1, memory_order_relaxed);
   tdm_edge *head = atomic_load_explicit(&pred->succ_head, memory_order_acquire);
   do {
     if (head == TDM_CLOSED) {
-      /* pred finished: its writes are visible (acquire), no wait needed.
-       * Cannot reach zero: the submitter still holds one count. */
+      /* pred finished: its writes and outcome are visible (acquire), no
+       * wait needed. Cannot reach zero: the submitter still holds one
+       * count. */
+      if (tagged != pred && atomic_load_explicit(&pred->outcome, memory_order_relaxed))
+        atomic_store_explicit(&succ->outcome, TDM_ERR_CANCELLED, memory_order_relaxed);
       atomic_fetch_sub_explicit(&succ->pending, 1, memory_order_relaxed);
       return;
     }
@@ -665,7 +682,7 @@ static tdm_status explicit_preds(tdm_task *t, pred_list *preds) {
       return TDM_ERR_DEP_NOT_SUBMITTED;
     }
   for (unsigned i = 0; i < ndeps; i++)
-    if (preds_add(preds, deps[i]))
+    if (preds_add(preds, deps[i], true)) /* what it needs is not known */
       return TDM_ERR_NO_MEMORY;
   return TDM_OK;
 }
@@ -689,12 +706,13 @@ TDM_ALWAYS_INLINE static tdm_status check_and_reserve(tdm_task *t, tdm_handle **
       tdm__log(rt, TDM_LOG_ERROR,
                "submit of %s refused: a handle is partitioned (use its tiles)", task_name(t));
     } else {
+      /* it reads what the writers produce; it only comes after readers */
       for (unsigned k = 0; k < h->writers.n && !st; k++)
-        if (preds_add(preds, h->writers.items[k]))
+        if (preds_add(preds, h->writers.items[k], modes[i] & TDM_R))
           st = TDM_ERR_NO_MEMORY;
       if (modes[i] & TDM_W) {
         for (unsigned k = 0; k < h->readers.n && !st; k++)
-          if (preds_add(preds, h->readers.items[k]))
+          if (preds_add(preds, h->readers.items[k], false))
             st = TDM_ERR_NO_MEMORY;
       } else if (!st && reserve_reader(h)) {
         st = TDM_ERR_NO_MEMORY;
@@ -717,7 +735,7 @@ static void record_submit(tdm_task *t, const pred_list *preds) {
   tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_SUBMIT, .id = t->trace_id,
                                         .name = t->codelet->name});
   for (unsigned i = 0; i < preds->n + preds->ndone; i++) {
-    tdm_task *p = i < preds->n ? preds->items[i] : preds->done[i - preds->n];
+    tdm_task *p = i < preds->n ? tdm__edge_task(preds->items[i]) : preds->done[i - preds->n];
     if (p->kind == TDM_TASK_CODELET) /* not a host acquisition */
       tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_EDGE, .id = t->trace_id,
                                             .id2 = p->trace_id});
@@ -777,6 +795,7 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   preds.record = rt->recording && t->trace_id;
   preds.done = NULL;
   preds.ndone = preds.capdone = 0;
+  preds.cancel = false;
   tdm_handle *hs_room[TDM_MAX_BUFFERS], **hs = t->more ? t->more->locked : hs_room;
   unsigned modes_room[TDM_MAX_BUFFERS], *modes = t->more ? t->more->lock_modes : modes_room;
   unsigned nh = unique_handles(t, hs, modes);
@@ -807,6 +826,8 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
     link_edge(preds.items[i], t, &t->edges[i]);
   if (rt->recording && t->trace_id)
     record_submit(t, &preds);
+  if (preds.cancel) /* before anyone can run it */
+    atomic_store_explicit(&t->outcome, TDM_ERR_CANCELLED, memory_order_relaxed);
 
   /* Phase 3: commit. */
   commit(t, hs, modes, nh, give_ref);
@@ -836,6 +857,54 @@ unlock_deps:
 
 /* ---- completion ------------------------------------------------------- */
 
+_Thread_local tdm_status tdm__callback_status TDM_TLS_MODEL = TDM_ERR_INVALID_ARG;
+
+void tdm__task_ended_badly(tdm_task *t, tdm_status status) {
+  tdm_runtime *rt = t->rt;
+  atomic_store_explicit(&t->outcome, status, memory_order_relaxed);
+  if (t->kind != TDM_TASK_CODELET)
+    return;
+  const char *name = task_name(t);
+  bool cancelled = status == TDM_ERR_CANCELLED;
+  /* a failure is logged where it happens, with its cause; a cancellation
+   * follows from one and may come by the thousand */
+  tdm__log(rt, TDM_LOG_DEBUG, "task %s %s (%s)", name, cancelled ? "cancelled" : "failed",
+           tdm_status_name(status));
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->fail_lock));
+  unsigned long *n = cancelled ? &rt->ncancelled : &rt->nfailed;
+  if ((*n)++ == 0) {
+    snprintf(cancelled ? rt->first_cancelled : rt->first_failed, sizeof rt->first_failed,
+             "%s", name);
+    if (!cancelled)
+      rt->first_status = status;
+  }
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->fail_lock));
+}
+
+tdm_status tdm__report_failures(tdm_runtime *rt, const char *what) {
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->fail_lock));
+  unsigned long failed = rt->nfailed, cancelled = rt->ncancelled;
+  if (failed || cancelled) {
+    char first[160] = "";
+    if (failed)
+      snprintf(first, sizeof first, "; the first failed: %s (%s)", rt->first_failed,
+               tdm_status_name(rt->first_status));
+    if (cancelled)
+      snprintf(first + strlen(first), sizeof first - strlen(first),
+               "; the first cancelled: %s", rt->first_cancelled);
+    tdm__log(rt, TDM_LOG_ERROR, "%s: %lu task%s failed and %lu %s cancelled since the last "
+             "report%s", what, failed, failed == 1 ? "" : "s", cancelled,
+             cancelled == 1 ? "was" : "were", first);
+    rt->nfailed = rt->ncancelled = 0;
+  }
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->fail_lock));
+  return failed || cancelled ? TDM_ERR_TASK_FAILED : TDM_OK;
+}
+
+tdm_status tdm_callback_status(void) {
+  return tdm__callback_status;
+}
+
 /* Finishes t; w: the calling worker of t's runtime, or NULL. */
 static void finish(tdm_task *t, tdm_worker *w) {
   tdm_runtime *rt = t->rt;
@@ -843,9 +912,14 @@ static void finish(tdm_task *t, tdm_worker *w) {
    * acquire the edges they pushed */
   tdm_edge *e = atomic_exchange_explicit(&t->succ_head, TDM_CLOSED, memory_order_acq_rel);
   atomic_store(&t->state, TDM_TS_DONE);
+  /* ended without its results: whoever reads them is cancelled */
+  bool lost = atomic_load_explicit(&t->outcome, memory_order_relaxed) != TDM_OK;
   while (e) {
     tdm_edge *next = e->next; /* before the successor can be freed */
-    release_pending(e->succ);
+    tdm_task *s = tdm__edge_task(e->succ);
+    if (lost && s != e->succ) /* before the release below publishes it */
+      atomic_store_explicit(&s->outcome, TDM_ERR_CANCELLED, memory_order_relaxed);
+    release_pending(s);
     e = next;
   }
   /* seq_cst (the store of state above) pairs with the waiter's increment */
@@ -883,12 +957,17 @@ void tdm__task_finish(tdm_task *t) {
 static inline void task_done(tdm_task *t, tdm_worker *w, unsigned worker, tdm_status status,
                              uint64_t t0, uint64_t t1) {
   tdm_runtime *rt = t->rt;
-  if (rt->recording && !status)
+  if (status)
+    tdm__task_ended_badly(t, status);
+  else if (rt->recording)
     tdm__trace_task(rt, t, worker, t0, t1);
   if (tdm__sched_timed(t)) /* the backlog shrinks; the model learns a success */
     tdm__sched_done(t, worker, status ? -1 : 1e-9 * (double)(t1 - t0));
-  if (t->callback)
+  if (t->callback) {
+    tdm__callback_status = status;
     t->callback(t->callback_data);
+    tdm__callback_status = TDM_ERR_INVALID_ARG;
+  }
   finish(t, w);
 }
 
@@ -899,8 +978,17 @@ void tdm__task_done(tdm_task *t, unsigned worker, tdm_status status, uint64_t t0
 
 void tdm__task_execute(tdm_task *t, tdm_worker *w) {
   tdm_runtime *rt = t->rt;
-  if (rt->ndevice_workers && !tdm__host_ready(t))
-    return; /* its inputs are coming home; it is queued again then */
+  /* cancelled, or its inputs could not be brought home: it ends here */
+  tdm_status failed = atomic_load_explicit(&t->outcome, memory_order_relaxed);
+  if (!failed && rt->ndevice_workers) {
+    if (!tdm__host_ready(t))
+      return; /* its inputs are coming home; it is queued again then */
+    failed = atomic_load_explicit(&t->outcome, memory_order_relaxed);
+  }
+  if (TDM_UNLIKELY(failed)) {
+    task_done(t, w, w->id, failed, 0, 0);
+    return;
+  }
   tdm__count(&w->tasks_run, 1);
   /* timed when tracing or counting, for the scheduler's model (a task a
    * device could run), or to stretch it on an emulated machine */
@@ -1010,7 +1098,7 @@ tdm_status tdm_task_wait(tdm_task *task) {
     return bad(task->rt, TDM_ERR_INVALID_ARG, "%s: the task was never submitted",
                "tdm_task_wait");
   tdm__task_wait_state(task, TDM_TS_DONE);
-  return TDM_OK;
+  return atomic_load_explicit(&task->outcome, memory_order_relaxed); /* seen DONE: final */
 }
 
 void tdm_task_release(tdm_task *task) {

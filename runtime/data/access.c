@@ -102,16 +102,35 @@ void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token do
   }
 }
 
+void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node) {
+  tdm_handle *const *hs = tdm__task_handles(t);
+  const uint8_t *modes = tdm__task_modes(t);
+  for (unsigned i = 0; i < t->nbuf && node; i++) {
+    if (!(modes[i] & TDM_W))
+      continue;
+    tdm__coh_lock(&hs[i]->coh);
+    tdm__coh_write_failed(hs[i], node);
+    tdm__coh_unlock(&hs[i]->coh);
+  }
+  (void)rt;
+}
+
 /* ---- the host's side -------------------------------------------------------- */
+
+/* t cannot run on the host: its inputs did not come home. It fails
+ * (tdm__task_execute ends it), its outputs as they were. */
+static void not_home(tdm_task *t, int status) {
+  tdm__log(t->rt, TDM_LOG_ERROR,
+           "codelet %s: bringing its inputs home failed (status %d); it fails without running",
+           t->codelet->name ? t->codelet->name : "(unnamed)", status);
+  atomic_store_explicit(&t->outcome, TDM_ERR_SYSTEM, memory_order_relaxed);
+}
 
 static void fetched(void *arg, int status) {
   tdm_task *t = arg;
   if (status < 0)
-    tdm__log(t->rt, TDM_LOG_ERROR,
-             "codelet %s: bringing its inputs home failed (status %d); it runs on what the "
-             "host has",
-             t->codelet->name ? t->codelet->name : "(unnamed)", status);
-  tdm__schedule(t->rt, t); /* its inputs are home: run it */
+    not_home(t, status);
+  tdm__schedule(t->rt, t); /* its inputs are home (or it failed): it ends */
 }
 
 bool tdm__host_ready(tdm_task *t) {
@@ -120,7 +139,7 @@ bool tdm__host_ready(tdm_task *t) {
   tdm_tokens w;
   tdm__tokens_init(&w);
   if (!tdm__task_access(rt, t, 0, &w))
-    tdm__log(rt, TDM_LOG_ERROR, "a buffer could not be brought home");
+    not_home(t, -1);
   unsigned n = 0; /* those still running */
   for (unsigned i = 0; i < w.n; i++) {
     if (nodes->ops->test(nodes->ctx, w.v[i]))

@@ -309,8 +309,12 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
   }
   /* A write: the copies elsewhere are stale from now on (the task graph
    * has finished their users), so that an eviction does not write one
-   * back over what is being written. */
-  if (mode & TDM_W)
+   * back over what is being written: the host's memory, or an input it
+   * also reads. A device's memory that is only written (TDM_W) is pinned
+   * and written back from nowhere: it becomes the valid copy when
+   * written (tdm__coh_written), so that a task that fails before it runs
+   * leaves every copy as it was. */
+  if ((mode & TDM_W) && (node == 0 || (mode & TDM_R)))
     only_on(h, node);
   return true;
 }
@@ -332,6 +336,12 @@ void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_
   only_on(h, node);
   if (h->coh.rep)
     set_fill(nodes, h, node, done);
+}
+
+void tdm__coh_write_failed(tdm_handle *h, unsigned node) {
+  tdm__nodeset_del(&h->coh.valid, node);
+  if (tdm__nodeset_empty(&h->coh.valid)) /* the host's bytes, never overwritten since */
+    tdm__nodeset_add(&h->coh.valid, 0);
 }
 
 bool tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {

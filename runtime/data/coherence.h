@@ -203,6 +203,9 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
 /* A write on `node`, complete at token `done` (taken over; 0 when done
  * already): node becomes the only valid one. */
 void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_token done);
+/* The write on `node` failed: node's memory holds no version; h's valid
+ * copies are the others, or the host's bytes when there is none. */
+void tdm__coh_write_failed(tdm_handle *h, unsigned node);
 /* Predicted seconds to make h valid on `node`, by link(ctx, node, bytes)
  * (the time of a copy between the host and device node `node`: a node
  * operation's link_time). */

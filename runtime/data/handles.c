@@ -524,6 +524,17 @@ tdm_status tdm_handle_acquire(tdm_handle *h, tdm_access mode) {
     return st;
   }
   tdm__task_wait_state(t, TDM_TS_READY);
+  if (atomic_load_explicit(&t->outcome, memory_order_relaxed)) {
+    /* the version it would read was never produced: not acquired; what
+     * reads after this acquisition is cancelled as it would have been */
+    tdm__spin_lock(&h->lock);
+    h->acquired = NULL;
+    tdm__spin_unlock(&h->lock);
+    tdm__task_finish(t);
+    tdm__task_unref(t);
+    return hbad(rt, TDM_ERR_LOST, what,
+                "a task writing the handle failed or was cancelled: not acquired");
+  }
   /* the host holds it from here: its contents come home */
   tdm__handle_home(h, (mode & TDM_W) != 0);
   return TDM_OK;
@@ -584,8 +595,11 @@ tdm_status tdm_handle_unregister(tdm_handle *h) {
     return st;
   /* Readers were submitted after the writers and waited for them: but
    * writers alone may be pending when there are no readers. Wait for all. */
-  for (unsigned i = 0; i < writers.n; i++)
+  bool lost = false; /* the newest version was never produced */
+  for (unsigned i = 0; i < writers.n; i++) {
     tdm__task_wait_state(writers.items[i], TDM_TS_DONE);
+    lost |= atomic_load_explicit(&writers.items[i]->outcome, memory_order_relaxed) != TDM_OK;
+  }
   for (unsigned i = 0; i < readers.n; i++)
     tdm__task_wait_state(readers.items[i], TDM_TS_DONE);
   tdm__taskvec_release(&writers);
@@ -594,7 +608,10 @@ tdm_status tdm_handle_unregister(tdm_handle *h) {
   tdm__handle_home(h, false);
   tdm__handle_forget(h, true);
   quarantine(h);
-  return TDM_OK;
+  return lost ? hbad(rt, TDM_ERR_LOST, what,
+                     "a task writing the handle failed or was cancelled: its memory holds "
+                     "the last version produced")
+              : TDM_OK;
 }
 
 void tdm__release_acquisitions(tdm_runtime *rt) {

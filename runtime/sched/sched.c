@@ -195,7 +195,9 @@ tdm_task *tdm__sched_take_shared(tdm_runtime *rt, unsigned worker) {
 }
 
 void tdm__place(tdm_runtime *rt, tdm_task *t) {
-  if (!t->device_ok || !rt->sched) { /* the CPU workers' (no call through the tables) */
+  /* the CPU workers' (no call through the tables); a cancelled task ends
+   * on one of them without running */
+  if (!t->device_ok || !rt->sched || atomic_load_explicit(&t->outcome, memory_order_relaxed)) {
     tdm__schedule(rt, t);
     return;
   }

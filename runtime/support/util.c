@@ -129,6 +129,29 @@ void tdm__fail_allocation(tdm_runtime *rt, long n) {
   atomic_store_explicit(&rt->alloc_countdown, n < 0 ? -1 : n, memory_order_relaxed);
 }
 
+void tdm__faults_set(tdm_runtime *rt, unsigned kind, double p, uint64_t seed) {
+  double f = p <= 0 ? 0 : p >= 1 ? 4294967295.0 : p * 4294967296.0;
+  atomic_store_explicit(&rt->fault_draws, seed, memory_order_relaxed);
+  atomic_store_explicit(&rt->fault_p[kind], (uint32_t)f, memory_order_relaxed);
+}
+
+bool tdm__fault(tdm_runtime *rt, unsigned kind) {
+  static const char *const names[TDM_NFAULTS] = {"launch", "completion"};
+  uint32_t p = atomic_load_explicit(&rt->fault_p[kind], memory_order_relaxed);
+  if (!p)
+    return false;
+  /* the draws of all threads from one sequence (SplitMix64's steps) */
+  uint64_t x = atomic_fetch_add_explicit(&rt->fault_draws, 0x9e3779b97f4a7c15ull,
+                                         memory_order_relaxed);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  if ((uint32_t)(x >> 32) >= p)
+    return false;
+  tdm__log(rt, TDM_LOG_DEBUG, "device %s failure injected", names[kind]);
+  return true;
+}
+
 void *tdm__malloc(tdm_runtime *rt, size_t size) {
   return injected_failure(rt) ? NULL : malloc(size);
 }
