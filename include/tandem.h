@@ -301,6 +301,25 @@ typedef struct tdm_config {
    * emulated with the CPU cores. 0 (default): twice the largest speed-up
    * declared, at least 1. Environment: TANDEM_SIM_SCALE. */
   double sim_time_scale;
+  /** How many more times a task whose run on a device failed is tried,
+   * each time on another kind of worker that can run it (another device,
+   * or the CPU variant), never again on a device where it failed. Its
+   * inputs are the versions it was given (see "Task outcomes"). 0: a
+   * failure is final at once. Default 2; at most 100. Environment:
+   * TANDEM_RETRIES. A run that failed after it started writing on a
+   * device is tried again only when the versions it replaced are still
+   * in host memory: always with `writeback`; otherwise when the host's
+   * copies were current (data a device computed and kept is not). */
+  unsigned retries;
+  /** Nonzero: before a device writes a handle whose host copy is stale
+   * (the device computed the version it replaces and kept it), that
+   * version is copied home first. It costs one copy to the host per such
+   * write (a chain of tasks on data kept on a device copies it home at
+   * every step instead of once), and makes every failed run undoable, so
+   * retries always apply. 0 (default): such a run, if it fails, ends
+   * failed, and the handle reports TDM_ERR_LOST. Environment:
+   * TANDEM_WRITEBACK (0 or 1). */
+  int writeback;
 } tdm_config;
 
 /** Fills *config with the defaults listed above. Any thread. */

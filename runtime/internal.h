@@ -246,6 +246,7 @@ enum tdm_task_state {
 };
 
 #define TDM_INLINE_EDGES 4
+#define TDM_MAX_RETRIES 100 /* tdm_config.retries */
 
 /* Laid out so that a task without buffers or arguments touches two cache
  * lines: what every task uses comes first. */
@@ -311,6 +312,11 @@ typedef struct tdm_task {
    * the gathers its access comes after (data/coherence.h). In the room
    * left on this line: the task stays six lines long. */
   uint32_t gens[TDM_MAX_BUFFERS];
+  uint8_t tries; /* failed runs so far (tdm_config.retries) */
+  /* It writes, on a device, a version the host's memory does not hold
+   * (access.c), and a run of it failed there: that version is gone, and
+   * it cannot be tried again. */
+  bool unkept, spoiled;
   /* A task with more than TDM_MAX_BUFFERS buffers: all of them, in a
    * block of their own (handles, modes and gens above are not used). */
   struct tdm_task_more *more;
@@ -593,6 +599,7 @@ struct tdm_runtime {
   /* see tdm__fault: the probabilities as fractions of 2^32 (0: off) */
   _Atomic uint32_t fault_p[TDM_NFAULTS];
   _Atomic uint64_t fault_draws;
+  _Atomic uint64_t nretries; /* tries of failed tasks placed again (task.c) */
 };
 
 /* A helper split out of a hot function for reading, kept inlined. */
@@ -764,13 +771,19 @@ bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w
  * reference; 0: complete). */
 void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token done);
 /* t ran on node (not the host) and failed: the buffers it writes hold no
- * version there. Each falls back on its other valid copies, or on the
- * host's bytes, which nothing has written since (the task fails: whatever
- * reads its outputs is cancelled). A version that lived on that node
- * only, as the task's input, is gone then. A task that fails before it
- * runs needs nothing undone: its inputs are as they were, and what it
- * only writes is made valid when written (tdm__coh_access). */
+ * version there; the host's copy, which tdm__task_access kept current
+ * for a write on a device, holds the version t was given. Call it before
+ * unpinning t there (an eviction must not write the failed run back). A
+ * task that fails before it runs needs nothing undone: its inputs are as
+ * they were, and what it only writes is made valid when written. */
 void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node);
+/* For a device working in host memory: a copy of the buffers t writes,
+ * from which tdm__task_restore undoes a run that failed; NULL when t
+ * writes nothing (*ok true) or there was no memory for it (*ok false,
+ * logged). Free it with free() once the run succeeded. */
+void *tdm__task_snapshot(tdm_runtime *rt, const tdm_task *t, bool *ok);
+/* Puts back what tdm__task_snapshot kept, and frees it. */
+void tdm__task_restore(const tdm_task *t, void *snap);
 /* The node device k works in: 1 + k (its own memory) or 0. */
 unsigned tdm__device_node(const tdm_runtime *rt, unsigned k);
 /* Before a CPU task runs: true when its inputs are on the host; else

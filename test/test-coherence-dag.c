@@ -12,9 +12,12 @@
  * "integrated" (PoCL behaving as either, tasks with a CPU and an OpenCL
  * variant; SKIP without an OpenCL CPU device). One task in four, when
  * enough tiles exist, is wide: WIDE distinct buffers, past
- * TDM_MAX_BUFFERS.
+ * TDM_MAX_BUFFERS. With injected device faults (launches, and runs that
+ * fail after writing, 1 in 16 each), retries and writeback: the same
+ * results, every task done.
  */
 #include "common.h"
+#include "internal.h" /* the device fault seam */
 
 #ifdef TEST_WITH_OPENCL
 #include "tandem/opencl.h"
@@ -320,6 +323,7 @@ typedef struct {
   bool discrete;      /* OpenCL: PoCL as a discrete device */
   uint64_t limit;     /* device memory limit, 0: none */
   const char *policy;
+  bool faults;        /* device faults injected, retried */
 } setup;
 
 static void to_stderr(void *data, tdm_log_level level, const char *msg) {
@@ -346,8 +350,17 @@ static tdm_runtime *make(const setup *s, char *dir, size_t size) {
     cfg.opencl_cpu_devices = 1;
     cfg.device_memory = s->discrete ? TDM_MEMORY_SEPARATE : TDM_MEMORY_SHARED;
   }
+  if (s->faults) { /* every failed run undone and tried again elsewhere */
+    cfg.retries = 2;
+    cfg.writeback = 1;
+    cfg.log_fn = NULL; /* each failure is logged: expected here */
+  }
   tdm_runtime *rt = NULL;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  if (s->faults) {
+    tdm__faults_set(rt, TDM_FAULT_LAUNCH, 1.0 / 16, 11);
+    tdm__faults_set(rt, TDM_FAULT_COMPLETE, 1.0 / 16, 13);
+  }
   return rt;
 }
 
@@ -367,6 +380,8 @@ static unsigned device_tasks(tdm_runtime *rt, uint64_t *evictions) {
 
 /* Runs nseeds seeds of `steps` steps; adds the tasks the devices ran, the
  * evictions and the wide tasks to *totals. */
+static uint64_t retried; /* tries placed again after a fault, all runs */
+
 static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps,
                  uint64_t totals[3]) {
   char dir[64];
@@ -378,6 +393,7 @@ static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
   uint64_t evictions;
   unsigned on_devices = device_tasks(rt, &evictions);
+  retried += atomic_load(&rt->nretries);
   printf("%s %s%s: %u seeds, %u tasks on devices, %llu evictions, %u wide tasks (%u by the CPU "
          "variant)\n",
          s->sim ? "emulated" : s->discrete ? "discrete" : "integrated", s->policy,
@@ -406,12 +422,15 @@ static void test_cpu_only(void **state) {
  * run on the CPU) and, with a memory limit, memory must have run short. */
 static void every_policy(const setup *base, uint64_t first, unsigned nseeds, unsigned steps) {
   uint64_t totals[3] = {0, 0, 0};
+  retried = 0;
   for (unsigned p = 0; p < 4; p++) {
     setup s = *base;
     s.policy = policies[p];
     with(&s, first + 100 * p, nseeds, steps, totals);
   }
   assert_true(totals[0] > 0);
+  if (base->faults) /* the faults were met, and overcome */
+    assert_true(retried > 0);
   assert_true(totals[2] > 0); /* the wide path was taken */
   if (base->limit)
     assert_true(totals[1] > 0);
@@ -447,7 +466,19 @@ static void test_emulated_forty_devices(void **state) {
   assert_true(totals[0] > 0);
 }
 
+/* Device faults on both emulated devices, every policy: retried on the
+ * other device or the CPU variant, the results are the sequential run's. */
+static void test_emulated_faults(void **state) {
+  (void)state;
+  every_policy(&(setup){.sim = TWO_OWN, .faults = true}, 6000, 3, 400);
+}
+
 static bool opencl_discrete;
+
+static void test_opencl_faults(void **state) {
+  (void)state;
+  every_policy(&(setup){.discrete = opencl_discrete, .faults = true}, 7000, 2, 300);
+}
 
 static void test_opencl_every_policy(void **state) {
   (void)state;
@@ -482,6 +513,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_emulated_evictions),
         cmocka_unit_test(test_emulated_memory_too_small),
         cmocka_unit_test(test_emulated_forty_devices),
+        cmocka_unit_test(test_emulated_faults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
   }
@@ -498,6 +530,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_opencl_every_policy),
       cmocka_unit_test(test_opencl_evictions),
+      cmocka_unit_test(test_opencl_faults),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

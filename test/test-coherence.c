@@ -208,7 +208,7 @@ static void prepare(world *w, tdm_handle *h, unsigned node, unsigned mode) {
   tdm__tokens_init(&ts);
   tdm__coh_lock(&h->coh);
   bool ok = node == 0 || tdm__mem_get(&w->nodes, h, node, NULL) != NULL;
-  ok = ok && tdm__coh_access(&w->nodes, h, node, mode, UINT32_MAX, &ts);
+  ok = ok && tdm__coh_access(&w->nodes, h, node, mode, UINT32_MAX, &ts, NULL);
   tdm__coh_unlock(&h->coh);
   assert_true(ok);
   ops.wait(NULL, ts.v, ts.n); /* as a task waits for its inputs */

@@ -131,11 +131,11 @@ enum { NO_FAULTS, LAUNCH_FAULTS, RUN_FAULTS };
 /* faults: device launches fail at random (LAUNCH_FAULTS), or launches and
  * completions, after the task ran and wrote (RUN_FAULTS), with probability
  * 1/16 each. The outcomes must be those replay derives, and every handle
- * its last produced version; after a run that failed, only a handle not
- * lost (the version kept before such a run is not kept yet: a lost handle
- * holds the host's latest bytes, which may be older). Returns the tasks
- * that failed. */
-static unsigned one_seed(tdm_runtime *rt, uint64_t seed, int faults) {
+ * its last produced version (a failed run's writes undone); unless `kept`
+ * is false: a failed run may then have replaced a version only a device
+ * held, and a lost handle's data is not checked. Returns the tasks that
+ * failed. */
+static unsigned one_seed(tdm_runtime *rt, uint64_t seed, int faults, bool kept) {
   static uint64_t data[NHANDLES][WORDS], ref[NHANDLES][WORDS];
   for (int h = 0; h < NHANDLES; h++)
     for (int w = 0; w < WORDS; w++)
@@ -199,7 +199,7 @@ static unsigned one_seed(tdm_runtime *rt, uint64_t seed, int faults) {
     assert_int_equal(tdm_handle_unregister(hs[h]), lost[h] ? TDM_ERR_LOST : TDM_OK);
   for (int h = 0; h < NHANDLES; h++)
     for (int w = 0; w < WORDS; w++)
-      if (data[h][w] != ref[h][w] && !(faults == RUN_FAULTS && lost[h]))
+      if (data[h][w] != ref[h][w] && (kept || !lost[h]))
         fail_msg("seed %llu: handle %d word %d differs", (unsigned long long)seed, h, w);
   return failed;
 }
@@ -209,7 +209,7 @@ static void test_random_dag_matches_sequential(void **state) {
   /* more workers than cores on purpose: more interleavings */
   tdm_runtime *rt = test_runtime(4, NULL);
   for (uint64_t seed = 1; seed <= NSEEDS; seed++)
-    one_seed(rt, seed, NO_FAULTS);
+    one_seed(rt, seed, NO_FAULTS, true);
   tdm_runtime_destroy(rt);
 }
 
@@ -217,14 +217,20 @@ static void test_random_dag_default_workers(void **state) {
   (void)state;
   tdm_runtime *rt = test_runtime(0, NULL);
   for (uint64_t seed = 100; seed < 100 + NSEEDS; seed++)
-    one_seed(rt, seed, NO_FAULTS);
+    one_seed(rt, seed, NO_FAULTS, true);
   tdm_runtime_destroy(rt);
 }
 
 /* With emulated devices, one with memory of its own and one sharing the
  * host's, under each placement policy: data moves between the nodes and
  * the results are still those of the sequential run. */
-static void with_devices_faults(const char *policy, int faults) {
+/* retries, writeback: tdm_config's. Without retries, tasks fail (and
+ * their readers are cancelled); with two and writeback, every task (all
+ * have a CPU variant) ends done on two devices, its failed tries undone:
+ * the run is the sequential one. Without writeback, a run that failed on
+ * a version only its device held is not tried again. */
+static void with_devices_faults(const char *policy, int faults, unsigned retries,
+                                int writeback) {
   char dir[64];
   test_temp_dir(dir, sizeof dir);
   tdm_config cfg;
@@ -236,6 +242,8 @@ static void with_devices_faults(const char *policy, int faults) {
   cfg.sim_time_scale = 1;
   cfg.scheduler = policy;
   cfg.cache_dir = dir;
+  cfg.retries = retries;
+  cfg.writeback = writeback;
   tdm_runtime *rt = NULL;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
   unsigned failed = 0;
@@ -244,9 +252,13 @@ static void with_devices_faults(const char *policy, int faults) {
   if (faults == RUN_FAULTS)
     tdm__faults_set(rt, TDM_FAULT_COMPLETE, 1.0 / 16, 7);
   for (uint64_t seed = 200; seed < 203; seed++)
-    failed += one_seed(rt, seed, faults);
-  if (faults) /* the faults were met */
+    failed += one_seed(rt, seed, faults, faults != RUN_FAULTS || writeback);
+  if (faults && !retries) /* the faults were met */
     assert_true(failed > 0);
+  if (faults && retries) /* met, and tried again */
+    assert_true(atomic_load(&rt->nretries) > 0);
+  if (faults && retries && writeback) /* always with success */
+    assert_int_equal(failed, 0);
   unsigned on_devices = 0;
   for (unsigned d = 0; d < 2; d++) {
     tdm_device_counters c = {.struct_size = sizeof c};
@@ -259,29 +271,45 @@ static void with_devices_faults(const char *policy, int faults) {
 }
 
 static void with_devices(const char *policy) {
-  with_devices_faults(policy, NO_FAULTS);
+  with_devices_faults(policy, NO_FAULTS, 2, 0);
 }
 
-/* Injected device faults: no retries yet, so the failed tasks' readers
- * are cancelled, transitively, and nothing else. */
+/* Injected device faults without retries: the failed tasks' readers are
+ * cancelled, transitively, and nothing else. */
 static void test_random_dag_launch_faults_heft(void **state) {
   (void)state;
-  with_devices_faults("heft", LAUNCH_FAULTS);
+  with_devices_faults("heft", LAUNCH_FAULTS, 0, 0);
 }
 
 static void test_random_dag_launch_faults_eager(void **state) {
   (void)state;
-  with_devices_faults("eager", LAUNCH_FAULTS);
+  with_devices_faults("eager", LAUNCH_FAULTS, 0, 0);
 }
 
 static void test_random_dag_run_faults_heft(void **state) {
   (void)state;
-  with_devices_faults("heft", RUN_FAULTS);
+  with_devices_faults("heft", RUN_FAULTS, 0, 1);
 }
 
 static void test_random_dag_run_faults_ws(void **state) {
   (void)state;
-  with_devices_faults("ws", RUN_FAULTS);
+  with_devices_faults("ws", RUN_FAULTS, 0, 0);
+}
+
+/* With retries: the sequential run's results, every task done. */
+static void test_random_dag_retried_heft(void **state) {
+  (void)state;
+  with_devices_faults("heft", RUN_FAULTS, 2, 1);
+}
+
+static void test_random_dag_retried_eager(void **state) {
+  (void)state;
+  with_devices_faults("eager", RUN_FAULTS, 2, 1);
+}
+
+static void test_random_dag_retried_ws(void **state) {
+  (void)state;
+  with_devices_faults("ws", RUN_FAULTS, 2, 0);
 }
 
 static void test_random_dag_heft(void **state) {
@@ -316,6 +344,9 @@ int main(void) {
       cmocka_unit_test(test_random_dag_launch_faults_eager),
       cmocka_unit_test(test_random_dag_run_faults_heft),
       cmocka_unit_test(test_random_dag_run_faults_ws),
+      cmocka_unit_test(test_random_dag_retried_heft),
+      cmocka_unit_test(test_random_dag_retried_eager),
+      cmocka_unit_test(test_random_dag_retried_ws),
   };
   init_codelets();
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -57,6 +57,9 @@ typedef struct exec {
   cl_event kernel;   /* while recording: the kernel itself */
   uint64_t launched; /* when its commands were enqueued */
   _Atomic cl_int status;
+  /* On a device working in host memory: what the task writes, as it
+   * was, to undo a run that fails (tdm__task_snapshot). */
+  void *before;
 } exec;
 
 /* The offset from the device's profiling clock to the host's: an empty
@@ -296,8 +299,13 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
   if (status < 0) { /* what it wrote there is no version */
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u failed (error %d)",
              t->codelet->name ? t->codelet->name : "(unnamed)", g->device, (int)status);
-    tdm__task_write_failed(rt, t, node_of(g));
+    if (g->shared)
+      tdm__task_restore(t, x->before);
+    else
+      tdm__task_write_failed(rt, t, node_of(g));
+    x->before = NULL;
   }
+  free(x->before);
   api->ReleaseEvent(x->done);
   tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
   atomic_fetch_add_explicit(&g->tasks, 1, memory_order_relaxed);
@@ -511,6 +519,22 @@ static int launch(cl_device *g, tdm_task *t) {
     return RETRY;
   }
   cl_event done = NULL;
+  if (st == LAUNCHED && g->shared) { /* its writes land in host memory */
+    bool kept = true;
+    /* what the host has is not what it will run on until its inputs land */
+    cl_int werr = w.n ? api->WaitForEvents(w.n, w.ev) : CL_SUCCESS;
+    if (werr != CL_SUCCESS)
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: its inputs did not arrive (error %d)",
+               name, (int)werr);
+    else
+      x->before = tdm__task_snapshot(rt, t, &kept);
+    if (!kept || werr != CL_SUCCESS) {
+      tdm__cl_release_all(api, &w);
+      tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
+      why = kept ? TDM_ERR_SYSTEM : TDM_ERR_NO_MEMORY;
+      st = FAILED;
+    }
+  }
   if (st == LAUNCHED) {
     cl_int err = enqueue(g, t, mems, bufs, &w, &done);
     tdm__cl_release_all(api, &w);
@@ -525,6 +549,8 @@ static int launch(cl_device *g, tdm_task *t) {
     }
   }
   if (st == FAILED) { /* finish it so that the graph goes on */
+    if (x)
+      free(x->before); /* it did not run */
     free(x);
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s did not run; its outputs are unchanged",
              name);

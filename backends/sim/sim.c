@@ -408,9 +408,10 @@ static void fetch(tdm_runtime *rt, tdm_task *t, unsigned node) {
   tdm__tokens_release(&rt->nodes, &w);
 }
 
-/* Runs t's CPU variant on the device's memory; false when its buffers do
- * not fit there (nothing ran). *x0, *ran: when and how long it ran. */
-/* Runs t on d: TDM_OK, or why it did not run (its outputs unchanged). */
+/* Runs t's CPU variant on the device's memory: TDM_OK, or why it did not
+ * run or failed (its outputs as they were). *x0, *ran: when and how long
+ * it ran. A run fails when a completion fault is injected: what it wrote
+ * is undone (in host memory, from a copy made before it ran). */
 static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) {
   tdm_runtime *rt = d->rt;
   unsigned node = node_of(d), slot = 1 + d->k;
@@ -437,13 +438,25 @@ static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) 
       bufs[i].ld = bufs[i].ny;
     }
   }
+  bool kept = true;
+  void *before = d->shared ? tdm__task_snapshot(rt, t, &kept) : NULL;
+  if (!kept)
+    return TDM_ERR_NO_MEMORY; /* nothing ran */
   *x0 = tdm__now_ns();
   tdm__cpu_run(t, bufs);
   *ran = tdm__now_ns() - *x0;
-  tdm__task_written(rt, t, node, 0);
+  bool failed = tdm__fault(rt, TDM_FAULT_COMPLETE);
+  if (failed && d->shared)
+    tdm__task_restore(t, before);
+  else
+    free(before);
+  if (failed && !d->shared)
+    tdm__task_write_failed(rt, t, node); /* before it is unpinned */
+  else if (!failed)
+    tdm__task_written(rt, t, node, 0);
   if (!d->shared)
     tdm__task_unpin(rt, t, slot, t->nbuf);
-  return TDM_OK;
+  return failed ? TDM_ERR_SYSTEM : TDM_OK;
 }
 
 static void run(sim_dev *d, tdm_task *t) {
@@ -460,13 +473,14 @@ static void run(sim_dev *d, tdm_task *t) {
     tdm__task_done(t, rt->nworkers + d->k, TDM_ERR_SYSTEM, 0, 0);
     return;
   }
+  x0 = ran = 0;
   tdm_status st = execute(d, t, &x0, &ran);
-  if (st) {
-    if (st == TDM_ERR_TOO_LARGE)
-      tdm__log(rt, TDM_LOG_ERROR,
-               "emulated device %u: codelet %s: its buffers do not fit in its memory; it did "
-               "not run, its outputs are unchanged",
-               d->k, name);
+  if (st == TDM_ERR_TOO_LARGE)
+    tdm__log(rt, TDM_LOG_ERROR,
+             "emulated device %u: codelet %s: its buffers do not fit in its memory; it did "
+             "not run, its outputs are unchanged",
+             d->k, name);
+  if (st && !x0) { /* it did not run */
     tdm__task_done(t, rt->nworkers + d->k, st, 0, 0);
     return;
   }
@@ -478,14 +492,9 @@ static void run(sim_dev *d, tdm_task *t) {
   uint64_t x1 = tdm__now_ns();
   atomic_fetch_add_explicit(&d->tasks, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&d->busy_ns, x1 - x0, memory_order_relaxed);
-  if (tdm__fault(rt, TDM_FAULT_COMPLETE)) { /* it ran, and wrote, but failed */
+  if (st) /* it ran, and wrote, but failed: undone in execute */
     tdm__log(rt, TDM_LOG_ERROR, "emulated device %u: codelet %s: its run failed", d->k, name);
-    if (!d->shared)
-      tdm__task_write_failed(rt, t, node_of(d));
-    tdm__task_done(t, rt->nworkers + d->k, TDM_ERR_SYSTEM, x0, x1);
-    return;
-  }
-  tdm__task_done(t, rt->nworkers + d->k, TDM_OK, x0, x1);
+  tdm__task_done(t, rt->nworkers + d->k, st, x0, x1);
 }
 
 static void *device_main(void *arg) {

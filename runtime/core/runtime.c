@@ -39,6 +39,7 @@ void tdm_config_init(tdm_config *config) {
   config->bind_workers = 1;
   config->spin_us = 50;
   config->log_level = TDM_LOG_WARNING;
+  config->retries = 2;
 }
 
 /* A whole number in decimal digits, at most max; *end is what follows
@@ -177,6 +178,8 @@ static void apply_env(tdm_runtime *rt) {
   env_unsigned(rt, "TANDEM_NWORKERS", 4096, &rt->cfg.nworkers);
   env_flag(rt, "TANDEM_BIND", &rt->cfg.bind_workers);
   env_unsigned(rt, "TANDEM_SPIN_US", 10u * 1000 * 1000, &rt->cfg.spin_us);
+  env_unsigned(rt, "TANDEM_RETRIES", TDM_MAX_RETRIES, &rt->cfg.retries);
+  env_flag(rt, "TANDEM_WRITEBACK", &rt->cfg.writeback);
   env_string("TANDEM_SYNTHETIC_TOPOLOGY", &rt->cfg.synthetic_topology);
   env_string("TANDEM_TOPOLOGY_XML", &rt->cfg.topology_xml);
   env_flag(rt, "TANDEM_OPENCL_CPU", &rt->cfg.opencl_cpu_devices);
@@ -264,6 +267,11 @@ static tdm_status check_device_config(tdm_runtime *rt) {
   if (scale != 0 && !(scale >= 1 && scale <= 1e6)) {
     tdm__log(rt, TDM_LOG_ERROR,
              "tdm_runtime_create: sim_time_scale %g: 0 (automatic) or from 1 to 1e6", scale);
+    return TDM_ERR_INVALID_ARG;
+  }
+  if (rt->cfg.retries > TDM_MAX_RETRIES) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: retries %u: at most %d",
+             rt->cfg.retries, TDM_MAX_RETRIES);
     return TDM_ERR_INVALID_ARG;
   }
   return TDM_OK;

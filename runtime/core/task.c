@@ -170,6 +170,8 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   atomic_init(&t->outcome, TDM_OK);
   atomic_init(&t->succ_head, NULL);
   t->kind = TDM_TASK_CODELET;
+  t->tries = 0;
+  t->unkept = t->spoiled = false;
   t->nbuf = 0;
   t->tile_mask = 0;
   t->more = NULL;
@@ -954,9 +956,38 @@ void tdm__task_finish(tdm_task *t) {
 
 /* The end of a task (see tdm__task_done); w: the calling worker of t's
  * runtime, or NULL. Inlined into the CPU workers' path. */
+/* t failed on device worker `worker` with status: placed again, on a
+ * kind of worker that has not failed it, when tries remain (true). Its
+ * inputs are as they were: what a failed run wrote was dropped
+ * (tdm__task_write_failed), a failed launch wrote nothing. */
+static bool retry(tdm_task *t, unsigned worker, tdm_status status) {
+  tdm_runtime *rt = t->rt;
+  if (status == TDM_ERR_CANCELLED || worker < rt->nworkers || t->kind != TDM_TASK_CODELET)
+    return false;
+  unsigned k = worker - rt->nworkers;
+  uint64_t others = t->dev_mask & ~(UINT64_C(1) << k);
+  if (t->tries >= rt->cfg.retries || t->spoiled || (!others && !t->codelet->cpu_fn))
+    return false;
+  t->tries++;
+  tdm__log(rt, TDM_LOG_WARNING,
+           "task %s failed on device %u (%s): tried again elsewhere (retry %u of %u)",
+           task_name(t), k, tdm_status_name(status), t->tries, rt->cfg.retries);
+  if (tdm__sched_timed(t)) /* the backlog there shrinks; nothing learnt */
+    tdm__sched_done(t, worker, -1);
+  t->dev_mask = others;
+  t->device_ok = others != 0;
+  t->unkept = false;
+  t->sched_cls = -1;
+  atomic_fetch_add_explicit(&rt->nretries, 1, memory_order_relaxed);
+  tdm__place(rt, t);
+  return true;
+}
+
 static inline void task_done(tdm_task *t, tdm_worker *w, unsigned worker, tdm_status status,
                              uint64_t t0, uint64_t t1) {
   tdm_runtime *rt = t->rt;
+  if (status && retry(t, worker, status))
+    return;
   if (status)
     tdm__task_ended_badly(t, status);
   else if (rt->recording)

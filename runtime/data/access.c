@@ -8,6 +8,7 @@
 
 #include <limits.h>
 #include <sched.h>
+#include <string.h>
 #include <stdlib.h>
 
 /* One try of tdm__task_pin: false, nothing pinned, when a buffer does not
@@ -57,11 +58,14 @@ void tdm__task_unpin(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned n) {
 }
 
 /* One access of t: h in `mode`, after `gen` gathers (lock taken here). */
-static bool access_one(tdm_runtime *rt, tdm_handle *h, unsigned node, unsigned mode,
-                       uint32_t gen, tdm_tokens *w) {
+static bool access_one(tdm_runtime *rt, tdm_task *t, tdm_handle *h, unsigned node,
+                       unsigned mode, uint32_t gen, tdm_tokens *w) {
+  bool unkept = false;
   tdm__coh_lock(&h->coh);
-  bool ok = tdm__coh_access(&rt->nodes, h, node, mode, gen, w);
+  bool ok = tdm__coh_access(&rt->nodes, h, node, mode, gen, w, &unkept);
   tdm__coh_unlock(&h->coh);
+  if (unkept) /* a failed run of t could not be undone */
+    t->unkept = true;
   return ok;
 }
 
@@ -69,7 +73,7 @@ bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w
   bool ok = true;
   const tdm_task_more *m = t->more;
   for (unsigned i = 0; m && i < m->nlocked && ok; i++) /* distinct already */
-    ok = access_one(rt, m->locked[i], node, m->lock_modes[i], m->gens[i], w);
+    ok = access_one(rt, t, m->locked[i], node, m->lock_modes[i], m->gens[i], w);
   for (unsigned i = 0; !m && i < t->nbuf && ok; i++) {
     tdm_handle *h = t->handles[i];
     /* a handle named twice is one access, in both modes */
@@ -81,7 +85,7 @@ bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w
         mode |= t->modes[j];
       }
     if (first)
-      ok = access_one(rt, h, node, mode, t->gens[i], w);
+      ok = access_one(rt, t, h, node, mode, t->gens[i], w);
   }
   tdm__coh_reap(&rt->nodes);
   return ok;
@@ -103,6 +107,8 @@ void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token do
 }
 
 void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node) {
+  if (t->unkept) /* a version it replaced lived on that device only */
+    t->spoiled = true;
   tdm_handle *const *hs = tdm__task_handles(t);
   const uint8_t *modes = tdm__task_modes(t);
   for (unsigned i = 0; i < t->nbuf && node; i++) {
@@ -113,6 +119,49 @@ void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node) {
     tdm__coh_unlock(&hs[i]->coh);
   }
   (void)rt;
+}
+
+/* Copies the rows of each buffer t writes between the host and `room`,
+ * packed (to_room: into it). */
+static size_t copy_written(const tdm_task *t, unsigned char *room, bool to_room) {
+  tdm_handle *const *hs = tdm__task_handles(t);
+  const uint8_t *modes = tdm__task_modes(t);
+  size_t at = 0;
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    if (!(modes[i] & TDM_W))
+      continue;
+    const tdm_buffer *b = &hs[i]->buf;
+    size_t row = b->ny * b->elem_size, pitch = b->ld * b->elem_size;
+    for (size_t r = 0; r < b->nx; r++, at += row) {
+      unsigned char *host = (unsigned char *)b->ptr + r * pitch;
+      if (room)
+        memcpy(to_room ? room + at : host, to_room ? host : room + at, row);
+    }
+  }
+  return at;
+}
+
+void *tdm__task_snapshot(tdm_runtime *rt, const tdm_task *t, bool *ok) {
+  size_t bytes = copy_written(t, NULL, true);
+  *ok = true;
+  if (!bytes)
+    return NULL;
+  unsigned char *room = tdm__malloc(rt, bytes);
+  if (!room) {
+    tdm__log(rt, TDM_LOG_ERROR, "out of memory for a copy of %zu bytes a device task writes",
+             bytes);
+    *ok = false;
+    return NULL;
+  }
+  copy_written(t, room, true);
+  return room;
+}
+
+void tdm__task_restore(const tdm_task *t, void *snap) {
+  if (!snap)
+    return;
+  copy_written(t, snap, false);
+  free(snap);
 }
 
 /* ---- the host's side -------------------------------------------------------- */
@@ -171,7 +220,7 @@ void tdm__handle_home(tdm_handle *h, bool will_write) {
   tdm_tokens w;
   tdm__tokens_init(&w);
   tdm__coh_lock(&h->coh);
-  bool ok = tdm__coh_access(nodes, h, 0, TDM_R, UINT32_MAX, &w);
+  bool ok = tdm__coh_access(nodes, h, 0, TDM_R, UINT32_MAX, &w, NULL);
   if (ok && will_write)
     tdm__coh_written(nodes, h, 0, 0);
   tdm__coh_unlock(&h->coh);

@@ -298,7 +298,7 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
 }
 
 bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsigned mode,
-                     uint32_t gen, tdm_tokens *w) {
+                     uint32_t gen, tdm_tokens *w, bool *unkept) {
   if (!settle_upto(nodes, h, gen))
     return false;
   if (mode & TDM_R) {
@@ -306,6 +306,17 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
       return false;
   } else { /* what writes the node's memory lands first, valid or not */
     wait_add(nodes, w, fill_of(h, node));
+  }
+  /* A write on a device: the version it replaces stays in the host's
+   * memory until the write is known to have succeeded, so that a run
+   * that fails can be undone and tried again (tdm__coh_write_failed),
+   * when the host's copy is current; with keep_host, by a copy home
+   * first (which the write waits for). Otherwise *unkept is set. */
+  if ((mode & TDM_W) && node) {
+    if (nodes->keep_host && !make_valid(nodes, h, 0, w))
+      return false;
+    if (!tdm__nodeset_has(&h->coh.valid, 0) && unkept)
+      *unkept = true;
   }
   /* A write: the copies elsewhere are stale from now on (the task graph
    * has finished their users), so that an eviction does not write one
@@ -339,9 +350,8 @@ void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_
 }
 
 void tdm__coh_write_failed(tdm_handle *h, unsigned node) {
-  tdm__nodeset_del(&h->coh.valid, node);
-  if (tdm__nodeset_empty(&h->coh.valid)) /* the host's bytes, never overwritten since */
-    tdm__nodeset_add(&h->coh.valid, 0);
+  (void)node; /* whatever it wrote there, the host has the version before */
+  h->coh.valid = tdm__nodeset_of(0);
 }
 
 bool tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {

@@ -130,6 +130,9 @@ typedef struct tdm_nodes {
   unsigned n;            /* nodes: 1 + device workers */
   tdm_memnode *mem;      /* per node; [0], the host's, unused */
   tdm_runtime *rt;       /* for messages and allocations; may be NULL */
+  /* tdm_config.writeback: before a device writes a handle, the host's
+   * copy is made current (tdm__coh_access). */
+  bool keep_host;
   /* Gathers done, whose tiles are released outside family locks
    * (tdm__coh_reap). */
   _Atomic(struct tdm_gather *) reap;
@@ -199,12 +202,12 @@ void tdm__coh_unlock(tdm_coh *c);
  * wait for. False when a copy could not be made (logged); w holds what
  * was added. */
 bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsigned mode,
-                     uint32_t gen, tdm_tokens *w);
+                     uint32_t gen, tdm_tokens *w, bool *unkept);
 /* A write on `node`, complete at token `done` (taken over; 0 when done
  * already): node becomes the only valid one. */
 void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_token done);
-/* The write on `node` failed: node's memory holds no version; h's valid
- * copies are the others, or the host's bytes when there is none. */
+/* The write on `node` (not the host) failed: node's memory holds no
+ * version; the host's, kept by tdm__coh_access, is the valid one. */
 void tdm__coh_write_failed(tdm_handle *h, unsigned node);
 /* Predicted seconds to make h valid on `node`, by link(ctx, node, bytes)
  * (the time of a copy between the host and device node `node`: a node

@@ -18,6 +18,7 @@ int tdm__nodes_init(tdm_nodes *nodes, tdm_runtime *rt, const tdm_node_ops *ops, 
   nodes->ops = ops;
   nodes->ctx = ctx;
   nodes->rt = rt;
+  nodes->keep_host = rt && rt->cfg.writeback;
   if (n > TDM_MAX_NODES) {
     tdm__log(rt, TDM_LOG_ERROR, "%u memory nodes: at most %d", n, TDM_MAX_NODES);
     return TDM_ERR_INVALID_ARG;

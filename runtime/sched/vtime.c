@@ -395,7 +395,7 @@ static void start(vt_state *v, unsigned w, tdm_task *t, tdm_vt_result *r) {
     tdm_tokens ts;
     tdm__tokens_init(&ts);
     /* cannot fail: simulated buffers always fit, copies always start */
-    tdm__coh_access(&v->nodes, &v->items[vt->data[k]], node, TDM_R, UINT32_MAX, &ts);
+    tdm__coh_access(&v->nodes, &v->items[vt->data[k]], node, TDM_R, UINT32_MAX, &ts, NULL);
     at = fmax(at, latest(ts.v, ts.n));
     tdm__tokens_release(&v->nodes, &ts);
   }
