@@ -11,11 +11,13 @@
  * enqueueing its own commands; eviction under a small device-memory limit;
  * a buffer too large for the device; the on-disk program cache (reused,
  * corrupt and truncated entries); a kernel that does not build; an
- * OpenCL-only task without a device.
+ * OpenCL-only task without a device; completion callbacks, which submit,
+ * on launches and runs that fail (injected) and on cancelled tasks.
  * Exits 77 (skip) where no OpenCL CPU device is installed.
  */
 #include "common.h"
 
+#include "internal.h" /* the device fault seam */
 #include "tandem/opencl.h"
 
 #include <dirent.h>
@@ -29,12 +31,14 @@
 static bool discrete;
 
 static uint64_t memory_limit; /* for the next runtime */
+static int writeback;          /* for the next runtime */
 static char cache_dir[128];   /* a fresh one per run of this program */
 
 static tdm_runtime *device_runtime(test_log *log, int admit) {
   tdm_config cfg;
   tdm_config_init(&cfg);
   cfg.device_memory_limit = memory_limit;
+  cfg.writeback = writeback;
   cfg.cache_dir = cache_dir;
   cfg.ignore_env = 1;
   cfg.nworkers = 2;
@@ -307,6 +311,147 @@ static void device_chain(bool by_destroy) {
   tdm_free(x);
   tdm_free(y);
   assert_int_equal(test_log_errors(&log), 0);
+}
+
+/* ---- callbacks when tasks fail ------------------------------------------ */
+
+#define CHAIN 40
+
+static tdm_runtime *cb_rt;
+static _Thread_local bool in_submit; /* the test thread, inside tdm_submit */
+static _Atomic unsigned cb_runs, cb_inside, cb_submitted, cb_children;
+static _Atomic int cb_outcome[CHAIN];
+
+static void child(const tdm_buffer *b, const void *args, size_t size) {
+  (void)b;
+  (void)args;
+  (void)size;
+  atomic_fetch_add(&cb_children, 1);
+}
+
+/* Records the outcome, notes a run inside the application's tdm_submit,
+ * and submits a task (which the header allows). */
+static void on_end(void *data) {
+  static const tdm_codelet cl = {.name = "child", .cpu_fn = child};
+  atomic_store(&cb_outcome[(intptr_t)data], (int)tdm_callback_status());
+  atomic_fetch_add(&cb_runs, 1);
+  if (in_submit)
+    atomic_fetch_add(&cb_inside, 1);
+  if (tdm_submit(cb_rt, &(tdm_task_desc){.codelet = &cl}) == TDM_OK)
+    atomic_fetch_add(&cb_submitted, 1);
+}
+
+/* A chain of OpenCL-only tasks with launch or run faults at rate p (one
+ * device, no CPU variant: nothing to retry on): done tasks, then one
+ * failed, then the rest cancelled; every callback runs once, none inside
+ * the application's tdm_submit, each submits; y keeps the last version
+ * produced and reports it lost. A failed run on a discrete device replaced
+ * a version only the device held: kept with writeback. */
+static void chain_with_faults(unsigned kind, double p) {
+  test_log log;
+  writeback = kind == TDM_FAULT_COMPLETE;
+  cb_rt = device_runtime(&log, 1);
+  writeback = 0;
+  tdm__faults_set(cb_rt, kind, p, 5);
+  float *x = array(1, 0), *y = array(0, 0);
+  tdm_handle *hx, *hy;
+  assert_int_equal(tdm_register_vector(cb_rt, x, N, sizeof(float), &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(cb_rt, y, N, sizeof(float), &hy), TDM_OK);
+  atomic_store(&cb_runs, 0);
+  atomic_store(&cb_inside, 0);
+  atomic_store(&cb_submitted, 0);
+  atomic_store(&cb_children, 0);
+  float a = 1.0f;
+  for (intptr_t i = 0; i < CHAIN; i++) {
+    atomic_store(&cb_outcome[i], 1);
+    in_submit = true;
+    tdm_status st = tdm_submit(cb_rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only,
+                                                        .handles = {hx, hy},
+                                                        .args = &a,
+                                                        .args_size = sizeof a,
+                                                        .callback = on_end,
+                                                        .callback_data = (void *)i});
+    in_submit = false;
+    assert_int_equal(st, TDM_OK);
+  }
+  assert_int_equal(tdm_wait_all(cb_rt), TDM_ERR_TASK_FAILED);
+  assert_int_equal(tdm_wait_all(cb_rt), TDM_OK); /* reported once */
+  assert_int_equal(atomic_load(&cb_runs), CHAIN);
+  assert_int_equal(atomic_load(&cb_inside), 0);
+  assert_int_equal(atomic_load(&cb_submitted), CHAIN);
+  assert_int_equal(atomic_load(&cb_children), CHAIN);
+  int done = 0;
+  while (done < CHAIN && atomic_load(&cb_outcome[done]) == TDM_OK)
+    done++;
+  assert_true(done < CHAIN);
+  assert_int_equal(atomic_load(&cb_outcome[done]), TDM_ERR_SYSTEM);
+  for (int i = done + 1; i < CHAIN; i++)
+    assert_int_equal(atomic_load(&cb_outcome[i]), TDM_ERR_CANCELLED);
+  assert_int_equal(tdm_handle_acquire(hy, TDM_R), TDM_ERR_LOST);
+  assert_int_equal(tdm_handle_unregister(hy), TDM_ERR_LOST);
+  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+  tdm_runtime_destroy(cb_rt);
+  for (int i = 0; i < N; i++) /* the version the done tasks produced */
+    assert_true(y[i] == (float)done);
+  printf("%s faults: %d done, 1 failed, %d cancelled\n",
+         kind == TDM_FAULT_LAUNCH ? "launch" : "run", done, CHAIN - done - 1);
+  tdm_free(x);
+  tdm_free(y);
+}
+
+/* Independent OpenCL-only tasks, half of whose launches fail: each is
+ * launched from the thread that submits it, inside tdm_submit, and its
+ * end (callback, which submits) must come later, elsewhere. */
+static void independent_with_launch_faults(void) {
+  test_log log;
+  cb_rt = device_runtime(&log, 1);
+  tdm__faults_set(cb_rt, TDM_FAULT_LAUNCH, 0.5, 3);
+  float *x = array(1, 0), *y[CHAIN];
+  tdm_handle *hx, *hy[CHAIN];
+  assert_int_equal(tdm_register_vector(cb_rt, x, N, sizeof(float), &hx), TDM_OK);
+  atomic_store(&cb_runs, 0);
+  atomic_store(&cb_inside, 0);
+  atomic_store(&cb_submitted, 0);
+  atomic_store(&cb_children, 0);
+  float a = 1.0f;
+  for (intptr_t i = 0; i < CHAIN; i++) {
+    y[i] = array(0, 0);
+    assert_int_equal(tdm_register_vector(cb_rt, y[i], N, sizeof(float), &hy[i]), TDM_OK);
+    atomic_store(&cb_outcome[i], 1);
+    in_submit = true;
+    tdm_status st = tdm_submit(cb_rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only,
+                                                        .handles = {hx, hy[i]},
+                                                        .args = &a,
+                                                        .args_size = sizeof a,
+                                                        .callback = on_end,
+                                                        .callback_data = (void *)i});
+    in_submit = false;
+    assert_int_equal(st, TDM_OK);
+  }
+  assert_int_equal(tdm_wait_all(cb_rt), TDM_ERR_TASK_FAILED);
+  assert_int_equal(atomic_load(&cb_inside), 0);
+  assert_int_equal(atomic_load(&cb_runs), CHAIN);
+  assert_int_equal(atomic_load(&cb_children), CHAIN);
+  unsigned failed = 0;
+  for (int i = 0; i < CHAIN; i++) {
+    int got = atomic_load(&cb_outcome[i]);
+    assert_true(got == TDM_OK || got == TDM_ERR_SYSTEM);
+    failed += got != TDM_OK;
+    assert_int_equal(tdm_handle_unregister(hy[i]), got == TDM_OK ? TDM_OK : TDM_ERR_LOST);
+    assert_true(y[i][0] == (got == TDM_OK ? 1.0f : 0.0f));
+    tdm_free(y[i]);
+  }
+  assert_true(failed > 0);
+  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+  tdm_runtime_destroy(cb_rt);
+  tdm_free(x);
+}
+
+static void test_callbacks_on_failures(void **state) {
+  (void)state;
+  independent_with_launch_faults();
+  chain_with_faults(TDM_FAULT_LAUNCH, 0.1);
+  chain_with_faults(TDM_FAULT_COMPLETE, 0.1);
 }
 
 static void test_device_chain(void **state) {
@@ -1041,6 +1186,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_forged_entries),
       cmocka_unit_test(test_build_failure),
       cmocka_unit_test(test_no_device),
+      cmocka_unit_test(test_callbacks_on_failures),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   test_remove_dir(cache_dir);

@@ -60,6 +60,10 @@ typedef struct exec {
   /* On a device working in host memory: what the task writes, as it
    * was, to undo a run that fails (tdm__task_snapshot). */
   void *before;
+  /* Nonzero: it was not launched (cancelled, or the launch failed), and
+   * ends with this status when its completion is taken, on a thread that
+   * holds no lock and is not in the application's call. */
+  tdm_status unlaunched;
 } exec;
 
 /* The offset from the device's profiling clock to the host's: an empty
@@ -271,18 +275,22 @@ static void cl_release(tdm_runtime *rt) {
 
 /* ---- completions ---------------------------------------------------------- */
 
+/* t's completion is ready for cl_progress. */
+static void post_completion(tdm_runtime *rt, tdm_task *t) {
+  tdm_task *head = atomic_load_explicit(&rt->completions, memory_order_relaxed);
+  do
+    t->pool_next = head;
+  while (!atomic_compare_exchange_weak(&rt->completions, &head, t));
+  tdm__wake_for_completion(rt);
+}
+
 static void CL_CALLBACK on_complete(cl_event e, cl_int status, void *data) {
   (void)e;
   tdm_task *t = data;
   exec *x = t->dx;
   if (status < 0)
     atomic_store(&x->status, status);
-  tdm_runtime *rt = t->rt;
-  tdm_task *head = atomic_load_explicit(&rt->completions, memory_order_relaxed);
-  do
-    t->pool_next = head;
-  while (!atomic_compare_exchange_weak(&rt->completions, &head, t));
-  tdm__wake_for_completion(rt);
+  post_completion(t->rt, t);
 }
 
 static void pump(cl_device *g);
@@ -293,6 +301,12 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
   exec *x = t->dx;
   t->dx = NULL;
   cl_device *g = x->gpu;
+  tdm_status unlaunched = x->unlaunched;
+  if (unlaunched) { /* nothing of it ran there: its end only */
+    free(x);
+    tdm__task_done(t, rt->nworkers + g->k, unlaunched, 0, 0);
+    return;
+  }
   cl_int status = atomic_load(&x->status);
   if (status >= 0 && tdm__fault(rt, TDM_FAULT_COMPLETE))
     status = CL_OUT_OF_RESOURCES;
@@ -485,10 +499,21 @@ static void hand_over(cl_device *g, tdm_task *t, const cl_mem *mems, cl_event *d
   }
 }
 
+/* t, which g did not launch, ends with `why` from cl_progress: its
+ * callback, or its retry's placement, never runs under g->lock nor in the
+ * application's call that made it ready (tdm_submit). */
+static void unlaunched(cl_device *g, tdm_task *t, exec *x, tdm_status why) {
+  x->gpu = g;
+  x->unlaunched = why;
+  t->dx = x;
+  post_completion(g->rt, t);
+}
+
 /* Enqueues t's transfers and kernel on g; g->lock held. Returns RETRY,
  * with nothing done, when its buffers do not fit on the device until
- * tasks in flight finish. On failure the task is finished at once (its
- * outputs untouched) with an error logged. */
+ * tasks in flight finish. A task it does not launch (cancelled, or its
+ * launch failed: logged, its outputs untouched) ends through cl_progress
+ * (unlaunched). */
 static int launch(cl_device *g, tdm_task *t) {
   tdm_runtime *rt = g->rt;
   const cl_api *api = api_of(rt);
@@ -501,11 +526,8 @@ static int launch(cl_device *g, tdm_task *t) {
   tdm_status why = TDM_ERR_NO_MEMORY;
   int st = FAILED;
   tdm_status cancelled = atomic_load_explicit(&t->outcome, memory_order_relaxed);
-  if (cancelled) { /* taken from a CPU worker's deque: it ends here */
-    free(x);
-    TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
-    tdm__task_done(t, rt->nworkers + g->k, cancelled, 0, 0);
-    TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+  if (cancelled && x) { /* taken from a CPU worker's deque: it ends */
+    unlaunched(g, t, x, cancelled);
     return LAUNCHED;
   }
   if (!x)
@@ -548,16 +570,18 @@ static int launch(cl_device *g, tdm_task *t) {
       st = FAILED;
     }
   }
-  if (st == FAILED) { /* finish it so that the graph goes on */
-    if (x)
-      free(x->before); /* it did not run */
-    free(x);
+  if (st == FAILED) { /* it ends, so that the graph goes on */
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s did not run; its outputs are unchanged",
              name);
-    TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
-    /* may place successors here: not under the lock */
-    tdm__task_done(t, rt->nworkers + g->k, why, 0, 0);
-    TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+    if (x) {
+      free(x->before); /* it did not run */
+      x->before = NULL;
+      unlaunched(g, t, x, why);
+    } else { /* no room to post it: ended here, not under the lock */
+      TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+      tdm__task_done(t, rt->nworkers + g->k, cancelled ? cancelled : why, 0, 0);
+      TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+    }
     return LAUNCHED;
   }
   x->launched = tdm__now_ns();
