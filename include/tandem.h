@@ -320,6 +320,17 @@ typedef struct tdm_config {
    * failed, and the handle reports TDM_ERR_LOST. Environment:
    * TANDEM_WRITEBACK (0 or 1). */
   int writeback;
+  /** Device faults to inject, to test what an application does when a
+   * device fails: ';'-separated terms, KIND:p=X (each operation of that
+   * kind fails with probability X, 0 to 1) or KIND:nth=N (every Nth
+   * fails), and seed=S (the draws' sequence; default 1). KIND: `launch`
+   * (the task fails before it runs) or `run` (it runs, writes, and then
+   * its device reports an error), on OpenCL and emulated devices alike.
+   * Copies, allocations and the loss of a device are not injectable yet.
+   * E.g. "launch:p=0.05;run:nth=20;seed=7". A malformed or unknown term
+   * makes tdm_runtime_create fail with TDM_ERR_INVALID_ARG, saying which.
+   * NULL (default): none. Environment: TANDEM_FAULTS. */
+  const char *faults;
 } tdm_config;
 
 /** Fills *config with the defaults listed above. Any thread. */

@@ -84,6 +84,9 @@ enum { TDM_FAULT_LAUNCH, TDM_FAULT_COMPLETE, TDM_NFAULTS };
 void tdm__faults_set(tdm_runtime *rt, unsigned kind, double p, uint64_t seed);
 /* Whether this operation of that kind fails (and logs so). */
 bool tdm__fault(tdm_runtime *rt, unsigned kind);
+/* Arms the faults tdm_config.faults describes (NULL: none): TDM_OK, or
+ * TDM_ERR_INVALID_ARG with a message naming the bad term. */
+tdm_status tdm__faults_parse(tdm_runtime *rt, const char *spec);
 
 /* FNV-1a over n bytes, continuing from h (TDM_FNV_OFFSET to start). */
 #define TDM_FNV_OFFSET 0xcbf29ce484222325ull
@@ -599,6 +602,8 @@ struct tdm_runtime {
   /* see tdm__fault: the probabilities as fractions of 2^32 (0: off) */
   _Atomic uint32_t fault_p[TDM_NFAULTS];
   _Atomic uint64_t fault_draws;
+  uint64_t fault_nth[TDM_NFAULTS]; /* 0: off; else every nth fails */
+  _Atomic uint64_t fault_count[TDM_NFAULTS];
   _Atomic uint64_t nretries; /* tries of failed tasks placed again (task.c) */
 };
 

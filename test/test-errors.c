@@ -494,8 +494,66 @@ static void test_environment_values(void **state) {
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_INVALID_ARG);
 }
 
+static void ok_task(const tdm_buffer *b, const void *a, size_t n) {
+  (void)b;
+  (void)a;
+  (void)n;
+}
+
+/* tdm_config.faults and TANDEM_FAULTS: malformed terms refused, saying
+ * which; good ones armed: every emulated launch fails, every task is
+ * retried on the CPU workers and ends done. */
+static void test_faults_specification(void **state) {
+  (void)state;
+  static const char *const bad[] = {
+      "launch",          "launch:p=2",   "launch:p=-0.1",  "launch:p=",  "launch:p=0.5x",
+      "launch:nth=0",    "launch:nth=x", "launch:q=1",     "copy:p=0.1", "alloc:nth=3",
+      "seed=x",          "seed=-1",      "launch:p=0.1;x", ":p=1",       "run:nth=1;;device=1:lost",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    test_log log;
+    tdm_config cfg;
+    tdm_config_init(&cfg);
+    cfg.ignore_env = 1;
+    cfg.bind_workers = 0;
+    cfg.devices = "none";
+    cfg.faults = bad[i];
+    test_log_attach(&cfg, &log);
+    tdm_runtime *rt = NULL;
+    assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_INVALID_ARG);
+    assert_null(rt);
+    if (!test_log_has(&log, "faults: bad term"))
+      fail_msg("faults \"%s\": no message (log: %s)", bad[i], log.all);
+  }
+  setenv("TANDEM_FAULTS", "launch:nth=1;run:p=0;seed=9", 1);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.bind_workers = 0;
+  cfg.nworkers = 1;
+  cfg.sim = "gpu:speedup=100,memory=shared";
+  cfg.sim_time_scale = 1;
+  cfg.scheduler = "random"; /* half the tasks go to the device */
+  char dir[64];
+  test_temp_dir(dir, sizeof dir);
+  cfg.cache_dir = dir; /* the model it saves */
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  unsetenv("TANDEM_FAULTS");
+  static const tdm_codelet cl = {.name = "ok", .cpu_fn = ok_task};
+  for (int i = 0; i < 200; i++)
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl}), TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  tdm_device_counters c = {.struct_size = sizeof c};
+  assert_int_equal(tdm_runtime_device_counters(rt, 0, &c), TDM_OK);
+  assert_int_equal(c.tasks, 0); /* every launch there failed */
+  assert_true(atomic_load(&rt->nretries) > 0);
+  tdm_runtime_destroy(rt);
+  test_remove_dir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_faults_specification),
       cmocka_unit_test(test_status_table),
       cmocka_unit_test(test_version),
       cmocka_unit_test(test_struct_sizes),

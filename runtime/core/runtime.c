@@ -191,6 +191,7 @@ static void apply_env(tdm_runtime *rt) {
   env_string("TANDEM_TRACE", &rt->cfg.trace_path);
   env_string("TANDEM_DAG", &rt->cfg.dag_path);
   env_string("TANDEM_SIM", &rt->cfg.sim);
+  env_string("TANDEM_FAULTS", &rt->cfg.faults);
   env_flag(rt, "TANDEM_STATS", &rt->cfg.stats);
   env_checked(rt);
 }
@@ -482,8 +483,10 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
     goto fail_early;
   }
   /* the selection is parsed from the copy, which it keeps pointing at */
-  if ((st = copy_strings(rt)) || (st = check_device_config(rt)) || (st = init_sync(rt)))
+  if ((st = copy_strings(rt)) || (st = check_device_config(rt)) ||
+      (st = tdm__faults_parse(rt, rt->cfg.faults)) || (st = init_sync(rt)))
     goto fail_early;
+  rt->cfg.faults = NULL; /* parsed: the caller's string is not kept */
   rt->recording = rt->trace_path || rt->dag_path || rt->cfg.stats;
   if (rt->cfg.stats && rt->cfg.log_level < TDM_LOG_INFO)
     rt->cfg.log_level = TDM_LOG_INFO; /* the summary is logged at info */

@@ -2,6 +2,7 @@
  * growable task arrays. */
 #include "../internal.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <string.h>
 #include <stdio.h>
@@ -135,8 +136,73 @@ void tdm__faults_set(tdm_runtime *rt, unsigned kind, double p, uint64_t seed) {
   atomic_store_explicit(&rt->fault_p[kind], (uint32_t)f, memory_order_relaxed);
 }
 
+static const char *const fault_names[TDM_NFAULTS] = {"launch", "run"};
+
+/* One term of a faults specification, between s and end. */
+static bool fault_term(tdm_runtime *rt, const char *s, const char *end, uint64_t *seed) {
+  size_t n = (size_t)(end - s);
+  char term[64];
+  if (n >= sizeof term)
+    return false;
+  memcpy(term, s, n);
+  term[n] = 0;
+  if (!strncmp(term, "seed=", 5))
+    return tdm__parse_count(term + 5, UINT64_MAX, seed);
+  char *colon = strchr(term, ':');
+  if (!colon)
+    return false;
+  *colon = 0;
+  unsigned kind = TDM_NFAULTS;
+  for (unsigned k = 0; k < TDM_NFAULTS; k++)
+    if (!strcmp(term, fault_names[k]))
+      kind = k;
+  const char *what = colon + 1;
+  if (kind == TDM_NFAULTS)
+    return false;
+  if (!strncmp(what, "nth=", 4)) {
+    uint64_t nth;
+    if (!tdm__parse_count(what + 4, UINT64_MAX, &nth) || !nth)
+      return false;
+    rt->fault_nth[kind] = nth;
+    return true;
+  }
+  if (strncmp(what, "p=", 2))
+    return false;
+  char *e;
+  errno = 0;
+  double p = strtod(what + 2, &e);
+  if (errno || e == what + 2 || *e || !(p >= 0 && p <= 1))
+    return false;
+  tdm__faults_set(rt, kind, p, 0);
+  return true;
+}
+
+tdm_status tdm__faults_parse(tdm_runtime *rt, const char *spec) {
+  uint64_t seed = 1;
+  for (const char *s = spec; s && *s;) {
+    const char *end = strchr(s, ';');
+    if (!end)
+      end = s + strlen(s);
+    if (end > s && !fault_term(rt, s, end, &seed)) {
+      tdm__log(rt, TDM_LOG_ERROR,
+               "tdm_runtime_create: faults: bad term \"%.*s\" (expected launch:p=X, "
+               "launch:nth=N, run:p=X, run:nth=N or seed=S, with X from 0 to 1 and N > 0)",
+               (int)(end - s), s);
+      return TDM_ERR_INVALID_ARG;
+    }
+    s = *end ? end + 1 : end;
+  }
+  atomic_store_explicit(&rt->fault_draws, seed, memory_order_relaxed);
+  return TDM_OK;
+}
+
 bool tdm__fault(tdm_runtime *rt, unsigned kind) {
-  static const char *const names[TDM_NFAULTS] = {"launch", "completion"};
+  uint64_t nth = rt->fault_nth[kind];
+  if (nth && (atomic_fetch_add_explicit(&rt->fault_count[kind], 1, memory_order_relaxed) + 1) %
+                     nth == 0) {
+    tdm__log(rt, TDM_LOG_DEBUG, "device %s failure injected", fault_names[kind]);
+    return true;
+  }
   uint32_t p = atomic_load_explicit(&rt->fault_p[kind], memory_order_relaxed);
   if (!p)
     return false;
@@ -148,7 +214,7 @@ bool tdm__fault(tdm_runtime *rt, unsigned kind) {
   x ^= x >> 31;
   if ((uint32_t)(x >> 32) >= p)
     return false;
-  tdm__log(rt, TDM_LOG_DEBUG, "device %s failure injected", names[kind]);
+  tdm__log(rt, TDM_LOG_DEBUG, "device %s failure injected", fault_names[kind]);
   return true;
 }
 
