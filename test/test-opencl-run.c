@@ -341,6 +341,29 @@ static void on_end(void *data) {
     atomic_fetch_add(&cb_submitted, 1);
 }
 
+static void reset_counts(void) {
+  atomic_store(&cb_runs, 0);
+  atomic_store(&cb_inside, 0);
+  atomic_store(&cb_submitted, 0);
+  atomic_store(&cb_children, 0);
+}
+
+/* Task i: y += x on the device, with on_end; submitted as the application
+ * does, in_submit set meanwhile. */
+static void submit_watched(tdm_handle *hx, tdm_handle *hy, intptr_t i) {
+  static const float a = 1.0f;
+  atomic_store(&cb_outcome[i], 1);
+  in_submit = true;
+  tdm_status st = tdm_submit(cb_rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only,
+                                                      .handles = {hx, hy},
+                                                      .args = &a,
+                                                      .args_size = sizeof a,
+                                                      .callback = on_end,
+                                                      .callback_data = (void *)i});
+  in_submit = false;
+  assert_int_equal(st, TDM_OK);
+}
+
 /* A chain of OpenCL-only tasks with launch or run faults at rate p (one
  * device, no CPU variant: nothing to retry on): done tasks, then one
  * failed, then the rest cancelled; every callback runs once, none inside
@@ -357,23 +380,9 @@ static void chain_with_faults(unsigned kind, double p) {
   tdm_handle *hx, *hy;
   assert_int_equal(tdm_register_vector(cb_rt, x, N, sizeof(float), &hx), TDM_OK);
   assert_int_equal(tdm_register_vector(cb_rt, y, N, sizeof(float), &hy), TDM_OK);
-  atomic_store(&cb_runs, 0);
-  atomic_store(&cb_inside, 0);
-  atomic_store(&cb_submitted, 0);
-  atomic_store(&cb_children, 0);
-  float a = 1.0f;
-  for (intptr_t i = 0; i < CHAIN; i++) {
-    atomic_store(&cb_outcome[i], 1);
-    in_submit = true;
-    tdm_status st = tdm_submit(cb_rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only,
-                                                        .handles = {hx, hy},
-                                                        .args = &a,
-                                                        .args_size = sizeof a,
-                                                        .callback = on_end,
-                                                        .callback_data = (void *)i});
-    in_submit = false;
-    assert_int_equal(st, TDM_OK);
-  }
+  reset_counts();
+  for (intptr_t i = 0; i < CHAIN; i++)
+    submit_watched(hx, hy, i);
   assert_int_equal(tdm_wait_all(cb_rt), TDM_ERR_TASK_FAILED);
   assert_int_equal(tdm_wait_all(cb_rt), TDM_OK); /* reported once */
   assert_int_equal(atomic_load(&cb_runs), CHAIN);
@@ -409,24 +418,11 @@ static void independent_with_launch_faults(void) {
   float *x = array(1, 0), *y[CHAIN];
   tdm_handle *hx, *hy[CHAIN];
   assert_int_equal(tdm_register_vector(cb_rt, x, N, sizeof(float), &hx), TDM_OK);
-  atomic_store(&cb_runs, 0);
-  atomic_store(&cb_inside, 0);
-  atomic_store(&cb_submitted, 0);
-  atomic_store(&cb_children, 0);
-  float a = 1.0f;
+  reset_counts();
   for (intptr_t i = 0; i < CHAIN; i++) {
     y[i] = array(0, 0);
     assert_int_equal(tdm_register_vector(cb_rt, y[i], N, sizeof(float), &hy[i]), TDM_OK);
-    atomic_store(&cb_outcome[i], 1);
-    in_submit = true;
-    tdm_status st = tdm_submit(cb_rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only,
-                                                        .handles = {hx, hy[i]},
-                                                        .args = &a,
-                                                        .args_size = sizeof a,
-                                                        .callback = on_end,
-                                                        .callback_data = (void *)i});
-    in_submit = false;
-    assert_int_equal(st, TDM_OK);
+    submit_watched(hx, hy[i], i);
   }
   assert_int_equal(tdm_wait_all(cb_rt), TDM_ERR_TASK_FAILED);
   assert_int_equal(atomic_load(&cb_inside), 0);
