@@ -146,6 +146,12 @@ typedef enum tdm_log_level {
 typedef void (*tdm_log_fn)(void *user_data, tdm_log_level level,
                            const char *message);
 
+/** Called when a device the runtime uses is taken out of placement
+ * (quarantined): `device` numbered as tdm_runtime_device numbers devices,
+ * `why` a sentence. On a thread of the runtime, once per device; it must
+ * not block, and may call the query functions. */
+typedef void (*tdm_device_event_fn)(void *user_data, unsigned device, const char *why);
+
 /** How the devices used treat memory (tdm_config.device_memory). */
 typedef enum tdm_device_memory {
   TDM_MEMORY_AS_REPORTED = 0, /**< as classified (default) */
@@ -331,6 +337,15 @@ typedef struct tdm_config {
    * makes tdm_runtime_create fail with TDM_ERR_INVALID_ARG, saying which.
    * NULL (default): none. Environment: TANDEM_FAULTS. */
   const char *faults;
+  /** A device whose tries fail this many times within one second is
+   * taken out of placement (quarantined): its queued tasks are placed
+   * again, no task goes there any more. 0: never. Default 3, at most 16.
+   * Environment: TANDEM_QUARANTINE. */
+  unsigned quarantine_failures;
+  /** Called when a device is quarantined (tdm_device_event_fn); NULL
+   * (default): the log only. */
+  tdm_device_event_fn device_event_fn;
+  void *device_event_data;
 } tdm_config;
 
 /** Fills *config with the defaults listed above. Any thread. */
@@ -552,6 +567,10 @@ typedef struct tdm_device_info {
   const char *usage;
   /** Its worker's id when used, else -1. */
   int worker;
+  /** 1: taken out of placement after failures (see "When things fail"
+   * in the README); quarantine_reason says why. 0 otherwise. */
+  int quarantined;
+  const char *quarantine_reason;
 } tdm_device_info;
 
 TDM_API tdm_status tdm_runtime_device(const tdm_runtime *rt, unsigned device,

@@ -250,6 +250,12 @@ enum tdm_task_state {
 
 #define TDM_INLINE_EDGES 4
 #define TDM_MAX_RETRIES 100 /* tdm_config.retries */
+#define TDM_MAX_DEVICE_WORKERS 64 /* bits of tdm_task.dev_mask */
+/* A device that fails tdm_config.quarantine_failures tries (at most
+ * TDM_MAX_QUARANTINE_FAILURES) within TDM_QUARANTINE_WINDOW_NS is taken
+ * out of placement. */
+#define TDM_MAX_QUARANTINE_FAILURES 16
+#define TDM_QUARANTINE_WINDOW_NS 1000000000ull
 
 /* Laid out so that a task without buffers or arguments touches two cache
  * lines: what every task uses comes first. */
@@ -603,6 +609,10 @@ struct tdm_runtime {
   _Atomic uint32_t fault_p[TDM_NFAULTS];
   _Atomic uint64_t fault_draws;
   uint64_t fault_nth[TDM_NFAULTS]; /* 0: off; else every nth fails */
+  /* Device workers taken out of placement (bit k: device worker k), and
+   * the times of each one's last failures (sched.c, under fail_lock). */
+  _Atomic uint64_t quarantined;
+  uint64_t failed_at[TDM_MAX_DEVICE_WORKERS][TDM_MAX_QUARANTINE_FAILURES];
   _Atomic uint64_t fault_count[TDM_NFAULTS];
   _Atomic uint64_t nretries; /* tries of failed tasks placed again (task.c) */
 };
@@ -688,6 +698,11 @@ void tdm__task_finish(tdm_task *t);
  * one way a backend ends a task. */
 void tdm__task_done(tdm_task *t, unsigned worker, tdm_status status, uint64_t t0,
                     uint64_t t1);
+/* A try failed on device worker k with status (not a cancellation):
+ * counted; at tdm_config.quarantine_failures within the window, the
+ * device is quarantined: out of placement, its queued tasks placed
+ * again. */
+void tdm__device_failed(tdm_runtime *rt, unsigned k, tdm_status status);
 /* Records that t ended with `status` (failed, or cancelled) for
  * tdm_wait_all's report, and logs it. */
 void tdm__task_ended_badly(tdm_task *t, tdm_status status);
@@ -751,7 +766,6 @@ void tdm__trace_finish(tdm_runtime *rt);
 /* Device worker k (worker id nworkers + k) drives device record
  * device_of[k]. Memory node 0 is the host's; device k's own memory, if it
  * has any, is node 1 + k. */
-#define TDM_MAX_DEVICE_WORKERS 64 /* bits of tdm_task.dev_mask */
 
 /* backends/sim, for tests: when the emulated devices' clock started
  * (tdm__now_ns; slow_at counts from there), 0 without emulated devices. */

@@ -353,6 +353,7 @@ static tdm_runtime *make(const setup *s, char *dir, size_t size) {
   if (s->faults) { /* every failed run undone and tried again elsewhere */
     cfg.retries = 2;
     cfg.writeback = 1;
+    cfg.quarantine_failures = 0; /* the devices stay in use, failing */
     cfg.log_fn = NULL; /* each failure is logged: expected here */
   }
   tdm_runtime *rt = NULL;

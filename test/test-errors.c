@@ -500,9 +500,20 @@ static void ok_task(const tdm_buffer *b, const void *a, size_t n) {
   (void)n;
 }
 
+static _Atomic unsigned events;
+static char event_why[128];
+
+static void on_event(void *data, unsigned device, const char *why) {
+  (void)data;
+  assert_int_equal(device, 0);
+  snprintf(event_why, sizeof event_why, "%s", why);
+  atomic_fetch_add(&events, 1);
+}
+
 /* tdm_config.faults and TANDEM_FAULTS: malformed terms refused, saying
  * which; good ones armed: every emulated launch fails, every task is
- * retried on the CPU workers and ends done. */
+ * retried on the CPU workers and ends done, and after three failures the
+ * device is quarantined (said once, and in tdm_device_info). */
 static void test_faults_specification(void **state) {
   (void)state;
   static const char *const bad[] = {
@@ -536,6 +547,7 @@ static void test_faults_specification(void **state) {
   char dir[64];
   test_temp_dir(dir, sizeof dir);
   cfg.cache_dir = dir; /* the model it saves */
+  cfg.device_event_fn = on_event;
   tdm_runtime *rt = NULL;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
   unsetenv("TANDEM_FAULTS");
@@ -546,9 +558,23 @@ static void test_faults_specification(void **state) {
   tdm_device_counters c = {.struct_size = sizeof c};
   assert_int_equal(tdm_runtime_device_counters(rt, 0, &c), TDM_OK);
   assert_int_equal(c.tasks, 0); /* every launch there failed */
-  assert_true(atomic_load(&rt->nretries) > 0);
+  assert_true(atomic_load(&rt->nretries) >= 3);
+  tdm_device_info d = {.struct_size = sizeof d};
+  assert_int_equal(tdm_runtime_device(rt, 0, &d), TDM_OK);
+  assert_int_equal(d.quarantined, 1);
+  assert_string_equal(d.quarantine_reason, event_why);
+  assert_int_equal(atomic_load(&events), 1);
+  /* a caller built before the field existed still gets the rest */
+  tdm_device_info old = {.struct_size = offsetof(tdm_device_info, worker) + sizeof(int)};
+  assert_int_equal(tdm_runtime_device(rt, 0, &old), TDM_OK);
+  assert_int_equal(old.worker, d.worker);
   tdm_runtime_destroy(rt);
   test_remove_dir(dir);
+  /* too many failures to wait for is refused */
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.quarantine_failures = 17;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_INVALID_ARG);
 }
 
 int main(void) {

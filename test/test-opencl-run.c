@@ -34,9 +34,19 @@ static uint64_t memory_limit; /* for the next runtime */
 static int writeback;          /* for the next runtime */
 static char cache_dir[128];   /* a fresh one per run of this program */
 
+static _Atomic unsigned device_events;
+
+static void on_device_event(void *data, unsigned device, const char *why) {
+  (void)data;
+  (void)device;
+  assert_non_null(why);
+  atomic_fetch_add(&device_events, 1);
+}
+
 static tdm_runtime *device_runtime(test_log *log, int admit) {
   tdm_config cfg;
   tdm_config_init(&cfg);
+  cfg.device_event_fn = on_device_event;
   cfg.device_memory_limit = memory_limit;
   cfg.writeback = writeback;
   cfg.cache_dir = cache_dir;
@@ -410,9 +420,12 @@ static void chain_with_faults(unsigned kind, double p) {
 
 /* Independent OpenCL-only tasks, half of whose launches fail: each is
  * launched from the thread that submits it, inside tdm_submit, and its
- * end (callback, which submits) must come later, elsewhere. */
+ * end (callback, which submits) must come later, elsewhere. Failing so
+ * often, the device is quarantined (once, said through the event
+ * callback and tdm_device_info): the tasks after that find no device. */
 static void independent_with_launch_faults(void) {
   test_log log;
+  atomic_store(&device_events, 0);
   cb_rt = device_runtime(&log, 1);
   tdm__faults_set(cb_rt, TDM_FAULT_LAUNCH, 0.5, 3);
   float *x = array(1, 0), *y[CHAIN];
@@ -428,16 +441,29 @@ static void independent_with_launch_faults(void) {
   assert_int_equal(atomic_load(&cb_inside), 0);
   assert_int_equal(atomic_load(&cb_runs), CHAIN);
   assert_int_equal(atomic_load(&cb_children), CHAIN);
-  unsigned failed = 0;
+  unsigned failed = 0, no_device = 0;
   for (int i = 0; i < CHAIN; i++) {
     int got = atomic_load(&cb_outcome[i]);
-    assert_true(got == TDM_OK || got == TDM_ERR_SYSTEM);
+    assert_true(got == TDM_OK || got == TDM_ERR_SYSTEM || got == TDM_ERR_NO_DEVICE);
     failed += got != TDM_OK;
+    if (got == TDM_ERR_NO_DEVICE)
+      no_device++;
+    else /* nothing ran there once it was out */
+      assert_int_equal(no_device, 0);
     assert_int_equal(tdm_handle_unregister(hy[i]), got == TDM_OK ? TDM_OK : TDM_ERR_LOST);
     assert_true(y[i][0] == (got == TDM_OK ? 1.0f : 0.0f));
     tdm_free(y[i]);
   }
-  assert_true(failed > 0);
+  assert_true(failed >= 3);
+  tdm_device_info d = {.struct_size = sizeof d};
+  assert_int_equal(tdm_runtime_device(cb_rt, (unsigned)the_device(cb_rt), &d), TDM_OK);
+  assert_int_equal(d.quarantined, 1);
+  assert_non_null(strstr(d.quarantine_reason, "failed tries"));
+  assert_int_equal(atomic_load(&device_events), 1);
+  assert_true(no_device > 0);
+  assert_true(test_log_has(&log, "taken out of placement"));
+  printf("quarantined after %u failures; %u tasks then found no device\n", failed - no_device,
+         no_device);
   assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
   tdm_runtime_destroy(cb_rt);
   tdm_free(x);

@@ -40,6 +40,7 @@ void tdm_config_init(tdm_config *config) {
   config->spin_us = 50;
   config->log_level = TDM_LOG_WARNING;
   config->retries = 2;
+  config->quarantine_failures = 3;
 }
 
 /* A whole number in decimal digits, at most max; *end is what follows
@@ -180,6 +181,8 @@ static void apply_env(tdm_runtime *rt) {
   env_unsigned(rt, "TANDEM_SPIN_US", 10u * 1000 * 1000, &rt->cfg.spin_us);
   env_unsigned(rt, "TANDEM_RETRIES", TDM_MAX_RETRIES, &rt->cfg.retries);
   env_flag(rt, "TANDEM_WRITEBACK", &rt->cfg.writeback);
+  env_unsigned(rt, "TANDEM_QUARANTINE", TDM_MAX_QUARANTINE_FAILURES,
+               &rt->cfg.quarantine_failures);
   env_string("TANDEM_SYNTHETIC_TOPOLOGY", &rt->cfg.synthetic_topology);
   env_string("TANDEM_TOPOLOGY_XML", &rt->cfg.topology_xml);
   env_flag(rt, "TANDEM_OPENCL_CPU", &rt->cfg.opencl_cpu_devices);
@@ -273,6 +276,11 @@ static tdm_status check_device_config(tdm_runtime *rt) {
   if (rt->cfg.retries > TDM_MAX_RETRIES) {
     tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: retries %u: at most %d",
              rt->cfg.retries, TDM_MAX_RETRIES);
+    return TDM_ERR_INVALID_ARG;
+  }
+  if (rt->cfg.quarantine_failures > TDM_MAX_QUARANTINE_FAILURES) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: quarantine_failures %u: at most %d",
+             rt->cfg.quarantine_failures, TDM_MAX_QUARANTINE_FAILURES);
     return TDM_ERR_INVALID_ARG;
   }
   return TDM_OK;

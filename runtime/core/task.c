@@ -965,6 +965,7 @@ static bool retry(tdm_task *t, unsigned worker, tdm_status status) {
   if (status == TDM_ERR_CANCELLED || worker < rt->nworkers || t->kind != TDM_TASK_CODELET)
     return false;
   unsigned k = worker - rt->nworkers;
+  tdm__device_failed(rt, k, status); /* may take the device out of placement */
   uint64_t others = t->dev_mask & ~(UINT64_C(1) << k);
   if (t->tries >= rt->cfg.retries || t->spoiled || (!others && !t->codelet->cpu_fn))
     return false;

@@ -210,22 +210,30 @@ tdm_status tdm__machine_describe(tdm_runtime *rt) {
 
 /* Copies `ours` (the current version's structure, `size` bytes) to the
  * caller's, whose struct_size says how much it has room for. */
-static tdm_status answer(const tdm_runtime *rt, const char *what, void *out, const void *ours,
-                         size_t size) {
+/* Copies our answer (size bytes) into the caller's structure, whose
+ * struct_size must be at least `first`, the structure's size in its first
+ * version: fields added since are left out for a caller built before. */
+static tdm_status answer_grown(const tdm_runtime *rt, const char *what, void *out,
+                               const void *ours, size_t size, size_t first) {
   if (!rt || !out) {
     if (rt)
       tdm__log(rt, TDM_LOG_ERROR, "%s: NULL structure", what);
     return TDM_ERR_INVALID_ARG;
   }
   size_t room = *(const size_t *)out;
-  if (room < size) {
+  if (room < first) {
     tdm__log(rt, TDM_LOG_ERROR, "%s: struct_size %zu is smaller than %zu (set it to sizeof)",
              what, room, size);
     return TDM_ERR_INVALID_ARG;
   }
-  memcpy(out, ours, size);
+  memcpy(out, ours, room < size ? room : size);
   *(size_t *)out = room;
   return TDM_OK;
+}
+
+static tdm_status answer(const tdm_runtime *rt, const char *what, void *out, const void *ours,
+                         size_t size) {
+  return answer_grown(rt, what, out, ours, size, size);
 }
 
 static tdm_status out_of_range(const tdm_runtime *rt, const char *what, unsigned i,
@@ -317,7 +325,13 @@ tdm_status tdm_runtime_device(const tdm_runtime *rt, unsigned device, tdm_device
       .used = d->used,
       .usage = d->usage,
       .worker = d->worker,
+      .quarantined = atomic_load(&d->quarantined),
+      .quarantine_reason = "",
   };
+  if (di.quarantined) /* written before the flag, never again */
+    di.quarantine_reason = d->quarantine_reason;
   memcpy(di.uuid, d->uuid, sizeof di.uuid);
-  return answer(rt, "tdm_runtime_device", info, &di, sizeof di);
+  /* version 0.1 ended at `worker` */
+  return answer_grown(rt, "tdm_runtime_device", info, &di, sizeof di,
+                      offsetof(tdm_device_info, worker) + sizeof di.worker);
 }

@@ -60,7 +60,8 @@ static unsigned class_of(const tdm_runtime *rt, unsigned w) {
 static bool rt_runs(const tdm_sched *s, unsigned c, const tdm_task *t) {
   if (c < s->ncpu)
     return t->codelet->cpu_fn != NULL;
-  return (t->dev_mask >> (c - s->ncpu)) & 1;
+  uint64_t out = atomic_load_explicit(&rt_of(s)->quarantined, memory_order_relaxed);
+  return ((t->dev_mask & ~out) >> (c - s->ncpu)) & 1;
 }
 
 static double rt_predict(const tdm_sched *s, const tdm_task *t, unsigned c, bool *calibrated) {
@@ -194,7 +195,65 @@ tdm_task *tdm__sched_take_shared(tdm_runtime *rt, unsigned worker) {
   return rt->sched ? tdm__sched_shared(rt->sched, class_of(rt, worker)) : NULL;
 }
 
+/* Devices out of placement no longer run t: the CPU workers, or no one
+ * (it fails: TDM_ERR_NO_DEVICE, ended by a CPU worker). */
+static void without_quarantined(tdm_runtime *rt, tdm_task *t, uint64_t out) {
+  t->dev_mask &= ~out;
+  t->device_ok = t->dev_mask != 0;
+  if (!t->device_ok && !t->codelet->cpu_fn &&
+      !atomic_load_explicit(&t->outcome, memory_order_relaxed)) {
+    tdm__log(rt, TDM_LOG_ERROR, "codelet %s: no device left that can run it",
+             codelet_name(t));
+    atomic_store_explicit(&t->outcome, TDM_ERR_NO_DEVICE, memory_order_relaxed);
+  }
+}
+
+static void quarantine(tdm_runtime *rt, unsigned k, const char *why) {
+  uint64_t bit = UINT64_C(1) << k;
+  if (atomic_fetch_or(&rt->quarantined, bit) & bit)
+    return; /* already */
+  unsigned d = rt->device_of[k];
+  tdm_device_record *r = &rt->devices[d];
+  snprintf(r->quarantine_reason, sizeof r->quarantine_reason, "%s", why);
+  atomic_store(&r->quarantined, true);
+  tdm__log(rt, TDM_LOG_WARNING, "device %u (%s) taken out of placement: %s", d, r->name, why);
+  if (rt->cfg.device_event_fn)
+    rt->cfg.device_event_fn(rt->cfg.device_event_data, d, why);
+  /* what waits for it goes elsewhere */
+  for (tdm_task *t; (t = rt->dev->take(rt, k, NULL, NULL));) {
+    if (tdm__sched_timed(t)) /* its backlog there goes */
+      tdm__sched_done(t, rt->nworkers + k, -1);
+    without_quarantined(rt, t, bit);
+    t->sched_cls = -1;
+    tdm__place(rt, t);
+  }
+}
+
+void tdm__device_failed(tdm_runtime *rt, unsigned k, tdm_status status) {
+  unsigned n = rt->cfg.quarantine_failures;
+  if (!n)
+    return;
+  uint64_t now = tdm__now_ns();
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->fail_lock));
+  uint64_t *at = rt->failed_at[k];
+  memmove(at + 1, at, (n - 1) * sizeof *at); /* newest first */
+  at[0] = now;
+  uint64_t oldest = at[n - 1];
+  bool out = oldest && now - oldest <= TDM_QUARANTINE_WINDOW_NS;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->fail_lock));
+  if (out) {
+    char why[96];
+    snprintf(why, sizeof why, "%u failed tries within %.1f s (the last: %s)", n,
+             1e-9 * (double)TDM_QUARANTINE_WINDOW_NS,
+             tdm_status_name(status));
+    quarantine(rt, k, why);
+  }
+}
+
 void tdm__place(tdm_runtime *rt, tdm_task *t) {
+  uint64_t out = atomic_load_explicit(&rt->quarantined, memory_order_relaxed);
+  if (TDM_UNLIKELY(out) && t->device_ok && (t->dev_mask & out))
+    without_quarantined(rt, t, out);
   /* the CPU workers' (no call through the tables); a cancelled task ends
    * on one of them without running */
   if (!t->device_ok || !rt->sched || atomic_load_explicit(&t->outcome, memory_order_relaxed)) {
