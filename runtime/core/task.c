@@ -907,6 +907,14 @@ tdm_status tdm_callback_status(void) {
   return tdm__callback_status;
 }
 
+/* The successors on data edges from e on: cancelled. */
+static __attribute__((noinline, cold)) void cancel_readers(tdm_edge *e) {
+  for (; e; e = e->next)
+    if (tdm__edge_task(e->succ) != e->succ)
+      atomic_store_explicit(&tdm__edge_task(e->succ)->outcome, TDM_ERR_CANCELLED,
+                            memory_order_relaxed);
+}
+
 /* Finishes t; w: the calling worker of t's runtime, or NULL. */
 static void finish(tdm_task *t, tdm_worker *w) {
   tdm_runtime *rt = t->rt;
@@ -914,14 +922,13 @@ static void finish(tdm_task *t, tdm_worker *w) {
    * acquire the edges they pushed */
   tdm_edge *e = atomic_exchange_explicit(&t->succ_head, TDM_CLOSED, memory_order_acq_rel);
   atomic_store(&t->state, TDM_TS_DONE);
-  /* ended without its results: whoever reads them is cancelled */
-  bool lost = atomic_load_explicit(&t->outcome, memory_order_relaxed) != TDM_OK;
+  /* ended without its results: whoever reads them is cancelled (before
+   * the release below publishes it) */
+  if (TDM_UNLIKELY(atomic_load_explicit(&t->outcome, memory_order_relaxed) != TDM_OK))
+    cancel_readers(e);
   while (e) {
     tdm_edge *next = e->next; /* before the successor can be freed */
-    tdm_task *s = tdm__edge_task(e->succ);
-    if (lost && s != e->succ) /* before the release below publishes it */
-      atomic_store_explicit(&s->outcome, TDM_ERR_CANCELLED, memory_order_relaxed);
-    release_pending(s);
+    release_pending(tdm__edge_task(e->succ));
     e = next;
   }
   /* seq_cst (the store of state above) pairs with the waiter's increment */

@@ -251,9 +251,11 @@ void tdm__device_failed(tdm_runtime *rt, unsigned k, tdm_status status) {
 }
 
 void tdm__place(tdm_runtime *rt, tdm_task *t) {
-  uint64_t out = atomic_load_explicit(&rt->quarantined, memory_order_relaxed);
-  if (TDM_UNLIKELY(out) && t->device_ok && (t->dev_mask & out))
-    without_quarantined(rt, t, out);
+  if (t->device_ok) {
+    uint64_t out = atomic_load_explicit(&rt->quarantined, memory_order_relaxed);
+    if (TDM_UNLIKELY(t->dev_mask & out))
+      without_quarantined(rt, t, out);
+  }
   /* the CPU workers' (no call through the tables); a cancelled task ends
    * on one of them without running */
   if (!t->device_ok || !rt->sched || atomic_load_explicit(&t->outcome, memory_order_relaxed)) {
