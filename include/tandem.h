@@ -107,7 +107,8 @@ extern "C" {
   XX(ERR_OVERLAP, -24, "the memory overlaps memory already registered with the runtime") \
   XX(ERR_CANCELLED, -25, "the task was cancelled: a task whose results it reads failed or was cancelled") \
   XX(ERR_LOST, -26, "the handle's latest version was never produced (a task writing it failed or was cancelled); its data is the last version produced") \
-  XX(ERR_TASK_FAILED, -27, "tasks failed or were cancelled since the last report (see the log)")
+  XX(ERR_TASK_FAILED, -27, "tasks failed or were cancelled since the last report (see the log)") \
+  XX(ERR_DEVICE_LOST, -28, "the device stopped working (see the log)")
 
 typedef enum tdm_status {
 #define TDM__STATUS_ENUM(name, value, msg) TDM_##name = (value),
@@ -331,9 +332,13 @@ typedef struct tdm_config {
    * kind fails with probability X, 0 to 1) or KIND:nth=N (every Nth
    * fails), and seed=S (the draws' sequence; default 1). KIND: `launch`
    * (the task fails before it runs) or `run` (it runs, writes, and then
-   * its device reports an error), on OpenCL and emulated devices alike.
-   * Copies, allocations and the loss of a device are not injectable yet.
-   * E.g. "launch:p=0.05;run:nth=20;seed=7". A malformed or unknown term
+   * its device reports an error), on OpenCL and emulated devices alike;
+   * and device=D:lost_at=T: device D (numbered as tdm_runtime_device
+   * numbers devices) stops working T (s, ms, us) after the runtime was
+   * created: every launch and run there fails with TDM_ERR_DEVICE_LOST,
+   * and it is quarantined at once. Failed copies and allocations are not
+   * injectable yet. E.g. "launch:p=0.05;run:nth=20;seed=7" or
+   * "device=1:lost_at=40ms". A malformed or unknown term
    * makes tdm_runtime_create fail with TDM_ERR_INVALID_ARG, saying which.
    * NULL (default): none. Environment: TANDEM_FAULTS. */
   const char *faults;

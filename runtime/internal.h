@@ -82,8 +82,10 @@ enum { TDM_FAULT_LAUNCH, TDM_FAULT_COMPLETE, TDM_NFAULTS };
 /* Test seam: from now on each operation of that kind fails with
  * probability p (0 disarms), drawn from a sequence seeded with seed. */
 void tdm__faults_set(tdm_runtime *rt, unsigned kind, double p, uint64_t seed);
-/* Whether this operation of that kind fails (and logs so). */
-bool tdm__fault(tdm_runtime *rt, unsigned kind);
+/* Whether this operation of that kind on device worker k fails: TDM_OK,
+ * TDM_ERR_SYSTEM (injected), or TDM_ERR_DEVICE_LOST (its device was made
+ * to stop working); logged. */
+tdm_status tdm__fault(tdm_runtime *rt, unsigned kind, unsigned k);
 /* Arms the faults tdm_config.faults describes (NULL: none): TDM_OK, or
  * TDM_ERR_INVALID_ARG with a message naming the bad term. */
 tdm_status tdm__faults_parse(tdm_runtime *rt, const char *spec);
@@ -255,6 +257,7 @@ enum tdm_task_state {
  * TDM_MAX_QUARANTINE_FAILURES) within TDM_QUARANTINE_WINDOW_NS is taken
  * out of placement. */
 #define TDM_MAX_QUARANTINE_FAILURES 16
+#define TDM_MAX_LOST 8 /* device=D:lost_at=T terms of tdm_config.faults */
 #define TDM_QUARANTINE_WINDOW_NS 1000000000ull
 
 /* Laid out so that a task without buffers or arguments touches two cache
@@ -609,6 +612,13 @@ struct tdm_runtime {
   _Atomic uint32_t fault_p[TDM_NFAULTS];
   _Atomic uint64_t fault_draws;
   uint64_t fault_nth[TDM_NFAULTS]; /* 0: off; else every nth fails */
+  /* Devices (records) made to stop working at a time after creation. */
+  struct {
+    unsigned device;
+    uint64_t at_ns;
+  } lost[TDM_MAX_LOST];
+  unsigned nlost;
+  _Atomic uint64_t lost_said; /* bit i: lost[i] was logged */
   /* Device workers taken out of placement (bit k: device worker k), and
    * the times of each one's last failures (sched.c, under fail_lock). */
   _Atomic uint64_t quarantined;

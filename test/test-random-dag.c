@@ -313,6 +313,41 @@ static void test_random_dag_retried_ws(void **state) {
   with_devices_faults("ws", RUN_FAULTS, 2, 0);
 }
 
+/* One emulated device stops working during the run (injected): it is
+ * quarantined at once, its tries are undone and run elsewhere, and the
+ * results are the sequential run's. */
+static void test_random_dag_device_lost(void **state) {
+  (void)state;
+  char dir[64];
+  test_temp_dir(dir, sizeof dir);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.ignore_env = 1;
+  cfg.sim = "own:speedup=2,latency=1us,bandwidth=1G;shared:speedup=0.5,memory=shared";
+  cfg.sim_time_scale = 1;
+  cfg.scheduler = "eager";
+  cfg.cache_dir = dir;
+  cfg.writeback = 1;
+  cfg.faults = "device=0:lost_at=3ms";
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  unsigned failed = 0;
+  for (uint64_t seed = 300; seed < 303; seed++)
+    failed += one_seed(rt, seed, RUN_FAULTS, true);
+  assert_int_equal(failed, 0);
+  tdm_device_info d = {.struct_size = sizeof d};
+  assert_int_equal(tdm_runtime_device(rt, 0, &d), TDM_OK);
+  assert_int_equal(d.quarantined, 1);
+  assert_non_null(strstr(d.quarantine_reason, "stopped working"));
+  tdm_device_counters c = {.struct_size = sizeof c};
+  assert_int_equal(tdm_runtime_device_counters(rt, 1, &c), TDM_OK);
+  assert_true(c.tasks > 0); /* the other device went on */
+  tdm_runtime_destroy(rt);
+  test_remove_dir(dir);
+}
+
 static void test_random_dag_heft(void **state) {
   (void)state;
   with_devices("heft");
@@ -348,6 +383,7 @@ int main(void) {
       cmocka_unit_test(test_random_dag_retried_heft),
       cmocka_unit_test(test_random_dag_retried_eager),
       cmocka_unit_test(test_random_dag_retried_ws),
+      cmocka_unit_test(test_random_dag_device_lost),
   };
   init_codelets();
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -295,6 +295,15 @@ static void CL_CALLBACK on_complete(cl_event e, cl_int status, void *data) {
 
 static void pump(cl_device *g);
 
+/* The status of a failed command: the device is gone for errors that
+ * say so, else a failure of this command. */
+static tdm_status status_of(cl_int err) {
+  return err == CL_DEVICE_NOT_AVAILABLE || err == CL_INVALID_CONTEXT ||
+                 err == CL_INVALID_COMMAND_QUEUE || err == CL_INVALID_DEVICE
+             ? TDM_ERR_DEVICE_LOST
+             : TDM_ERR_SYSTEM;
+}
+
 /* t's commands on its device completed: what they took, then the task. */
 static void completed(tdm_runtime *rt, tdm_task *t) {
   const cl_api *api = api_of(rt);
@@ -308,8 +317,9 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
     return;
   }
   cl_int status = atomic_load(&x->status);
-  if (status >= 0 && tdm__fault(rt, TDM_FAULT_COMPLETE))
-    status = CL_OUT_OF_RESOURCES;
+  tdm_status fault = status >= 0 ? tdm__fault(rt, TDM_FAULT_COMPLETE, g->k) : TDM_OK;
+  if (fault) /* as the device would say it */
+    status = fault == TDM_ERR_DEVICE_LOST ? CL_DEVICE_NOT_AVAILABLE : CL_OUT_OF_RESOURCES;
   if (status < 0) { /* what it wrote there is no version */
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u failed (error %d)",
              t->codelet->name ? t->codelet->name : "(unnamed)", g->device, (int)status);
@@ -337,7 +347,7 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
   if (x->kernel)
     api->ReleaseEvent(x->kernel);
   free(x);
-  tdm__task_done(t, rt->nworkers + g->k, status < 0 ? TDM_ERR_SYSTEM : TDM_OK, t0, t1);
+  tdm__task_done(t, rt->nworkers + g->k, status < 0 ? status_of(status) : TDM_OK, t0, t1);
 }
 
 static bool cl_progress(tdm_runtime *rt) {
@@ -532,8 +542,8 @@ static int launch(cl_device *g, tdm_task *t) {
   }
   if (!x)
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: out of memory launching codelet %s", name);
-  else if (tdm__fault(rt, TDM_FAULT_LAUNCH))
-    why = TDM_ERR_SYSTEM; /* as an enqueue that failed before staging */
+  else if ((why = tdm__fault(rt, TDM_FAULT_LAUNCH, g->k)))
+    ; /* as an enqueue that failed before staging */
   else
     st = stage(g, t, mems, bufs, &w, &why);
   if (st == RETRY) {
@@ -566,7 +576,7 @@ static int launch(cl_device *g, tdm_task *t) {
       if (done)
         api->ReleaseEvent(done);
       tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
-      why = err == CL_BUILD_PROGRAM_FAILURE ? TDM_ERR_BUILD : TDM_ERR_SYSTEM;
+      why = err == CL_BUILD_PROGRAM_FAILURE ? TDM_ERR_BUILD : status_of(err);
       st = FAILED;
     }
   }

@@ -445,7 +445,8 @@ static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) 
   *x0 = tdm__now_ns();
   tdm__cpu_run(t, bufs);
   *ran = tdm__now_ns() - *x0;
-  bool failed = tdm__fault(rt, TDM_FAULT_COMPLETE);
+  tdm_status fault = tdm__fault(rt, TDM_FAULT_COMPLETE, d->k);
+  bool failed = fault != TDM_OK;
   if (failed && d->shared)
     tdm__task_restore(t, before);
   else
@@ -456,7 +457,7 @@ static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) 
     tdm__task_written(rt, t, node, 0);
   if (!d->shared)
     tdm__task_unpin(rt, t, slot, t->nbuf);
-  return failed ? TDM_ERR_SYSTEM : TDM_OK;
+  return fault;
 }
 
 static void run(sim_dev *d, tdm_task *t) {
@@ -468,9 +469,10 @@ static void run(sim_dev *d, tdm_task *t) {
     tdm__task_done(t, rt->nworkers + d->k, cancelled, 0, 0);
     return;
   }
-  if (tdm__fault(rt, TDM_FAULT_LAUNCH)) { /* nothing ran, nothing written */
+  tdm_status fault = tdm__fault(rt, TDM_FAULT_LAUNCH, d->k);
+  if (fault) { /* nothing ran, nothing written */
     tdm__log(rt, TDM_LOG_ERROR, "emulated device %u: codelet %s: launch failed", d->k, name);
-    tdm__task_done(t, rt->nworkers + d->k, TDM_ERR_SYSTEM, 0, 0);
+    tdm__task_done(t, rt->nworkers + d->k, fault, 0, 0);
     return;
   }
   x0 = ran = 0;

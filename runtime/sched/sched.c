@@ -230,6 +230,10 @@ static void quarantine(tdm_runtime *rt, unsigned k, const char *why) {
 }
 
 void tdm__device_failed(tdm_runtime *rt, unsigned k, tdm_status status) {
+  if (status == TDM_ERR_DEVICE_LOST) {
+    quarantine(rt, k, "it stopped working (TDM_ERR_DEVICE_LOST)");
+    return;
+  }
   unsigned n = rt->cfg.quarantine_failures;
   if (!n)
     return;

@@ -138,6 +138,34 @@ void tdm__faults_set(tdm_runtime *rt, unsigned kind, double p, uint64_t seed) {
 
 static const char *const fault_names[TDM_NFAULTS] = {"launch", "run"};
 
+/* device=D:lost_at=T (the text after "device="). */
+static bool lost_term(tdm_runtime *rt, const char *s) {
+  static const char *const units[] = {"s", "ms", "us"};
+  static const double scale[] = {1e9, 1e6, 1e3};
+  const char *colon = strchr(s, ':');
+  char digits[16];
+  uint64_t d;
+  if (!colon || (size_t)(colon - s) >= sizeof digits || rt->nlost == TDM_MAX_LOST)
+    return false;
+  memcpy(digits, s, (size_t)(colon - s));
+  digits[colon - s] = 0;
+  if (!tdm__parse_count(digits, 63, &d) || strncmp(colon + 1, "lost_at=", 8))
+    return false;
+  const char *v = colon + 9;
+  char *e;
+  errno = 0;
+  double t = strtod(v, &e);
+  if (errno || e == v || *v < '0' || *v > '9' || !(t >= 0 && t <= 1e6))
+    return false;
+  for (unsigned u = 0; u < 3; u++)
+    if (!strcmp(e, units[u])) {
+      rt->lost[rt->nlost].device = (unsigned)d;
+      rt->lost[rt->nlost++].at_ns = (uint64_t)(t * scale[u]);
+      return true;
+    }
+  return false;
+}
+
 /* One term of a faults specification, between s and end. */
 static bool fault_term(tdm_runtime *rt, const char *s, const char *end, uint64_t *seed) {
   size_t n = (size_t)(end - s);
@@ -148,6 +176,8 @@ static bool fault_term(tdm_runtime *rt, const char *s, const char *end, uint64_t
   term[n] = 0;
   if (!strncmp(term, "seed=", 5))
     return tdm__parse_count(term + 5, UINT64_MAX, seed);
+  if (!strncmp(term, "device=", 7))
+    return lost_term(rt, term + 7);
   char *colon = strchr(term, ':');
   if (!colon)
     return false;
@@ -186,8 +216,9 @@ tdm_status tdm__faults_parse(tdm_runtime *rt, const char *spec) {
     if (end > s && !fault_term(rt, s, end, &seed)) {
       tdm__log(rt, TDM_LOG_ERROR,
                "tdm_runtime_create: faults: bad term \"%.*s\" (expected launch:p=X, "
-               "launch:nth=N, run:p=X, run:nth=N or seed=S, with X from 0 to 1 and N > 0)",
-               (int)(end - s), s);
+               "launch:nth=N, run:p=X, run:nth=N, seed=S or device=D:lost_at=T, with X "
+               "from 0 to 1, N > 0, T a time in s, ms or us; at most %d lost devices)",
+               (int)(end - s), s, TDM_MAX_LOST);
       return TDM_ERR_INVALID_ARG;
     }
     s = *end ? end + 1 : end;
@@ -196,16 +227,33 @@ tdm_status tdm__faults_parse(tdm_runtime *rt, const char *spec) {
   return TDM_OK;
 }
 
-bool tdm__fault(tdm_runtime *rt, unsigned kind) {
+/* Whether device worker k's device was made to stop working by now. */
+static bool lost_now(tdm_runtime *rt, unsigned k) {
+  for (unsigned i = 0; i < rt->nlost; i++) {
+    if (rt->lost[i].device != rt->device_of[k] ||
+        tdm__now_ns() - rt->trace_t0 < rt->lost[i].at_ns)
+      continue;
+    uint64_t bit = UINT64_C(1) << i;
+    if (!(atomic_fetch_or(&rt->lost_said, bit) & bit))
+      tdm__log(rt, TDM_LOG_WARNING, "device %u stops working (injected fault)",
+               rt->lost[i].device);
+    return true;
+  }
+  return false;
+}
+
+tdm_status tdm__fault(tdm_runtime *rt, unsigned kind, unsigned k) {
+  if (TDM_UNLIKELY(rt->nlost) && lost_now(rt, k))
+    return TDM_ERR_DEVICE_LOST;
   uint64_t nth = rt->fault_nth[kind];
   if (nth && (atomic_fetch_add_explicit(&rt->fault_count[kind], 1, memory_order_relaxed) + 1) %
                      nth == 0) {
     tdm__log(rt, TDM_LOG_DEBUG, "device %s failure injected", fault_names[kind]);
-    return true;
+    return TDM_ERR_SYSTEM;
   }
   uint32_t p = atomic_load_explicit(&rt->fault_p[kind], memory_order_relaxed);
   if (!p)
-    return false;
+    return TDM_OK;
   /* the draws of all threads from one sequence (SplitMix64's steps) */
   uint64_t x = atomic_fetch_add_explicit(&rt->fault_draws, 0x9e3779b97f4a7c15ull,
                                          memory_order_relaxed);
@@ -213,9 +261,9 @@ bool tdm__fault(tdm_runtime *rt, unsigned kind) {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   x ^= x >> 31;
   if ((uint32_t)(x >> 32) >= p)
-    return false;
+    return TDM_OK;
   tdm__log(rt, TDM_LOG_DEBUG, "device %s failure injected", fault_names[kind]);
-  return true;
+  return TDM_ERR_SYSTEM;
 }
 
 void *tdm__malloc(tdm_runtime *rt, size_t size) {
