@@ -213,7 +213,10 @@ static void fill(unsigned nt, bool cholesky) {
 
 /* Runs the application once; returns the seconds from the first submit
  * to the end of tdm_wait_all. */
+static bool app_failed; /* the last run_app: tasks failed or versions lost */
+
 static double run_app(tdm_runtime *rt, unsigned nt, bool cholesky) {
+  app_failed = false;
   fill(nt, cholesky);
   tdm_handle *h[3][MAXT][MAXT];
   for (int m = 0; m < (cholesky ? 1 : 3); m++)
@@ -242,12 +245,12 @@ static double run_app(tdm_runtime *rt, unsigned nt, bool cholesky) {
         for (unsigned k = 0; k < nt; k++)
           submit(rt, K_GEMM_NN, h[0][i][k], h[1][k][j], h[2][i][j]);
   }
-  tdm_wait_all(rt);
+  app_failed = tdm_wait_all(rt) != TDM_OK;
   double t = bench_now() - t0;
   for (int m = 0; m < (cholesky ? 1 : 3); m++)
     for (unsigned i = 0; i < nt; i++)
       for (unsigned j = 0; j < nt; j++)
-        tdm_handle_unregister(h[m][i][j]);
+        app_failed |= tdm_handle_unregister(h[m][i][j]) != TDM_OK;
   return t;
 }
 
@@ -452,6 +455,85 @@ static void table(const char *what, unsigned nt, bool cholesky, int runs, bool w
   }
 }
 
+/* Two emulated discrete GPUs (`sim`), one of which stops working 40 ms
+ * into a tiled Cholesky (injected): the other and the CPU workers finish
+ * it. Each run on a runtime of its own (the loss counts from its
+ * creation), with the models learnt by a run before; heft. */
+static void lost_device(const char *name, const char *sim, unsigned nt, int runs) {
+  static const struct {
+    const char *name, *faults;
+    int writeback;
+  } cases[] = {
+      {"no fault", NULL, 0},
+      {"no fault, writeback", NULL, 1},
+      {"device 0 lost at 40 ms, writeback", "device=0:lost_at=40ms", 1},
+      {"device 0 lost at 40 ms", "device=0:lost_at=40ms", 0},
+      {"device 1 lost at 40 ms, writeback", "device=1:lost_at=40ms", 1},
+      {"device 1 lost at 40 ms", "device=1:lost_at=40ms", 0},
+      {"device 0 lost from the start", "device=0:lost_at=0s", 0},
+  };
+  char dir[] = "/tmp/tandem-bench-XXXXXX";
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    exit(1);
+  }
+  printf("\nlost device: tiled Cholesky, %ux%u tiles, %s, heft; median of %d runs\n", nt, nt,
+         name, runs);
+  printf("%-38s %12s %8s %9s %12s %10s %9s\n", "case", "makespan ms", "ratio", "runs ok",
+         "tasks d0/d1", "MiB moved", "max err");
+  double base = 0;
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    double t[15], err = 0;
+    int ok = 0;
+    uint64_t dev[2] = {0, 0}, bytes = 0;
+    for (int r = -(c == 0); r < runs; r++) { /* the first, once: the models */
+      tdm_config cfg;
+      tdm_config_init(&cfg);
+      cfg.nworkers = 2;
+      cfg.ignore_env = 1;
+      cfg.cache_dir = dir;
+      cfg.scheduler = "heft";
+      cfg.sim = sim;
+      cfg.sim_time_scale = SCALE;
+      cfg.devices = "none";
+      cfg.writeback = cases[c].writeback;
+      cfg.faults = r < 0 ? NULL : cases[c].faults;
+      tdm_runtime *rt = NULL;
+      if (tdm_runtime_create(&cfg, &rt) != TDM_OK) {
+        fprintf(stderr, "bench-hetero: no runtime\n");
+        exit(1);
+      }
+      current = rt;
+      double s = run_app(rt, nt, true);
+      if (r >= 0) {
+        t[r] = s;
+        ok += !app_failed;
+        double e = check(nt, true);
+        err = e > err ? e : err;
+        for (unsigned d = 0; d < 2; d++) {
+          tdm_device_counters k = {.struct_size = sizeof k};
+          tdm_runtime_device_counters(rt, d, &k);
+          dev[d] += k.tasks;
+          bytes += k.bytes_to_device + k.bytes_to_host;
+        }
+      }
+      tdm_runtime_destroy(rt);
+    }
+    double ms = 1e3 * bench_median(t, runs);
+    if (c == 0)
+      base = ms;
+    char tasks[32];
+    snprintf(tasks, sizeof tasks, "%.0f/%.0f", (double)dev[0] / runs, (double)dev[1] / runs);
+    printf("%-38s %12.1f %8.2f %6d/%-2d %12s %10.2f %9.1e\n", cases[c].name, ms, ms / base, ok,
+           runs, tasks, (double)bytes / runs / (1 << 20), err);
+    fflush(stdout);
+  }
+  char cmd[64];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "bench-hetero: could not remove %s\n", dir);
+}
+
 int main(int argc, char **argv) {
   bool quick = argc > 1 && !strcmp(argv[1], "--quick");
   if (argc > 1 && !quick) {
@@ -467,6 +549,11 @@ int main(int argc, char **argv) {
   int runs = quick ? 1 : 5;
   table("tiled GEMM", quick ? 4 : 6, false, runs, true);
   table("tiled Cholesky", quick ? 4 : 8, true, runs, true);
+  lost_device("2 emulated discrete GPUs, the same",
+              "a:gemm=10,syrk=8,trsm=8,potrf=2,latency=10us,bandwidth=10G;"
+              "b:gemm=10,syrk=8,trsm=8,potrf=2,latency=10us,bandwidth=10G",
+              quick ? 4 : 8, runs);
+  lost_device(machines[3].name, machines[3].sim, quick ? 4 : 8, runs);
   printf("\nmakespan: median of %d runs after one that calibrates the models; tasks and "
          "bytes: per run\n",
          runs);
