@@ -221,27 +221,33 @@ static void test_random_dag_default_workers(void **state) {
   tdm_runtime_destroy(rt);
 }
 
-/* With emulated devices, one with memory of its own and one sharing the
- * host's, under each placement policy: data moves between the nodes and
- * the results are still those of the sequential run. */
-/* retries, writeback: tdm_config's. Without retries, tasks fail (and
- * their readers are cancelled); with two and writeback, every task (all
- * have a CPU variant) ends done on two devices, its failed tries undone:
- * the run is the sequential one. Without writeback, a run that failed on
- * a version only its device held is not tried again. */
+/* Two emulated devices, one with memory of its own and one sharing the
+ * host's, placed by `policy`; the model in dir. */
+static void devices_config(tdm_config *cfg, char *dir, size_t size, const char *policy) {
+  test_temp_dir(dir, size);
+  tdm_config_init(cfg);
+  cfg->nworkers = 2;
+  cfg->bind_workers = 0;
+  cfg->ignore_env = 1;
+  cfg->sim = "own:speedup=2,latency=1us,bandwidth=1G;shared:speedup=0.5,memory=shared";
+  cfg->sim_time_scale = 1;
+  cfg->scheduler = policy;
+  cfg->cache_dir = dir;
+}
+
+/* With the devices of devices_config, under each placement policy: data
+ * moves between the nodes and the results are still those of the
+ * sequential run. retries, writeback: tdm_config's. Without retries,
+ * tasks fail (and their readers are cancelled); with two and writeback,
+ * every task (all have a CPU variant) ends done on two devices, its
+ * failed tries undone: the run is the sequential one. Without writeback,
+ * a run that failed on a version only its device held is not tried
+ * again. */
 static void with_devices_faults(const char *policy, int faults, unsigned retries,
                                 int writeback) {
   char dir[64];
-  test_temp_dir(dir, sizeof dir);
   tdm_config cfg;
-  tdm_config_init(&cfg);
-  cfg.nworkers = 2;
-  cfg.bind_workers = 0;
-  cfg.ignore_env = 1;
-  cfg.sim = "own:speedup=2,latency=1us,bandwidth=1G;shared:speedup=0.5,memory=shared";
-  cfg.sim_time_scale = 1;
-  cfg.scheduler = policy;
-  cfg.cache_dir = dir;
+  devices_config(&cfg, dir, sizeof dir, policy);
   cfg.retries = retries;
   cfg.writeback = writeback;
   cfg.quarantine_failures = 0; /* the devices stay in use, failing */
@@ -319,16 +325,8 @@ static void test_random_dag_retried_ws(void **state) {
 static void test_random_dag_device_lost(void **state) {
   (void)state;
   char dir[64];
-  test_temp_dir(dir, sizeof dir);
   tdm_config cfg;
-  tdm_config_init(&cfg);
-  cfg.nworkers = 2;
-  cfg.bind_workers = 0;
-  cfg.ignore_env = 1;
-  cfg.sim = "own:speedup=2,latency=1us,bandwidth=1G;shared:speedup=0.5,memory=shared";
-  cfg.sim_time_scale = 1;
-  cfg.scheduler = "eager";
-  cfg.cache_dir = dir;
+  devices_config(&cfg, dir, sizeof dir, "eager");
   cfg.writeback = 1;
   cfg.faults = "device=0:lost_at=3ms";
   tdm_runtime *rt = NULL;
