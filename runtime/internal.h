@@ -799,20 +799,22 @@ bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w
 /* t's writes were made on node, complete at `done` (the caller keeps its
  * reference; 0: complete). */
 void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token done);
-/* t ran on node (not the host) and failed: the buffers it writes hold no
- * version there; the host's copy, which tdm__task_access kept current
- * for a write on a device, holds the version t was given. Call it before
- * unpinning t there (an eviction must not write the failed run back). A
- * task that fails before it runs needs nothing undone: its inputs are as
- * they were, and what it only writes is made valid when written. */
-void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node);
+/* t ran on node and failed: what it wrote is undone. On a device with
+ * memory of its own (node > 0), the buffers it writes hold no version
+ * there; the host's copy, which tdm__task_access kept current for a
+ * write on a device when it could (else the task is spoiled: not tried
+ * again), holds the version t was given. Call it before unpinning t there
+ * (an eviction must not write the failed run back). On a device working
+ * in host memory (node 0), `before`, tdm__task_snapshot's copy, is put
+ * back and freed. A task that fails before it runs needs nothing undone:
+ * its inputs are as they were, and what it only writes is made valid when
+ * written. */
+void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node, void *before);
 /* For a device working in host memory: a copy of the buffers t writes,
- * from which tdm__task_restore undoes a run that failed; NULL when t
+ * from which tdm__task_write_failed undoes a run that failed; NULL when t
  * writes nothing (*ok true) or there was no memory for it (*ok false,
  * logged). Free it with free() once the run succeeded. */
 void *tdm__task_snapshot(tdm_runtime *rt, const tdm_task *t, bool *ok);
-/* Puts back what tdm__task_snapshot kept, and frees it. */
-void tdm__task_restore(const tdm_task *t, void *snap);
 /* The node device k works in: 1 + k (its own memory) or 0. */
 unsigned tdm__device_node(const tdm_runtime *rt, unsigned k);
 /* Before a CPU task runs: true when its inputs are on the host; else

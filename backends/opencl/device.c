@@ -323,10 +323,7 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
   if (status < 0) { /* what it wrote there is no version */
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u failed (error %d)",
              t->codelet->name ? t->codelet->name : "(unnamed)", g->device, (int)status);
-    if (g->shared)
-      tdm__task_restore(t, x->before);
-    else
-      tdm__task_write_failed(rt, t, node_of(g));
+    tdm__task_write_failed(rt, t, node_of(g), x->before);
     x->before = NULL;
   }
   free(x->before);

@@ -446,15 +446,12 @@ static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) 
   tdm__cpu_run(t, bufs);
   *ran = tdm__now_ns() - *x0;
   tdm_status fault = tdm__fault(rt, TDM_FAULT_COMPLETE, d->k);
-  bool failed = fault != TDM_OK;
-  if (failed && d->shared)
-    tdm__task_restore(t, before);
-  else
+  if (fault) { /* undone, before it is unpinned */
+    tdm__task_write_failed(rt, t, node, before);
+  } else {
     free(before);
-  if (failed && !d->shared)
-    tdm__task_write_failed(rt, t, node); /* before it is unpinned */
-  else if (!failed)
     tdm__task_written(rt, t, node, 0);
+  }
   if (!d->shared)
     tdm__task_unpin(rt, t, slot, t->nbuf);
   return fault;

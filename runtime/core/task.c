@@ -961,8 +961,6 @@ void tdm__task_finish(tdm_task *t) {
   finish(t, tdm__self_in(t->rt));
 }
 
-/* The end of a task (see tdm__task_done); w: the calling worker of t's
- * runtime, or NULL. Inlined into the CPU workers' path. */
 /* t failed on device worker `worker` with status: placed again, on a
  * kind of worker that has not failed it, when tries remain (true). Its
  * inputs are as they were: what a failed run wrote was dropped
@@ -991,6 +989,8 @@ static bool retry(tdm_task *t, unsigned worker, tdm_status status) {
   return true;
 }
 
+/* The end of a task (see tdm__task_done); w: the calling worker of t's
+ * runtime, or NULL. Inlined into the CPU workers' path. */
 static inline void task_done(tdm_task *t, tdm_worker *w, unsigned worker, tdm_status status,
                              uint64_t t0, uint64_t t1) {
   tdm_runtime *rt = t->rt;

@@ -106,19 +106,27 @@ void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token do
   }
 }
 
-void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node) {
+static size_t copy_written(const tdm_task *t, unsigned char *room, bool to_room);
+
+void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node, void *before) {
+  (void)rt;
+  if (!node) { /* it wrote the host's memory: put back what was there */
+    if (before)
+      copy_written(t, before, false);
+    free(before);
+    return;
+  }
   if (t->unkept) /* a version it replaced lived on that device only */
     t->spoiled = true;
   tdm_handle *const *hs = tdm__task_handles(t);
   const uint8_t *modes = tdm__task_modes(t);
-  for (unsigned i = 0; i < t->nbuf && node; i++) {
+  for (unsigned i = 0; i < t->nbuf; i++) {
     if (!(modes[i] & TDM_W))
       continue;
     tdm__coh_lock(&hs[i]->coh);
-    tdm__coh_write_failed(hs[i], node);
+    tdm__coh_write_failed(hs[i]);
     tdm__coh_unlock(&hs[i]->coh);
   }
-  (void)rt;
 }
 
 /* Copies the rows of each buffer t writes between the host and `room`,
@@ -155,13 +163,6 @@ void *tdm__task_snapshot(tdm_runtime *rt, const tdm_task *t, bool *ok) {
   }
   copy_written(t, room, true);
   return room;
-}
-
-void tdm__task_restore(const tdm_task *t, void *snap) {
-  if (!snap)
-    return;
-  copy_written(t, snap, false);
-  free(snap);
 }
 
 /* ---- the host's side -------------------------------------------------------- */

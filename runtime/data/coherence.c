@@ -349,9 +349,8 @@ void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_
     set_fill(nodes, h, node, done);
 }
 
-void tdm__coh_write_failed(tdm_handle *h, unsigned node) {
-  (void)node; /* whatever it wrote there, the host has the version before */
-  h->coh.valid = tdm__nodeset_of(0);
+void tdm__coh_write_failed(tdm_handle *h) {
+  h->coh.valid = tdm__nodeset_of(0); /* the version before, whatever was written */
 }
 
 bool tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {

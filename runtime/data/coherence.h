@@ -206,9 +206,9 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
 /* A write on `node`, complete at token `done` (taken over; 0 when done
  * already): node becomes the only valid one. */
 void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_token done);
-/* The write on `node` (not the host) failed: node's memory holds no
+/* A write on a device (not the host) failed: its memory there holds no
  * version; the host's, kept by tdm__coh_access, is the valid one. */
-void tdm__coh_write_failed(tdm_handle *h, unsigned node);
+void tdm__coh_write_failed(tdm_handle *h);
 /* Predicted seconds to make h valid on `node`, by link(ctx, node, bytes)
  * (the time of a copy between the host and device node `node`: a node
  * operation's link_time). */

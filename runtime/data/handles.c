@@ -478,6 +478,20 @@ tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
 
 /* ---- host access --------------------------------------------------------- */
 
+/* Ends h's acquisition, if any: its task finishes (the tasks after it may
+ * run) and the acquirer's reference goes. False when h was not acquired. */
+static bool end_acquisition(tdm_handle *h) {
+  tdm__spin_lock(&h->lock);
+  tdm_task *t = h->acquired;
+  h->acquired = NULL;
+  tdm__spin_unlock(&h->lock);
+  if (!t)
+    return false;
+  tdm__task_finish(t);
+  tdm__task_unref(t); /* the acquirer's reference */
+  return true;
+}
+
 tdm_status tdm_handle_acquire(tdm_handle *h, tdm_access mode) {
   static const char what[] = "tdm_handle_acquire";
   tdm_runtime *rt = runtime_of(h);
@@ -527,11 +541,7 @@ tdm_status tdm_handle_acquire(tdm_handle *h, tdm_access mode) {
   if (atomic_load_explicit(&t->outcome, memory_order_relaxed)) {
     /* the version it would read was never produced: not acquired; what
      * reads after this acquisition is cancelled as it would have been */
-    tdm__spin_lock(&h->lock);
-    h->acquired = NULL;
-    tdm__spin_unlock(&h->lock);
-    tdm__task_finish(t);
-    tdm__task_unref(t);
+    end_acquisition(h);
     return hbad(rt, TDM_ERR_LOST, what,
                 "a task writing the handle failed or was cancelled: not acquired");
   }
@@ -548,14 +558,8 @@ tdm_status tdm_handle_release(tdm_handle *h) {
   tdm_status st = tdm__handle_check(rt, h, "tdm_handle_release");
   if (st)
     return st;
-  tdm__spin_lock(&h->lock);
-  tdm_task *t = h->acquired;
-  h->acquired = NULL;
-  tdm__spin_unlock(&h->lock);
-  if (!t)
+  if (!end_acquisition(h))
     return hbad(rt, TDM_ERR_NOT_ACQUIRED, "tdm_handle_release", "handle is not acquired");
-  tdm__task_finish(t);
-  tdm__task_unref(t); /* the acquirer's reference */
   return TDM_OK;
 }
 
