@@ -67,6 +67,11 @@ typedef struct tdm_node_ops {
   /* Whether t is complete; blocks until all of ts are. */
   bool (*test)(void *ctx, tdm_token t);
   void (*wait)(void *ctx, const tdm_token *ts, unsigned n);
+  /* Whether t completed with an error: the copy did not land, nor did
+   * anything ordered after it (a command after a failed one does not
+   * run, as OpenCL terminates the commands waiting on a failed event).
+   * NULL: tokens never fail. */
+  bool (*failed)(void *ctx, tdm_token t);
   /* Calls fn(arg, status) once all of ts are complete (status < 0 when
    * one failed), from any thread; false when it cannot (the caller waits
    * instead). May be NULL. */

@@ -318,26 +318,34 @@ typedef struct tdm_config {
    * in host memory: always with `writeback`; otherwise when the host's
    * copies were current (data a device computed and kept is not). */
   unsigned retries;
-  /** Nonzero: before a device writes a handle whose host copy is stale
-   * (the device computed the version it replaces and kept it), that
-   * version is copied home first. It costs one copy to the host per such
+  /** Nonzero (eager write-back): what a task writes on a device with
+   * memory of its own starts its way home as soon as the task succeeds,
+   * and a write on a device or the host keeps the version it replaces
+   * until the write succeeded. It costs one copy to the host per device
    * write (a chain of tasks on data kept on a device copies it home at
-   * every step instead of once), and makes every failed run undoable, so
-   * retries always apply. 0 (default): such a run, if it fails, ends
-   * failed, and the handle reports TDM_ERR_LOST. Environment:
-   * TANDEM_WRITEBACK (0 or 1). */
+   * every step instead of once at the end); in return every failed run
+   * can be undone, so retries always apply, and a device that stops
+   * working holds no version nobody else has. 0 (default): a run that
+   * fails after replacing a version only its device held ends failed,
+   * and the handle reports TDM_ERR_LOST; so does a handle whose only copy
+   * was on a lost device. Environment: TANDEM_WRITEBACK (0 or 1). */
   int writeback;
   /** Device faults to inject, to test what an application does when a
    * device fails: ';'-separated terms, KIND:p=X (each operation of that
    * kind fails with probability X, 0 to 1) or KIND:nth=N (every Nth
    * fails), and seed=S (the draws' sequence; default 1). KIND: `launch`
-   * (the task fails before it runs) or `run` (it runs, writes, and then
-   * its device reports an error), on OpenCL and emulated devices alike;
-   * and device=D:lost_at=T: device D (numbered as tdm_runtime_device
-   * numbers devices) stops working T (s, ms, us) after the runtime was
-   * created: every launch and run there fails with TDM_ERR_DEVICE_LOST,
-   * and it is quarantined at once. Failed copies and allocations are not
-   * injectable yet. E.g. "launch:p=0.05;run:nth=20;seed=7" or
+   * (the task fails before it runs), `run` (it runs, writes, and then
+   * its device reports an error), `copy` (a copy between a device and
+   * the host fails: on an emulated device it completes with an error,
+   * its bytes replaced by a poison pattern, and what waits for it fails;
+   * on OpenCL its enqueue fails) or `alloc` (a buffer on a device cannot
+   * be made, as when its memory is full: the device makes room and tries
+   * once more, else the task fails there), on OpenCL and emulated devices
+   * alike; and device=D:lost_at=T: device D (numbered as
+   * tdm_runtime_device numbers devices) stops working T (s, ms, us)
+   * after the runtime was created: every launch, run, copy and
+   * allocation there fails with TDM_ERR_DEVICE_LOST, and it is
+   * quarantined at once. E.g. "launch:p=0.05;copy:p=0.05;seed=7" or
    * "device=1:lost_at=40ms". A malformed or unknown term
    * makes tdm_runtime_create fail with TDM_ERR_INVALID_ARG, saying which.
    * NULL (default): none. Environment: TANDEM_FAULTS. */

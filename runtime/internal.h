@@ -76,9 +76,13 @@ void *tdm__zalloc_aligned(size_t align, size_t size);
 void tdm__fail_allocation(tdm_runtime *rt, long n);
 
 /* Device faults, injected where a backend launches a task and where it
- * learns that the task's commands completed: the task fails there as if
- * the device had reported an error. */
-enum { TDM_FAULT_LAUNCH, TDM_FAULT_COMPLETE, TDM_NFAULTS };
+ * learns that the task's commands completed (the task fails there as if
+ * the device had reported an error), where it copies between a device
+ * and the host (the copy is started and completes with an error, its
+ * bytes not landed, as a device reports it through the copy's event),
+ * and where the memory module allocates a buffer on a device (none is
+ * made, as when the device is out of memory). */
+enum { TDM_FAULT_LAUNCH, TDM_FAULT_COMPLETE, TDM_FAULT_COPY, TDM_FAULT_ALLOC, TDM_NFAULTS };
 /* Test seam: from now on each operation of that kind fails with
  * probability p (0 disarms), drawn from a sequence seeded with seed. */
 void tdm__faults_set(tdm_runtime *rt, unsigned kind, double p, uint64_t seed);
@@ -329,6 +333,9 @@ typedef struct tdm_task {
    * (access.c), and a run of it failed there: that version is gone, and
    * it cannot be tried again. */
   bool unkept, spoiled;
+  /* A try on the host failed: its inputs did not come home (access.c),
+   * it did not run; it may be tried again. */
+  bool homeless;
   /* A task with more than TDM_MAX_BUFFERS buffers: all of them, in a
    * block of their own (handles, modes and gens above are not used). */
   struct tdm_task_more *more;
@@ -810,6 +817,14 @@ void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token do
  * its inputs are as they were, and what it only writes is made valid when
  * written. */
 void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node, void *before);
+/* t's run on node succeeded: with tdm_config.writeback, what it wrote on
+ * a device with memory of its own starts its way home (cheap otherwise). */
+void tdm__task_write_back(tdm_runtime *rt, tdm_task *t, unsigned node);
+/* A try of t on node failed (any reason): the copies of t's handles on
+ * node, or home on their way there, whose copy failed no longer count as
+ * versions (tdm__coh_drop_failed), so that the next use fetches them
+ * again. Cold path. */
+void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t, unsigned node);
 /* For a device working in host memory: a copy of the buffers t writes,
  * from which tdm__task_write_failed undoes a run that failed; NULL when t
  * writes nothing (*ok true) or there was no memory for it (*ok false,
@@ -823,8 +838,10 @@ unsigned tdm__device_node(const tdm_runtime *rt, unsigned k);
 bool tdm__host_ready(tdm_task *t);
 void tdm__host_written(tdm_task *t);
 /* Blocking: brings h's contents home (acquire, unregister, destroy);
- * will_write: the host is about to write, device copies become stale. */
-void tdm__handle_home(tdm_handle *h, bool will_write);
+ * will_write: the host is about to write, device copies become stale. A
+ * copy that fails is tried again (tdm_config.retries times); false when
+ * none landed (logged): the host's memory does not hold h's version. */
+bool tdm__handle_home(tdm_handle *h, bool will_write);
 /* Releases h's device buffers (lock: see tdm__coh_forget). */
 void tdm__handle_forget(tdm_handle *h, bool lock);
 /* Predicted seconds to bring t's inputs to `node` now (0: there), by the

@@ -13,7 +13,8 @@
  * variant; SKIP without an OpenCL CPU device). One task in four, when
  * enough tiles exist, is wide: WIDE distinct buffers, past
  * TDM_MAX_BUFFERS. With injected device faults (launches, and runs that
- * fail after writing, 1 in 16 each), retries and writeback: the same
+ * fail after writing, 1 in 16 each; and, without partitions, copies
+ * between a device and the host), retries and writeback: the same
  * results, every task done.
  */
 #include "common.h"
@@ -28,6 +29,8 @@
 #include <string.h>
 
 #define NMAT 3
+
+static bool whole_only; /* no partitions (setup.copies, below) */
 #define ROWS 12
 #define COLS 12
 #define LD 13 /* rows apart: copies are rectangles */
@@ -294,7 +297,7 @@ static void one_seed(tdm_runtime *rt, uint64_t seed, unsigned steps) {
     unsigned m = (unsigned)(next(&r) % NMAT), what = (unsigned)(next(&r) % 20);
     if (what < 14) {
       submit_task(&r);
-    } else if (what < 16 && !r.parted[m]) {
+    } else if (what < 16 && !r.parted[m] && !whole_only) {
       const size_t *t = tiles[next(&r) % (sizeof tiles / sizeof tiles[0])];
       assert_int_equal(tdm_matrix_partition(r.mat[m], t[0], t[1], 0), TDM_OK);
       assert_int_equal(tdm_matrix_tiles(r.mat[m], &r.tr[m], &r.tc[m]), TDM_OK);
@@ -324,7 +327,11 @@ typedef struct {
   uint64_t limit;     /* device memory limit, 0: none */
   const char *policy;
   bool faults;        /* device faults injected, retried */
+  /* copies between the devices and the host fail too; no partitions then:
+   * a gather whose copy fails loses the matrix's version (reported) */
+  bool copies;
 } setup;
+
 
 static void to_stderr(void *data, tdm_log_level level, const char *msg) {
   (void)data;
@@ -351,16 +358,18 @@ static tdm_runtime *make(const setup *s, char *dir, size_t size) {
     cfg.device_memory = s->discrete ? TDM_MEMORY_SEPARATE : TDM_MEMORY_SHARED;
   }
   if (s->faults) { /* every failed run undone and tried again elsewhere */
-    cfg.retries = 2;
+    cfg.retries = 4; /* a copy home for an acquisition fails 5 times: 1 in 16^5 */
     cfg.writeback = 1;
     cfg.quarantine_failures = 0; /* the devices stay in use, failing */
-    cfg.log_fn = NULL; /* each failure is logged: expected here */
+    cfg.log_fn = getenv("DBGLOG") ? to_stderr : NULL; /* each failure is logged: expected here */
   }
   tdm_runtime *rt = NULL;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
   if (s->faults) {
     tdm__faults_set(rt, TDM_FAULT_LAUNCH, 1.0 / 16, 11);
     tdm__faults_set(rt, TDM_FAULT_COMPLETE, 1.0 / 16, 13);
+    if (s->copies)
+      tdm__faults_set(rt, TDM_FAULT_COPY, 1.0 / 16, 17);
   }
   return rt;
 }
@@ -388,6 +397,7 @@ static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps
   char dir[64];
   tdm_runtime *rt = make(s, dir, sizeof dir);
   wide_submitted = 0;
+  whole_only = s->copies;
   atomic_store(&wide_on_cpu, 0);
   for (uint64_t seed = first; seed < first + nseeds; seed++)
     one_seed(rt, seed, steps);
@@ -432,7 +442,8 @@ static void every_policy(const setup *base, uint64_t first, unsigned nseeds, uns
   assert_true(totals[0] > 0);
   if (base->faults) /* the faults were met, and overcome */
     assert_true(retried > 0);
-  assert_true(totals[2] > 0); /* the wide path was taken */
+  if (!base->copies) /* wide tasks take tiles */
+    assert_true(totals[2] > 0); /* the wide path was taken */
   if (base->limit)
     assert_true(totals[1] > 0);
 }
@@ -474,7 +485,20 @@ static void test_emulated_faults(void **state) {
   every_policy(&(setup){.sim = TWO_OWN, .faults = true}, 6000, 3, 400);
 }
 
+/* With copies failing too (and no partitions). */
+static void test_emulated_copy_faults(void **state) {
+  (void)state;
+  every_policy(&(setup){.sim = TWO_OWN, .faults = true, .copies = true}, 6500, 3, 400);
+}
+
 static bool opencl_discrete;
+
+static void test_opencl_copy_faults(void **state) {
+  (void)state;
+  if (!opencl_discrete)
+    skip(); /* a device in host memory copies nothing */
+  every_policy(&(setup){.discrete = true, .faults = true, .copies = true}, 7500, 2, 300);
+}
 
 static void test_opencl_faults(void **state) {
   (void)state;
@@ -515,6 +539,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_emulated_memory_too_small),
         cmocka_unit_test(test_emulated_forty_devices),
         cmocka_unit_test(test_emulated_faults),
+        cmocka_unit_test(test_emulated_copy_faults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
   }
@@ -532,6 +557,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_opencl_every_policy),
       cmocka_unit_test(test_opencl_evictions),
       cmocka_unit_test(test_opencl_faults),
+      cmocka_unit_test(test_opencl_copy_faults),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

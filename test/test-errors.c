@@ -518,7 +518,7 @@ static void test_faults_specification(void **state) {
   (void)state;
   static const char *const bad[] = {
       "launch",          "launch:p=2",   "launch:p=-0.1",  "launch:p=",  "launch:p=0.5x",
-      "launch:nth=0",    "launch:nth=x", "launch:q=1",     "copy:p=0.1", "alloc:nth=3",
+      "launch:nth=0",    "launch:nth=x", "launch:q=1",     "copy:p=1.5", "alloc:nth=0", "hang:p=0.1",
       "seed=x",          "seed=-1",      "launch:p=0.1;x", ":p=1",       "run:nth=1;;device=1:lost",
       "device=x:lost_at=1ms", "device=0:lost_at=1", "device=0:lost_at=-1ms",
       "device=64:lost_at=1ms", "device=0:lost_at=1h", "device=0",

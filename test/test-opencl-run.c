@@ -12,13 +12,15 @@
  * a buffer too large for the device; the on-disk program cache (reused,
  * corrupt and truncated entries); a kernel that does not build; an
  * OpenCL-only task without a device; completion callbacks, which submit,
- * on launches and runs that fail (injected) and on cancelled tasks.
+ * on launches and runs that fail (injected) and on cancelled tasks; a
+ * callback on an event that fails, which PoCL never calls itself.
  * Exits 77 (skip) where no OpenCL CPU device is installed.
  */
 #include "common.h"
 
 #include "internal.h" /* the device fault seam */
 #include "tandem/opencl.h"
+#include "../backends/opencl/device.h" /* the completion watcher */
 
 #include <dirent.h>
 #include <stdbool.h>
@@ -1145,6 +1147,40 @@ static void test_two_devices_gemm_both_variants(void **state) {
   tiled_gemm(true, true);
 }
 
+static void CL_CALLBACK note_status(cl_event e, cl_int status, void *data) {
+  (void)e;
+  atomic_store((_Atomic int *)data, (int)status);
+}
+
+/* A command that fails through its event (here a user event set to an
+ * error status) still ends: tdm__cl_when_complete's callback comes, from
+ * the watcher if the implementation never calls it (PoCL 3.1 does not),
+ * once, with the error. */
+static void test_failed_event_calls_back(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  const cl_api *api = &rt->opencl->api;
+  cl_int err = CL_SUCCESS;
+  cl_event ok = api->CreateUserEvent(rt->opencl->contexts[the_device(rt)], &err);
+  cl_event bad = api->CreateUserEvent(rt->opencl->contexts[the_device(rt)], &err);
+  assert_non_null(ok);
+  assert_non_null(bad);
+  _Atomic int ok_status = 1, bad_status = 1;
+  assert_true(tdm__cl_when_complete(rt, ok, note_status, &ok_status));
+  assert_true(tdm__cl_when_complete(rt, bad, note_status, &bad_status));
+  assert_int_equal(api->SetUserEventStatus(bad, CL_OUT_OF_RESOURCES), CL_SUCCESS);
+  assert_int_equal(api->SetUserEventStatus(ok, CL_COMPLETE), CL_SUCCESS);
+  for (int i = 0; i < 2000 && (atomic_load(&ok_status) == 1 || atomic_load(&bad_status) == 1);
+       i++)
+    usleep(1000);
+  assert_int_equal(atomic_load(&ok_status), CL_COMPLETE);
+  assert_int_equal(atomic_load(&bad_status), CL_OUT_OF_RESOURCES);
+  api->ReleaseEvent(ok);
+  api->ReleaseEvent(bad);
+  tdm_runtime_destroy(rt);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2 || argc > 3 || (strcmp(argv[1], "integrated") && strcmp(argv[1], "discrete")) ||
       (argc == 3 && strcmp(argv[2], "two-devices") && strcmp(argv[2], "two-users"))) {
@@ -1209,6 +1245,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_build_failure),
       cmocka_unit_test(test_no_device),
       cmocka_unit_test(test_callbacks_on_failures),
+      cmocka_unit_test(test_failed_event_calls_back),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   test_remove_dir(cache_dir);

@@ -112,8 +112,11 @@ static unsigned replay(uint64_t ref[][WORDS], bool *lost, uint64_t seed) {
     if (!cancel && got == TDM_ERR_CANCELLED)
       fail_msg("seed %llu: task %d was cancelled with its inputs produced",
                (unsigned long long)seed, t);
-    assert_true(got == TDM_OK || got == TDM_ERR_SYSTEM || got == TDM_ERR_CANCELLED);
-    failed += got == TDM_ERR_SYSTEM;
+    /* failed tries: launches, runs, copies (TDM_ERR_SYSTEM), allocations
+     * (TDM_ERR_TOO_LARGE) */
+    assert_true(got == TDM_OK || got == TDM_ERR_SYSTEM || got == TDM_ERR_TOO_LARGE ||
+                got == TDM_ERR_CANCELLED);
+    failed += got == TDM_ERR_SYSTEM || got == TDM_ERR_TOO_LARGE;
     uint64_t *bufs[MAX_WIDE];
     for (unsigned i = 0; i < r->s.nbuf; i++) {
       bufs[i] = ref[r->h[i]];
@@ -126,16 +129,24 @@ static unsigned replay(uint64_t ref[][WORDS], bool *lost, uint64_t seed) {
   return failed;
 }
 
-enum { NO_FAULTS, LAUNCH_FAULTS, RUN_FAULTS };
+/* Device faults to inject (tdm__faults_set), as the fraction of each
+ * kind of operation that fails. */
+typedef struct {
+  double p[TDM_NFAULTS];
+} rates;
 
-/* faults: device launches fail at random (LAUNCH_FAULTS), or launches and
- * completions, after the task ran and wrote (RUN_FAULTS), with probability
- * 1/16 each. The outcomes must be those replay derives, and every handle
- * its last produced version (a failed run's writes undone); unless `kept`
- * is false: a failed run may then have replaced a version only a device
- * held, and a lost handle's data is not checked. Returns the tasks that
- * failed. */
-static unsigned one_seed(tdm_runtime *rt, uint64_t seed, int faults, bool kept) {
+static const rates launches = {.p[TDM_FAULT_LAUNCH] = 1.0 / 16};
+static const rates runs = {.p[TDM_FAULT_LAUNCH] = 1.0 / 16, .p[TDM_FAULT_COMPLETE] = 1.0 / 16};
+/* faults come from the runtime's configuration */
+static const rates configured;
+
+/* One random DAG on rt. faults (NULL: none): armed for the run and
+ * disarmed before the handles go home; the outcomes must be those replay
+ * derives, and every handle its last produced version (a failed run's
+ * writes undone); unless `kept` is false: a failed run may then have
+ * replaced a version only a device held, and a lost handle's data is not
+ * checked. Returns the tasks that failed. */
+static unsigned one_seed(tdm_runtime *rt, uint64_t seed, const rates *faults, bool kept) {
   static uint64_t data[NHANDLES][WORDS], ref[NHANDLES][WORDS];
   for (int h = 0; h < NHANDLES; h++)
     for (int w = 0; w < WORDS; w++)
@@ -143,6 +154,9 @@ static unsigned one_seed(tdm_runtime *rt, uint64_t seed, int faults, bool kept) 
   tdm_handle *hs[NHANDLES];
   for (int h = 0; h < NHANDLES; h++)
     assert_int_equal(tdm_register_vector(rt, data[h], WORDS, sizeof(uint64_t), &hs[h]), TDM_OK);
+  for (unsigned k = 0; faults && k < TDM_NFAULTS; k++)
+    if (faults->p[k] > 0)
+      tdm__faults_set(rt, k, faults->p[k], seed);
 
   static const unsigned mode_of[3] = {TDM_R, TDM_W, TDM_RW};
   uint64_t rng = seed;
@@ -191,6 +205,8 @@ static unsigned one_seed(tdm_runtime *rt, uint64_t seed, int faults, bool kept) 
   unsigned failed = 0;
   if (faults) {
     tdm_status st = tdm_wait_all(rt);
+    for (unsigned k = 0; k < TDM_NFAULTS; k++)
+      tdm__faults_set(rt, k, 0, 0);
     failed = replay(ref, lost, seed);
     assert_int_equal(st, failed ? TDM_ERR_TASK_FAILED : TDM_OK);
     assert_int_equal(tdm_wait_all(rt), TDM_OK); /* reported once */
@@ -200,7 +216,9 @@ static unsigned one_seed(tdm_runtime *rt, uint64_t seed, int faults, bool kept) 
   for (int h = 0; h < NHANDLES; h++)
     for (int w = 0; w < WORDS; w++)
       if (data[h][w] != ref[h][w] && (kept || !lost[h]))
-        fail_msg("seed %llu: handle %d word %d differs", (unsigned long long)seed, h, w);
+        fail_msg("seed %llu: handle %d word %d differs (%llx, want %llx)",
+                 (unsigned long long)seed, h, w, (unsigned long long)data[h][w],
+                 (unsigned long long)ref[h][w]);
   return failed;
 }
 
@@ -209,7 +227,7 @@ static void test_random_dag_matches_sequential(void **state) {
   /* more workers than cores on purpose: more interleavings */
   tdm_runtime *rt = test_runtime(4, NULL);
   for (uint64_t seed = 1; seed <= NSEEDS; seed++)
-    one_seed(rt, seed, NO_FAULTS, true);
+    one_seed(rt, seed, NULL, true);
   tdm_runtime_destroy(rt);
 }
 
@@ -217,7 +235,7 @@ static void test_random_dag_default_workers(void **state) {
   (void)state;
   tdm_runtime *rt = test_runtime(0, NULL);
   for (uint64_t seed = 100; seed < 100 + NSEEDS; seed++)
-    one_seed(rt, seed, NO_FAULTS, true);
+    one_seed(rt, seed, NULL, true);
   tdm_runtime_destroy(rt);
 }
 
@@ -242,9 +260,9 @@ static void devices_config(tdm_config *cfg, char *dir, size_t size, const char *
  * every task (all have a CPU variant) ends done on two devices, its
  * failed tries undone: the run is the sequential one. Without writeback,
  * a run that failed on a version only its device held is not tried
- * again. */
-static void with_devices_faults(const char *policy, int faults, unsigned retries,
-                                int writeback) {
+ * again. Returns the tasks that failed. */
+static unsigned with_devices_faults(const char *policy, const rates *faults, unsigned retries,
+                                    int writeback) {
   char dir[64];
   tdm_config cfg;
   devices_config(&cfg, dir, sizeof dir, policy);
@@ -254,17 +272,14 @@ static void with_devices_faults(const char *policy, int faults, unsigned retries
   tdm_runtime *rt = NULL;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
   unsigned failed = 0;
-  if (faults)
-    tdm__faults_set(rt, TDM_FAULT_LAUNCH, 1.0 / 16, 7);
-  if (faults == RUN_FAULTS)
-    tdm__faults_set(rt, TDM_FAULT_COMPLETE, 1.0 / 16, 7);
+  bool ran_after_failing = faults && faults->p[TDM_FAULT_COMPLETE] > 0;
   for (uint64_t seed = 200; seed < 203; seed++)
-    failed += one_seed(rt, seed, faults, faults != RUN_FAULTS || writeback);
+    failed += one_seed(rt, seed, faults, !ran_after_failing || writeback);
   if (faults && !retries) /* the faults were met */
     assert_true(failed > 0);
   if (faults && retries) /* met, and tried again */
     assert_true(atomic_load(&rt->nretries) > 0);
-  if (faults && retries && writeback) /* always with success */
+  if (faults == &runs && retries && writeback) /* always with success */
     assert_int_equal(failed, 0);
   unsigned on_devices = 0;
   for (unsigned d = 0; d < 2; d++) {
@@ -275,48 +290,92 @@ static void with_devices_faults(const char *policy, int faults, unsigned retries
   assert_true(on_devices > 0); /* the devices took part */
   tdm_runtime_destroy(rt);
   test_remove_dir(dir);
+  return failed;
 }
 
 static void with_devices(const char *policy) {
-  with_devices_faults(policy, NO_FAULTS, 2, 0);
+  with_devices_faults(policy, NULL, 2, 0);
 }
 
 /* Injected device faults without retries: the failed tasks' readers are
  * cancelled, transitively, and nothing else. */
 static void test_random_dag_launch_faults_heft(void **state) {
   (void)state;
-  with_devices_faults("heft", LAUNCH_FAULTS, 0, 0);
+  with_devices_faults("heft", &launches, 0, 0);
 }
 
 static void test_random_dag_launch_faults_eager(void **state) {
   (void)state;
-  with_devices_faults("eager", LAUNCH_FAULTS, 0, 0);
+  with_devices_faults("eager", &launches, 0, 0);
 }
 
 static void test_random_dag_run_faults_heft(void **state) {
   (void)state;
-  with_devices_faults("heft", RUN_FAULTS, 0, 1);
+  with_devices_faults("heft", &runs, 0, 1);
 }
 
 static void test_random_dag_run_faults_ws(void **state) {
   (void)state;
-  with_devices_faults("ws", RUN_FAULTS, 0, 0);
+  with_devices_faults("ws", &runs, 0, 0);
 }
 
 /* With retries: the sequential run's results, every task done. */
 static void test_random_dag_retried_heft(void **state) {
   (void)state;
-  with_devices_faults("heft", RUN_FAULTS, 2, 1);
+  with_devices_faults("heft", &runs, 2, 1);
 }
 
 static void test_random_dag_retried_eager(void **state) {
   (void)state;
-  with_devices_faults("eager", RUN_FAULTS, 2, 1);
+  with_devices_faults("eager", &runs, 2, 1);
 }
 
 static void test_random_dag_retried_ws(void **state) {
   (void)state;
-  with_devices_faults("ws", RUN_FAULTS, 2, 0);
+  with_devices_faults("ws", &runs, 2, 0);
+}
+
+/* A fraction p of launches and of copies between the devices and the
+ * host fail (a copy that fails writes a poison pattern where its bytes
+ * should have landed: read as a version, it shows): with retries and
+ * writeback, tasks are tried again and the outcomes and results are
+ * those replay derives from the tasks that still failed. */
+static void copy_faults(double p, unsigned retries) {
+  rates r = {.p[TDM_FAULT_LAUNCH] = p, .p[TDM_FAULT_COPY] = p};
+  unsigned failed = with_devices_faults("heft", &r, retries, 1);
+  print_message("launches and copies failing at %g, %u retries: %u tasks failed\n", p,
+                retries, failed);
+}
+
+static void test_random_dag_copy_faults_1(void **state) {
+  (void)state;
+  copy_faults(0.01, 2);
+}
+
+static void test_random_dag_copy_faults_5(void **state) {
+  (void)state;
+  copy_faults(0.05, 2);
+}
+
+static void test_random_dag_copy_faults_20(void **state) {
+  (void)state;
+  copy_faults(0.2, 2);
+}
+
+/* Without retries: the exact failed and cancelled sets. */
+static void test_random_dag_copy_faults_no_retry(void **state) {
+  (void)state;
+  copy_faults(0.05, 0);
+}
+
+/* A fifth of the buffers a device makes fail, as when out of memory: the
+ * device makes room (writing back what only it holds) and tries again,
+ * else the task is tried elsewhere. */
+static void test_random_dag_alloc_faults(void **state) {
+  (void)state;
+  rates r = {.p[TDM_FAULT_ALLOC] = 0.2};
+  unsigned failed = with_devices_faults("eager", &r, 2, 0);
+  print_message("allocations failing at 0.2: %u tasks failed\n", failed);
 }
 
 /* One emulated device stops working during the run (injected): it is
@@ -333,7 +392,7 @@ static void test_random_dag_device_lost(void **state) {
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
   unsigned failed = 0;
   for (uint64_t seed = 300; seed < 303; seed++)
-    failed += one_seed(rt, seed, RUN_FAULTS, true);
+    failed += one_seed(rt, seed, &configured, true);
   assert_int_equal(failed, 0);
   tdm_device_info d = {.struct_size = sizeof d};
   assert_int_equal(tdm_runtime_device(rt, 0, &d), TDM_OK);
@@ -382,6 +441,11 @@ int main(void) {
       cmocka_unit_test(test_random_dag_retried_eager),
       cmocka_unit_test(test_random_dag_retried_ws),
       cmocka_unit_test(test_random_dag_device_lost),
+      cmocka_unit_test(test_random_dag_copy_faults_1),
+      cmocka_unit_test(test_random_dag_copy_faults_5),
+      cmocka_unit_test(test_random_dag_copy_faults_20),
+      cmocka_unit_test(test_random_dag_copy_faults_no_retry),
+      cmocka_unit_test(test_random_dag_alloc_faults),
   };
   init_codelets();
   return cmocka_run_group_tests(tests, NULL, NULL);

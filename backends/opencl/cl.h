@@ -85,6 +85,7 @@ struct tdm_opencl {
   cl_platform_id *platform_of;
   cl_device_id *ids;
   cl_context *contexts;
+  struct cl_watch *watch; /* watch.c, while devices run */
 };
 
 /* cache.c: program binaries on disk */

@@ -208,6 +208,9 @@ static tdm_status cl_start(tdm_runtime *rt) {
     if (rt->recording)
       sync_clocks(g);
   }
+  tdm_status st = tdm__cl_watch_start(rt);
+  if (st)
+    return st;
   /* memory nodes: a device with memory of its own counts it */
   uint64_t limits[TDM_MAX_DEVICE_WORKERS];
   for (unsigned k = 0; k < rt->ndevice_workers; k++)
@@ -230,6 +233,7 @@ static void cl_stop(tdm_runtime *rt) {
     while (g && atomic_load(&g->timing_copies))
       tdm__sleep_until(tdm__now_ns() + 100000);
   }
+  tdm__cl_watch_stop(rt);
 }
 
 /* Frees the devices' state, their memory nodes and the contexts. */
@@ -325,6 +329,8 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
              t->codelet->name ? t->codelet->name : "(unnamed)", g->device, (int)status);
     tdm__task_write_failed(rt, t, node_of(g), x->before);
     x->before = NULL;
+  } else {
+    tdm__task_write_back(rt, t, node_of(g));
   }
   free(x->before);
   api->ReleaseEvent(x->done);
@@ -435,7 +441,9 @@ static int stage(cl_device *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, wait
   bool ok = tdm__task_access(rt, t, node_of(g), &ts);
   tdm__cl_waitlist_of(rt, g->ctx, w, ts.v, ts.n);
   tdm__tokens_release(&rt->nodes, &ts);
-  if (!ok) {
+  if (!ok) { /* the copies it started read memory that a retry may write */
+    if (w->n && api_of(rt)->WaitForEvents(w->n, w->ev) != CL_SUCCESS)
+      tdm__log(rt, TDM_LOG_DEBUG, "OpenCL: codelet %s: a copy of its inputs failed too", name);
     tdm__cl_release_all(api_of(rt), w);
     tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
     return FAILED;
@@ -601,7 +609,7 @@ static int launch(cl_device *g, tdm_task *t) {
   x->done = done;
   t->dx = x;
   g->inflight++;
-  if (api->SetEventCallback(done, CL_COMPLETE, on_complete, t) != CL_SUCCESS) {
+  if (!tdm__cl_when_complete(rt, done, on_complete, t)) {
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: clSetEventCallback failed: waiting here instead");
     api->WaitForEvents(1, &done);
     on_complete(done, CL_COMPLETE, t);

@@ -88,6 +88,19 @@ program *tdm__cl_program_of(cl_device *g, const tdm_codelet *codelet);
 /* The backend's prepare (backends/backend.h). */
 tdm_status tdm__cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what);
 
+/* ---- watch.c ---- */
+
+/* Calls fn(e, status, data) once e completes, successfully or not, from
+ * any thread (clSetEventCallback for CL_COMPLETE, with a watcher for the
+ * implementations that never call back for a failed command). False when
+ * it cannot: the caller waits instead. */
+bool tdm__cl_when_complete(tdm_runtime *rt, cl_event e,
+                           void(CL_CALLBACK *fn)(cl_event, cl_int, void *), void *data);
+/* The watcher's thread, started with the devices, stopped once every
+ * command has finished. */
+tdm_status tdm__cl_watch_start(tdm_runtime *rt);
+void tdm__cl_watch_stop(tdm_runtime *rt);
+
 /* ---- memnode.c ---- */
 
 /* Completion tokens are events. */

@@ -64,7 +64,7 @@ static void join_all(tdm_runtime *rt, join *j, const cl_event *evs, unsigned n) 
   j->SetUserEventStatus = api->SetUserEventStatus;
   j->ReleaseEvent = api->ReleaseEvent;
   for (unsigned i = 0; i < n; i++)
-    if (api->SetEventCallback(evs[i], CL_COMPLETE, join_one, j) != CL_SUCCESS) {
+    if (!tdm__cl_when_complete(rt, evs[i], join_one, j)) {
       CL_CHECK(rt, api->WaitForEvents(1, &evs[i]), "clWaitForEvents");
       join_one(evs[i], CL_COMPLETE, j);
     }
@@ -182,7 +182,7 @@ static void count_copy(cl_device *g, bool to_device, size_t bytes, cl_event e) {
   if (c) {
     *c = (timed_copy){g, bytes};
     atomic_fetch_add(&g->timing_copies, 1);
-    if (api_of(g->rt)->SetEventCallback(e, CL_COMPLETE, copy_timed, c) != CL_SUCCESS) {
+    if (!tdm__cl_when_complete(g->rt, e, copy_timed, c)) {
       atomic_fetch_sub(&g->timing_copies, 1);
       free(c);
     }
@@ -232,12 +232,21 @@ static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
   tdm_runtime *rt = ctx;
   cl_device *g = gpu_of_node(rt, node);
   const cl_api *api = api_of(rt);
+  size_t bytes = c->host->nx * c->host->ny * c->host->elem_size;
+  /* An injected fault fails the enqueue, not the copy's event: PoCL 3.1
+   * never runs, nor fails, a command enqueued after an event it waits
+   * for failed, and the queue stalls behind it. */
+  tdm_status fault = tdm__fault(rt, TDM_FAULT_COPY, g->k);
+  if (fault) {
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: %s device %u, %zu bytes: injected fault (%s)",
+             to_node ? "host to" : "to host from", g->device, bytes, tdm_status_name(fault));
+    return false;
+  }
   waitlist w;
   tdm__cl_waitlist_of(rt, g->ctx, &w, after, nafter);
   cl_event e = NULL;
   cl_int err = copy_rect(api, g->transfer, to_node, (cl_mem)c->mem, c, &w, &e);
   tdm__cl_release_all(api, &w);
-  size_t bytes = c->host->nx * c->host->ny * c->host->elem_size;
   if (err != CL_SUCCESS) {
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: %s device %u, %zu bytes: error %d",
              to_node ? "host to" : "to host from", g->device, bytes, (int)err);
@@ -282,6 +291,13 @@ static bool node_test(void *ctx, tdm_token t) {
   return api_of(ctx)->GetEventInfo(ev_of(t), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st,
                                    NULL) == CL_SUCCESS &&
          (st == CL_COMPLETE || st < 0);
+}
+
+static bool node_failed(void *ctx, tdm_token t) {
+  cl_int st = CL_QUEUED;
+  return api_of(ctx)->GetEventInfo(ev_of(t), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st,
+                                   NULL) == CL_SUCCESS &&
+         st < 0;
 }
 
 static void node_wait(void *ctx, const tdm_token *ts, unsigned n) {
@@ -330,6 +346,7 @@ const tdm_node_ops tdm__cl_node_ops = {
     .release = node_release,
     .test = node_test,
     .wait = node_wait,
+    .failed = node_failed,
     .when_done = node_when_done,
     .link_time = node_link_time,
 };

@@ -307,7 +307,12 @@ static uint64_t book_copy(sim_dev *d, bool to_device, uint64_t bytes, uint64_t a
  * A device with memory of its own has real buffers in host memory, and
  * its copies really copy (at once), so that a task on it sees exactly
  * what coherence gave it; the modelled time of a copy is its token: when
- * it ends (tdm__now_ns), 0 for none. */
+ * it ends (tdm__now_ns), 0 for none, with FAILED set when it failed. A
+ * copy that fails (an injected fault, or one that comes after a failed
+ * copy, as OpenCL terminates the commands after a failed one) writes a
+ * poison pattern instead of the bytes, so that whatever would read it
+ * as a version shows a wrong result. */
+#define FAILED (UINT64_C(1) << 63)
 
 static void *node_alloc(void *ctx, unsigned node, const tdm_buffer *b, size_t bytes) {
   (void)node;
@@ -321,11 +326,14 @@ static void node_free(void *ctx, unsigned node, void *mem) {
   free(mem);
 }
 
+/* The end of the last of ts (ns), with FAILED if one failed. */
 static tdm_token latest(const tdm_token *ts, unsigned n) {
-  tdm_token t = 0;
-  for (unsigned i = 0; i < n; i++)
-    t = ts[i] > t ? ts[i] : t;
-  return t;
+  tdm_token t = 0, failed = 0;
+  for (unsigned i = 0; i < n; i++) {
+    t = (ts[i] & ~FAILED) > t ? ts[i] & ~FAILED : t;
+    failed |= ts[i] & FAILED;
+  }
+  return t | failed;
 }
 
 static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
@@ -333,13 +341,19 @@ static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
   tdm_runtime *rt = ctx;
   const tdm_buffer *b = c->host;
   size_t row = b->ny * b->elem_size;
+  tdm_token before = latest(after, nafter);
+  tdm_token failed = (before & FAILED) || tdm__fault(rt, TDM_FAULT_COPY, node - 1) ? FAILED : 0;
   for (size_t r = 0; r < b->nx; r++) {
     char *host = (char *)b->ptr + r * b->ld * b->elem_size;
     char *dev = (char *)c->mem + r * c->pitch;
-    memcpy(to_node ? dev : host, to_node ? host : dev, row);
+    if (failed)
+      memset(to_node ? dev : host, 0xa5, row);
+    else
+      memcpy(to_node ? dev : host, to_node ? host : dev, row);
   }
   *done = book_copy(&sim_of(rt)->dev[node - 1], to_node, (uint64_t)b->nx * row,
-                    latest(after, nafter));
+                    before & ~FAILED) |
+          failed;
   return true;
 }
 
@@ -361,12 +375,16 @@ static void node_release(void *ctx, tdm_token t) {
 
 static bool node_test(void *ctx, tdm_token t) {
   (void)ctx;
-  return tdm__now_ns() >= t;
+  return tdm__now_ns() >= (t & ~FAILED);
 }
 
 static void node_wait(void *ctx, const tdm_token *ts, unsigned n) {
   (void)ctx;
-  tdm__sleep_until(latest(ts, n));
+  tdm__sleep_until(latest(ts, n) & ~FAILED);
+}
+
+static bool node_failed(void *ctx, tdm_token t) {
+  return (t & FAILED) && node_test(ctx, t);
 }
 
 static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
@@ -384,6 +402,7 @@ static const tdm_node_ops sim_node_ops = {
     .release = node_release,
     .test = node_test,
     .wait = node_wait,
+    .failed = node_failed,
     .when_done = NULL, /* a CPU task waits for its inputs on its worker */
     .link_time = node_link_time,
 };
@@ -423,10 +442,11 @@ static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) 
   tdm_tokens w;
   tdm__tokens_init(&w);
   bool staged = tdm__task_access(rt, t, node, &w);
-  tdm__sleep_until(latest(w.v, w.n)); /* booked at placement, if placed here */
+  tdm_token landed = latest(w.v, w.n);
+  tdm__sleep_until(landed & ~FAILED); /* booked at placement, if placed here */
   tdm__tokens_release(&rt->nodes, &w);
-  if (!staged) { /* not run on what it has: it fails */
-    tdm__log(rt, TDM_LOG_ERROR, "emulated device %u: an input could not be copied", d->k);
+  if (!staged || (landed & FAILED)) { /* not run on what it has: it fails */
+    tdm__log(rt, TDM_LOG_ERROR, "emulated device %u: an input's copy failed", d->k);
     if (!d->shared)
       tdm__task_unpin(rt, t, slot, t->nbuf);
     return TDM_ERR_SYSTEM;
@@ -451,6 +471,7 @@ static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) 
   } else {
     free(before);
     tdm__task_written(rt, t, node, 0);
+    tdm__task_write_back(rt, t, node);
   }
   if (!d->shared)
     tdm__task_unpin(rt, t, slot, t->nbuf);

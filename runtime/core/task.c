@@ -171,7 +171,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   atomic_init(&t->succ_head, NULL);
   t->kind = TDM_TASK_CODELET;
   t->tries = 0;
-  t->unkept = t->spoiled = false;
+  t->unkept = t->spoiled = t->homeless = false;
   t->nbuf = 0;
   t->tile_mask = 0;
   t->more = NULL;
@@ -961,15 +961,40 @@ void tdm__task_finish(tdm_task *t) {
   finish(t, tdm__self_in(t->rt));
 }
 
+/* t's inputs did not come home for a CPU worker (tdm__host_ready): the
+ * copies that failed are forgotten, and t is placed again when tries
+ * remain (true). */
+static bool retry_home(tdm_task *t, unsigned worker) {
+  tdm_runtime *rt = t->rt;
+  t->homeless = false;
+  tdm__task_drop_failed(rt, t, 0);
+  if (t->tries >= rt->cfg.retries)
+    return false;
+  t->tries++;
+  tdm__log(rt, TDM_LOG_WARNING, "task %s: its inputs are fetched again (retry %u of %u)",
+           task_name(t), t->tries, rt->cfg.retries);
+  if (tdm__sched_timed(t)) /* the backlog there shrinks; nothing learnt */
+    tdm__sched_done(t, worker, -1);
+  t->sched_cls = -1;
+  atomic_store_explicit(&t->outcome, TDM_OK, memory_order_relaxed);
+  atomic_fetch_add_explicit(&rt->nretries, 1, memory_order_relaxed);
+  tdm__place(rt, t);
+  return true;
+}
+
 /* t failed on device worker `worker` with status: placed again, on a
  * kind of worker that has not failed it, when tries remain (true). Its
  * inputs are as they were: what a failed run wrote was dropped
- * (tdm__task_write_failed), a failed launch wrote nothing. */
+ * (tdm__task_write_failed), a failed launch wrote nothing, copies that
+ * failed on their way are forgotten here. */
 static bool retry(tdm_task *t, unsigned worker, tdm_status status) {
   tdm_runtime *rt = t->rt;
-  if (status == TDM_ERR_CANCELLED || worker < rt->nworkers || t->kind != TDM_TASK_CODELET)
+  if (status == TDM_ERR_CANCELLED || t->kind != TDM_TASK_CODELET)
     return false;
+  if (worker < rt->nworkers)
+    return t->homeless && retry_home(t, worker);
   unsigned k = worker - rt->nworkers;
+  tdm__task_drop_failed(rt, t, tdm__device_node(rt, k));
   tdm__device_failed(rt, k, status); /* may take the device out of placement */
   uint64_t others = t->dev_mask & ~(UINT64_C(1) << k);
   if (t->tries >= rt->cfg.retries || t->spoiled || (!others && !t->codelet->cpu_fn))

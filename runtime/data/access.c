@@ -106,10 +106,33 @@ void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token do
   }
 }
 
+/* The end of t's run on device node `node` for each handle it writes,
+ * under its family's lock: undone (failed) or, succeeded, copied home. */
+static void end_writes(tdm_runtime *rt, tdm_task *t, unsigned node, bool failed) {
+  tdm_handle *const *hs = tdm__task_handles(t);
+  const uint8_t *modes = tdm__task_modes(t);
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    if (!(modes[i] & TDM_W))
+      continue;
+    tdm__coh_lock(&hs[i]->coh);
+    if (failed)
+      tdm__coh_write_failed(&rt->nodes, hs[i], node);
+    else
+      tdm__coh_write_back(&rt->nodes, hs[i]);
+    tdm__coh_unlock(&hs[i]->coh);
+  }
+}
+
+void tdm__task_write_back(tdm_runtime *rt, tdm_task *t, unsigned node) {
+  if (!node || !rt->nodes.keep_host)
+    return;
+  end_writes(rt, t, node, false);
+  tdm__coh_reap(&rt->nodes);
+}
+
 static size_t copy_written(const tdm_task *t, unsigned char *room, bool to_room);
 
 void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node, void *before) {
-  (void)rt;
   if (!node) { /* it wrote the host's memory: put back what was there */
     if (before)
       copy_written(t, before, false);
@@ -118,13 +141,19 @@ void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node, void *b
   }
   if (t->unkept) /* a version it replaced lived on that device only */
     t->spoiled = true;
+  end_writes(rt, t, node, true);
+}
+
+void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t, unsigned node) {
+  if (!rt->nodes.n || !rt->nodes.ops->failed)
+    return;
   tdm_handle *const *hs = tdm__task_handles(t);
-  const uint8_t *modes = tdm__task_modes(t);
   for (unsigned i = 0; i < t->nbuf; i++) {
-    if (!(modes[i] & TDM_W))
-      continue;
     tdm__coh_lock(&hs[i]->coh);
-    tdm__coh_write_failed(hs[i]);
+    /* a copy into node, or home on its way there */
+    tdm__coh_drop_failed(&rt->nodes, hs[i], node);
+    if (node)
+      tdm__coh_drop_failed(&rt->nodes, hs[i], 0);
     tdm__coh_unlock(&hs[i]->coh);
   }
 }
@@ -167,13 +196,23 @@ void *tdm__task_snapshot(tdm_runtime *rt, const tdm_task *t, bool *ok) {
 
 /* ---- the host's side -------------------------------------------------------- */
 
-/* t cannot run on the host: its inputs did not come home. It fails
- * (tdm__task_execute ends it), its outputs as they were. */
+/* t cannot run on the host: its inputs did not come home. This try
+ * fails (tdm__task_execute ends it, or tries it again), its outputs as
+ * they were. */
 static void not_home(tdm_task *t, int status) {
   tdm__log(t->rt, TDM_LOG_ERROR,
-           "codelet %s: bringing its inputs home failed (status %d); it fails without running",
+           "codelet %s: bringing its inputs home failed (status %d); it did not run",
            t->codelet->name ? t->codelet->name : "(unnamed)", status);
+  t->homeless = true;
   atomic_store_explicit(&t->outcome, TDM_ERR_SYSTEM, memory_order_relaxed);
+}
+
+/* Whether one of ts completed with an error. */
+static bool any_failed(const tdm_nodes *nodes, const tdm_token *ts, unsigned n) {
+  for (unsigned i = 0; i < n && nodes->ops->failed; i++)
+    if (nodes->ops->failed(nodes->ctx, ts[i]))
+      return true;
+  return false;
 }
 
 static void fetched(void *arg, int status) {
@@ -191,21 +230,27 @@ bool tdm__host_ready(tdm_task *t) {
   if (!tdm__task_access(rt, t, 0, &w))
     not_home(t, -1);
   unsigned n = 0; /* those still running */
+  bool failed = false;
   for (unsigned i = 0; i < w.n; i++) {
-    if (nodes->ops->test(nodes->ctx, w.v[i]))
+    if (nodes->ops->test(nodes->ctx, w.v[i])) {
+      failed |= any_failed(nodes, &w.v[i], 1);
       nodes->ops->release(nodes->ctx, w.v[i]);
-    else
+    } else {
       w.v[n++] = w.v[i];
+    }
   }
   w.n = n;
   bool ready = true;
   if (n && !(nodes->ops->when_done &&
              nodes->ops->when_done(nodes->ctx, w.v, n, fetched, t))) {
     nodes->ops->wait(nodes->ctx, w.v, n); /* cannot wait asynchronously */
+    failed |= any_failed(nodes, w.v, n);
   } else if (n) {
     ready = false; /* queued again by `fetched` */
   }
   tdm__tokens_release(nodes, &w);
+  if (failed && !atomic_load_explicit(&t->outcome, memory_order_relaxed))
+    not_home(t, -1);
   return ready;
 }
 
@@ -213,23 +258,40 @@ void tdm__host_written(tdm_task *t) {
   tdm__task_written(t->rt, t, 0, 0);
 }
 
-void tdm__handle_home(tdm_handle *h, bool will_write) {
+/* One try of tdm__handle_home. */
+static bool home_once(tdm_handle *h, bool will_write) {
   tdm_runtime *rt = h->rt;
   const tdm_nodes *nodes = &rt->nodes;
-  if (!nodes->n)
-    return;
   tdm_tokens w;
   tdm__tokens_init(&w);
   tdm__coh_lock(&h->coh);
   bool ok = tdm__coh_access(nodes, h, 0, TDM_R, UINT32_MAX, &w, NULL);
-  if (ok && will_write)
-    tdm__coh_written(nodes, h, 0, 0);
   tdm__coh_unlock(&h->coh);
   tdm__coh_reap(&rt->nodes);
-  if (!ok)
-    tdm__log(rt, TDM_LOG_ERROR, "a handle's contents could not be brought home");
   nodes->ops->wait(nodes->ctx, w.v, w.n);
+  ok = ok && !any_failed(nodes, w.v, w.n);
   tdm__tokens_release(nodes, &w);
+  tdm__coh_lock(&h->coh);
+  if (ok && will_write)
+    tdm__coh_written(nodes, h, 0, 0);
+  else if (!ok) /* a copy home that failed is forgotten: tried again */
+    tdm__coh_drop_failed(nodes, h, 0);
+  tdm__coh_unlock(&h->coh);
+  return ok;
+}
+
+bool tdm__handle_home(tdm_handle *h, bool will_write) {
+  tdm_runtime *rt = h->rt;
+  if (!rt->nodes.n)
+    return true;
+  for (unsigned tries = 0; tries <= rt->cfg.retries; tries++) {
+    if (home_once(h, will_write))
+      return true;
+    tdm__log(rt, TDM_LOG_WARNING, "a handle's contents could not be brought home (try %u of %u)",
+             tries + 1, rt->cfg.retries + 1);
+  }
+  tdm__log(rt, TDM_LOG_ERROR, "a handle's contents could not be brought home");
+  return false;
 }
 
 void tdm__handle_forget(tdm_handle *h, bool lock) {

@@ -109,13 +109,24 @@ static tdm_token fill_of(const tdm_handle *h, unsigned n) {
   return h->coh.rep ? h->coh.rep[n].fill : 0;
 }
 
+/* What a write into node n's memory comes after: the copy still writing
+ * it, if any. A copy that failed is forgotten instead (complete, and
+ * what it wrote is no version: waiting for it would fail the write); a
+ * node that it was to make valid is no longer valid, where another is. */
+static tdm_token before_write(const tdm_nodes *nodes, tdm_handle *h, unsigned n) {
+  if (tdm__coh_drop_failed(nodes, h, n) && tdm__coh_fill_failed(nodes, h, n))
+    set_fill(nodes, h, n, 0);
+  return fill_of(h, n);
+}
+
 /* What a copy from node `from` to node `to` comes after: what wrote the
  * source, and what still writes the target. Returns how many (<= 2). */
-static unsigned fills_of(const tdm_handle *h, unsigned from, unsigned to, tdm_token *out) {
+static unsigned fills_of(const tdm_nodes *nodes, tdm_handle *h, unsigned from, unsigned to,
+                         tdm_token *out) {
   unsigned n = 0;
   if (fill_of(h, from))
     out[n++] = fill_of(h, from);
-  if (fill_of(h, to))
+  if (before_write(nodes, h, to))
     out[n++] = fill_of(h, to);
   return n;
 }
@@ -273,13 +284,13 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
   if (node == 0) { /* from a device holding it */
     unsigned src = (unsigned)tdm__nodeset_next(&h->coh.valid, 1);
     tdm_token after[2];
-    unsigned n = fills_of(h, src, 0, after);
+    unsigned n = fills_of(nodes, h, src, 0, after);
     if (!copy_whole(nodes, h, src, false, h->coh.rep[src].mem, after, n, &e))
       return false;
   } else { /* through the host */
     tdm_tokens before;
     tdm__tokens_init(&before);
-    wait_add(nodes, &before, fill_of(h, node));
+    wait_add(nodes, &before, before_write(nodes, h, node));
     bool home = make_valid(nodes, h, 0, &before);
     void *mem = home ? tdm__mem_get(nodes, h, node, NULL) : NULL;
     bool ok = mem && copy_whole(nodes, h, node, true, mem, before.v, before.n, &e);
@@ -301,11 +312,16 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
                      uint32_t gen, tdm_tokens *w, bool *unkept) {
   if (!settle_upto(nodes, h, gen))
     return false;
-  if (mode & TDM_R) {
+  /* With keep_host, a write on the host that does not read keeps the
+   * version it replaces as well (copied home, below), so that a try that
+   * fails before it runs (an input's copy failed) leaves it in place. */
+  bool keep = node == 0 && nodes->keep_host && !(mode & TDM_R) &&
+              !tdm__nodeset_has(&h->coh.valid, 0);
+  if ((mode & TDM_R) || keep) {
     if (!make_valid(nodes, h, node, w))
       return false;
   } else { /* what writes the node's memory lands first, valid or not */
-    wait_add(nodes, w, fill_of(h, node));
+    wait_add(nodes, w, before_write(nodes, h, node));
   }
   /* A write on a device: the version it replaces stays in the host's
    * memory until the write is known to have succeeded, so that a run
@@ -318,14 +334,17 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
     if (!tdm__nodeset_has(&h->coh.valid, 0) && unkept)
       *unkept = true;
   }
-  /* A write: the copies elsewhere are stale from now on (the task graph
-   * has finished their users), so that an eviction does not write one
-   * back over what is being written: the host's memory, or an input it
-   * also reads. A device's memory that is only written (TDM_W) is pinned
-   * and written back from nowhere: it becomes the valid copy when
-   * written (tdm__coh_written), so that a task that fails before it runs
-   * leaves every copy as it was. */
-  if ((mode & TDM_W) && (node == 0 || (mode & TDM_R)))
+  /* A write makes its node the only valid one when it is done
+   * (tdm__coh_written), not before: a try that fails, before it runs or
+   * while, leaves the version it was given where it was (its node's copy
+   * intact when it did not run, the host's kept as above when it did).
+   * Meanwhile no copy is written back over what is being written: the
+   * task graph has finished the other users, the node written is pinned,
+   * and no other node is the only valid one (an eviction writes back only
+   * the only copy). Except a write on the host that keeps nothing: the
+   * copies elsewhere are stale from here, so that evicting one of them
+   * does not write it back over the host's memory being written. */
+  if ((mode & TDM_W) && node == 0 && !(mode & TDM_R) && !keep)
     only_on(h, node);
   return true;
 }
@@ -349,15 +368,41 @@ void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_
     set_fill(nodes, h, node, done);
 }
 
-void tdm__coh_write_failed(tdm_handle *h) {
-  h->coh.valid = tdm__nodeset_of(0); /* the version before, whatever was written */
+void tdm__coh_write_back(const tdm_nodes *nodes, tdm_handle *h) {
+  if (tdm__nodeset_has(&h->coh.valid, 0))
+    return;
+  tdm_tokens w;
+  tdm__tokens_init(&w);
+  if (!make_valid(nodes, h, 0, &w)) /* logged; the next write keeps it then */
+    tdm__log(nodes->rt, TDM_LOG_WARNING, "a device's write could not be copied home");
+  tdm__tokens_release(nodes, &w);
+}
+
+bool tdm__coh_fill_failed(const tdm_nodes *nodes, const tdm_handle *h, unsigned node) {
+  tdm_token f = fill_of(h, node);
+  return f && nodes->ops->failed && nodes->ops->failed(nodes->ctx, f);
+}
+
+void tdm__coh_write_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
+  /* the version before, whatever was written */
+  h->coh.valid = tdm__nodeset_of(tdm__coh_fill_failed(nodes, h, 0) ? node : 0);
+}
+
+bool tdm__coh_drop_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
+  if (!tdm__nodeset_has(&h->coh.valid, node) || !tdm__coh_fill_failed(nodes, h, node))
+    return true;
+  if (tdm__nodeset_only(&h->coh.valid, node))
+    return false;
+  tdm__nodeset_del(&h->coh.valid, node);
+  set_fill(nodes, h, node, 0); /* complete: nothing writes that memory */
+  return true;
 }
 
 bool tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
   tdm_replica *r = &h->coh.rep[node];
   if (tdm__nodeset_only(&h->coh.valid, node)) { /* the only copy: home first */
     tdm_token e = 0, after[2];
-    unsigned n = fills_of(h, node, 0, after);
+    unsigned n = fills_of(nodes, h, node, 0, after);
     if (!copy_whole(nodes, h, node, false, r->mem, after, n, &e))
       return false;
     tdm__nodeset_add(&h->coh.valid, 0);

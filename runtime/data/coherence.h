@@ -206,9 +206,22 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
 /* A write on `node`, complete at token `done` (taken over; 0 when done
  * already): node becomes the only valid one. */
 void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_token done);
-/* A write on a device (not the host) failed: its memory there holds no
- * version; the host's, kept by tdm__coh_access, is the valid one. */
-void tdm__coh_write_failed(tdm_handle *h);
+/* A write on device node `node` (not the host) failed: its memory there
+ * holds no version; the host's, kept by tdm__coh_access, is the valid
+ * one. Unless the copy home that kept it failed: then the write, which
+ * came after that copy, never ran, and the node's copy is still the
+ * version before. */
+void tdm__coh_write_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
+/* keep_host: a write on a device succeeded; its version is copied home
+ * now (not waited for), so that losing the device loses nothing. */
+void tdm__coh_write_back(const tdm_nodes *nodes, tdm_handle *h);
+/* Whether the copy that filled h's memory on `node` failed (complete). */
+bool tdm__coh_fill_failed(const tdm_nodes *nodes, const tdm_handle *h, unsigned node);
+/* A try that used h on `node` failed, maybe because a copy into node
+ * failed: if it did, node no longer holds h's version (fetched again by
+ * the next access). False when node was the only one holding it: that
+ * version is lost (node stays its holder, every use of it failing). */
+bool tdm__coh_drop_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
 /* Predicted seconds to make h valid on `node`, by link(ctx, node, bytes)
  * (the time of a copy between the host and device node `node`: a node
  * operation's link_time). */

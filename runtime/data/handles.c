@@ -165,7 +165,7 @@ void tdm__handles_home(tdm_runtime *rt) {
     return;
   }
   for (size_t i = 0; i < n; i++) {
-    tdm__handle_home(hs[i], false);
+    tdm__handle_home(hs[i], false); /* logged when it fails */
     tdm__handle_unref(hs[i]);
   }
   free(hs);
@@ -546,7 +546,11 @@ tdm_status tdm_handle_acquire(tdm_handle *h, tdm_access mode) {
                 "a task writing the handle failed or was cancelled: not acquired");
   }
   /* the host holds it from here: its contents come home */
-  tdm__handle_home(h, (mode & TDM_W) != 0);
+  if (!tdm__handle_home(h, (mode & TDM_W) != 0)) {
+    end_acquisition(h);
+    return hbad(rt, TDM_ERR_LOST, what,
+                "its contents could not be copied home from a device: not acquired");
+  }
   return TDM_OK;
 }
 
@@ -609,9 +613,13 @@ tdm_status tdm_handle_unregister(tdm_handle *h) {
   tdm__taskvec_release(&writers);
   tdm__taskvec_release(&readers);
   /* the latest contents go home, and the device buffers go */
-  tdm__handle_home(h, false);
+  bool home = tdm__handle_home(h, false);
   tdm__handle_forget(h, true);
   quarantine(h);
+  if (!home)
+    return hbad(rt, TDM_ERR_LOST, what,
+                "its newest version could not be copied home from a device: its memory "
+                "does not hold it");
   return lost ? hbad(rt, TDM_ERR_LOST, what,
                      "a task writing the handle failed or was cancelled: its memory holds "
                      "the last version produced")

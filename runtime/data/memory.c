@@ -81,6 +81,14 @@ static void release(const tdm_nodes *nodes, unsigned node, tdm_replica *r) {
   lru_unlink(m, r);
 }
 
+/* A buffer of `bytes` for h on node (1 + device worker k), through the
+ * fault seam (an injected failure: as a device out of memory). */
+static void *alloc_on(const tdm_nodes *nodes, tdm_handle *h, unsigned node, size_t bytes) {
+  if (nodes->rt && tdm__fault(nodes->rt, TDM_FAULT_ALLOC, node - 1))
+    return NULL;
+  return nodes->ops->alloc(nodes->ctx, node, &h->buf, bytes);
+}
+
 enum { FITS, FULL, BUSY };
 
 /* Drops unpinned buffers, least recently used first, until `need` more
@@ -126,7 +134,7 @@ void *tdm__mem_get(const tdm_nodes *nodes, tdm_handle *h, unsigned node, bool *b
   tdm_memnode *m = &nodes->mem[node];
   if (!m->counted) { /* host memory: nothing counted, nothing evicted */
     if (!r->mem)
-      r->mem = nodes->ops->alloc(nodes->ctx, node, &h->buf, tdm__coh_span(h));
+      r->mem = alloc_on(nodes, h, node, tdm__coh_span(h));
     return r->mem;
   }
   TDM_PTHREAD(nodes->rt, pthread_mutex_lock(&m->lock));
@@ -149,10 +157,10 @@ void *tdm__mem_get(const tdm_nodes *nodes, tdm_handle *h, unsigned node, bool *b
     if (room == BUSY && busy)
       *busy = true;
     if (room == FITS) {
-      r->mem = nodes->ops->alloc(nodes->ctx, node, &h->buf, size);
+      r->mem = alloc_on(nodes, h, node, size);
       if (!r->mem) { /* fuller than counted: drop all it may, once */
         make_room(nodes, node, 0, h);
-        r->mem = nodes->ops->alloc(nodes->ctx, node, &h->buf, size);
+        r->mem = alloc_on(nodes, h, node, size);
       }
     }
     if (r->mem) {

@@ -136,7 +136,7 @@ void tdm__faults_set(tdm_runtime *rt, unsigned kind, double p, uint64_t seed) {
   atomic_store_explicit(&rt->fault_p[kind], (uint32_t)f, memory_order_relaxed);
 }
 
-static const char *const fault_names[TDM_NFAULTS] = {"launch", "run"};
+static const char *const fault_names[TDM_NFAULTS] = {"launch", "run", "copy", "alloc"};
 
 /* device=D:lost_at=T (the text after "device="). */
 static bool lost_term(tdm_runtime *rt, const char *s) {
@@ -215,9 +215,10 @@ tdm_status tdm__faults_parse(tdm_runtime *rt, const char *spec) {
       end = s + strlen(s);
     if (end > s && !fault_term(rt, s, end, &seed)) {
       tdm__log(rt, TDM_LOG_ERROR,
-               "tdm_runtime_create: faults: bad term \"%.*s\" (expected launch:p=X, "
-               "launch:nth=N, run:p=X, run:nth=N, seed=S or device=D:lost_at=T, with X "
-               "from 0 to 1, N > 0, T a time in s, ms or us; at most %d lost devices)",
+               "tdm_runtime_create: faults: bad term \"%.*s\" (expected KIND:p=X or "
+               "KIND:nth=N with KIND launch, run, copy or alloc, seed=S, or "
+               "device=D:lost_at=T; X from 0 to 1, N > 0, T a time in s, ms or us; at "
+               "most %d lost devices)",
                (int)(end - s), s, TDM_MAX_LOST);
       return TDM_ERR_INVALID_ARG;
     }
