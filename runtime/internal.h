@@ -817,14 +817,18 @@ void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token do
  * its inputs are as they were, and what it only writes is made valid when
  * written. */
 void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node, void *before);
-/* t's run on node succeeded: with tdm_config.writeback, what it wrote on
- * a device with memory of its own starts its way home (cheap otherwise). */
+/* t's run on node succeeded (its writes recorded): with
+ * tdm_config.writeback, what it wrote on a device with memory of its own
+ * starts its way home (cheap otherwise). A copy that cannot start leaves
+ * that version on the device alone (logged): the run is not undone, as
+ * the copies that did start are already bringing the new versions over
+ * the ones a retry would need. */
 void tdm__task_write_back(tdm_runtime *rt, tdm_task *t, unsigned node);
-/* A try of t on node failed (any reason): the copies of t's handles on
- * node, or home on their way there, whose copy failed no longer count as
- * versions (tdm__coh_drop_failed), so that the next use fetches them
- * again. Cold path. */
-void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t, unsigned node);
+/* A try of t failed (any reason): the copies of t's handles whose copy
+ * failed, on any node, no longer count as versions
+ * (tdm__coh_drop_failed), so that the next use fetches them again. Cold
+ * path. */
+void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t);
 /* For a device working in host memory: a copy of the buffers t writes,
  * from which tdm__task_write_failed undoes a run that failed; NULL when t
  * writes nothing (*ok true) or there was no memory for it (*ok false,

@@ -10,12 +10,13 @@
  * Modes: "sim" (two emulated devices with memory of their own, every
  * policy, and with a small memory limit: evictions), "discrete" and
  * "integrated" (PoCL behaving as either, tasks with a CPU and an OpenCL
- * variant; SKIP without an OpenCL CPU device). One task in four, when
+ * variant; SKIP without an OpenCL CPU device), "two" (two discrete PoCL
+ * devices, one of them lost during each run). One task in four, when
  * enough tiles exist, is wide: WIDE distinct buffers, past
  * TDM_MAX_BUFFERS. With injected device faults (launches, and runs that
  * fail after writing, 1 in 16 each; and, without partitions, copies
- * between a device and the host), retries and writeback: the same
- * results, every task done.
+ * between a device and the host, 1 in 64), retries and writeback: the
+ * same results, every task done.
  */
 #include "common.h"
 #include "internal.h" /* the device fault seam */
@@ -330,6 +331,7 @@ typedef struct {
   /* copies between the devices and the host fail too; no partitions then:
    * a gather whose copy fails loses the matrix's version (reported) */
   bool copies;
+  const char *lost; /* tdm_config.faults: a device stops working */
 } setup;
 
 
@@ -357,11 +359,16 @@ static tdm_runtime *make(const setup *s, char *dir, size_t size) {
     cfg.opencl_cpu_devices = 1;
     cfg.device_memory = s->discrete ? TDM_MEMORY_SEPARATE : TDM_MEMORY_SHARED;
   }
+  cfg.faults = s->lost;
   if (s->faults) { /* every failed run undone and tried again elsewhere */
-    cfg.retries = 4; /* a copy home for an acquisition fails 5 times: 1 in 16^5 */
+    /* enough that every task ends done: a try on a device fails about
+     * one time in five, one on the CPU workers (its inputs' copies home)
+     * one in twenty */
+    cfg.retries = 6;
     cfg.writeback = 1;
     cfg.quarantine_failures = 0; /* the devices stay in use, failing */
-    cfg.log_fn = getenv("DBGLOG") ? to_stderr : NULL; /* each failure is logged: expected here */
+    /* each failure is logged: expected here (TEST_LOG=1 shows them) */
+    cfg.log_fn = getenv("TEST_LOG") ? to_stderr : NULL;
   }
   tdm_runtime *rt = NULL;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
@@ -369,7 +376,7 @@ static tdm_runtime *make(const setup *s, char *dir, size_t size) {
     tdm__faults_set(rt, TDM_FAULT_LAUNCH, 1.0 / 16, 11);
     tdm__faults_set(rt, TDM_FAULT_COMPLETE, 1.0 / 16, 13);
     if (s->copies)
-      tdm__faults_set(rt, TDM_FAULT_COPY, 1.0 / 16, 17);
+      tdm__faults_set(rt, TDM_FAULT_COPY, 1.0 / 64, 17);
   }
   return rt;
 }
@@ -404,6 +411,11 @@ static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
   uint64_t evictions;
   unsigned on_devices = device_tasks(rt, &evictions);
+  if (s->lost) { /* it stopped working: out of placement, said once */
+    tdm_device_info d = {.struct_size = sizeof d};
+    assert_int_equal(tdm_runtime_device(rt, 0, &d), TDM_OK);
+    assert_int_equal(d.quarantined, 1);
+  }
   retried += atomic_load(&rt->nretries);
   printf("%s %s%s: %u seeds, %u tasks on devices, %llu evictions, %u wide tasks (%u by the CPU "
          "variant)\n",
@@ -492,6 +504,7 @@ static void test_emulated_copy_faults(void **state) {
 }
 
 static bool opencl_discrete;
+static bool opencl_two; /* two PoCL devices */
 
 static void test_opencl_copy_faults(void **state) {
   (void)state;
@@ -503,6 +516,19 @@ static void test_opencl_copy_faults(void **state) {
 static void test_opencl_faults(void **state) {
   (void)state;
   every_policy(&(setup){.discrete = opencl_discrete, .faults = true}, 7000, 2, 300);
+}
+
+/* Two PoCL devices behaving as discrete GPUs (POCL_DEVICES="pthread
+ * pthread"), one of which stops working 30 ms into each run: the other
+ * and the CPU workers take over, with the results of the sequential run
+ * (every policy; device faults, retries and eager write-back as in
+ * test_opencl_faults). */
+static void test_opencl_one_of_two_lost(void **state) {
+  (void)state;
+  if (!opencl_two)
+    skip();
+  every_policy(&(setup){.discrete = true, .faults = true, .lost = "device=0:lost_at=30ms"},
+               8000, 2, 300);
 }
 
 static void test_opencl_every_policy(void **state) {
@@ -517,7 +543,7 @@ static void test_opencl_evictions(void **state) {
   every_policy(&(setup){.discrete = true, .limit = 3 * ROWS * COLS * 8}, 4000, 2, 300);
 }
 
-static bool have_opencl_device(bool discrete) {
+static bool have_opencl_devices(bool discrete, unsigned want) {
   char dir[64];
   tdm_runtime *rt = make(&(setup){.discrete = discrete, .policy = "eager"}, dir, sizeof dir);
   tdm_machine_info mi = {.struct_size = sizeof mi};
@@ -525,7 +551,7 @@ static bool have_opencl_device(bool discrete) {
   unsigned n = mi.device_workers;
   tdm_runtime_destroy(rt);
   test_remove_dir(dir);
-  return n > 0;
+  return n >= want;
 }
 
 int main(int argc, char **argv) {
@@ -547,11 +573,21 @@ int main(int argc, char **argv) {
   printf("built without OpenCL: skipped\n");
   return 77;
 #endif
-  opencl_discrete = !strcmp(mode, "discrete");
+  opencl_two = !strcmp(mode, "two");
+  opencl_discrete = opencl_two || !strcmp(mode, "discrete");
+  if (opencl_two) /* PoCL makes two devices of the CPU (before it starts) */
+    setenv("POCL_DEVICES", "pthread pthread", 0);
   init_codelets(true);
-  if (!have_opencl_device(opencl_discrete)) {
-    printf("no OpenCL CPU device here (install pocl-opencl-icd): skipped\n");
+  if (!have_opencl_devices(opencl_discrete, opencl_two ? 2 : 1)) {
+    printf("no OpenCL CPU device here (install pocl-opencl-icd), or not two: skipped\n");
     return 77;
+  }
+  if (opencl_two) {
+    const struct CMUnitTest two[] = {
+        cmocka_unit_test(test_opencl_every_policy),
+        cmocka_unit_test(test_opencl_one_of_two_lost),
+    };
+    return cmocka_run_group_tests(two, NULL, NULL);
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_opencl_every_policy),

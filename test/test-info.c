@@ -229,6 +229,8 @@ static json *check_json_matches_runtime(void) {
     assert_int_equal(boolean(dj, "used"), d.used);
     assert_string_equal(str(dj, "usage"), d.usage);
     assert_int_equal(opt(dj, "worker"), d.worker);
+    assert_int_equal(boolean(dj, "quarantined"), d.quarantined);
+    assert_string_equal(str(dj, "quarantine_reason"), d.quarantine_reason);
   }
 
   const json *log = member(doc, "log", JSON_ARRAY);

@@ -279,6 +279,8 @@ static void print_text(const view *v, const log_store *log) {
         printf("      Used:     yes, as worker %d (%s)\n", d->worker, without(d->usage, "used: "));
       else
         printf("      Used:     no (%s)\n", without(d->usage, "not used: "));
+      if (d->quarantined)
+        printf("      State:    quarantined: %s\n", d->quarantine_reason);
     }
   }
   bool header = false;
@@ -293,6 +295,8 @@ static void print_text(const view *v, const log_store *log) {
     printf("    Memory: %s; %s\n", d->shared_memory ? "shared with the host" : "its own",
            d->memory_reason);
     printf("    Speed:  %s\n", without(d->usage, "used: "));
+    if (d->quarantined)
+      printf("    State:  quarantined: %s\n", d->quarantine_reason);
   }
   unsigned warnings = 0;
   for (size_t i = 0; i < log->n; i++)
@@ -509,6 +513,8 @@ static void print_json(const view *v, const log_store *log) {
     kv_bool("used", d->used, &i);
     kv_str("usage", d->usage, &i);
     kv_opt("worker", d->worker, &i);
+    kv_bool("quarantined", d->quarantined, &i);
+    kv_str("quarantine_reason", d->quarantine_reason, &i);
     printf("}");
   }
   printf("]");

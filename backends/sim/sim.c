@@ -342,7 +342,10 @@ static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
   const tdm_buffer *b = c->host;
   size_t row = b->ny * b->elem_size;
   tdm_token before = latest(after, nafter);
-  tdm_token failed = (before & FAILED) || tdm__fault(rt, TDM_FAULT_COPY, node - 1) ? FAILED : 0;
+  tdm_status fault = tdm__fault(rt, TDM_FAULT_COPY, node - 1);
+  if (fault == TDM_ERR_DEVICE_LOST)
+    return false; /* a device that is gone starts nothing */
+  tdm_token failed = (before & FAILED) || fault ? FAILED : 0;
   for (size_t r = 0; r < b->nx; r++) {
     char *host = (char *)b->ptr + r * b->ld * b->elem_size;
     char *dev = (char *)c->mem + r * c->pitch;

@@ -967,7 +967,7 @@ void tdm__task_finish(tdm_task *t) {
 static bool retry_home(tdm_task *t, unsigned worker) {
   tdm_runtime *rt = t->rt;
   t->homeless = false;
-  tdm__task_drop_failed(rt, t, 0);
+  tdm__task_drop_failed(rt, t);
   if (t->tries >= rt->cfg.retries)
     return false;
   t->tries++;
@@ -994,7 +994,7 @@ static bool retry(tdm_task *t, unsigned worker, tdm_status status) {
   if (worker < rt->nworkers)
     return t->homeless && retry_home(t, worker);
   unsigned k = worker - rt->nworkers;
-  tdm__task_drop_failed(rt, t, tdm__device_node(rt, k));
+  tdm__task_drop_failed(rt, t);
   tdm__device_failed(rt, k, status); /* may take the device out of placement */
   uint64_t others = t->dev_mask & ~(UINT64_C(1) << k);
   if (t->tries >= rt->cfg.retries || t->spoiled || (!others && !t->codelet->cpu_fn))

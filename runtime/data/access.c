@@ -107,10 +107,12 @@ void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token do
 }
 
 /* The end of t's run on device node `node` for each handle it writes,
- * under its family's lock: undone (failed) or, succeeded, copied home. */
-static void end_writes(tdm_runtime *rt, tdm_task *t, unsigned node, bool failed) {
+ * under its family's lock: undone (failed) or, succeeded, copied home
+ * (false when a copy could not start). */
+static bool end_writes(tdm_runtime *rt, tdm_task *t, unsigned node, bool failed) {
   tdm_handle *const *hs = tdm__task_handles(t);
   const uint8_t *modes = tdm__task_modes(t);
+  bool ok = true;
   for (unsigned i = 0; i < t->nbuf; i++) {
     if (!(modes[i] & TDM_W))
       continue;
@@ -118,15 +120,20 @@ static void end_writes(tdm_runtime *rt, tdm_task *t, unsigned node, bool failed)
     if (failed)
       tdm__coh_write_failed(&rt->nodes, hs[i], node);
     else
-      tdm__coh_write_back(&rt->nodes, hs[i]);
+      ok &= tdm__coh_write_back(&rt->nodes, hs[i]);
     tdm__coh_unlock(&hs[i]->coh);
   }
+  return ok;
 }
 
 void tdm__task_write_back(tdm_runtime *rt, tdm_task *t, unsigned node) {
   if (!node || !rt->nodes.keep_host)
     return;
-  end_writes(rt, t, node, false);
+  if (!end_writes(rt, t, node, false))
+    tdm__log(rt, TDM_LOG_WARNING,
+             "codelet %s: a version it wrote could not start home: it stays on device "
+             "node %u alone",
+             t->codelet->name ? t->codelet->name : "(unnamed)", node);
   tdm__coh_reap(&rt->nodes);
 }
 
@@ -144,16 +151,16 @@ void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node, void *b
   end_writes(rt, t, node, true);
 }
 
-void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t, unsigned node) {
+void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t) {
   if (!rt->nodes.n || !rt->nodes.ops->failed)
     return;
   tdm_handle *const *hs = tdm__task_handles(t);
   for (unsigned i = 0; i < t->nbuf; i++) {
     tdm__coh_lock(&hs[i]->coh);
-    /* a copy into node, or home on its way there */
-    tdm__coh_drop_failed(&rt->nodes, hs[i], node);
-    if (node)
-      tdm__coh_drop_failed(&rt->nodes, hs[i], 0);
+    /* a copy into the node it ran on, home on its way there, or into the
+     * node it came from */
+    for (int n = 0; n >= 0; n = tdm__nodeset_next(&hs[i]->coh.valid, (unsigned)n + 1))
+      tdm__coh_drop_failed(&rt->nodes, hs[i], (unsigned)n);
     tdm__coh_unlock(&hs[i]->coh);
   }
 }
@@ -265,6 +272,7 @@ static bool home_once(tdm_handle *h, bool will_write) {
   tdm_tokens w;
   tdm__tokens_init(&w);
   tdm__coh_lock(&h->coh);
+  tdm__coh_drop_failed(nodes, h, 0); /* an earlier copy home that failed */
   bool ok = tdm__coh_access(nodes, h, 0, TDM_R, UINT32_MAX, &w, NULL);
   tdm__coh_unlock(&h->coh);
   tdm__coh_reap(&rt->nodes);

@@ -112,9 +112,13 @@ static tdm_token fill_of(const tdm_handle *h, unsigned n) {
 /* What a write into node n's memory comes after: the copy still writing
  * it, if any. A copy that failed is forgotten instead (complete, and
  * what it wrote is no version: waiting for it would fail the write); a
- * node that it was to make valid is no longer valid, where another is. */
+ * node that it was to make valid is no longer valid where another is.
+ * Where n was the last holder, that version is lost: the write replaces
+ * it (if the write fails, its readers are cancelled and the handle
+ * reports TDM_ERR_LOST). */
 static tdm_token before_write(const tdm_nodes *nodes, tdm_handle *h, unsigned n) {
-  if (tdm__coh_drop_failed(nodes, h, n) && tdm__coh_fill_failed(nodes, h, n))
+  tdm__coh_drop_failed(nodes, h, n);
+  if (tdm__coh_fill_failed(nodes, h, n))
     set_fill(nodes, h, n, 0);
   return fill_of(h, n);
 }
@@ -281,8 +285,12 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
     return false;
   tdm_token e = 0;
   /* after what fills the source, and what still writes the target */
-  if (node == 0) { /* from a device holding it */
-    unsigned src = (unsigned)tdm__nodeset_next(&h->coh.valid, 1);
+  if (node == 0) { /* from a device holding it; those whose copy failed are forgotten */
+    int from = tdm__nodeset_next(&h->coh.valid, 1);
+    while (tdm__coh_drop_failed(nodes, h, (unsigned)from),
+           !tdm__nodeset_has(&h->coh.valid, (unsigned)from)) /* the last holder stays */
+      from = tdm__nodeset_next(&h->coh.valid, (unsigned)from + 1);
+    unsigned src = (unsigned)from;
     tdm_token after[2];
     unsigned n = fills_of(nodes, h, src, 0, after);
     if (!copy_whole(nodes, h, src, false, h->coh.rep[src].mem, after, n, &e))
@@ -314,10 +322,12 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
     return false;
   /* With keep_host, a write on the host that does not read keeps the
    * version it replaces as well (copied home, below), so that a try that
-   * fails before it runs (an input's copy failed) leaves it in place. */
-  bool keep = node == 0 && nodes->keep_host && !(mode & TDM_R) &&
-              !tdm__nodeset_has(&h->coh.valid, 0);
-  if ((mode & TDM_R) || keep) {
+   * fails before it runs (an input's copy failed) leaves it in place;
+   * a copy home that failed does not count as kept. */
+  if (!(mode & TDM_R))
+    tdm__coh_drop_failed(nodes, h, node);
+  bool keep = node == 0 && nodes->keep_host && !(mode & TDM_R);
+  if ((mode & TDM_R) || (keep && !tdm__nodeset_has(&h->coh.valid, 0))) {
     if (!make_valid(nodes, h, node, w))
       return false;
   } else { /* what writes the node's memory lands first, valid or not */
@@ -368,14 +378,14 @@ void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_
     set_fill(nodes, h, node, done);
 }
 
-void tdm__coh_write_back(const tdm_nodes *nodes, tdm_handle *h) {
+bool tdm__coh_write_back(const tdm_nodes *nodes, tdm_handle *h) {
   if (tdm__nodeset_has(&h->coh.valid, 0))
-    return;
+    return true;
   tdm_tokens w;
   tdm__tokens_init(&w);
-  if (!make_valid(nodes, h, 0, &w)) /* logged; the next write keeps it then */
-    tdm__log(nodes->rt, TDM_LOG_WARNING, "a device's write could not be copied home");
+  bool ok = make_valid(nodes, h, 0, &w);
   tdm__tokens_release(nodes, &w);
+  return ok;
 }
 
 bool tdm__coh_fill_failed(const tdm_nodes *nodes, const tdm_handle *h, unsigned node) {

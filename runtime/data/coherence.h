@@ -213,8 +213,9 @@ void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_
  * version before. */
 void tdm__coh_write_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
 /* keep_host: a write on a device succeeded; its version is copied home
- * now (not waited for), so that losing the device loses nothing. */
-void tdm__coh_write_back(const tdm_nodes *nodes, tdm_handle *h);
+ * now (not waited for), so that losing the device loses nothing. False
+ * when the copy could not be started (logged). */
+bool tdm__coh_write_back(const tdm_nodes *nodes, tdm_handle *h);
 /* Whether the copy that filled h's memory on `node` failed (complete). */
 bool tdm__coh_fill_failed(const tdm_nodes *nodes, const tdm_handle *h, unsigned node);
 /* A try that used h on `node` failed, maybe because a copy into node

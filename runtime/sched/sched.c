@@ -84,12 +84,21 @@ static int rt_current(const tdm_sched *s) {
   return k >= 0 ? (int)s->ncpu + k : -1;
 }
 
-/* CPU workers of one kind: the calling worker's deque if it is one of
- * them, else their kind's queue. */
+static void drain(tdm_runtime *rt, unsigned k);
+
+/* A device's queue; or CPU workers of one kind: the calling worker's
+ * deque if it is one of them, else their kind's queue. */
 static void rt_send(tdm_sched *s, tdm_task *t, unsigned c) {
   tdm_runtime *rt = rt_of(s);
   if (c >= s->ncpu) {
-    rt->dev->push(rt, c - s->ncpu, t);
+    unsigned k = c - s->ncpu;
+    rt->dev->push(rt, k, t);
+    /* Quarantined meanwhile, its queue drained before t came: drained
+     * again. A read-modify-write reads the newest mask: quarantine's
+     * fetch_or comes after it, and then sees t queued, or before it, and
+     * this sees the device out. */
+    if (TDM_UNLIKELY(atomic_fetch_or(&rt->quarantined, 0) & (UINT64_C(1) << k)))
+      drain(rt, k);
     return;
   }
   tdm_worker *w = tdm__self_in(rt);
@@ -219,11 +228,15 @@ static void quarantine(tdm_runtime *rt, unsigned k, const char *why) {
   tdm__log(rt, TDM_LOG_WARNING, "device %u (%s) taken out of placement: %s", d, r->name, why);
   if (rt->cfg.device_event_fn)
     rt->cfg.device_event_fn(rt->cfg.device_event_data, d, why);
-  /* what waits for it goes elsewhere */
+  drain(rt, k); /* see rt_send */
+}
+
+/* What waits on device k, out of placement, goes elsewhere. */
+static void drain(tdm_runtime *rt, unsigned k) {
   for (tdm_task *t; (t = rt->dev->take(rt, k, NULL, NULL));) {
     if (tdm__sched_timed(t)) /* its backlog there goes */
       tdm__sched_done(t, rt->nworkers + k, -1);
-    without_quarantined(rt, t, bit);
+    without_quarantined(rt, t, UINT64_C(1) << k);
     t->sched_cls = -1;
     tdm__place(rt, t);
   }
