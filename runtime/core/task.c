@@ -961,6 +961,17 @@ void tdm__task_finish(tdm_task *t) {
   finish(t, tdm__self_in(t->rt));
 }
 
+/* A failed try of t on `worker`, counted and logged: t is placed again
+ * (the backlog there shrinks; nothing learnt). */
+static void place_again(tdm_task *t, unsigned worker) {
+  tdm_runtime *rt = t->rt;
+  if (tdm__sched_timed(t))
+    tdm__sched_done(t, worker, -1);
+  t->sched_cls = -1;
+  atomic_fetch_add_explicit(&rt->nretries, 1, memory_order_relaxed);
+  tdm__place(rt, t);
+}
+
 /* t's inputs did not come home for a CPU worker (tdm__host_ready): the
  * copies that failed are forgotten, and t is placed again when tries
  * remain (true). */
@@ -973,12 +984,8 @@ static bool retry_home(tdm_task *t, unsigned worker) {
   t->tries++;
   tdm__log(rt, TDM_LOG_WARNING, "task %s: its inputs are fetched again (retry %u of %u)",
            task_name(t), t->tries, rt->cfg.retries);
-  if (tdm__sched_timed(t)) /* the backlog there shrinks; nothing learnt */
-    tdm__sched_done(t, worker, -1);
-  t->sched_cls = -1;
   atomic_store_explicit(&t->outcome, TDM_OK, memory_order_relaxed);
-  atomic_fetch_add_explicit(&rt->nretries, 1, memory_order_relaxed);
-  tdm__place(rt, t);
+  place_again(t, worker);
   return true;
 }
 
@@ -1003,14 +1010,10 @@ static bool retry(tdm_task *t, unsigned worker, tdm_status status) {
   tdm__log(rt, TDM_LOG_WARNING,
            "task %s failed on device %u (%s): tried again elsewhere (retry %u of %u)",
            task_name(t), k, tdm_status_name(status), t->tries, rt->cfg.retries);
-  if (tdm__sched_timed(t)) /* the backlog there shrinks; nothing learnt */
-    tdm__sched_done(t, worker, -1);
   t->dev_mask = others;
   t->device_ok = others != 0;
   t->unkept = false;
-  t->sched_cls = -1;
-  atomic_fetch_add_explicit(&rt->nretries, 1, memory_order_relaxed);
-  tdm__place(rt, t);
+  place_again(t, worker);
   return true;
 }
 

@@ -111,13 +111,12 @@ static tdm_token fill_of(const tdm_handle *h, unsigned n) {
 
 /* What a write into node n's memory comes after: the copy still writing
  * it, if any. A copy that failed is forgotten instead (complete, and
- * what it wrote is no version: waiting for it would fail the write); a
- * node that it was to make valid is no longer valid where another is.
- * Where n was the last holder, that version is lost: the write replaces
- * it (if the write fails, its readers are cancelled and the handle
- * reports TDM_ERR_LOST). */
+ * what it wrote is no version: waiting for it would fail the write).
+ * Where n still holds that failed copy as a version (tdm__coh_access
+ * dropped it where another node holds the version), that version is
+ * lost: the write replaces it (if the write fails, its readers are
+ * cancelled and the handle reports TDM_ERR_LOST). */
 static tdm_token before_write(const tdm_nodes *nodes, tdm_handle *h, unsigned n) {
-  tdm__coh_drop_failed(nodes, h, n);
   if (tdm__coh_fill_failed(nodes, h, n))
     set_fill(nodes, h, n, 0);
   return fill_of(h, n);
@@ -286,11 +285,10 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
   tdm_token e = 0;
   /* after what fills the source, and what still writes the target */
   if (node == 0) { /* from a device holding it; those whose copy failed are forgotten */
-    int from = tdm__nodeset_next(&h->coh.valid, 1);
-    while (tdm__coh_drop_failed(nodes, h, (unsigned)from),
-           !tdm__nodeset_has(&h->coh.valid, (unsigned)from)) /* the last holder stays */
-      from = tdm__nodeset_next(&h->coh.valid, (unsigned)from + 1);
-    unsigned src = (unsigned)from;
+    unsigned src = (unsigned)tdm__nodeset_next(&h->coh.valid, 1);
+    for (tdm__coh_drop_failed(nodes, h, src); !tdm__nodeset_has(&h->coh.valid, src);
+         tdm__coh_drop_failed(nodes, h, src)) /* the last holder stays */
+      src = (unsigned)tdm__nodeset_next(&h->coh.valid, src + 1);
     tdm_token after[2];
     unsigned n = fills_of(nodes, h, src, 0, after);
     if (!copy_whole(nodes, h, src, false, h->coh.rep[src].mem, after, n, &e))
@@ -398,14 +396,12 @@ void tdm__coh_write_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node)
   h->coh.valid = tdm__nodeset_of(tdm__coh_fill_failed(nodes, h, 0) ? node : 0);
 }
 
-bool tdm__coh_drop_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
-  if (!tdm__nodeset_has(&h->coh.valid, node) || !tdm__coh_fill_failed(nodes, h, node))
-    return true;
-  if (tdm__nodeset_only(&h->coh.valid, node))
-    return false;
+void tdm__coh_drop_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
+  if (!tdm__nodeset_has(&h->coh.valid, node) || tdm__nodeset_only(&h->coh.valid, node) ||
+      !tdm__coh_fill_failed(nodes, h, node))
+    return;
   tdm__nodeset_del(&h->coh.valid, node);
   set_fill(nodes, h, node, 0); /* complete: nothing writes that memory */
-  return true;
 }
 
 bool tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {

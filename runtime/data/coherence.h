@@ -220,9 +220,9 @@ bool tdm__coh_write_back(const tdm_nodes *nodes, tdm_handle *h);
 bool tdm__coh_fill_failed(const tdm_nodes *nodes, const tdm_handle *h, unsigned node);
 /* A try that used h on `node` failed, maybe because a copy into node
  * failed: if it did, node no longer holds h's version (fetched again by
- * the next access). False when node was the only one holding it: that
- * version is lost (node stays its holder, every use of it failing). */
-bool tdm__coh_drop_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
+ * the next access). Unless node was the only one holding it: that
+ * version is lost (node stays its holder, every read of it failing). */
+void tdm__coh_drop_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
 /* Predicted seconds to make h valid on `node`, by link(ctx, node, bytes)
  * (the time of a copy between the host and device node `node`: a node
  * operation's link_time). */
