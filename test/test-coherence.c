@@ -400,6 +400,34 @@ static void test_long_random_sequences(void **state) {
   teardown_world(&w);
 }
 
+/* A matrix's copy on a device stays valid across a partition whose tiles
+ * were only read: reading it there again copies nothing (a task from
+ * before the partition may still be reading that copy). A tile written
+ * makes it stale: the next read there copies the matrix again. */
+static void test_unwritten_tiles_keep_copies(void **state) {
+  (void)state;
+  static world w;
+  setup_world(&w);
+  for (unsigned written = 0; written < 2; written++) {
+    begin(&w);
+    read_on(&w, w.m, 1);
+    partition(&w);
+    tdm_handle *hs[2] = {NULL, NULL};
+    assert_int_equal(handles(&w, hs), 2);
+    read_on(&w, hs[0], 2);
+    read_on(&w, hs[1], 0);
+    if (written)
+      write_on(&w, hs[1], 0);
+    assert_int_equal(tdm_matrix_unpartition(w.m, 0), TDM_OK);
+    w.parted = false;
+    unsigned before = copies;
+    read_on(&w, w.m, 1);
+    assert_int_equal(copies - before, written ? 1 : 0);
+    end(&w);
+  }
+  teardown_world(&w);
+}
+
 static void test_nodeset_past_64(void **state) {
   (void)state;
   tdm_nodeset s = tdm__nodeset_of(0);
@@ -422,6 +450,7 @@ int main(void) {
       cmocka_unit_test(test_nodeset_past_64),
       cmocka_unit_test(test_every_sequence),
       cmocka_unit_test(test_long_random_sequences),
+      cmocka_unit_test(test_unwritten_tiles_keep_copies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,7 @@ void tdm__coh_init(tdm_coh *c, bool on_host, tdm_coh *parent) {
   c->gather = NULL;
   c->gathers = 0;
   c->born = parent ? parent->gathers : 0;
+  c->written = false;
 }
 
 void tdm__coh_unpartitioned(tdm_handle *h, tdm_gather *g) {
@@ -203,19 +204,27 @@ static bool gather(const tdm_nodes *nodes, tdm_handle *h) {
     h->coh.gather = g;
     return false;
   }
+  /* Unless a tile was written, the matrix holds the version it held
+   * before its partition, where it held it: its copies stay valid (a
+   * reader from before the partition may still read one of them, and
+   * nothing is to be copied into it). */
+  bool changed = false;
+  for (size_t k = 0; k < g->n; k++)
+    changed |= g->tiles[k]->coh.written;
   /* The tiles are dead: their copies elsewhere are no longer current (an
    * eviction must not write them back), and they go with the tiles once
    * their readers are done, the tiles released by tdm__coh_reap. */
   for (size_t k = 0; k < g->n; k++)
     only_on(g->tiles[k], 0);
-  tdm_token all = w.n ? nodes->ops->join(nodes->ctx, w.v, w.n) : 0;
+  tdm_token all = w.n && changed ? nodes->ops->join(nodes->ctx, w.v, w.n) : 0;
   tdm__tokens_release(nodes, &w);
   tdm_nodes *mn = (tdm_nodes *)nodes; /* the reap list is its one mutable part */
   g->older = atomic_load_explicit(&mn->reap, memory_order_relaxed);
   while (!atomic_compare_exchange_weak_explicit(&mn->reap, &g->older, g, memory_order_release,
                                                 memory_order_relaxed))
     ;
-  tdm__coh_written(nodes, h, 0, all);
+  if (changed)
+    tdm__coh_written(nodes, h, 0, all);
   return true;
 }
 
@@ -363,6 +372,7 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
  * that memory next waits for it (tdm__coh_access, make_valid). */
 static void only_on(tdm_handle *h, unsigned node) {
   h->coh.valid = tdm__nodeset_of(node);
+  h->coh.written = true;
 }
 
 void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_token done) {

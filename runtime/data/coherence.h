@@ -172,6 +172,9 @@ typedef struct tdm_coh {
   /* Unpartitions so far (the last gather's seq); for a tile, its
    * matrix's when it was made: the gathers its contents come after. */
   uint32_t gathers, born;
+  /* Written since it was made (only_on); for a tile, whether its
+   * matrix's contents changed through it. */
+  bool written;
 } tdm_coh;
 
 typedef struct tdm_gather {
