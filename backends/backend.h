@@ -130,6 +130,12 @@ typedef struct tdm_backend {
    * on CPU worker `worker` (the CPU workers stretch their tasks by it);
    * NULL: the real machine. */
   double (*cpu_factor)(const tdm_runtime *rt, unsigned worker, const tdm_task *t);
+  /* Device k is hung (the watchdog found a try past its deadline;
+   * rt->hung has it, so nothing more starts there): the tries in flight
+   * there end failed with TDM_ERR_DEVICE_LOST, undone as failed runs, on
+   * threads that hold no lock; a completion of one of them that comes
+   * later is ignored. Called on the watchdog's thread. */
+  void (*abandon)(tdm_runtime *rt, unsigned k);
 } tdm_backend;
 
 /* The backends, in the order they are asked; NULL-terminated. */

@@ -340,8 +340,10 @@ typedef struct tdm_config {
    * its bytes replaced by a poison pattern, and what waits for it fails;
    * on OpenCL its enqueue fails) or `alloc` (a buffer on a device cannot
    * be made, as when its memory is full: the device makes room and tries
-   * once more, else the task fails there), on OpenCL and emulated devices
-   * alike; and device=D:lost_at=T: device D (numbered as
+   * once more, else the task fails there) or `hang` (the completion of a
+   * try the watchdog watches never comes: see watchdog_factor; an
+   * emulated device's thread then waits until the runtime stops), on
+   * OpenCL and emulated devices alike; and device=D:lost_at=T: device D (numbered as
    * tdm_runtime_device numbers devices) stops working T (s, ms, us)
    * after the runtime was created: every launch, run, copy and
    * allocation there fails with TDM_ERR_DEVICE_LOST, and it is
@@ -359,6 +361,27 @@ typedef struct tdm_config {
    * (default): the log only. */
   tdm_device_event_fn device_event_fn;
   void *device_event_data;
+  /** The watchdog for hung devices. A try that has run on a device
+   * (counted from when it started there: on an OpenCL device, when the
+   * tries queued before it ended) for longer than watchdog_factor times
+   * the model's calibrated prediction for it, and at least watchdog_min
+   * seconds, makes the device taken as hung: it is quarantined (its
+   * reason says "hung"), every try in flight there is abandoned (a
+   * completion that comes later is ignored) and tried again elsewhere as
+   * after a failed run (see retries), and nothing more is started or
+   * copied there, as for a device lost (TDM_ERR_DEVICE_LOST). So
+   * tdm_wait_all never waits forever on a device that stopped
+   * answering. Defaults: factor 50, minimum 1 s; factor 0: off. A try of
+   * a codelet the model cannot predict yet (not calibrated) is watched
+   * only when watchdog_uncalibrated is set: its limit in seconds
+   * (default 0: not watched). At most 1e6 each. Environment:
+   * TANDEM_WATCHDOG="off" or "F[,MIN[,UNCALIBRATED]]", times with a unit
+   * (s, ms, us), e.g. "50,1s" or "20,100ms,2s". A device that shares
+   * the host's memory may still write the buffers of a try it abandoned
+   * if that try ever runs on: Tandem cannot stop a device's kernel. */
+  double watchdog_factor;
+  double watchdog_min;
+  double watchdog_uncalibrated;
 } tdm_config;
 
 /** Fills *config with the defaults listed above. Any thread. */

@@ -81,14 +81,23 @@ void tdm__fail_allocation(tdm_runtime *rt, long n);
  * and the host (the copy is started and completes with an error, its
  * bytes not landed, as a device reports it through the copy's event),
  * and where the memory module allocates a buffer on a device (none is
- * made, as when the device is out of memory). */
-enum { TDM_FAULT_LAUNCH, TDM_FAULT_COMPLETE, TDM_FAULT_COPY, TDM_FAULT_ALLOC, TDM_NFAULTS };
+ * made, as when the device is out of memory); and where a try that the
+ * watchdog watches starts (its completion never comes: a hung device,
+ * see watchdog.c). */
+enum {
+  TDM_FAULT_LAUNCH,
+  TDM_FAULT_COMPLETE,
+  TDM_FAULT_COPY,
+  TDM_FAULT_ALLOC,
+  TDM_FAULT_HANG,
+  TDM_NFAULTS
+};
 /* Test seam: from now on each operation of that kind fails with
  * probability p (0 disarms), drawn from a sequence seeded with seed. */
 void tdm__faults_set(tdm_runtime *rt, unsigned kind, double p, uint64_t seed);
 /* Whether this operation of that kind on device worker k fails: TDM_OK,
  * TDM_ERR_SYSTEM (injected), or TDM_ERR_DEVICE_LOST (its device was made
- * to stop working); logged. */
+ * to stop working, or is hung); logged. */
 tdm_status tdm__fault(tdm_runtime *rt, unsigned kind, unsigned k);
 /* Arms the faults tdm_config.faults describes (NULL: none): TDM_OK, or
  * TDM_ERR_INVALID_ARG with a message naming the bad term. */
@@ -144,6 +153,9 @@ void tdm__out_abort(tdm_outfile *o);
  * k, M or G suffix (powers of 1024), at most max in all. */
 bool tdm__parse_count(const char *s, uint64_t max, uint64_t *out);
 bool tdm__parse_bytes(const char *s, uint64_t max, uint64_t *out);
+/* A time: a number from 0 with the unit s, ms or us, at most max seconds,
+ * into *out (seconds). */
+bool tdm__parse_seconds(const char *s, double max, double *out);
 
 /* The largest device memory limit taken (tdm_config.device_memory_limit,
  * TANDEM_DEVICE_MEMORY_LIMIT): 1 PiB, beyond any device. */
@@ -631,7 +643,12 @@ struct tdm_runtime {
   _Atomic uint64_t quarantined;
   uint64_t failed_at[TDM_MAX_DEVICE_WORKERS][TDM_MAX_QUARANTINE_FAILURES];
   _Atomic uint64_t fault_count[TDM_NFAULTS];
+  _Atomic uint64_t faults_injected; /* every kind, for tests */
   _Atomic uint64_t nretries; /* tries of failed tasks placed again (task.c) */
+  /* The watchdog (watchdog.c; NULL: off), and the device workers it
+   * found hung (bit k): nothing more starts there (tdm__fault). */
+  struct tdm_watchdog *watchdog;
+  _Atomic uint64_t hung;
 };
 
 /* A helper split out of a hot function for reading, kept inlined. */
@@ -720,6 +737,23 @@ void tdm__task_done(tdm_task *t, unsigned worker, tdm_status status, uint64_t t0
  * device is quarantined: out of placement, its queued tasks placed
  * again. */
 void tdm__device_failed(tdm_runtime *rt, unsigned k, tdm_status status);
+/* Takes device worker k out of placement at once, saying why (logged,
+ * tdm_device_info, tdm_config.device_event_fn); nothing if it is out. */
+void tdm__device_quarantine(tdm_runtime *rt, unsigned k, const char *why);
+/* The model's prediction for t on device worker k (seconds, < 0: none),
+ * and whether it is calibrated. */
+double tdm__sched_predict_on(tdm_runtime *rt, const tdm_task *t, unsigned k, bool *calibrated);
+
+/* The watchdog for hung devices (watchdog.c, tdm_config.watchdog_*).
+ * Started with the devices when it watches anything, stopped before
+ * them. A backend tells it, for device worker k, the try that runs
+ * there now (the oldest in flight) and since when; NULL when none. It
+ * returns whether that try is watched: then a try still running at its
+ * deadline makes the device hung (rt->hung): quarantined, and the
+ * backend's abandon op ends its tries. */
+tdm_status tdm__watchdog_start(tdm_runtime *rt);
+void tdm__watchdog_stop(tdm_runtime *rt);
+bool tdm__watch(tdm_runtime *rt, unsigned k, const tdm_task *t, uint64_t since);
 /* Records that t ended with `status` (failed, or cancelled) for
  * tdm_wait_all's report, and logs it. */
 void tdm__task_ended_badly(tdm_task *t, tdm_status status);

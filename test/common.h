@@ -80,6 +80,17 @@ static inline void test_log_attach(tdm_config *cfg, test_log *log) {
   cfg->log_level = TDM_LOG_DEBUG;
 }
 
+static void test_log_to_stderr(void *data, tdm_log_level level, const char *msg) {
+  (void)data;
+  fprintf(stderr, "tandem (%d): %s\n", (int)level, msg);
+}
+
+/* Tests whose runs log failures on purpose: shown on stderr when the
+ * environment has TEST_LOG, else not at all. */
+static inline void test_log_if_asked(tdm_config *cfg) {
+  cfg->log_fn = getenv("TEST_LOG") ? test_log_to_stderr : NULL;
+}
+
 /* The splitmix64 finaliser (Steele, Lea and Flood, "Fast splittable
  * pseudorandom number generators", OOPSLA 2014): a well-mixed 64-bit value
  * of x, for tests that derive data and choices from a seed. */

@@ -440,6 +440,14 @@ static void test_environment_values(void **state) {
       {"TANDEM_SIM_SCALE", "inf"},
       {"TANDEM_SIM_SCALE", "nan"},
       {"TANDEM_SIM_SCALE", "1e400"},
+      {"TANDEM_WATCHDOG", ""},
+      {"TANDEM_WATCHDOG", "on"},
+      {"TANDEM_WATCHDOG", "-1"},
+      {"TANDEM_WATCHDOG", "50,1"},
+      {"TANDEM_WATCHDOG", "50,1h"},
+      {"TANDEM_WATCHDOG", "50,,1s"},
+      {"TANDEM_WATCHDOG", "50,1s,2s,3s"},
+      {"TANDEM_WATCHDOG", "1e7"},
   };
   unsigned cores = 0;
   for (size_t i = 0; i <= sizeof bad / sizeof bad[0]; i++) {
@@ -464,6 +472,8 @@ static void test_environment_values(void **state) {
       fail_msg("%s=\"%s\": no warning (log: %s)", bad[i].name, bad[i].value, log.all);
     assert_int_equal(rt->cfg.device_memory_limit, 0);
     assert_true(rt->cfg.sim_time_scale == 0);
+    assert_true(rt->cfg.watchdog_factor == 50 && rt->cfg.watchdog_min == 1 &&
+                rt->cfg.watchdog_uncalibrated == 0);
     if (!cores)
       cores = tdm_runtime_ncpu_workers(rt);
     assert_int_equal(tdm_runtime_ncpu_workers(rt), cores); /* not taken */
@@ -474,6 +484,7 @@ static void test_environment_values(void **state) {
   setenv("TANDEM_DEVICE_MEMORY_LIMIT", "64M", 1);
   setenv("TANDEM_NWORKERS", "3", 1);
   setenv("TANDEM_SIM_SCALE", "2.5", 1);
+  setenv("TANDEM_WATCHDOG", "20,100ms,2s", 1);
   tdm_config cfg;
   tdm_config_init(&cfg);
   cfg.bind_workers = 0;
@@ -483,15 +494,36 @@ static void test_environment_values(void **state) {
   assert_int_equal(rt->cfg.device_memory_limit, 64u << 20);
   assert_int_equal(tdm_runtime_ncpu_workers(rt), 3);
   assert_true(rt->cfg.sim_time_scale == 2.5);
+  assert_true(rt->cfg.watchdog_factor == 20 && rt->cfg.watchdog_min == 0.1 &&
+              rt->cfg.watchdog_uncalibrated == 2);
+  tdm_runtime_destroy(rt);
+  setenv("TANDEM_WATCHDOG", "off", 1);
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  assert_true(rt->cfg.watchdog_factor == 0 && rt->cfg.watchdog_uncalibrated == 0);
   tdm_runtime_destroy(rt);
   unsetenv("TANDEM_DEVICE_MEMORY_LIMIT");
   unsetenv("TANDEM_NWORKERS");
   unsetenv("TANDEM_SIM_SCALE");
+  unsetenv("TANDEM_WATCHDOG");
   /* and through the config: a limit beyond 2^50 is refused */
   tdm_config_init(&cfg);
   cfg.ignore_env = 1;
   cfg.device_memory_limit = (UINT64_C(1) << 50) + 1;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_INVALID_ARG);
+  /* so are watchdog settings out of 0 to 1e6 */
+  const double nan = __builtin_nan("");
+  for (unsigned i = 0; i < 3; i++) {
+    tdm_config_init(&cfg);
+    cfg.ignore_env = 1;
+    cfg.bind_workers = 0;
+    cfg.devices = "none";
+    test_log log;
+    test_log_attach(&cfg, &log);
+    *(i == 0 ? &cfg.watchdog_factor : i == 1 ? &cfg.watchdog_min : &cfg.watchdog_uncalibrated) =
+        i == 1 ? nan : i == 0 ? -1 : 2e6;
+    assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_INVALID_ARG);
+    assert_true(test_log_has(&log, "watchdog_factor, watchdog_min"));
+  }
 }
 
 static void ok_task(const tdm_buffer *b, const void *a, size_t n) {
@@ -518,7 +550,7 @@ static void test_faults_specification(void **state) {
   (void)state;
   static const char *const bad[] = {
       "launch",          "launch:p=2",   "launch:p=-0.1",  "launch:p=",  "launch:p=0.5x",
-      "launch:nth=0",    "launch:nth=x", "launch:q=1",     "copy:p=1.5", "alloc:nth=0", "hang:p=0.1",
+      "launch:nth=0",    "launch:nth=x", "launch:q=1",     "copy:p=1.5", "alloc:nth=0", "hang:p=1.1",
       "seed=x",          "seed=-1",      "launch:p=0.1;x", ":p=1",       "run:nth=1;;device=1:lost",
       "device=x:lost_at=1ms", "device=0:lost_at=1", "device=0:lost_at=-1ms",
       "device=64:lost_at=1ms", "device=0:lost_at=1h", "device=0",

@@ -247,6 +247,7 @@ static void devices_config(tdm_config *cfg, char *dir, size_t size, const char *
   cfg->nworkers = 2;
   cfg->bind_workers = 0;
   cfg->ignore_env = 1;
+  test_log_if_asked(cfg); /* failures are logged on purpose */
   cfg->sim = "own:speedup=2,latency=1us,bandwidth=1G;shared:speedup=0.5,memory=shared";
   cfg->sim_time_scale = 1;
   cfg->scheduler = policy;
@@ -275,18 +276,24 @@ static unsigned with_devices_faults(const char *policy, const rates *faults, uns
   bool ran_after_failing = faults && faults->p[TDM_FAULT_COMPLETE] > 0;
   for (uint64_t seed = 200; seed < 203; seed++)
     failed += one_seed(rt, seed, faults, !ran_after_failing || writeback);
-  if (faults && !retries) /* the faults were met */
-    assert_true(failed > 0);
-  if (faults && retries) /* met, and tried again */
-    assert_true(atomic_load(&rt->nretries) > 0);
-  if (faults == &runs && retries && writeback) /* always with success */
-    assert_int_equal(failed, 0);
   unsigned on_devices = 0;
   for (unsigned d = 0; d < 2; d++) {
     tdm_device_counters c = {.struct_size = sizeof c};
     assert_int_equal(tdm_runtime_device_counters(rt, d, &c), TDM_OK);
     on_devices += (unsigned)c.tasks;
   }
+  uint64_t injected = atomic_load(&rt->faults_injected);
+  print_message("%s: %u tasks on the devices, %llu faults injected, %llu tries again\n", policy,
+                on_devices, (unsigned long long)injected,
+                (unsigned long long)atomic_load(&rt->nretries));
+  if (faults) /* the faults were met */
+    assert_true(injected > 0);
+  if (faults && !retries)
+    assert_true(failed > 0);
+  if (faults && retries) /* and tried again */
+    assert_true(atomic_load(&rt->nretries) > 0);
+  if (faults == &runs && retries && writeback) /* always with success */
+    assert_int_equal(failed, 0);
   assert_true(on_devices > 0); /* the devices took part */
   tdm_runtime_destroy(rt);
   test_remove_dir(dir);
@@ -342,7 +349,9 @@ static void test_random_dag_retried_ws(void **state) {
  * those replay derives from the tasks that still failed. */
 static void copy_faults(double p, unsigned retries) {
   rates r = {.p[TDM_FAULT_LAUNCH] = p, .p[TDM_FAULT_COPY] = p};
-  unsigned failed = with_devices_faults("heft", &r, retries, 1);
+  /* eager: the devices take hundreds of tasks (heft, learning that they
+   * fail, gives them few: at 1%, sometimes no fault at all) */
+  unsigned failed = with_devices_faults("eager", &r, retries, 1);
   print_message("launches and copies failing at %g, %u retries: %u tasks failed\n", p,
                 retries, failed);
 }
@@ -405,6 +414,39 @@ static void test_random_dag_device_lost(void **state) {
   test_remove_dir(dir);
 }
 
+/* Tries on the devices hang (the `hang` fault: their completion never
+ * comes, and an emulated device's thread waits until the runtime
+ * stops): the watchdog finds each such device hung past its limit, it is
+ * quarantined, its try abandoned, undone and run elsewhere, and the
+ * results are the sequential run's (writeback keeps every version a hung
+ * device computed at home). */
+static void test_random_dag_device_hung(void **state) {
+  (void)state;
+  char dir[64];
+  tdm_config cfg;
+  devices_config(&cfg, dir, sizeof dir, (const char *)*state);
+  cfg.writeback = 1;
+  cfg.faults = "hang:nth=25";
+  cfg.watchdog_min = 0.02;
+  cfg.watchdog_uncalibrated = 0.05;
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  unsigned failed = 0;
+  for (uint64_t seed = 400; seed < 403; seed++)
+    failed += one_seed(rt, seed, &configured, true);
+  assert_int_equal(failed, 0);
+  unsigned hung = 0;
+  for (unsigned d = 0; d < 2; d++) {
+    tdm_device_info info = {.struct_size = sizeof info};
+    assert_int_equal(tdm_runtime_device(rt, d, &info), TDM_OK);
+    hung += info.quarantined && strstr(info.quarantine_reason, "hung: codelet") != NULL;
+  }
+  assert_true(hung > 0);
+  assert_true(atomic_load(&rt->nretries) > 0); /* the abandoned tries ran again */
+  tdm_runtime_destroy(rt);
+  test_remove_dir(dir);
+}
+
 static void test_random_dag_heft(void **state) {
   (void)state;
   with_devices("heft");
@@ -441,6 +483,8 @@ int main(void) {
       cmocka_unit_test(test_random_dag_retried_eager),
       cmocka_unit_test(test_random_dag_retried_ws),
       cmocka_unit_test(test_random_dag_device_lost),
+      cmocka_unit_test_prestate(test_random_dag_device_hung, "eager"),
+      cmocka_unit_test_prestate(test_random_dag_device_hung, "heft"),
       cmocka_unit_test(test_random_dag_copy_faults_1),
       cmocka_unit_test(test_random_dag_copy_faults_5),
       cmocka_unit_test(test_random_dag_copy_faults_20),

@@ -50,9 +50,23 @@ const tdm_backend tdm__opencl_backend = {
 #else
 #include "device.h"
 
+enum { RUNNING, ENDED, ABANDONED };
+
 /* What a task on a device keeps until its commands complete. */
 typedef struct exec {
   cl_device *gpu;
+  tdm_task *t;
+  struct exec *next; /* in gpu->flight */
+  /* RUNNING; ENDED: its completion came and was posted; ABANDONED: its
+   * device was found hung and the watchdog ended it (cl_abandon), so a
+   * completion that comes later is ignored. */
+  _Atomic int state;
+  /* Freed when both are done with it: its completion callback, and its
+   * end in cl_progress (one when no callback was registered). */
+  _Atomic int refs;
+  /* The watchdog watches it (it is the first in flight); then the
+   * `hang` fault may take its completion as never coming. */
+  _Atomic bool watched;
   cl_event done;     /* the last command */
   cl_event kernel;   /* while recording: the kernel itself */
   uint64_t launched; /* when its commands were enqueued */
@@ -288,13 +302,76 @@ static void post_completion(tdm_runtime *rt, tdm_task *t) {
   tdm__wake_for_completion(rt);
 }
 
+static void exec_unref(exec *x) {
+  if (atomic_fetch_sub(&x->refs, 1) == 1)
+    free(x);
+}
+
 static void CL_CALLBACK on_complete(cl_event e, cl_int status, void *data) {
   (void)e;
-  tdm_task *t = data;
-  exec *x = t->dx;
+  exec *x = data;
+  tdm_runtime *rt = x->gpu->rt;
   if (status < 0)
     atomic_store(&x->status, status);
-  post_completion(t->rt, t);
+  int running = RUNNING;
+  /* the hang fault: as if this completion never came */
+  bool lost = atomic_load(&x->watched) && tdm__fault(rt, TDM_FAULT_HANG, x->gpu->k) ==
+                                              TDM_ERR_SYSTEM;
+  if (!lost && atomic_compare_exchange_strong(&x->state, &running, ENDED))
+    post_completion(rt, x->t);
+  exec_unref(x);
+}
+
+/* Device worker k is hung: its tries in flight end (cl_progress undoes
+ * them); completions that come later are ignored (on_complete). */
+static void cl_abandon(tdm_runtime *rt, unsigned k) {
+  cl_device *g = gpus(rt)[k];
+  TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+  /* under the lock: an exec leaves the list (and may be freed) under it */
+  for (exec *x = g->flight; x; x = x->next) {
+    int running = RUNNING;
+    if (atomic_compare_exchange_strong(&x->state, &running, ABANDONED))
+      post_completion(rt, x->t);
+  }
+  g->flight = g->flight_tail = NULL;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+}
+
+/* x, launched on g, joins the tries in flight there; the first one is
+ * watched from its launch. g->lock held. */
+static void fly(cl_device *g, exec *x) {
+  x->next = NULL;
+  if (g->flight_tail) {
+    g->flight_tail->next = x;
+  } else {
+    g->flight = x;
+    atomic_store(&x->watched, tdm__watch(g->rt, g->k, x->t, x->launched));
+  }
+  g->flight_tail = x;
+}
+
+/* x's completion was taken: it leaves the tries in flight; the next one
+ * runs from now, watched. g->lock held. */
+static void land(cl_device *g, exec *x, uint64_t now) {
+  exec **at = &g->flight, *prev = NULL;
+  while (*at && *at != x) {
+    prev = *at;
+    at = &(*at)->next;
+  }
+  if (!*at)
+    return; /* abandoned: the list was emptied */
+  bool first = at == &g->flight;
+  *at = x->next;
+  if (g->flight_tail == x)
+    g->flight_tail = prev;
+  if (!first)
+    return;
+  exec *next = g->flight;
+  bool hung = atomic_load_explicit(&g->rt->hung, memory_order_relaxed) >> g->k & 1;
+  if (next && !hung)
+    atomic_store(&next->watched, tdm__watch(g->rt, g->k, next->t, now));
+  else
+    tdm__watch(g->rt, g->k, NULL, 0);
 }
 
 static void pump(cl_device *g);
@@ -316,17 +393,19 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
   cl_device *g = x->gpu;
   tdm_status unlaunched = x->unlaunched;
   if (unlaunched) { /* nothing of it ran there: its end only */
-    free(x);
+    exec_unref(x);
     tdm__task_done(t, rt->nworkers + g->k, unlaunched, 0, 0);
     return;
   }
-  cl_int status = atomic_load(&x->status);
+  bool abandoned = atomic_load(&x->state) == ABANDONED;
+  cl_int status = abandoned ? CL_DEVICE_NOT_AVAILABLE : atomic_load(&x->status);
   tdm_status fault = status >= 0 ? tdm__fault(rt, TDM_FAULT_COMPLETE, g->k) : TDM_OK;
   if (fault) /* as the device would say it */
     status = fault == TDM_ERR_DEVICE_LOST ? CL_DEVICE_NOT_AVAILABLE : CL_OUT_OF_RESOURCES;
   if (status < 0) { /* what it wrote there is no version */
-    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u failed (error %d)",
-             t->codelet->name ? t->codelet->name : "(unnamed)", g->device, (int)status);
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u %s (error %d)",
+             t->codelet->name ? t->codelet->name : "(unnamed)", g->device,
+             abandoned ? "abandoned: the device is hung" : "failed", (int)status);
     tdm__task_write_failed(rt, t, node_of(g), x->before);
     x->before = NULL;
   } else {
@@ -339,6 +418,7 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
   uint64_t now = tdm__now_ns(), t0, t1;
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   g->inflight--;
+  land(g, x, now);
   if (!command_times(g, x->kernel, &t0, &t1)) {
     /* in-order queue: it ran after its launch and the one before */
     t0 = x->launched > g->last_done ? x->launched : g->last_done;
@@ -349,7 +429,7 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
   TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
   if (x->kernel)
     api->ReleaseEvent(x->kernel);
-  free(x);
+  exec_unref(x);
   tdm__task_done(t, rt->nworkers + g->k, status < 0 ? status_of(status) : TDM_OK, t0, t1);
 }
 
@@ -538,6 +618,8 @@ static int launch(cl_device *g, tdm_task *t) {
   tdm_buffer bufs_room[TDM_MAX_BUFFERS], *bufs = tdm__task_views(t, bufs_room);
   waitlist w = {.n = 0};
   exec *x = tdm__calloc(rt, 1, sizeof *x);
+  if (x)
+    atomic_init(&x->refs, 1);
   tdm_status why = TDM_ERR_NO_MEMORY;
   int st = FAILED;
   tdm_status cancelled = atomic_load_explicit(&t->outcome, memory_order_relaxed);
@@ -606,13 +688,16 @@ static int launch(cl_device *g, tdm_task *t) {
   /* the new state: written buffers live on this node only */
   tdm__task_written(rt, t, node_of(g), token_of(done));
   x->gpu = g;
+  x->t = t;
   x->done = done;
   t->dx = x;
   g->inflight++;
-  if (!tdm__cl_when_complete(rt, done, on_complete, t)) {
+  fly(g, x);
+  atomic_store(&x->refs, 2); /* and the callback's */
+  if (!tdm__cl_when_complete(rt, done, on_complete, x)) {
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: clSetEventCallback failed: waiting here instead");
     api->WaitForEvents(1, &done);
-    on_complete(done, CL_COMPLETE, t);
+    on_complete(done, CL_COMPLETE, x);
   }
   api->Flush(g->compute);
   return LAUNCHED;
@@ -689,6 +774,7 @@ const tdm_backend tdm__opencl_backend = {
     .trace_collect = cl_trace_collect,
     .busy_ns = cl_busy_ns,
     .counters = cl_counters,
+    .abandon = cl_abandon,
 };
 
 #endif

@@ -35,6 +35,10 @@ struct cl_device {
   pthread_mutex_t lock; /* guards all below */
   tdm_devq q; /* tasks placed here, not yet launched */
   unsigned inflight, cap;
+  /* Launched tasks whose completion was not taken yet, in launch order
+   * (the compute queue's: the first runs, the others wait behind it);
+   * the watchdog watches the first (device.c). */
+  struct exec *flight, *flight_tail;
   program *programs;
   /* its memory's size (counted and evicted by runtime/data/memory.c) */
   uint64_t limit, max_alloc;

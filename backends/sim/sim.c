@@ -53,6 +53,11 @@ typedef struct sim_dev {
   pthread_cond_t cond;
   tdm_devq q;
   bool stop, idle;
+  /* A try that hangs (the `hang` fault) until the watchdog abandons it
+   * (sim_abandon takes it), with its undo snapshot; abandoned: taken. */
+  tdm_task *hanging;
+  void *hanging_before;
+  bool abandoned;
   pthread_mutex_t link_lock;
   uint64_t link_free[2]; /* ns: when the link is free to the device, to the host */
   _Atomic uint64_t tasks, to_device, to_host, copies_to_device, copies_to_host, busy_ns;
@@ -430,11 +435,46 @@ static void fetch(tdm_runtime *rt, tdm_task *t, unsigned node) {
   tdm__tokens_release(&rt->nodes, &w);
 }
 
+/* The `hang` fault: t's completion never comes. The device's thread
+ * waits until the runtime stops, as a device that stopped answering
+ * does; the watchdog meanwhile abandons t (sim_abandon ends it: undone,
+ * tried elsewhere). True if it did: t is no longer this thread's. */
+static bool hang(sim_dev *d, tdm_task *t, void *before) {
+  tdm_runtime *rt = d->rt;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
+  d->hanging = t;
+  d->hanging_before = before;
+  while (!d->stop)
+    TDM_PTHREAD(rt, pthread_cond_wait(&d->cond, &d->lock));
+  bool gone = d->abandoned;
+  d->hanging = NULL;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&d->lock));
+  return gone;
+}
+
+static void sim_abandon(tdm_runtime *rt, unsigned k) {
+  sim_dev *d = &sim_of(rt)->dev[k];
+  TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
+  tdm_task *t = d->abandoned ? NULL : d->hanging;
+  void *before = d->hanging_before;
+  d->abandoned = t != NULL;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&d->lock));
+  if (!t) /* only slow: it ends as it will */
+    return;
+  tdm__log(rt, TDM_LOG_ERROR, "emulated device %u: codelet %s abandoned", k,
+           t->codelet->name ? t->codelet->name : "(unnamed)");
+  tdm__task_write_failed(rt, t, node_of(d), before);
+  if (!d->shared)
+    tdm__task_unpin(rt, t, 1 + k, t->nbuf);
+  tdm__task_done(t, rt->nworkers + k, TDM_ERR_DEVICE_LOST, 0, 0);
+}
+
 /* Runs t's CPU variant on the device's memory: TDM_OK, or why it did not
  * run or failed (its outputs as they were). *x0, *ran: when and how long
  * it ran. A run fails when a completion fault is injected: what it wrote
- * is undone (in host memory, from a copy made before it ran). */
-static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) {
+ * is undone (in host memory, from a copy made before it ran). *gone: it
+ * hung and was abandoned (t is not to be touched). */
+static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran, bool *gone) {
   tdm_runtime *rt = d->rt;
   unsigned node = node_of(d), slot = 1 + d->k;
   void *mems_room[TDM_MAX_BUFFERS], **mems = tdm__task_mems(t, mems_room);
@@ -466,9 +506,13 @@ static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran) 
   if (!kept)
     return TDM_ERR_NO_MEMORY; /* nothing ran */
   *x0 = tdm__now_ns();
+  bool watched = tdm__watch(rt, d->k, t, *x0);
   tdm__cpu_run(t, bufs);
   *ran = tdm__now_ns() - *x0;
   tdm_status fault = tdm__fault(rt, TDM_FAULT_COMPLETE, d->k);
+  if (!fault && watched && tdm__fault(rt, TDM_FAULT_HANG, d->k) == TDM_ERR_SYSTEM &&
+      (*gone = hang(d, t, before)))
+    return TDM_ERR_DEVICE_LOST;
   if (fault) { /* undone, before it is unpinned */
     tdm__task_write_failed(rt, t, node, before);
   } else {
@@ -497,7 +541,10 @@ static void run(sim_dev *d, tdm_task *t) {
     return;
   }
   x0 = ran = 0;
-  tdm_status st = execute(d, t, &x0, &ran);
+  bool gone = false;
+  tdm_status st = execute(d, t, &x0, &ran, &gone);
+  if (gone)
+    return; /* ended by the watchdog (sim_abandon) */
   if (st == TDM_ERR_TOO_LARGE)
     tdm__log(rt, TDM_LOG_ERROR,
              "emulated device %u: codelet %s: its buffers do not fit in its memory; it did "
@@ -512,6 +559,7 @@ static void run(sim_dev *d, tdm_task *t) {
       (double)(x0 - sim_of(rt)->t0) >= d->decl.slow_at * rt->time_scale * 1e9)
     factor *= d->decl.slow_factor;
   tdm__sleep_until(x0 + tdm__ns_of((double)ran * 1e-9 * factor));
+  tdm__watch(rt, d->k, NULL, 0);
   uint64_t x1 = tdm__now_ns();
   atomic_fetch_add_explicit(&d->tasks, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&d->busy_ns, x1 - x0, memory_order_relaxed);
@@ -700,4 +748,5 @@ const tdm_backend tdm__sim_backend = {
     .trace_collect = NULL,
     .busy_ns = sim_busy_ns,
     .counters = sim_counters,
+    .abandon = sim_abandon,
 };

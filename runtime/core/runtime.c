@@ -41,6 +41,8 @@ void tdm_config_init(tdm_config *config) {
   config->log_level = TDM_LOG_WARNING;
   config->retries = 2;
   config->quarantine_failures = 3;
+  config->watchdog_factor = 50;
+  config->watchdog_min = 1;
 }
 
 /* A whole number in decimal digits, at most max; *end is what follows
@@ -131,6 +133,39 @@ static void env_flag(tdm_runtime *rt, const char *name, int *field) {
   *field = (int)on;
 }
 
+/* TANDEM_WATCHDOG: "off" or F[,MIN[,UNCALIBRATED]] into the config;
+ * false (nothing changed) if malformed. */
+static bool env_watchdog(tdm_runtime *rt, const char *s) {
+  if (!strcmp(s, "off")) {
+    rt->cfg.watchdog_factor = rt->cfg.watchdog_uncalibrated = 0;
+    return true;
+  }
+  char text[96], *parts[3] = {NULL, NULL, NULL};
+  if (strlen(s) >= sizeof text)
+    return false;
+  strcpy(text, s);
+  unsigned n = 0;
+  for (char *p = text; p;) {
+    if (n == 3)
+      return false;
+    parts[n++] = p;
+    if ((p = strchr(p, ',')))
+      *p++ = 0;
+  }
+  char *end;
+  errno = 0;
+  double f = strtod(parts[0], &end), min = rt->cfg.watchdog_min,
+         unc = rt->cfg.watchdog_uncalibrated;
+  if (errno || end == parts[0] || *end || *parts[0] < '0' || *parts[0] > '9' ||
+      !(f >= 0 && f <= 1e6) || (parts[1] && !tdm__parse_seconds(parts[1], 1e6, &min)) ||
+      (parts[2] && !tdm__parse_seconds(parts[2], 1e6, &unc)))
+    return false;
+  rt->cfg.watchdog_factor = f;
+  rt->cfg.watchdog_min = min;
+  rt->cfg.watchdog_uncalibrated = unc;
+  return true;
+}
+
 /* The settings that are checked here, not only at creation: a bad value
  * is ignored with a warning, the config's value kept. */
 static void env_checked(tdm_runtime *rt) {
@@ -168,6 +203,12 @@ static void env_checked(tdm_runtime *rt) {
              s);
   else if (s)
     rt->cfg.device_memory_limit = bytes;
+  s = getenv("TANDEM_WATCHDOG");
+  if (s && !env_watchdog(rt, s))
+    tdm__log(rt, TDM_LOG_WARNING,
+             "ignoring TANDEM_WATCHDOG=\"%s\": expected off, or F[,MIN[,UNCALIBRATED]]: a "
+             "factor from 0 to 1e6, times with a unit (s, ms or us)",
+             s);
 }
 
 static void apply_env(tdm_runtime *rt) {
@@ -278,6 +319,16 @@ static tdm_status check_device_config(tdm_runtime *rt) {
              rt->cfg.retries, TDM_MAX_RETRIES);
     return TDM_ERR_INVALID_ARG;
   }
+  const double watch[3] = {rt->cfg.watchdog_factor, rt->cfg.watchdog_min,
+                           rt->cfg.watchdog_uncalibrated};
+  for (unsigned i = 0; i < 3; i++)
+    if (!(watch[i] >= 0 && watch[i] <= 1e6)) {
+      tdm__log(rt, TDM_LOG_ERROR,
+               "tdm_runtime_create: watchdog_factor, watchdog_min and "
+               "watchdog_uncalibrated must be from 0 to 1e6 (%g, %g, %g)",
+               watch[0], watch[1], watch[2]);
+      return TDM_ERR_INVALID_ARG;
+    }
   if (rt->cfg.quarantine_failures > TDM_MAX_QUARANTINE_FAILURES) {
     tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: quarantine_failures %u: at most %d",
              rt->cfg.quarantine_failures, TDM_MAX_QUARANTINE_FAILURES);
@@ -388,6 +439,7 @@ static void teardown(tdm_runtime *rt) {
   /* the devices stop before the handles go (an emulated device's thread
    * may still be ending a task), and before the deques (it looks at
    * them); their memory nodes and state go with the backend's release */
+  tdm__watchdog_stop(rt); /* it may call on the devices */
   if (rt->dev && rt->dev->stop)
     rt->dev->stop(rt);
   tdm__handles_destroy(rt);
@@ -513,7 +565,7 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
    * workers' deques */
   if ((st = setup_devices(rt)) || (st = tdm__machine_describe(rt)) ||
       (st = tdm__sched_start(rt)) || (st = start_workers(rt)) ||
-      (rt->dev && (st = rt->dev->start(rt))))
+      (st = tdm__watchdog_start(rt)) || (rt->dev && (st = rt->dev->start(rt))))
     goto fail;
   atomic_store_explicit(&rt->devices_ready, true, memory_order_release);
   tdm__log(rt, TDM_LOG_INFO, "runtime started: %u CPU workers on %u usable cores%s, %u device "

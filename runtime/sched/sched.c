@@ -217,7 +217,7 @@ static void without_quarantined(tdm_runtime *rt, tdm_task *t, uint64_t out) {
   }
 }
 
-static void quarantine(tdm_runtime *rt, unsigned k, const char *why) {
+void tdm__device_quarantine(tdm_runtime *rt, unsigned k, const char *why) {
   uint64_t bit = UINT64_C(1) << k;
   if (atomic_fetch_or(&rt->quarantined, bit) & bit)
     return; /* already */
@@ -244,7 +244,7 @@ static void drain(tdm_runtime *rt, unsigned k) {
 
 void tdm__device_failed(tdm_runtime *rt, unsigned k, tdm_status status) {
   if (status == TDM_ERR_DEVICE_LOST) {
-    quarantine(rt, k, "it stopped working (TDM_ERR_DEVICE_LOST)");
+    tdm__device_quarantine(rt, k, "it stopped working (TDM_ERR_DEVICE_LOST)");
     return;
   }
   unsigned n = rt->cfg.quarantine_failures;
@@ -263,8 +263,27 @@ void tdm__device_failed(tdm_runtime *rt, unsigned k, tdm_status status) {
     snprintf(why, sizeof why, "%u failed tries within %.1f s (the last: %s)", n,
              1e-9 * (double)TDM_QUARANTINE_WINDOW_NS,
              tdm_status_name(status));
-    quarantine(rt, k, why);
+    tdm__device_quarantine(rt, k, why);
   }
+}
+
+double tdm__sched_predict_on(tdm_runtime *rt, const tdm_task *t, unsigned k, bool *calibrated) {
+  *calibrated = false;
+  tdm_sched *s = rt->sched;
+  if (!s)
+    return -1;
+  unsigned c = class_of(rt, rt->nworkers + k);
+  /* placed there by heft on a calibrated prediction: that one (the
+   * model's lock, which placement holds, is not taken on a device's way
+   * to run a task) */
+  if (t->sched_cls == (int)c && !t->sched_calib && t->sched_predicted > 0) {
+    *calibrated = true;
+    return t->sched_predicted;
+  }
+  TDM_PTHREAD(rt, pthread_mutex_lock(&s->lock));
+  double p = rt_predict(s, t, c, calibrated);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&s->lock));
+  return p;
 }
 
 void tdm__place(tdm_runtime *rt, tdm_task *t) {

@@ -136,34 +136,41 @@ void tdm__faults_set(tdm_runtime *rt, unsigned kind, double p, uint64_t seed) {
   atomic_store_explicit(&rt->fault_p[kind], (uint32_t)f, memory_order_relaxed);
 }
 
-static const char *const fault_names[TDM_NFAULTS] = {"launch", "run", "copy", "alloc"};
+static const char *const fault_names[TDM_NFAULTS] = {"launch", "run", "copy", "alloc",
+                                                     "hang"};
+
+bool tdm__parse_seconds(const char *s, double max, double *out) {
+  static const char *const units[] = {"s", "ms", "us"};
+  static const double scale[] = {1, 1e-3, 1e-6};
+  char *e;
+  errno = 0;
+  double t = strtod(s, &e);
+  if (errno || e == s || *s < '0' || *s > '9' || !(t >= 0 && t <= 1e6))
+    return false;
+  for (unsigned u = 0; u < 3; u++)
+    if (!strcmp(e, units[u]) && t * scale[u] <= max) {
+      *out = t * scale[u];
+      return true;
+    }
+  return false;
+}
 
 /* device=D:lost_at=T (the text after "device="). */
 static bool lost_term(tdm_runtime *rt, const char *s) {
-  static const char *const units[] = {"s", "ms", "us"};
-  static const double scale[] = {1e9, 1e6, 1e3};
   const char *colon = strchr(s, ':');
   char digits[16];
   uint64_t d;
+  double t;
   if (!colon || (size_t)(colon - s) >= sizeof digits || rt->nlost == TDM_MAX_LOST)
     return false;
   memcpy(digits, s, (size_t)(colon - s));
   digits[colon - s] = 0;
-  if (!tdm__parse_count(digits, 63, &d) || strncmp(colon + 1, "lost_at=", 8))
+  if (!tdm__parse_count(digits, 63, &d) || strncmp(colon + 1, "lost_at=", 8) ||
+      !tdm__parse_seconds(colon + 9, 1e6, &t))
     return false;
-  const char *v = colon + 9;
-  char *e;
-  errno = 0;
-  double t = strtod(v, &e);
-  if (errno || e == v || *v < '0' || *v > '9' || !(t >= 0 && t <= 1e6))
-    return false;
-  for (unsigned u = 0; u < 3; u++)
-    if (!strcmp(e, units[u])) {
-      rt->lost[rt->nlost].device = (unsigned)d;
-      rt->lost[rt->nlost++].at_ns = (uint64_t)(t * scale[u]);
-      return true;
-    }
-  return false;
+  rt->lost[rt->nlost].device = (unsigned)d;
+  rt->lost[rt->nlost++].at_ns = tdm__ns_of(t);
+  return true;
 }
 
 /* One term of a faults specification, between s and end. */
@@ -216,7 +223,7 @@ tdm_status tdm__faults_parse(tdm_runtime *rt, const char *spec) {
     if (end > s && !fault_term(rt, s, end, &seed)) {
       tdm__log(rt, TDM_LOG_ERROR,
                "tdm_runtime_create: faults: bad term \"%.*s\" (expected KIND:p=X or "
-               "KIND:nth=N with KIND launch, run, copy or alloc, seed=S, or "
+               "KIND:nth=N with KIND launch, run, copy, alloc or hang, seed=S, or "
                "device=D:lost_at=T; X from 0 to 1, N > 0, T a time in s, ms or us; at "
                "most %d lost devices)",
                (int)(end - s), s, TDM_MAX_LOST);
@@ -246,10 +253,14 @@ static bool lost_now(tdm_runtime *rt, unsigned k) {
 tdm_status tdm__fault(tdm_runtime *rt, unsigned kind, unsigned k) {
   if (TDM_UNLIKELY(rt->nlost) && lost_now(rt, k))
     return TDM_ERR_DEVICE_LOST;
+  /* a hung device (watchdog.c) does nothing more */
+  if (TDM_UNLIKELY(atomic_load_explicit(&rt->hung, memory_order_relaxed) >> k & 1))
+    return TDM_ERR_DEVICE_LOST;
   uint64_t nth = rt->fault_nth[kind];
   if (nth && (atomic_fetch_add_explicit(&rt->fault_count[kind], 1, memory_order_relaxed) + 1) %
                      nth == 0) {
     tdm__log(rt, TDM_LOG_DEBUG, "device %s failure injected", fault_names[kind]);
+    atomic_fetch_add_explicit(&rt->faults_injected, 1, memory_order_relaxed);
     return TDM_ERR_SYSTEM;
   }
   uint32_t p = atomic_load_explicit(&rt->fault_p[kind], memory_order_relaxed);
@@ -264,6 +275,7 @@ tdm_status tdm__fault(tdm_runtime *rt, unsigned kind, unsigned k) {
   if ((uint32_t)(x >> 32) >= p)
     return TDM_OK;
   tdm__log(rt, TDM_LOG_DEBUG, "device %s failure injected", fault_names[kind]);
+  atomic_fetch_add_explicit(&rt->faults_injected, 1, memory_order_relaxed);
   return TDM_ERR_SYSTEM;
 }
 

@@ -457,21 +457,25 @@ static void table(const char *what, unsigned nt, bool cholesky, int runs, bool w
 }
 
 /* Two emulated discrete GPUs (`sim`), one of which stops working 40 ms
- * into a tiled Cholesky (injected): the other and the CPU workers finish
- * it. Each run on a runtime of its own (the loss counts from its
- * creation), with the models learnt by a run before; heft. */
+ * into a tiled Cholesky (injected), or whose every 70th try hangs (found by
+ * the watchdog, here at 10 times its prediction and at least 20 ms):
+ * the other and the CPU workers finish it. Each run on a runtime of its
+ * own (the loss counts from its creation), with the models learnt by a
+ * run before; heft. */
 static void lost_device(const char *name, const char *sim, unsigned nt, int runs) {
   static const struct {
     const char *name, *faults;
     int writeback;
+    bool quick_watchdog;
   } cases[] = {
-      {"no fault", NULL, 0},
-      {"no fault, writeback", NULL, 1},
-      {"device 0 lost at 40 ms, writeback", "device=0:lost_at=40ms", 1},
-      {"device 0 lost at 40 ms", "device=0:lost_at=40ms", 0},
-      {"device 1 lost at 40 ms, writeback", "device=1:lost_at=40ms", 1},
-      {"device 1 lost at 40 ms", "device=1:lost_at=40ms", 0},
-      {"device 0 lost from the start", "device=0:lost_at=0s", 0},
+      {"no fault", NULL, 0, false},
+      {"no fault, writeback", NULL, 1, false},
+      {"device 0 lost at 40 ms, writeback", "device=0:lost_at=40ms", 1, false},
+      {"device 0 lost at 40 ms", "device=0:lost_at=40ms", 0, false},
+      {"device 1 lost at 40 ms, writeback", "device=1:lost_at=40ms", 1, false},
+      {"device 1 lost at 40 ms", "device=1:lost_at=40ms", 0, false},
+      {"device 0 lost from the start", "device=0:lost_at=0s", 0, false},
+      {"every 70th device try hangs, writeback", "hang:nth=70", 1, true},
   };
   char dir[] = "/tmp/tandem-bench-XXXXXX";
   if (!mkdtemp(dir)) {
@@ -502,6 +506,10 @@ static void lost_device(const char *name, const char *sim, unsigned nt, int runs
       cfg.devices = "none";
       cfg.writeback = cases[c].writeback;
       cfg.faults = r < 0 ? NULL : cases[c].faults;
+      if (cases[c].quick_watchdog) {
+        cfg.watchdog_factor = 10;
+        cfg.watchdog_min = 0.02;
+      }
       tdm_runtime *rt = NULL;
       if (tdm_runtime_create(&cfg, &rt) != TDM_OK) {
         fprintf(stderr, "bench-hetero: no runtime\n");
