@@ -382,6 +382,27 @@ typedef struct tdm_config {
   double watchdog_factor;
   double watchdog_min;
   double watchdog_uncalibrated;
+  /** The verification mode: a sample of the tasks of the codelets named
+   * here that run on a device are run a second time by their CPU
+   * variant, on a CPU worker, from the same inputs, and the outputs
+   * compared within the codelet's tolerance (tdm_codelet.tolerance). A
+   * difference is logged (error level) with the codelet, the device, how
+   * many elements differ and the largest difference, and counted
+   * (tdm_runtime_verify_counts, and the TANDEM_STATS summary). The usual
+   * cause of a difference is floating-point contraction: a device may
+   * compute a * b + c in one fused operation, rounded once, where C
+   * rounds twice; `#pragma OPENCL FP_CONTRACT OFF` in the kernel (and
+   * -ffp-contract=off for the CPU variant) makes both round alike.
+   * Terms CODELET:RATE separated by commas: the codelet's name (or * for
+   * every codelet) and the fraction of its tasks sampled (above 0, at
+   * most 1), spread evenly: "gemm:0.1,potrf:1" or "*:0.05". A sampled
+   * task costs a second run, the copies of its outputs and read-write
+   * inputs to the host, and holds back the writers after it until the
+   * comparison is done; while the mode is on, submissions take one lock.
+   * Codelets without a CPU variant are not verified. A malformed term
+   * makes tdm_runtime_create fail with TDM_ERR_INVALID_ARG. NULL
+   * (default): off. Environment: TANDEM_VERIFY. */
+  const char *verify;
 } tdm_config;
 
 /** Fills *config with the defaults listed above. Any thread. */
@@ -654,6 +675,20 @@ TDM_API tdm_status tdm_runtime_worker_stats(const tdm_runtime *rt, unsigned work
  * be written; logged). Any thread. */
 TDM_API tdm_status tdm_trace_flush(tdm_runtime *rt);
 
+/** What the verification mode (tdm_config.verify) did so far. */
+typedef struct tdm_verify_counts {
+  size_t struct_size; /**< sizeof(tdm_verify_counts) */
+  uint64_t sampled;    /**< tasks chosen for a second run */
+  uint64_t compared;   /**< of those, run again by the CPU variant and compared */
+  uint64_t mismatched; /**< of those compared, outside the codelet's tolerance */
+  uint64_t skipped;    /**< not compared: the task failed, or ran on a CPU worker */
+} tdm_verify_counts;
+
+/** Fills *out with the verification mode's counts (all 0 when it is
+ * off). TDM_ERR_INVALID_ARG: NULL, or a struct_size too small. Any
+ * thread. */
+TDM_API tdm_status tdm_runtime_verify_counts(const tdm_runtime *rt, tdm_verify_counts *out);
+
 /** Allocates `size` bytes aligned for devices that share the host's memory
  * (4096 bytes), so that they can use it without copies; NULL when out of
  * memory or for size 0. Free with tdm_free. Any thread. */
@@ -812,6 +847,22 @@ struct tdm_opencl_variant;
  * fields beyond what the library knows are ignored.
  */
 
+/** How far the results of a codelet computed by unlike workers (a device
+ * and the CPU variant) may differ, for the verification mode
+ * (tdm_config.verify). Each element of every buffer the codelet writes is
+ * compared: exactly (bytes, or numerically equal values), within a
+ * relative difference |a - b| <= value * max(|a|, |b|), or within `value`
+ * units in the last place (the count of representable values between
+ * them). Relative and ulps need `type` to say what the elements are;
+ * with TDM_ELEM_BYTES (the default) they are compared byte for byte. */
+typedef enum { TDM_TOL_EXACT = 0, TDM_TOL_RELATIVE, TDM_TOL_ULPS } tdm_tolerance_kind;
+typedef enum { TDM_ELEM_BYTES = 0, TDM_ELEM_FLOAT, TDM_ELEM_DOUBLE } tdm_elem_type;
+typedef struct tdm_tolerance {
+  tdm_tolerance_kind kind;
+  tdm_elem_type type;
+  double value;
+} tdm_tolerance;
+
 typedef struct tdm_codelet {
   size_t struct_size;                /**< 0, or sizeof(tdm_codelet) */
   const char *name;                  /**< for logs and traces; may be NULL */
@@ -833,6 +884,9 @@ typedef struct tdm_codelet {
    * (its buffers are kept beside it), and the CPU variant receives all
    * nbuffers tdm_buffer views as usual. */
   const tdm_access *dyn_modes;
+  /** How its results on a device and by its CPU variant may differ, for
+   * the verification mode (tdm_config.verify); zero: exactly equal. */
+  tdm_tolerance tolerance;
 } tdm_codelet;
 
 typedef struct tdm_task tdm_task;

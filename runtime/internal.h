@@ -649,6 +649,7 @@ struct tdm_runtime {
    * found hung (bit k): nothing more starts there (tdm__fault). */
   struct tdm_watchdog *watchdog;
   _Atomic uint64_t hung;
+  struct tdm_verify *verify; /* tdm_config.verify (verify.c); NULL: off */
 };
 
 /* A helper split out of a hot function for reading, kept inlined. */
@@ -758,8 +759,26 @@ bool tdm__watch(tdm_runtime *rt, unsigned k, const tdm_task *t, uint64_t since);
  * tdm_wait_all's report, and logs it. */
 void tdm__task_ended_badly(tdm_task *t, tdm_status status);
 /* While a completion callback runs on this thread: its task's outcome
- * (tdm_callback_status). */
+ * (tdm_callback_status), and the worker it ran on (a CPU worker's id, or
+ * nworkers + k for device k). */
 extern _Thread_local tdm_status tdm__callback_status TDM_TLS_MODEL;
+extern _Thread_local unsigned tdm__callback_worker TDM_TLS_MODEL;
+
+/* The verification mode (verify.c). Parse: rt->verify from the
+ * specification (NULL or empty: off); TDM_ERR_INVALID_ARG, logged, when
+ * malformed. Before a task is submitted while it is on: takes the
+ * submission lock and, if the task is sampled, submits the task that
+ * keeps its read-write inputs and wraps its callback; returns what
+ * tdm__verify_after needs (NULL: not sampled). After: submits the
+ * comparison when the task was submitted, and releases the lock. */
+tdm_status tdm__verify_parse(tdm_runtime *rt, const char *spec);
+void tdm__verify_free(tdm_runtime *rt);
+void *tdm__verify_before(tdm_task *t);
+void tdm__verify_after(tdm_runtime *rt, void *rec, tdm_task *t, bool submitted);
+/* The verification mode's own tasks (not counted as the application's). */
+bool tdm__verify_internal(const tdm_task *t);
+/* Logs its counts (TANDEM_STATS). */
+void tdm__verify_report(tdm_runtime *rt);
 /* TDM_ERR_TASK_FAILED, with a message naming what, when codelet tasks
  * failed or were cancelled since the last report; resets the counts. */
 tdm_status tdm__report_failures(tdm_runtime *rt, const char *what);

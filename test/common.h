@@ -80,6 +80,28 @@ static inline void test_log_attach(tdm_config *cfg, test_log *log) {
   cfg->log_level = TDM_LOG_DEBUG;
 }
 
+/* Each of the n malformed values bad[i], put into the config of a
+ * runtime without devices by set, makes tdm_runtime_create fail with
+ * TDM_ERR_INVALID_ARG, logging a message that contains `says`. */
+static inline void test_refused(const char *const *bad, size_t n,
+                                void (*set)(tdm_config *, const char *), const char *says) {
+  for (size_t i = 0; i < n; i++) {
+    test_log log;
+    tdm_config cfg;
+    tdm_config_init(&cfg);
+    cfg.ignore_env = 1;
+    cfg.bind_workers = 0;
+    cfg.devices = "none";
+    set(&cfg, bad[i]);
+    test_log_attach(&cfg, &log);
+    tdm_runtime *rt = NULL;
+    assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_INVALID_ARG);
+    assert_null(rt);
+    if (!test_log_has(&log, says))
+      fail_msg("\"%s\": no message \"%s\" (log: %s)", bad[i], says, log.all);
+  }
+}
+
 static void test_log_to_stderr(void *data, tdm_log_level level, const char *msg) {
   (void)data;
   fprintf(stderr, "tandem (%d): %s\n", (int)level, msg);

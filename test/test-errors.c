@@ -542,6 +542,10 @@ static void on_event(void *data, unsigned device, const char *why) {
   atomic_fetch_add(&events, 1);
 }
 
+static void set_faults(tdm_config *cfg, const char *spec) {
+  cfg->faults = spec;
+}
+
 /* tdm_config.faults and TANDEM_FAULTS: malformed terms refused, saying
  * which; good ones armed: every emulated launch fails, every task is
  * retried on the CPU workers and ends done, and after three failures the
@@ -555,21 +559,7 @@ static void test_faults_specification(void **state) {
       "device=x:lost_at=1ms", "device=0:lost_at=1", "device=0:lost_at=-1ms",
       "device=64:lost_at=1ms", "device=0:lost_at=1h", "device=0",
   };
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    test_log log;
-    tdm_config cfg;
-    tdm_config_init(&cfg);
-    cfg.ignore_env = 1;
-    cfg.bind_workers = 0;
-    cfg.devices = "none";
-    cfg.faults = bad[i];
-    test_log_attach(&cfg, &log);
-    tdm_runtime *rt = NULL;
-    assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_INVALID_ARG);
-    assert_null(rt);
-    if (!test_log_has(&log, "faults: bad term"))
-      fail_msg("faults \"%s\": no message (log: %s)", bad[i], log.all);
-  }
+  test_refused(bad, sizeof bad / sizeof bad[0], set_faults, "faults: bad term");
   setenv("TANDEM_FAULTS", "launch:nth=1;run:p=0;seed=9", 1);
   tdm_config cfg;
   tdm_config_init(&cfg);

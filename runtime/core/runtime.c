@@ -236,6 +236,7 @@ static void apply_env(tdm_runtime *rt) {
   env_string("TANDEM_DAG", &rt->cfg.dag_path);
   env_string("TANDEM_SIM", &rt->cfg.sim);
   env_string("TANDEM_FAULTS", &rt->cfg.faults);
+  env_string("TANDEM_VERIFY", &rt->cfg.verify);
   env_flag(rt, "TANDEM_STATS", &rt->cfg.stats);
   env_checked(rt);
 }
@@ -464,6 +465,7 @@ static void teardown(tdm_runtime *rt) {
   if (rt->topo)
     hwloc_topology_destroy(rt->topo);
   destroy_sync(rt);
+  tdm__verify_free(rt);
   free_strings(rt);
   free(rt);
 }
@@ -544,9 +546,10 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   }
   /* the selection is parsed from the copy, which it keeps pointing at */
   if ((st = copy_strings(rt)) || (st = check_device_config(rt)) ||
-      (st = tdm__faults_parse(rt, rt->cfg.faults)) || (st = init_sync(rt)))
+      (st = tdm__faults_parse(rt, rt->cfg.faults)) ||
+      (st = tdm__verify_parse(rt, rt->cfg.verify)) || (st = init_sync(rt)))
     goto fail_early;
-  rt->cfg.faults = NULL; /* parsed: the caller's string is not kept */
+  rt->cfg.faults = rt->cfg.verify = NULL; /* parsed: the caller's strings are not kept */
   rt->recording = rt->trace_path || rt->dag_path || rt->cfg.stats;
   if (rt->cfg.stats && rt->cfg.log_level < TDM_LOG_INFO)
     rt->cfg.log_level = TDM_LOG_INFO; /* the summary is logged at info */
@@ -574,6 +577,7 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   *out = rt;
   return TDM_OK;
 fail_early:
+  tdm__verify_free(rt);
   free_strings(rt);
   free(rt);
   return st;

@@ -864,7 +864,7 @@ _Thread_local tdm_status tdm__callback_status TDM_TLS_MODEL = TDM_ERR_INVALID_AR
 void tdm__task_ended_badly(tdm_task *t, tdm_status status) {
   tdm_runtime *rt = t->rt;
   atomic_store_explicit(&t->outcome, status, memory_order_relaxed);
-  if (t->kind != TDM_TASK_CODELET)
+  if (t->kind != TDM_TASK_CODELET || (rt->verify && tdm__verify_internal(t)))
     return;
   const char *name = task_name(t);
   bool cancelled = status == TDM_ERR_CANCELLED;
@@ -1032,6 +1032,7 @@ static inline void task_done(tdm_task *t, tdm_worker *w, unsigned worker, tdm_st
     tdm__sched_done(t, worker, status ? -1 : 1e-9 * (double)(t1 - t0));
   if (t->callback) {
     tdm__callback_status = status;
+    tdm__callback_worker = worker;
     t->callback(t->callback_data);
     tdm__callback_status = TDM_ERR_INVALID_ARG;
   }
@@ -1099,7 +1100,29 @@ void tdm__task_wait_state(tdm_task *t, uint32_t state) {
 
 /* ---- public API ------------------------------------------------------- */
 
+/* tdm__task_submit in the verification mode (verify.c), whose own tasks
+ * are submitted inside it. */
+static __attribute__((noinline, cold)) tdm_status submit_verified(tdm_task *t, bool give_ref) {
+  if (tdm__verify_internal(t))
+    return tdm__task_submit(t, give_ref);
+  void *verified = tdm__verify_before(t);
+  tdm_status st = tdm__task_submit(t, give_ref);
+  tdm__verify_after(t->rt, verified, t, st == TDM_OK);
+  return st;
+}
+
+static __attribute__((noinline, cold)) tdm_status build_verified(tdm_runtime *rt,
+                                                                 const tdm_task_desc *desc) {
+  tdm_task *t;
+  tdm_status st = task_build(rt, desc, false, &t, "tdm_submit");
+  if (!st && (st = submit_verified(t, true)))
+    tdm__task_unref(t);
+  return st;
+}
+
 tdm_status tdm_submit(tdm_runtime *rt, const tdm_task_desc *desc) {
+  if (TDM_UNLIKELY(rt && rt->verify)) /* before: nothing to keep across the calls */
+    return build_verified(rt, desc);
   tdm_task *t;
   tdm_status st = task_build(rt, desc, false, &t, "tdm_submit");
   if (st)
@@ -1151,7 +1174,8 @@ tdm_status tdm_task_submit(tdm_task *task) {
   if (atomic_load(&task->state) != TDM_TS_CREATED)
     return bad(task->rt, TDM_ERR_ALREADY_SUBMITTED, "%s: task already submitted",
                "tdm_task_submit");
-  return tdm__task_submit(task, false);
+  return TDM_UNLIKELY(task->rt->verify) ? submit_verified(task, false)
+                                         : tdm__task_submit(task, false);
 }
 
 tdm_status tdm_task_wait(tdm_task *task) {

@@ -455,6 +455,7 @@ static void stats_report(tdm_runtime *rt) {
     }
   }
   summary_by_codelet(rt);
+  tdm__verify_report(rt);
 }
 
 void tdm__trace_finish(tdm_runtime *rt) {

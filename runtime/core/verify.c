@@ -1,0 +1,522 @@
+/*
+ * The verification mode (tdm_config.verify, TANDEM_VERIFY): a sample of
+ * the tasks of chosen codelets is run a second time, by the codelet's CPU
+ * variant, from the same inputs, and the outputs are compared within the
+ * codelet's tolerance (tdm_codelet.tolerance). A device whose results
+ * differ from the CPU's (floating-point contraction, a driver bug, a
+ * kernel that reads out of bounds) is thus seen, with the codelet, the
+ * device and the largest difference.
+ *
+ * A sampled task T is submitted as three tasks:
+ *  - P, before T (only when T has read-write buffers): reads them and
+ *    keeps a copy, the inputs T overwrites;
+ *  - T itself, its callback wrapped to note where it ran and how it ended;
+ *  - C, after T: reads every buffer of T (T's read-only inputs, which no
+ *    writer can have changed yet, and T's outputs) and, when T ran on a
+ *    device, runs T's CPU variant on the same inputs into buffers of its
+ *    own and compares.
+ * P and C run on the CPU workers. While the mode is on, submissions take
+ * one lock, so that no other thread's task comes between P, T and C.
+ * What a sampled task costs: its outputs and read-write inputs come to
+ * the host, writers after it wait for C too, and the second run.
+ */
+#include "../internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SPECS 16
+
+typedef struct spec {
+  char *name; /* "*": every codelet */
+  double rate;
+  _Atomic uint64_t seen;
+} spec;
+
+struct tdm_verify {
+  pthread_mutex_t lock; /* held around each submission while verifying */
+  spec specs[MAX_SPECS];
+  unsigned n;
+  _Atomic uint64_t sampled, compared, mismatched, skipped;
+};
+
+/* One sampled task. Freed by the last of the submitter, P and C. */
+typedef struct record {
+  tdm_runtime *rt;
+  _Atomic int refs;
+  /* T's, copied (the application may free its codelet once T is done) */
+  char name[64];
+  tdm_cpu_fn cpu_fn;
+  tdm_tolerance tol;
+  unsigned nbuf;
+  uint8_t *modes;      /* nbuf */
+  void *args;          /* T's arguments */
+  size_t args_size;
+  void **pre;          /* nbuf: P's copy of each read-write buffer, packed */
+  tdm_access *c_modes; /* nbuf of TDM_R: C's (and P's) buffers */
+  tdm_codelet p_codelet, c_codelet;
+  /* T's callback, and how and where T ended (set by note_end) */
+  tdm_task_callback callback;
+  void *callback_data;
+  tdm_status status;
+  unsigned worker;
+} record;
+
+_Thread_local unsigned tdm__callback_worker TDM_TLS_MODEL;
+
+/* ---- the specification ------------------------------------------------ */
+
+tdm_status tdm__verify_parse(tdm_runtime *rt, const char *text) {
+  if (!text || !*text)
+    return TDM_OK;
+  struct tdm_verify *v = tdm__calloc(rt, 1, sizeof *v);
+  if (!v)
+    return TDM_ERR_NO_MEMORY;
+  int err = pthread_mutex_init(&v->lock, NULL);
+  if (err) {
+    tdm__log(rt, TDM_LOG_ERROR, "pthread_mutex_init: %s", strerror(err));
+    free(v);
+    return TDM_ERR_SYSTEM;
+  }
+  rt->verify = v;
+  for (const char *s = text; *s;) {
+    const char *end = strchr(s, ',');
+    if (!end)
+      end = s + strlen(s);
+    const char *colon = memchr(s, ':', (size_t)(end - s));
+    char rate_text[32];
+    size_t rlen = colon ? (size_t)(end - colon - 1) : 0;
+    double rate = 0;
+    char *e = NULL;
+    if (colon && colon > s && rlen && rlen < sizeof rate_text && v->n < MAX_SPECS) {
+      memcpy(rate_text, colon + 1, rlen);
+      rate_text[rlen] = 0;
+      rate = strtod(rate_text, &e);
+    }
+    if (!e || *e || !(rate > 0 && rate <= 1)) {
+      tdm__log(rt, TDM_LOG_ERROR,
+               "tdm_runtime_create: verify: bad term \"%.*s\" (expected CODELET:RATE, a "
+               "codelet's name or * for all, RATE above 0 and at most 1; at most %d terms, "
+               "separated by commas)",
+               (int)(end - s), s, MAX_SPECS);
+      return TDM_ERR_INVALID_ARG; /* freed by tdm__verify_free */
+    }
+    spec *p = &v->specs[v->n];
+    p->name = tdm__malloc(rt, (size_t)(colon - s) + 1);
+    if (!p->name)
+      return TDM_ERR_NO_MEMORY;
+    memcpy(p->name, s, (size_t)(colon - s));
+    p->name[colon - s] = 0;
+    p->rate = rate;
+    v->n++;
+    s = *end ? end + 1 : end;
+  }
+  return TDM_OK;
+}
+
+void tdm__verify_free(tdm_runtime *rt) {
+  struct tdm_verify *v = rt->verify;
+  if (!v)
+    return;
+  for (unsigned i = 0; i < v->n; i++)
+    free(v->specs[i].name);
+  pthread_mutex_destroy(&v->lock);
+  free(v);
+  rt->verify = NULL;
+}
+
+/* ---- comparing -------------------------------------------------------- */
+
+/* An IEEE value as an integer that orders like it: the distance between
+ * two of them is the number of values between (units in the last place). */
+static int64_t ordered64(double x) {
+  int64_t i;
+  memcpy(&i, &x, sizeof i);
+  return i < 0 ? INT64_MIN - i : i;
+}
+
+static int32_t ordered32(float x) {
+  int32_t i;
+  memcpy(&i, &x, sizeof i);
+  return i < 0 ? INT32_MIN - i : i;
+}
+
+/* How far b is from a under tol (its unit: an absolute difference for
+ * exact, relative for relative, ulps for ulps); *outside: beyond it. */
+static double difference(const tdm_tolerance *tol, const void *a, const void *b, size_t size,
+                         bool *outside) {
+  bool f64 = tol->type == TDM_ELEM_DOUBLE && size == 8;
+  bool f32 = tol->type == TDM_ELEM_FLOAT && size == 4;
+  if (!f64 && !f32) { /* bytes: exact */
+    *outside = memcmp(a, b, size) != 0;
+    return *outside;
+  }
+  double x, y;
+  int64_t ulps;
+  if (f64) {
+    memcpy(&x, a, 8);
+    memcpy(&y, b, 8);
+    int64_t d = ordered64(x) - ordered64(y);
+    ulps = d < 0 ? -d : d;
+  } else {
+    float fx, fy;
+    memcpy(&fx, a, 4);
+    memcpy(&fy, b, 4);
+    x = fx;
+    y = fy;
+    int64_t d = (int64_t)ordered32(fx) - ordered32(fy);
+    ulps = d < 0 ? -d : d;
+  }
+  if (isnan(x) || isnan(y)) {
+    *outside = !(isnan(x) && isnan(y));
+    return *outside ? INFINITY : 0;
+  }
+  double abs_diff = fabs(x - y), d;
+  switch (tol->kind) {
+  case TDM_TOL_RELATIVE: {
+    double m = fmax(fabs(x), fabs(y));
+    d = m > 0 ? abs_diff / m : 0;
+    *outside = d > tol->value;
+    return d;
+  }
+  case TDM_TOL_ULPS:
+    d = (double)ulps;
+    *outside = d > tol->value;
+    return d;
+  default:
+    *outside = x != y;
+    return abs_diff;
+  }
+}
+
+static const char *tol_text(const tdm_tolerance *tol, char *buf, size_t size) {
+  const char *type = tol->type == TDM_ELEM_DOUBLE  ? "doubles"
+                     : tol->type == TDM_ELEM_FLOAT ? "floats"
+                                                   : "bytes";
+  if (tol->kind == TDM_TOL_RELATIVE)
+    snprintf(buf, size, "relative %g, %s", tol->value, type);
+  else if (tol->kind == TDM_TOL_ULPS)
+    snprintf(buf, size, "%g ulps, %s", tol->value, type);
+  else
+    snprintf(buf, size, "exact, %s", type);
+  return buf;
+}
+
+/* ---- the three tasks ------------------------------------------------------ */
+
+static void record_unref(record *r) {
+  if (atomic_fetch_sub(&r->refs, 1) != 1)
+    return;
+  for (unsigned i = 0; r->pre && i < r->nbuf; i++)
+    free(r->pre[i]);
+  free(r->pre);
+  free(r->modes);
+  free(r->args);
+  free(r->c_modes);
+  free(r);
+}
+
+static size_t row_bytes(const tdm_buffer *b) {
+  return b->ny * b->elem_size;
+}
+
+/* Copies b's elements into dst, packed (rows of ny elements). */
+static void pack(void *dst, const tdm_buffer *b) {
+  for (size_t r = 0; r < b->nx; r++)
+    memcpy((char *)dst + r * row_bytes(b), (const char *)b->ptr + r * b->ld * b->elem_size,
+           row_bytes(b));
+}
+
+/* P: the read-write buffers of T, as they are before T. */
+static void keep_inputs(const tdm_buffer *b, const void *args, size_t n) {
+  (void)n;
+  record *r = *(record *const *)args;
+  for (unsigned i = 0, j = 0; i < r->nbuf; i++) {
+    if (r->modes[i] != TDM_RW)
+      continue;
+    r->pre[i] = malloc(b[j].nx * row_bytes(&b[j]) + 1);
+    if (r->pre[i])
+      pack(r->pre[i], &b[j]);
+    j++;
+  }
+}
+
+/* C: T's CPU variant again, into buffers of its own, compared with what
+ * T produced (b: T's buffers, on the host). */
+static void compare(const tdm_buffer *b, const void *args, size_t n) {
+  (void)n;
+  record *r = *(record *const *)args;
+  tdm_runtime *rt = r->rt;
+  struct tdm_verify *v = rt->verify;
+  if (r->status != TDM_OK || r->worker < rt->nworkers) {
+    /* it failed, or ran on the CPU workers: no other class to compare */
+    atomic_fetch_add_explicit(&v->skipped, 1, memory_order_relaxed);
+    return;
+  }
+  tdm_buffer *views = malloc(r->nbuf * sizeof *views);
+  void **mine = calloc(r->nbuf, sizeof *mine);
+  bool ok = views && mine;
+  for (unsigned i = 0; ok && i < r->nbuf; i++) {
+    views[i] = b[i];
+    if (!(r->modes[i] & TDM_W))
+      continue;
+    size_t bytes = b[i].nx * row_bytes(&b[i]);
+    if (r->modes[i] == TDM_RW) {
+      mine[i] = r->pre[i]; /* T's input, which T overwrote */
+      r->pre[i] = NULL;
+    } else {
+      mine[i] = calloc(1, bytes + 1);
+    }
+    ok = mine[i] != NULL;
+    views[i].ptr = mine[i];
+    views[i].ld = b[i].ny;
+  }
+  if (!ok) {
+    tdm__log(rt, TDM_LOG_WARNING, "verify: codelet %s: out of memory, not compared", r->name);
+    atomic_fetch_add_explicit(&v->skipped, 1, memory_order_relaxed);
+  } else {
+    r->cpu_fn(views, r->args, r->args_size);
+    uint64_t outside = 0, total = 0;
+    double worst = -1;
+    unsigned wbuf = 0;
+    size_t wr = 0, wc = 0;
+    for (unsigned i = 0; i < r->nbuf; i++) {
+      if (!(r->modes[i] & TDM_W))
+        continue;
+      size_t es = b[i].elem_size;
+      for (size_t row = 0; row < b[i].nx; row++)
+        for (size_t c = 0; c < b[i].ny; c++) {
+          const char *got = (const char *)b[i].ptr + (row * b[i].ld + c) * es;
+          const char *want = (const char *)mine[i] + (row * b[i].ny + c) * es;
+          bool out;
+          double d = difference(&r->tol, got, want, es, &out);
+          total++;
+          outside += out;
+          if (out && d > worst) {
+            worst = d;
+            wbuf = i;
+            wr = row;
+            wc = c;
+          }
+        }
+    }
+    atomic_fetch_add_explicit(&v->compared, 1, memory_order_relaxed);
+    if (outside) {
+      atomic_fetch_add_explicit(&v->mismatched, 1, memory_order_relaxed);
+      unsigned k = r->worker - rt->nworkers;
+      const tdm_device_record *dev = &rt->devices[rt->device_of[k]];
+      char tol[64], got[48] = "", want[48] = "";
+      size_t es = b[wbuf].elem_size;
+      const char *g = (const char *)b[wbuf].ptr + (wr * b[wbuf].ld + wc) * es;
+      const char *w = (const char *)mine[wbuf] + (wr * b[wbuf].ny + wc) * es;
+      if (r->tol.type == TDM_ELEM_DOUBLE && es == 8) {
+        double x, y;
+        memcpy(&x, g, 8);
+        memcpy(&y, w, 8);
+        snprintf(got, sizeof got, " (%.17g", x);
+        snprintf(want, sizeof want, " against %.17g)", y);
+      } else if (r->tol.type == TDM_ELEM_FLOAT && es == 4) {
+        float x, y;
+        memcpy(&x, g, 4);
+        memcpy(&y, w, 4);
+        snprintf(got, sizeof got, " (%.9g", (double)x);
+        snprintf(want, sizeof want, " against %.9g)", (double)y);
+      }
+      char where[96];
+      if (*got)
+        snprintf(where, sizeof where, "the largest difference %g", worst);
+      else /* bytes: the first that differs */
+        snprintf(where, sizeof where, "the first difference");
+      tdm__log(rt, TDM_LOG_ERROR,
+               "verify: codelet %s: device %u (%s) and the CPU variant differ in %llu of %llu "
+               "elements (tolerance: %s); %s at buffer %u, element (%zu, %zu)%s%s. A usual "
+               "cause: the device contracts a * b + c into one fused operation; #pragma "
+               "OPENCL FP_CONTRACT OFF in the kernel makes it round as the CPU does",
+               r->name, rt->device_of[k], dev->name, (unsigned long long)outside,
+               (unsigned long long)total, tol_text(&r->tol, tol, sizeof tol), where, wbuf, wr,
+               wc, got, want);
+    }
+  }
+  for (unsigned i = 0; mine && i < r->nbuf; i++)
+    free(mine[i]);
+  free(mine);
+  free(views);
+}
+
+/* T's callback: where and how T ended, then the application's. */
+static void note_end(void *data) {
+  record *r = data;
+  r->status = tdm_callback_status();
+  r->worker = tdm__callback_worker;
+  if (r->callback)
+    r->callback(r->callback_data);
+}
+
+/* P's and C's: their reference on the record. */
+static void p_end(void *data) {
+  record_unref(data);
+}
+
+/* A C that did not run (cancelled: T failed) counts as not compared. */
+static void c_end(void *data) {
+  record *r = data;
+  if (tdm_callback_status() != TDM_OK)
+    atomic_fetch_add_explicit(&r->rt->verify->skipped, 1, memory_order_relaxed);
+  record_unref(r);
+}
+
+/* ---- submission ------------------------------------------------------------ */
+
+bool tdm__verify_internal(const tdm_task *t) {
+  return t->codelet->cpu_fn == compare || t->codelet->cpu_fn == keep_inputs;
+}
+
+/* Whether T (not yet submitted) is to be verified. */
+static bool sampled(struct tdm_verify *v, const tdm_task *t) {
+  const char *name = t->codelet->name;
+  if (!t->codelet->cpu_fn || t->kind != TDM_TASK_CODELET || !t->dev_mask)
+    return false; /* no CPU variant to compare with, or no device to run it */
+  for (unsigned i = 0; i < v->n; i++) {
+    spec *s = &v->specs[i];
+    if (strcmp(s->name, "*") && (!name || strcmp(s->name, name)))
+      continue;
+    uint64_t n = atomic_fetch_add_explicit(&s->seen, 1, memory_order_relaxed);
+    /* evenly spread: the tasks where n * rate crosses a whole number */
+    return floor((double)(n + 1) * s->rate) > floor((double)n * s->rate);
+  }
+  return false;
+}
+
+/* A helper task (P or C) of r on T's handles hs (those with `want` in
+ * their mode; every one when want is 0), on the CPU workers. */
+static tdm_status helper(record *r, tdm_codelet *cl, tdm_cpu_fn fn, const char *what,
+                         tdm_handle *const *hs, unsigned want, unsigned n) {
+  tdm_handle **mine = malloc(n * sizeof *mine);
+  if (!mine)
+    return TDM_ERR_NO_MEMORY;
+  unsigned k = 0;
+  for (unsigned i = 0; i < r->nbuf; i++)
+    if (!want || (r->modes[i] & want) == want)
+      mine[k++] = hs[i];
+  *cl = (tdm_codelet){.name = what, .cpu_fn = fn, .nbuffers = k};
+  tdm_task_desc d = {.codelet = cl, .args = &r, .args_size = sizeof r,
+                     .callback = fn == compare ? c_end : p_end, .callback_data = r};
+  if (k <= TDM_MAX_BUFFERS) {
+    for (unsigned i = 0; i < k; i++)
+      cl->modes[i] = TDM_R;
+    memcpy(d.handles, mine, k * sizeof *mine);
+  } else {
+    cl->dyn_modes = r->c_modes;
+    d.dyn_handles = mine;
+  }
+  tdm_task *t = NULL;
+  tdm_status st = tdm_task_create(r->rt, &d, &t);
+  free(mine);
+  if (st)
+    return st;
+  t->dev_mask = 0; /* the CPU workers' */
+  t->device_ok = false;
+  atomic_fetch_add(&r->refs, 1); /* released by its callback */
+  st = tdm_task_submit(t);
+  if (st)
+    atomic_fetch_sub(&r->refs, 1);
+  tdm_task_release(t);
+  return st;
+}
+
+void *tdm__verify_before(tdm_task *t) {
+  tdm_runtime *rt = t->rt;
+  struct tdm_verify *v = rt->verify;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&v->lock));
+  if (!sampled(v, t))
+    return NULL;
+  record *r = tdm__calloc(rt, 1, sizeof *r);
+  unsigned n = t->nbuf;
+  if (r) {
+    r->modes = tdm__malloc(rt, n + 1);
+    r->pre = tdm__calloc(rt, n + 1, sizeof *r->pre);
+    r->c_modes = tdm__malloc(rt, (n + 1) * sizeof *r->c_modes);
+    r->args = tdm__malloc(rt, t->args_size + 1);
+  }
+  if (!r || !r->modes || !r->pre || !r->c_modes || !r->args) {
+    if (r)
+      atomic_init(&r->refs, 1);
+    if (r)
+      record_unref(r);
+    tdm__log(rt, TDM_LOG_WARNING, "verify: out of memory: a task not verified");
+    return NULL;
+  }
+  atomic_init(&r->refs, 1);
+  r->rt = rt;
+  snprintf(r->name, sizeof r->name, "%s", t->codelet->name ? t->codelet->name : "(unnamed)");
+  r->cpu_fn = t->codelet->cpu_fn;
+  const tdm_codelet *cl = t->codelet;
+  r->tol = cl->struct_size && cl->struct_size < offsetof(tdm_codelet, tolerance) +
+                                                    sizeof cl->tolerance
+               ? (tdm_tolerance){TDM_TOL_EXACT, TDM_ELEM_BYTES, 0}
+               : cl->tolerance;
+  r->nbuf = n;
+  memcpy(r->modes, tdm__task_modes(t), n);
+  for (unsigned i = 0; i < n; i++)
+    r->c_modes[i] = TDM_R;
+  r->args_size = t->args_size;
+  if (t->args_size)
+    memcpy(r->args, t->args, t->args_size);
+  unsigned rw = 0;
+  for (unsigned i = 0; i < n; i++)
+    rw += r->modes[i] == TDM_RW;
+  if (rw && helper(r, &r->p_codelet, keep_inputs, "tandem-verify-inputs",
+                   tdm__task_handles(t), TDM_RW, rw) != TDM_OK) {
+    tdm__log(rt, TDM_LOG_WARNING, "verify: codelet %s: a task not verified (no room)", r->name);
+    record_unref(r);
+    return NULL;
+  }
+  r->callback = t->callback;
+  r->callback_data = t->callback_data;
+  t->callback = note_end;
+  t->callback_data = r;
+  atomic_fetch_add(&t->refs, 1); /* its handles, for C (tdm__verify_after) */
+  atomic_fetch_add_explicit(&v->sampled, 1, memory_order_relaxed);
+  return r;
+}
+
+void tdm__verify_after(tdm_runtime *rt, void *rec, tdm_task *t, bool submitted) {
+  struct tdm_verify *v = rt->verify;
+  record *r = rec;
+  if (r && submitted && helper(r, &r->c_codelet, compare, "tandem-verify",
+                               tdm__task_handles(t), 0, r->nbuf) != TDM_OK) {
+    tdm__log(rt, TDM_LOG_WARNING, "verify: codelet %s: a task not verified (no room)", r->name);
+    atomic_fetch_add_explicit(&v->skipped, 1, memory_order_relaxed);
+  }
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&v->lock));
+  if (r) {
+    tdm__task_unref(t);
+    record_unref(r);
+  }
+}
+
+tdm_status tdm_runtime_verify_counts(const tdm_runtime *rt, tdm_verify_counts *out) {
+  if (!rt || !out || out->struct_size < sizeof *out)
+    return TDM_ERR_INVALID_ARG;
+  const struct tdm_verify *v = rt->verify;
+  out->sampled = v ? atomic_load(&v->sampled) : 0;
+  out->compared = v ? atomic_load(&v->compared) : 0;
+  out->mismatched = v ? atomic_load(&v->mismatched) : 0;
+  out->skipped = v ? atomic_load(&v->skipped) : 0;
+  return TDM_OK;
+}
+
+void tdm__verify_report(tdm_runtime *rt) {
+  const struct tdm_verify *v = rt->verify;
+  if (!v || !atomic_load(&v->sampled))
+    return;
+  tdm__log(rt, TDM_LOG_INFO,
+           "verify: %llu tasks sampled, %llu compared with their CPU variant, %llu differed, "
+           "%llu not compared (ran on the CPU workers, or failed)",
+           (unsigned long long)atomic_load(&v->sampled),
+           (unsigned long long)atomic_load(&v->compared),
+           (unsigned long long)atomic_load(&v->mismatched),
+           (unsigned long long)atomic_load(&v->skipped));
+}
