@@ -378,6 +378,13 @@ static bool sampled(struct tdm_verify *v, const tdm_task *t) {
   const char *name = t->codelet->name;
   if (!t->codelet->cpu_fn || t->kind != TDM_TASK_CODELET || !t->dev_mask)
     return false; /* no CPU variant to compare with, or no device to run it */
+  bool writes = false; /* nothing to compare otherwise (and C, reading
+                        * only T's inputs, would not wait for T) */
+  const uint8_t *modes = tdm__task_modes(t);
+  for (unsigned i = 0; i < t->nbuf; i++)
+    writes |= (modes[i] & TDM_W) != 0;
+  if (!writes)
+    return false;
   for (unsigned i = 0; i < v->n; i++) {
     spec *s = &v->specs[i];
     if (strcmp(s->name, "*") && (!name || strcmp(s->name, name)))
