@@ -331,6 +331,9 @@ typedef struct {
   /* copies between the devices and the host fail too; no partitions then:
    * a gather whose copy fails loses the matrix's version (reported) */
   bool copies;
+  /* copies fail (no partitions), nothing else, and no write-back: what a
+   * device wrote stays there alone until it is needed or evicted */
+  bool copies_only;
   /* tdm_config.faults: a device stops working, or hangs; then a device
    * must be quarantined with a reason that contains `reason` */
   const char *lost, *reason;
@@ -362,6 +365,11 @@ static tdm_runtime *make(const setup *s, char *dir, size_t size) {
    * still runs on a device in host memory could write after its undo) */
   cfg.watchdog_min = 0.5;
   cfg.watchdog_uncalibrated = 1;
+  if (s->copies_only) { /* a try fails before it runs: tried again */
+    cfg.retries = 8;
+    cfg.quarantine_failures = 0;
+    test_log_if_asked(&cfg);
+  }
   if (s->faults) { /* every failed run undone and tried again elsewhere */
     /* enough that every task ends done: a try on a device fails about
      * one time in five, one on the CPU workers (its inputs' copies home)
@@ -374,6 +382,8 @@ static tdm_runtime *make(const setup *s, char *dir, size_t size) {
   }
   tdm_runtime *rt = NULL;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  if (s->copies_only)
+    tdm__faults_set(rt, TDM_FAULT_COPY, 1.0 / 16, 19);
   if (s->faults) {
     tdm__faults_set(rt, TDM_FAULT_LAUNCH, 1.0 / 16, 11);
     tdm__faults_set(rt, TDM_FAULT_COMPLETE, 1.0 / 16, 13);
@@ -406,7 +416,7 @@ static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps
   char dir[64];
   tdm_runtime *rt = make(s, dir, sizeof dir);
   wide_submitted = 0;
-  whole_only = s->copies;
+  whole_only = s->copies || s->copies_only;
   atomic_store(&wide_on_cpu, 0);
   for (uint64_t seed = first; seed < first + nseeds; seed++)
     one_seed(rt, seed, steps);
@@ -458,9 +468,9 @@ static void every_policy(const setup *base, uint64_t first, unsigned nseeds, uns
     with(&s, first + 100 * p, nseeds, steps, totals);
   }
   assert_true(totals[0] > 0);
-  if (base->faults) /* the faults were met, and overcome */
+  if (base->faults || base->copies_only) /* the faults were met, and overcome */
     assert_true(retried > 0);
-  if (!base->copies) /* wide tasks take tiles */
+  if (!base->copies && !base->copies_only) /* wide tasks take tiles */
     assert_true(totals[2] > 0); /* the wide path was taken */
   if (base->limit)
     assert_true(totals[1] > 0);
@@ -509,6 +519,17 @@ static void test_emulated_copy_faults(void **state) {
   every_policy(&(setup){.sim = TWO_OWN, .faults = true, .copies = true}, 6500, 3, 400);
 }
 
+/* Copies failing (one in sixteen) while memory runs short, without
+ * write-back: an evicted buffer that holds the only copy is dropped only
+ * once its copy home has landed (a copy home that fails leaves it the
+ * version's holder; dropped at once, the version would be lost). */
+static void test_emulated_copy_faults_evictions(void **state) {
+  (void)state;
+  /* room for two of the three matrices (no partitions here) */
+  every_policy(&(setup){.sim = TWO_OWN, .copies_only = true, .limit = 2 * ROWS * COLS * 8},
+               6800, 3, 400);
+}
+
 static bool opencl_discrete;
 static bool opencl_two; /* two PoCL devices */
 
@@ -517,6 +538,15 @@ static void test_opencl_copy_faults(void **state) {
   if (!opencl_discrete)
     skip(); /* a device in host memory copies nothing */
   every_policy(&(setup){.discrete = true, .faults = true, .copies = true}, 7500, 2, 300);
+}
+
+/* Copies failing while PoCL's memory runs short, without write-back. */
+static void test_opencl_copy_faults_evictions(void **state) {
+  (void)state;
+  if (!opencl_discrete)
+    skip(); /* a device in host memory copies nothing */
+  every_policy(&(setup){.discrete = true, .copies_only = true, .limit = 2 * ROWS * COLS * 8},
+               7700, 2, 300);
 }
 
 static void test_opencl_faults(void **state) {
@@ -585,6 +615,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_emulated_forty_devices),
         cmocka_unit_test(test_emulated_faults),
         cmocka_unit_test(test_emulated_copy_faults),
+        cmocka_unit_test(test_emulated_copy_faults_evictions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
   }
@@ -614,6 +645,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_opencl_evictions),
       cmocka_unit_test(test_opencl_faults),
       cmocka_unit_test(test_opencl_copy_faults),
+      cmocka_unit_test(test_opencl_copy_faults_evictions),
       cmocka_unit_test(test_opencl_hung),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -248,7 +248,12 @@ static void evict(world *w, unsigned node) {
     if (!h || !h->coh.rep || !h->coh.rep[node].mem)
       continue;
     tdm__coh_lock(&h->coh);
-    assert_true(tdm__coh_evict(&w->nodes, h, node));
+    int e;
+    /* a copy home that is landing: asked again once it landed */
+    while ((e = tdm__coh_evict(&w->nodes, h, node)) == TDM_EVICT_LATER)
+      for (unsigned n = 0; n < NNODES; n++)
+        land(h->coh.rep[n].fill);
+    assert_int_equal(e, TDM_EVICTED);
     tdm__mem_drop(&w->nodes, h, node);
     tdm__coh_unlock(&h->coh);
   }

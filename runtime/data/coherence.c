@@ -414,19 +414,47 @@ void tdm__coh_drop_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node) 
   set_fill(nodes, h, node, 0); /* complete: nothing writes that memory */
 }
 
-bool tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
+int tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
   tdm_replica *r = &h->coh.rep[node];
-  if (tdm__nodeset_only(&h->coh.valid, node)) { /* the only copy: home first */
-    tdm_token e = 0, after[2];
-    unsigned n = fills_of(nodes, h, node, 0, after);
-    if (!copy_whole(nodes, h, node, false, r->mem, after, n, &e))
-      return false;
-    tdm__nodeset_add(&h->coh.valid, 0);
-    set_fill(nodes, h, 0, e);
+  bool landing = false, failed = false;
+  if (tdm__nodeset_has(&h->coh.valid, node)) {
+    /* another holder whose copy landed lets it go; one whose copy failed
+     * is forgotten (the version stays here) */
+    bool landed = false;
+    for (int n = tdm__nodeset_next(&h->coh.valid, 0); n >= 0 && !landed;
+         n = tdm__nodeset_next(&h->coh.valid, n + 1)) {
+      tdm_token f = fill_of(h, (unsigned)n);
+      if ((unsigned)n == node)
+        continue;
+      if (tdm__coh_fill_failed(nodes, h, (unsigned)n)) {
+        tdm__coh_drop_failed(nodes, h, (unsigned)n);
+        failed = true;
+      } else if (!f || nodes->ops->test(nodes->ctx, f)) {
+        landed = true;
+      } else {
+        landing = true;
+      }
+    }
+    if (!landed && !landing) { /* the only copy: home first */
+      /* not this time: the copy home failed; nor from a fill that failed
+       * (no version; some implementations never run a copy after it). A
+       * failed copy still writing the host is not waited for (fills_of) */
+      if (failed || tdm__coh_fill_failed(nodes, h, node))
+        return TDM_EVICT_NOT;
+      tdm_token e = 0, after[2];
+      unsigned n = fills_of(nodes, h, node, 0, after);
+      if (!copy_whole(nodes, h, node, false, r->mem, after, n, &e))
+        return TDM_EVICT_NOT;
+      tdm__nodeset_add(&h->coh.valid, 0);
+      set_fill(nodes, h, 0, e);
+      return TDM_EVICT_LATER;
+    }
+    if (!landed)
+      return TDM_EVICT_LATER;
   }
   tdm__nodeset_del(&h->coh.valid, node);
   set_fill(nodes, h, node, 0);
-  return true;
+  return TDM_EVICTED;
 }
 
 double tdm__coh_estimate(const tdm_handle *h, unsigned node,

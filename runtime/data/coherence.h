@@ -263,8 +263,13 @@ void tdm__mem_usage(const tdm_nodes *nodes, unsigned node, uint64_t *used, uint6
                     uint64_t *evictions);
 
 /* coherence.c, for memory.c: makes room by dropping h's replica on node
- * (its lock held): the only current copy goes home first. False when
- * that copy could not be made (the replica is kept). */
-bool tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
+ * (its lock held). The replica goes only once another node holds the
+ * version, landed: the only current copy is first copied home, and the
+ * replica is kept until that copy has landed (a copy that fails is
+ * forgotten; the replica stays the version's holder). TDM_EVICTED: it
+ * may go; TDM_EVICT_LATER: a copy elsewhere is still landing (ask again);
+ * TDM_EVICT_NOT: no copy could be made, or the last one failed. */
+enum { TDM_EVICTED, TDM_EVICT_LATER, TDM_EVICT_NOT };
+int tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
 
 #endif

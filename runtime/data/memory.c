@@ -3,7 +3,7 @@
  * against a limit and kept in least-recently-used order. To make room,
  * the least recently used buffers that no task in flight uses are
  * dropped; one that holds the only current copy is written back to the
- * host first (tdm__coh_evict). A device working in host memory keeps a
+ * host first, and dropped once that copy has landed (tdm__coh_evict). A device working in host memory keeps a
  * buffer per handle over the application's memory: nothing is counted.
  */
 #include "../internal.h"
@@ -95,14 +95,15 @@ enum { FITS, FULL, BUSY };
  * bytes fit under the limit (all it may when need is 0). `self`'s family
  * lock is held by the caller; others' are only tried (lock order).
  * Returns FITS, FULL (what is left is pinned) or BUSY (a buffer could not
- * be looked at: its family was locked by another thread). Node's lock
- * held. */
+ * be looked at: its family was locked by another thread; or its copy
+ * home is still landing). Node's lock held. */
 static int make_room(const tdm_nodes *nodes, unsigned node, size_t need,
                      const tdm_handle *self) {
   tdm_memnode *m = &nodes->mem[node];
   tdm_replica *r = m->lru_head;
   bool busy = false;
-  while (r && (need == 0 || m->used + need > m->limit)) {
+  uint64_t soon = 0; /* bytes whose copy home is landing: room to come */
+  while (r && (need == 0 || m->used - soon + need > m->limit)) {
     tdm_replica *next = r->lru_next;
     tdm_handle *h = r->owner;
     bool ours = h->coh.family == self->coh.family;
@@ -111,9 +112,14 @@ static int make_room(const tdm_nodes *nodes, unsigned node, size_t need,
       continue;
     }
     if (ours || tdm__coh_trylock(&h->coh)) {
-      if (tdm__coh_evict(nodes, h, node)) {
+      int e = tdm__coh_evict(nodes, h, node);
+      if (e == TDM_EVICTED) {
         release(nodes, node, r);
         atomic_fetch_add_explicit(&m->evictions, 1, memory_order_relaxed);
+      }
+      if (e == TDM_EVICT_LATER) { /* its copy home is landing */
+        busy = true;
+        soon += r->bytes;
       }
       if (!ours)
         tdm__coh_unlock(&h->coh);
