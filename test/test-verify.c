@@ -230,6 +230,13 @@ static void test_within_ulps(void **state) {
   off_by_one_ulp((tdm_tolerance){TDM_TOL_ULPS, TDM_ELEM_DOUBLE, 1}, false);
 }
 
+/* Zero ulps allowed: one ulp of these values (about 2^62 in the order of
+ * doubles' representations) is told from none. */
+static void test_beyond_ulps(void **state) {
+  (void)state;
+  off_by_one_ulp((tdm_tolerance){TDM_TOL_ULPS, TDM_ELEM_DOUBLE, 0}, true);
+}
+
 static void test_within_relative(void **state) {
   (void)state;
   off_by_one_ulp((tdm_tolerance){TDM_TOL_RELATIVE, TDM_ELEM_DOUBLE, 1e-15}, false);
@@ -402,7 +409,8 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_agreeing_device),   cmocka_unit_test(test_rate),
       cmocka_unit_test(test_mismatch_exact),    cmocka_unit_test(test_mismatch_bytes),
-      cmocka_unit_test(test_within_ulps),       cmocka_unit_test(test_within_relative),
+      cmocka_unit_test(test_within_ulps),       cmocka_unit_test(test_beyond_ulps),
+      cmocka_unit_test(test_within_relative),
       cmocka_unit_test(test_beyond_relative),   cmocka_unit_test(test_failed_tasks),
       cmocka_unit_test(test_bad_specifications),
   };

@@ -860,6 +860,7 @@ unlock_deps:
 /* ---- completion ------------------------------------------------------- */
 
 _Thread_local tdm_status tdm__callback_status TDM_TLS_MODEL = TDM_ERR_INVALID_ARG;
+_Thread_local unsigned tdm__callback_worker TDM_TLS_MODEL;
 
 void tdm__task_ended_badly(tdm_task *t, tdm_status status) {
   tdm_runtime *rt = t->rt;

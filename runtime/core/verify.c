@@ -64,8 +64,6 @@ typedef struct record {
   unsigned worker;
 } record;
 
-_Thread_local unsigned tdm__callback_worker TDM_TLS_MODEL;
-
 /* ---- the specification ------------------------------------------------ */
 
 tdm_status tdm__verify_parse(tdm_runtime *rt, const char *text) {
@@ -143,31 +141,36 @@ static int32_t ordered32(float x) {
   return i < 0 ? INT32_MIN - i : i;
 }
 
+/* The element at p as a number when tol compares numbers of its size
+ * (false: bytes). *ulp: its place in the order of the values of its type
+ * (the distance between two is the number of values between them: units
+ * in the last place). */
+static bool number(const tdm_tolerance *tol, const void *p, size_t size, double *x,
+                   int64_t *ulp) {
+  if (tol->type == TDM_ELEM_DOUBLE && size == 8) {
+    memcpy(x, p, 8);
+    *ulp = ordered64(*x);
+    return true;
+  }
+  if (tol->type == TDM_ELEM_FLOAT && size == 4) {
+    float f;
+    memcpy(&f, p, 4);
+    *x = f;
+    *ulp = ordered32(f);
+    return true;
+  }
+  return false;
+}
+
 /* How far b is from a under tol (its unit: an absolute difference for
  * exact, relative for relative, ulps for ulps); *outside: beyond it. */
 static double difference(const tdm_tolerance *tol, const void *a, const void *b, size_t size,
                          bool *outside) {
-  bool f64 = tol->type == TDM_ELEM_DOUBLE && size == 8;
-  bool f32 = tol->type == TDM_ELEM_FLOAT && size == 4;
-  if (!f64 && !f32) { /* bytes: exact */
+  double x, y;
+  int64_t ux, uy;
+  if (!number(tol, a, size, &x, &ux) || !number(tol, b, size, &y, &uy)) { /* bytes: exact */
     *outside = memcmp(a, b, size) != 0;
     return *outside;
-  }
-  double x, y;
-  int64_t ulps;
-  if (f64) {
-    memcpy(&x, a, 8);
-    memcpy(&y, b, 8);
-    int64_t d = ordered64(x) - ordered64(y);
-    ulps = d < 0 ? -d : d;
-  } else {
-    float fx, fy;
-    memcpy(&fx, a, 4);
-    memcpy(&fy, b, 4);
-    x = fx;
-    y = fy;
-    int64_t d = (int64_t)ordered32(fx) - ordered32(fy);
-    ulps = d < 0 ? -d : d;
   }
   if (isnan(x) || isnan(y)) {
     *outside = !(isnan(x) && isnan(y));
@@ -181,10 +184,12 @@ static double difference(const tdm_tolerance *tol, const void *a, const void *b,
     *outside = d > tol->value;
     return d;
   }
-  case TDM_TOL_ULPS:
-    d = (double)ulps;
+  case TDM_TOL_ULPS: { /* exact while the distance fits (it does unless huge) */
+    int64_t du;
+    d = __builtin_sub_overflow(ux, uy, &du) ? fabs((double)ux - (double)uy) : fabs((double)du);
     *outside = d > tol->value;
     return d;
+  }
   default:
     *outside = x != y;
     return abs_diff;
@@ -243,14 +248,73 @@ static void keep_inputs(const tdm_buffer *b, const void *args, size_t n) {
   }
 }
 
+/* Where the largest difference between T's outputs (b) and the second
+ * run's (mine, packed) lies, among the elements outside the tolerance. */
+typedef struct worst {
+  uint64_t outside, total;
+  double d;
+  unsigned buf;
+  size_t row, col;
+} worst;
+
+static const char *element(const tdm_buffer *b, size_t ld, const void *base, size_t row,
+                           size_t col) {
+  return (const char *)base + (row * ld + col) * b->elem_size;
+}
+
+static worst compare_outputs(const record *r, const tdm_buffer *b, void *const *mine) {
+  worst w = {.d = -1};
+  for (unsigned i = 0; i < r->nbuf; i++) {
+    if (!(r->modes[i] & TDM_W))
+      continue;
+    for (size_t row = 0; row < b[i].nx; row++)
+      for (size_t c = 0; c < b[i].ny; c++) {
+        bool out;
+        double d = difference(&r->tol, element(&b[i], b[i].ld, b[i].ptr, row, c),
+                              element(&b[i], b[i].ny, mine[i], row, c), b[i].elem_size, &out);
+        w.total++;
+        w.outside += out;
+        if (out && d > w.d)
+          w = (worst){w.outside, w.total, d, i, row, c};
+      }
+  }
+  return w;
+}
+
+/* Logs a comparison with elements outside the tolerance. */
+static void report(const record *r, const tdm_buffer *b, void *const *mine, const worst *w) {
+  tdm_runtime *rt = r->rt;
+  unsigned k = r->worker - rt->nworkers;
+  const tdm_buffer *wb = &b[w->buf];
+  double x, y;
+  int64_t ux, uy;
+  char tol[64], where[160];
+  if (number(&r->tol, element(wb, wb->ld, wb->ptr, w->row, w->col), wb->elem_size, &x, &ux) &&
+      number(&r->tol, element(wb, wb->ny, mine[w->buf], w->row, w->col), wb->elem_size, &y,
+             &uy))
+    snprintf(where, sizeof where, "the largest difference %g at buffer %u, element (%zu, %zu) "
+             "(%.*g against %.*g)", w->d, w->buf, w->row, w->col, wb->elem_size == 4 ? 9 : 17,
+             x, wb->elem_size == 4 ? 9 : 17, y);
+  else /* bytes: the first that differs */
+    snprintf(where, sizeof where, "the first difference at buffer %u, element (%zu, %zu)",
+             w->buf, w->row, w->col);
+  tdm__log(rt, TDM_LOG_ERROR,
+           "verify: codelet %s: device %u (%s) and the CPU variant differ in %llu of %llu "
+           "elements (tolerance: %s); %s. A usual cause: the device contracts a * b + c into "
+           "one fused operation; #pragma OPENCL FP_CONTRACT OFF in the kernel makes it round "
+           "as the CPU does",
+           r->name, rt->device_of[k], rt->devices[rt->device_of[k]].name,
+           (unsigned long long)w->outside, (unsigned long long)w->total,
+           tol_text(&r->tol, tol, sizeof tol), where);
+}
+
 /* C: T's CPU variant again, into buffers of its own, compared with what
  * T produced (b: T's buffers, on the host). */
 static void compare(const tdm_buffer *b, const void *args, size_t n) {
   (void)n;
   record *r = *(record *const *)args;
-  tdm_runtime *rt = r->rt;
-  struct tdm_verify *v = rt->verify;
-  if (r->status != TDM_OK || r->worker < rt->nworkers) {
+  struct tdm_verify *v = r->rt->verify;
+  if (r->status != TDM_OK || r->worker < r->rt->nworkers) {
     /* it failed, or ran on the CPU workers: no other class to compare */
     atomic_fetch_add_explicit(&v->skipped, 1, memory_order_relaxed);
     return;
@@ -262,81 +326,27 @@ static void compare(const tdm_buffer *b, const void *args, size_t n) {
     views[i] = b[i];
     if (!(r->modes[i] & TDM_W))
       continue;
-    size_t bytes = b[i].nx * row_bytes(&b[i]);
     if (r->modes[i] == TDM_RW) {
       mine[i] = r->pre[i]; /* T's input, which T overwrote */
       r->pre[i] = NULL;
     } else {
-      mine[i] = calloc(1, bytes + 1);
+      mine[i] = calloc(1, b[i].nx * row_bytes(&b[i]) + 1);
     }
     ok = mine[i] != NULL;
     views[i].ptr = mine[i];
     views[i].ld = b[i].ny;
   }
   if (!ok) {
-    tdm__log(rt, TDM_LOG_WARNING, "verify: codelet %s: out of memory, not compared", r->name);
+    tdm__log(r->rt, TDM_LOG_WARNING, "verify: codelet %s: out of memory, not compared",
+             r->name);
     atomic_fetch_add_explicit(&v->skipped, 1, memory_order_relaxed);
   } else {
     r->cpu_fn(views, r->args, r->args_size);
-    uint64_t outside = 0, total = 0;
-    double worst = -1;
-    unsigned wbuf = 0;
-    size_t wr = 0, wc = 0;
-    for (unsigned i = 0; i < r->nbuf; i++) {
-      if (!(r->modes[i] & TDM_W))
-        continue;
-      size_t es = b[i].elem_size;
-      for (size_t row = 0; row < b[i].nx; row++)
-        for (size_t c = 0; c < b[i].ny; c++) {
-          const char *got = (const char *)b[i].ptr + (row * b[i].ld + c) * es;
-          const char *want = (const char *)mine[i] + (row * b[i].ny + c) * es;
-          bool out;
-          double d = difference(&r->tol, got, want, es, &out);
-          total++;
-          outside += out;
-          if (out && d > worst) {
-            worst = d;
-            wbuf = i;
-            wr = row;
-            wc = c;
-          }
-        }
-    }
+    worst w = compare_outputs(r, b, mine);
     atomic_fetch_add_explicit(&v->compared, 1, memory_order_relaxed);
-    if (outside) {
+    if (w.outside) {
       atomic_fetch_add_explicit(&v->mismatched, 1, memory_order_relaxed);
-      unsigned k = r->worker - rt->nworkers;
-      const tdm_device_record *dev = &rt->devices[rt->device_of[k]];
-      char tol[64], got[48] = "", want[48] = "";
-      size_t es = b[wbuf].elem_size;
-      const char *g = (const char *)b[wbuf].ptr + (wr * b[wbuf].ld + wc) * es;
-      const char *w = (const char *)mine[wbuf] + (wr * b[wbuf].ny + wc) * es;
-      if (r->tol.type == TDM_ELEM_DOUBLE && es == 8) {
-        double x, y;
-        memcpy(&x, g, 8);
-        memcpy(&y, w, 8);
-        snprintf(got, sizeof got, " (%.17g", x);
-        snprintf(want, sizeof want, " against %.17g)", y);
-      } else if (r->tol.type == TDM_ELEM_FLOAT && es == 4) {
-        float x, y;
-        memcpy(&x, g, 4);
-        memcpy(&y, w, 4);
-        snprintf(got, sizeof got, " (%.9g", (double)x);
-        snprintf(want, sizeof want, " against %.9g)", (double)y);
-      }
-      char where[96];
-      if (*got)
-        snprintf(where, sizeof where, "the largest difference %g", worst);
-      else /* bytes: the first that differs */
-        snprintf(where, sizeof where, "the first difference");
-      tdm__log(rt, TDM_LOG_ERROR,
-               "verify: codelet %s: device %u (%s) and the CPU variant differ in %llu of %llu "
-               "elements (tolerance: %s); %s at buffer %u, element (%zu, %zu)%s%s. A usual "
-               "cause: the device contracts a * b + c into one fused operation; #pragma "
-               "OPENCL FP_CONTRACT OFF in the kernel makes it round as the CPU does",
-               r->name, rt->device_of[k], dev->name, (unsigned long long)outside,
-               (unsigned long long)total, tol_text(&r->tol, tol, sizeof tol), where, wbuf, wr,
-               wc, got, want);
+      report(r, b, mine, &w);
     }
   }
   for (unsigned i = 0; mine && i < r->nbuf; i++)

@@ -423,9 +423,9 @@ int tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
     bool landed = false;
     for (int n = tdm__nodeset_next(&h->coh.valid, 0); n >= 0 && !landed;
          n = tdm__nodeset_next(&h->coh.valid, n + 1)) {
-      tdm_token f = fill_of(h, (unsigned)n);
       if ((unsigned)n == node)
         continue;
+      tdm_token f = fill_of(h, (unsigned)n);
       if (tdm__coh_fill_failed(nodes, h, (unsigned)n)) {
         tdm__coh_drop_failed(nodes, h, (unsigned)n);
         failed = true;

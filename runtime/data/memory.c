@@ -3,8 +3,9 @@
  * against a limit and kept in least-recently-used order. To make room,
  * the least recently used buffers that no task in flight uses are
  * dropped; one that holds the only current copy is written back to the
- * host first, and dropped once that copy has landed (tdm__coh_evict). A device working in host memory keeps a
- * buffer per handle over the application's memory: nothing is counted.
+ * host first, and dropped once that copy has landed (tdm__coh_evict). A
+ * device working in host memory keeps a buffer per handle over the
+ * application's memory: nothing is counted.
  */
 #include "../internal.h"
 

@@ -250,6 +250,13 @@ static bool lost_now(tdm_runtime *rt, unsigned k) {
   return false;
 }
 
+/* A fault of that kind injected now: logged, counted. */
+static tdm_status injected(tdm_runtime *rt, unsigned kind) {
+  tdm__log(rt, TDM_LOG_DEBUG, "device %s failure injected", fault_names[kind]);
+  atomic_fetch_add_explicit(&rt->faults_injected, 1, memory_order_relaxed);
+  return TDM_ERR_SYSTEM;
+}
+
 tdm_status tdm__fault(tdm_runtime *rt, unsigned kind, unsigned k) {
   if (TDM_UNLIKELY(rt->nlost) && lost_now(rt, k))
     return TDM_ERR_DEVICE_LOST;
@@ -258,11 +265,8 @@ tdm_status tdm__fault(tdm_runtime *rt, unsigned kind, unsigned k) {
     return TDM_ERR_DEVICE_LOST;
   uint64_t nth = rt->fault_nth[kind];
   if (nth && (atomic_fetch_add_explicit(&rt->fault_count[kind], 1, memory_order_relaxed) + 1) %
-                     nth == 0) {
-    tdm__log(rt, TDM_LOG_DEBUG, "device %s failure injected", fault_names[kind]);
-    atomic_fetch_add_explicit(&rt->faults_injected, 1, memory_order_relaxed);
-    return TDM_ERR_SYSTEM;
-  }
+                     nth == 0)
+    return injected(rt, kind);
   uint32_t p = atomic_load_explicit(&rt->fault_p[kind], memory_order_relaxed);
   if (!p)
     return TDM_OK;
@@ -272,11 +276,7 @@ tdm_status tdm__fault(tdm_runtime *rt, unsigned kind, unsigned k) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   x ^= x >> 31;
-  if ((uint32_t)(x >> 32) >= p)
-    return TDM_OK;
-  tdm__log(rt, TDM_LOG_DEBUG, "device %s failure injected", fault_names[kind]);
-  atomic_fetch_add_explicit(&rt->faults_injected, 1, memory_order_relaxed);
-  return TDM_ERR_SYSTEM;
+  return (uint32_t)(x >> 32) >= p ? TDM_OK : injected(rt, kind);
 }
 
 void *tdm__malloc(tdm_runtime *rt, size_t size) {
