@@ -314,9 +314,9 @@ typedef struct tdm_config {
    * inputs are the versions it was given (see "Task outcomes"). 0: a
    * failure is final at once. Default 2; at most 100. Environment:
    * TANDEM_RETRIES. A run that failed after it started writing on a
-   * device is tried again only when the versions it replaced are still
-   * in host memory: always with `writeback`; otherwise when the host's
-   * copies were current (data a device computed and kept is not). */
+   * device is tried again only when the versions it read and replaced
+   * can be had again: the host's memory holds them (always with
+   * `writeback`), or their lineage makes them again (see `lineage`). */
   unsigned retries;
   /** Nonzero (eager write-back): what a task writes on a device with
    * memory of its own starts its way home as soon as the task succeeds,
@@ -324,11 +324,16 @@ typedef struct tdm_config {
    * until the write succeeded. It costs one copy to the host per device
    * write (a chain of tasks on data kept on a device copies it home at
    * every step instead of once at the end); in return every failed run
-   * can be undone, so retries always apply, and a device that stops
-   * working holds no version nobody else has. 0 (default): a run that
-   * fails after replacing a version only its device held ends failed,
-   * and the handle reports TDM_ERR_LOST; so does a handle whose only copy
-   * was on a lost device. Environment: TANDEM_WRITEBACK (0 or 1). */
+   * can be undone from the host's copy, and a device that stops working
+   * holds no version nobody else has once its copies home landed (lineage
+   * covers the moments before). 0 (default): what only a device holds is
+   * made again, should that device fail, by its lineage (see `lineage`);
+   * where lineage cannot, a run that fails after replacing such a
+   * version ends failed, and a handle whose only copy was on a lost
+   * device reports TDM_ERR_LOST; a write on the host (or a device in host
+   * memory) that replaces, without reading it, a version only another
+   * device holds, and fails for good, leaves the host's memory with an
+   * older version. Environment: TANDEM_WRITEBACK (0 or 1). */
   int writeback;
   /** Device faults to inject, to test what an application does when a
    * device fails: ';'-separated terms, KIND:p=X (each operation of that
@@ -345,10 +350,11 @@ typedef struct tdm_config {
    * emulated device's thread then waits until the runtime stops), on
    * OpenCL and emulated devices alike; and device=D:lost_at=T: device D (numbered as
    * tdm_runtime_device numbers devices) stops working T (s, ms, us)
-   * after the runtime was created: every launch, run, copy and
-   * allocation there fails with TDM_ERR_DEVICE_LOST, and it is
-   * quarantined at once. E.g. "launch:p=0.05;copy:p=0.05;seed=7" or
-   * "device=1:lost_at=40ms". A malformed or unknown term
+   * after the runtime was created, or device=D:lost_after=N: at its Nth
+   * launch (that launch fails): every launch, run, copy and allocation
+   * there fails with TDM_ERR_DEVICE_LOST from then on, and it is
+   * quarantined at once. E.g. "launch:p=0.05;copy:p=0.05;seed=7",
+   * "device=1:lost_at=40ms" or "device=0:lost_after=20". A malformed or unknown term
    * makes tdm_runtime_create fail with TDM_ERR_INVALID_ARG, saying which.
    * NULL (default): none. Environment: TANDEM_FAULTS. */
   const char *faults;
@@ -403,6 +409,31 @@ typedef struct tdm_config {
    * makes tdm_runtime_create fail with TDM_ERR_INVALID_ARG. NULL
    * (default): off. Environment: TANDEM_VERIFY. */
   const char *verify;
+  /** Lineage: a version that a device alone holds is made again on the
+   * host, should that device fail, by replaying the tasks that made it
+   * (their CPU variants, each from the versions it read) instead of being
+   * reported lost. Each handle keeps the chain of device writes since the
+   * version its host memory holds, at most this many; a device write that
+   * would make it longer first brings the version it replaces home (one
+   * copy per that many writes). The versions the chain's tasks read are
+   * kept: one in the host's memory is copied aside before that memory
+   * changes (the application's unregistration included), one only
+   * devices hold comes home before a device write replaces it, and a
+   * task with a CPU variant that writes several handles on a device
+   * brings the versions it replaces home first where only devices hold
+   * them. A version is replayed when it cannot be read where it is: its
+   * device is lost, hung or out of placement, a copy from it cannot
+   * start, or a run that failed wrote over it (that run is then tried
+   * again). It cannot be made again when a task that made it has no CPU
+   * variant, when a copy home failed midway (the host's memory then holds no version to start from), or
+   * beyond 8 replays nested: it is then lost, as without lineage. A
+   * replay runs on a CPU worker, an emulated device's thread, or the
+   * application's thread in tdm_handle_acquire or tdm_handle_unregister
+   * (an OpenCL device leaves it to the next try, elsewhere). It costs,
+   * per device task that writes, a record (its arguments and handle
+   * list), kept while a chain holds it, and the copies named above.
+   * Default 16; 0: off; at most 255. Environment: TANDEM_LINEAGE. */
+  unsigned lineage;
 } tdm_config;
 
 /** Fills *config with the defaults listed above. Any thread. */

@@ -273,6 +273,8 @@ enum tdm_task_state {
  * TDM_MAX_QUARANTINE_FAILURES) within TDM_QUARANTINE_WINDOW_NS is taken
  * out of placement. */
 #define TDM_MAX_QUARANTINE_FAILURES 16
+/* tdm_config.lineage: the longest chain kept (a handle's nchain is a uint8_t). */
+#define TDM_MAX_LINEAGE 255
 #define TDM_MAX_LOST 8 /* device=D:lost_at=T terms of tdm_config.faults */
 #define TDM_QUARANTINE_WINDOW_NS 1000000000ull
 
@@ -344,10 +346,14 @@ typedef struct tdm_task {
   /* It writes, on a device, a version the host's memory does not hold
    * (access.c), and a run of it failed there: that version is gone, and
    * it cannot be tried again. */
-  bool unkept, spoiled;
+  /* (Bits: one try of a task runs at a time, the only writer of them.) */
+  bool unkept : 1, spoiled : 1;
   /* A try on the host failed: its inputs did not come home (access.c),
    * it did not run; it may be tried again. */
-  bool homeless;
+  bool homeless : 1;
+  /* Its writes on a device were issued (tdm__task_written), undone if
+   * the try fails. */
+  bool issued : 1;
   /* A task with more than TDM_MAX_BUFFERS buffers: all of them, in a
    * block of their own (handles, modes and gens above are not used). */
   struct tdm_task_more *more;
@@ -631,10 +637,12 @@ struct tdm_runtime {
   _Atomic uint32_t fault_p[TDM_NFAULTS];
   _Atomic uint64_t fault_draws;
   uint64_t fault_nth[TDM_NFAULTS]; /* 0: off; else every nth fails */
-  /* Devices (records) made to stop working at a time after creation. */
+  /* Devices (records) made to stop working at a time after creation, or
+   * at their `after`th launch (0: by time). */
   struct {
     unsigned device;
-    uint64_t at_ns;
+    uint64_t at_ns, after;
+    _Atomic uint64_t launches;
   } lost[TDM_MAX_LOST];
   unsigned nlost;
   _Atomic uint64_t lost_said; /* bit i: lost[i] was logged */
@@ -645,6 +653,7 @@ struct tdm_runtime {
   _Atomic uint64_t fault_count[TDM_NFAULTS];
   _Atomic uint64_t faults_injected; /* every kind, for tests */
   _Atomic uint64_t nretries; /* tries of failed tasks placed again (task.c) */
+  _Atomic uint64_t nreplayed; /* tasks run again by lineage (lineage.c) */
   /* The watchdog (watchdog.c; NULL: off), and the device workers it
    * found hung (bit k): nothing more starts there (tdm__fault). */
   struct tdm_watchdog *watchdog;
@@ -854,8 +863,14 @@ bool tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems);
 bool tdm__task_fits(const tdm_runtime *rt, const tdm_task *t, unsigned slot);
 void tdm__task_unpin(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned n);
 /* t's accesses on `node`: copies started, what to wait for added to w;
- * false when a copy could not be made (logged). */
-bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w);
+ * false when a copy could not be made (logged). `replay`: a version that
+ * only a failed device held may be made again here by its lineage, which
+ * runs CPU variants on this thread (the caller holds no lock). */
+bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w, bool replay);
+/* Starts the copies of t's inputs to node, where t is queued to run
+ * (it may yet run elsewhere: nothing is announced written, nothing
+ * replayed). */
+void tdm__task_prefetch(tdm_runtime *rt, tdm_task *t, unsigned node);
 /* t's writes were made on node, complete at `done` (the caller keeps its
  * reference; 0: complete). */
 void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token done);
@@ -879,9 +894,10 @@ void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node, void *b
 void tdm__task_write_back(tdm_runtime *rt, tdm_task *t, unsigned node);
 /* A try of t failed (any reason): the copies of t's handles whose copy
  * failed, on any node, no longer count as versions
- * (tdm__coh_drop_failed), so that the next use fetches them again. Cold
- * path. */
-void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t);
+ * (tdm__coh_drop_failed), so that the next use fetches them again; a try
+ * on a device working in host memory (in_host) did not change the
+ * versions it read and wrote there (not run, or undone). Cold path. */
+void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t, bool in_host);
 /* For a device working in host memory: a copy of the buffers t writes,
  * from which tdm__task_write_failed undoes a run that failed; NULL when t
  * writes nothing (*ok true) or there was no memory for it (*ok false,
@@ -899,6 +915,8 @@ void tdm__host_written(tdm_task *t);
  * copy that fails is tried again (tdm_config.retries times); false when
  * none landed (logged): the host's memory does not hold h's version. */
 bool tdm__handle_home(tdm_handle *h, bool will_write);
+/* tdm__handle_home for a lineage replay, `depth` of them nested. */
+bool tdm__handle_home_at(tdm_handle *h, unsigned depth);
 /* Releases h's device buffers (lock: see tdm__coh_forget). */
 void tdm__handle_forget(tdm_handle *h, bool lock);
 /* Predicted seconds to bring t's inputs to `node` now (0: there), by the

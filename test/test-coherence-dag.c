@@ -5,7 +5,10 @@
  * their own. Each task mixes every element it reads into every element it
  * writes with a function of its number, so one stale element anywhere
  * changes the result. The data must equal a sequential run of the same
- * submissions, at every check on the way and at the end.
+ * submissions, at every check on the way and at the end; and every run of
+ * a task (a try, or a replay by lineage) checks that the buffers it reads
+ * are the sequential run's (a digest of each, made at submission), so
+ * that a wrong read is seen where it happens.
  *
  * Modes: "sim" (two emulated devices with memory of their own, every
  * policy, and with a small memory limit: evictions), "discrete" and
@@ -15,7 +18,8 @@
  * enough tiles exist, is wide: WIDE distinct buffers, past
  * TDM_MAX_BUFFERS. With injected device faults (launches, and runs that
  * fail after writing, 1 in 16 each; and, without partitions, copies
- * between a device and the host, 1 in 64), retries and writeback: the
+ * between a device and the host, 1 in 64), retries and writeback, or
+ * retries and lineage (what only a failed device held made again): the
  * same results, every task done.
  */
 #include "common.h"
@@ -42,7 +46,22 @@ typedef struct {
   uint64_t id;
   uint32_t nbuf;
   uint32_t modes[WIDE];
+  /* a digest of each buffer it reads, as the sequential run has it */
+  uint64_t digest[WIDE];
 } step;
+
+static uint64_t digest(const tdm_buffer *b) {
+  uint64_t acc = 0;
+  for (size_t r = 0; r < b->nx; r++)
+    for (size_t c = 0; c < b->ny; c++)
+      acc = test_mix64(acc ^ ((const uint64_t *)b->ptr)[r * b->ld + c]);
+  return acc;
+}
+
+/* Runs (on any thread, by a try or a replay) whose inputs were not the
+ * sequential run's: the first wrong read, where it happened, rather than
+ * its consequence later. */
+static _Atomic unsigned wrong_inputs;
 
 static uint64_t mix(uint64_t x) {
   return test_mix64(x);
@@ -72,6 +91,12 @@ static _Atomic unsigned wide_on_cpu;
 static void run_step(const tdm_buffer *b, const void *args, size_t n) {
   (void)n;
   const step *s = args;
+  for (unsigned i = 0; i < s->nbuf; i++)
+    if ((s->modes[i] & TDM_R) && digest(&b[i]) != s->digest[i]) {
+      fprintf(stderr, "step %llx: buffer %u is not what the sequential run reads\n",
+              (unsigned long long)s->id, i);
+      atomic_fetch_add(&wrong_inputs, 1);
+    }
   if (s->nbuf == WIDE)
     atomic_fetch_add(&wide_on_cpu, 1);
   apply(args, b);
@@ -249,6 +274,8 @@ static void submit_task(run *r) {
   d.codelet = is_wide ? &wide : &cls[s.nbuf - 1][code];
   wide_submitted += is_wide;
   d.dyn_handles = is_wide ? hs : NULL;
+  for (unsigned i = 0; i < s.nbuf; i++)
+    s.digest[i] = digest(&refs[i]);
   d.args = &s;
   d.args_size = sizeof s;
   assert_int_equal(tdm_submit(r->rt, &d), TDM_OK);
@@ -318,6 +345,8 @@ static void one_seed(tdm_runtime *rt, uint64_t seed, unsigned steps) {
     tdm_free(r.data[m]);
     free(r.ref[m]);
   }
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(atomic_exchange(&wrong_inputs, 0), 0); /* every run read the right data */
 }
 
 /* ---- configurations ------------------------------------------------------ */
@@ -337,6 +366,9 @@ typedef struct {
   /* tdm_config.faults: a device stops working, or hangs; then a device
    * must be quarantined with a reason that contains `reason` */
   const char *lost, *reason;
+  /* with faults: no write-back; what only a device held is made again by
+   * its lineage */
+  bool lineage;
 } setup;
 
 
@@ -375,7 +407,7 @@ static tdm_runtime *make(const setup *s, char *dir, size_t size) {
      * one time in five, one on the CPU workers (its inputs' copies home)
      * one in twenty */
     cfg.retries = 6;
-    cfg.writeback = 1;
+    cfg.writeback = !s->lineage;
     cfg.quarantine_failures = 0; /* the devices stay in use, failing */
     /* each failure is logged: expected here (TEST_LOG=1 shows them) */
     test_log_if_asked(&cfg);
@@ -409,7 +441,9 @@ static unsigned device_tasks(tdm_runtime *rt, uint64_t *evictions) {
 
 /* Runs nseeds seeds of `steps` steps; adds the tasks the devices ran, the
  * evictions and the wide tasks to *totals. */
-static uint64_t retried; /* tries placed again after a fault, all runs */
+static uint64_t retried;  /* tries placed again after a fault, all runs */
+static uint64_t replayed; /* tasks run again by lineage, all runs */
+static unsigned stopped;  /* devices that stopped as told (setup.lost), all runs */
 
 static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps,
                  uint64_t totals[3]) {
@@ -424,15 +458,14 @@ static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps
   uint64_t evictions;
   unsigned on_devices = device_tasks(rt, &evictions);
   if (s->lost) { /* it stopped working: out of placement, said once */
-    unsigned out = 0;
     for (unsigned k = 0; k < 2; k++) {
       tdm_device_info d = {.struct_size = sizeof d};
       if (tdm_runtime_device(rt, k, &d) == TDM_OK)
-        out += d.quarantined && strstr(d.quarantine_reason, s->reason);
+        stopped += d.quarantined && strstr(d.quarantine_reason, s->reason);
     }
-    assert_true(out > 0);
   }
   retried += atomic_load(&rt->nretries);
+  replayed += atomic_load(&rt->nreplayed);
   printf("%s %s%s: %u seeds, %u tasks on devices, %llu evictions, %u wide tasks (%u by the CPU "
          "variant)\n",
          s->sim ? "emulated" : s->discrete ? "discrete" : "integrated", s->policy,
@@ -461,7 +494,8 @@ static void test_cpu_only(void **state) {
  * run on the CPU) and, with a memory limit, memory must have run short. */
 static void every_policy(const setup *base, uint64_t first, unsigned nseeds, unsigned steps) {
   uint64_t totals[3] = {0, 0, 0};
-  retried = 0;
+  retried = replayed = 0;
+  stopped = 0;
   for (unsigned p = 0; p < 4; p++) {
     setup s = *base;
     s.policy = policies[p];
@@ -474,6 +508,13 @@ static void every_policy(const setup *base, uint64_t first, unsigned nseeds, uns
     assert_true(totals[2] > 0); /* the wide path was taken */
   if (base->limit)
     assert_true(totals[1] > 0);
+  /* a device stopped (in some run: one placement may send a device too
+   * few tasks for a loss at its Nth launch) */
+  if (base->lost)
+    assert_true(stopped > 0);
+  if (base->faults)
+    printf("%llu tries placed again, %llu tasks replayed by lineage\n",
+           (unsigned long long)retried, (unsigned long long)replayed);
 }
 
 static void test_emulated_every_policy(void **state) {
@@ -511,6 +552,24 @@ static void test_emulated_forty_devices(void **state) {
 static void test_emulated_faults(void **state) {
   (void)state;
   every_policy(&(setup){.sim = TWO_OWN, .faults = true}, 6000, 3, 400);
+}
+
+/* Without write-back: a failed run that replaced a version only a device
+ * held is undone by making that version again (lineage). */
+static void test_emulated_faults_lineage(void **state) {
+  (void)state;
+  every_policy(&(setup){.sim = TWO_OWN, .faults = true, .lineage = true}, 6100, 3, 400);
+}
+
+/* One of two emulated devices with memory of their own stops working
+ * at its 8th launch in each run, without write-back: what it alone held
+ * (tiles, matrices, partitioned or gathered) is made again by lineage,
+ * with the sequential run's results. */
+static void test_emulated_lost_lineage(void **state) {
+  (void)state;
+  every_policy(&(setup){.sim = TWO_OWN, .faults = true, .lineage = true,
+                        .lost = "device=0:lost_after=8", .reason = "stopped working"},
+               6200, 3, 400);
 }
 
 /* With copies failing too (and no partitions). */
@@ -580,6 +639,31 @@ static void test_opencl_hung(void **state) {
                8500, 2, 300);
 }
 
+/* As test_opencl_one_of_two_lost and test_opencl_hung, without
+ * write-back: lineage makes again what the lost or hung device alone
+ * held (an OpenCL device leaves the replay to the next try, elsewhere). */
+static void test_opencl_one_of_two_lost_lineage(void **state) {
+  (void)state;
+  if (!opencl_two)
+    skip();
+  every_policy(&(setup){.discrete = true, .faults = true, .lineage = true,
+                        .lost = "device=0:lost_at=30ms", .reason = "stopped working"},
+               8100, 2, 300);
+}
+
+static void test_opencl_hung_lineage(void **state) {
+  (void)state;
+  every_policy(&(setup){.discrete = opencl_discrete, .faults = true, .lineage = true,
+                        .lost = "hang:nth=3", .reason = "hung: codelet"},
+               8600, 2, 300);
+}
+
+static void test_opencl_faults_lineage(void **state) {
+  (void)state;
+  every_policy(&(setup){.discrete = opencl_discrete, .faults = true, .lineage = true}, 7100, 2,
+               300);
+}
+
 static void test_opencl_every_policy(void **state) {
   (void)state;
   every_policy(&(setup){.discrete = opencl_discrete}, 3000, 6, 300);
@@ -614,6 +698,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_emulated_memory_too_small),
         cmocka_unit_test(test_emulated_forty_devices),
         cmocka_unit_test(test_emulated_faults),
+        cmocka_unit_test(test_emulated_faults_lineage),
+        cmocka_unit_test(test_emulated_lost_lineage),
         cmocka_unit_test(test_emulated_copy_faults),
         cmocka_unit_test(test_emulated_copy_faults_evictions),
     };
@@ -636,7 +722,9 @@ int main(int argc, char **argv) {
     const struct CMUnitTest two[] = {
         cmocka_unit_test(test_opencl_every_policy),
         cmocka_unit_test(test_opencl_one_of_two_lost),
+        cmocka_unit_test(test_opencl_one_of_two_lost_lineage),
         cmocka_unit_test(test_opencl_hung),
+        cmocka_unit_test(test_opencl_hung_lineage),
     };
     return cmocka_run_group_tests(two, NULL, NULL);
   }
@@ -644,9 +732,11 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_opencl_every_policy),
       cmocka_unit_test(test_opencl_evictions),
       cmocka_unit_test(test_opencl_faults),
+      cmocka_unit_test(test_opencl_faults_lineage),
       cmocka_unit_test(test_opencl_copy_faults),
       cmocka_unit_test(test_opencl_copy_faults_evictions),
       cmocka_unit_test(test_opencl_hung),
+      cmocka_unit_test(test_opencl_hung_lineage),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -234,7 +234,7 @@ static void write_on(world *w, tdm_handle *h, unsigned node) {
     for (size_t c = 0; c < h->buf.ny; c++)
       *at(h, node, r, c) = w->truth[off + r * LD + c] = w->version * 1000 + r * LD + c;
   tdm__coh_lock(&h->coh);
-  tdm__coh_written(&w->nodes, h, node, node ? new_token() : 0);
+  tdm__coh_written(&w->nodes, h, node, node ? new_token() : 0, NULL, true);
   tdm__coh_unlock(&h->coh);
 }
 

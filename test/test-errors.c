@@ -448,6 +448,9 @@ static void test_environment_values(void **state) {
       {"TANDEM_WATCHDOG", "50,,1s"},
       {"TANDEM_WATCHDOG", "50,1s,2s,3s"},
       {"TANDEM_WATCHDOG", "1e7"},
+      {"TANDEM_LINEAGE", "256"},
+      {"TANDEM_LINEAGE", "-1"},
+      {"TANDEM_LINEAGE", "off"},
   };
   unsigned cores = 0;
   for (size_t i = 0; i <= sizeof bad / sizeof bad[0]; i++) {
@@ -474,6 +477,7 @@ static void test_environment_values(void **state) {
     assert_true(rt->cfg.sim_time_scale == 0);
     assert_true(rt->cfg.watchdog_factor == 50 && rt->cfg.watchdog_min == 1 &&
                 rt->cfg.watchdog_uncalibrated == 0);
+    assert_int_equal(rt->cfg.lineage, 16);
     if (!cores)
       cores = tdm_runtime_ncpu_workers(rt);
     assert_int_equal(tdm_runtime_ncpu_workers(rt), cores); /* not taken */
@@ -485,6 +489,7 @@ static void test_environment_values(void **state) {
   setenv("TANDEM_NWORKERS", "3", 1);
   setenv("TANDEM_SIM_SCALE", "2.5", 1);
   setenv("TANDEM_WATCHDOG", "20,100ms,2s", 1);
+  setenv("TANDEM_LINEAGE", "0", 1);
   tdm_config cfg;
   tdm_config_init(&cfg);
   cfg.bind_workers = 0;
@@ -496,6 +501,7 @@ static void test_environment_values(void **state) {
   assert_true(rt->cfg.sim_time_scale == 2.5);
   assert_true(rt->cfg.watchdog_factor == 20 && rt->cfg.watchdog_min == 0.1 &&
               rt->cfg.watchdog_uncalibrated == 2);
+  assert_int_equal(rt->cfg.lineage, 0);
   tdm_runtime_destroy(rt);
   setenv("TANDEM_WATCHDOG", "off", 1);
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
@@ -505,10 +511,16 @@ static void test_environment_values(void **state) {
   unsetenv("TANDEM_NWORKERS");
   unsetenv("TANDEM_SIM_SCALE");
   unsetenv("TANDEM_WATCHDOG");
+  unsetenv("TANDEM_LINEAGE");
   /* and through the config: a limit beyond 2^50 is refused */
   tdm_config_init(&cfg);
   cfg.ignore_env = 1;
   cfg.device_memory_limit = (UINT64_C(1) << 50) + 1;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_INVALID_ARG);
+  /* a chain longer than a handle can count is refused */
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.lineage = 256;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_ERR_INVALID_ARG);
   /* so are watchdog settings out of 0 to 1e6 */
   const double nan = __builtin_nan("");
@@ -558,6 +570,8 @@ static void test_faults_specification(void **state) {
       "seed=x",          "seed=-1",      "launch:p=0.1;x", ":p=1",       "run:nth=1;;device=1:lost",
       "device=x:lost_at=1ms", "device=0:lost_at=1", "device=0:lost_at=-1ms",
       "device=64:lost_at=1ms", "device=0:lost_at=1h", "device=0",
+      "device=0:lost_after=0", "device=0:lost_after=x", "device=0:lost_after=-1",
+      "device=0:lost_after=",
   };
   test_refused(bad, sizeof bad / sizeof bad[0], set_faults, "faults: bad term");
   setenv("TANDEM_FAULTS", "launch:nth=1;run:p=0;seed=9", 1);

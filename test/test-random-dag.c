@@ -284,7 +284,13 @@ static unsigned with_devices_faults(const char *policy, const rates *faults, uns
   tdm_runtime *rt = NULL;
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
   unsigned failed = 0;
+  /* A run that failed after replacing a version only a device held is
+   * undone from the host's copy (writeback) or its lineage, and tried
+   * again. Without writeback, a handle whose last writer failed for good
+   * may hold an older version than the last produced (see
+   * tdm_config.writeback): its data is then not checked. */
   bool ran_after_failing = faults && faults->p[TDM_FAULT_COMPLETE] > 0;
+  bool undone = writeback || cfg.lineage;
   for (uint64_t seed = 200; seed < 203; seed++)
     failed += one_seed(rt, seed, faults, !ran_after_failing || writeback);
   /* ws leaves a task to whichever worker steals it: the CPU workers, fed
@@ -303,7 +309,7 @@ static unsigned with_devices_faults(const char *policy, const rates *faults, uns
     assert_true(failed > 0);
   if (faults && retries) /* and tried again */
     assert_true(atomic_load(&rt->nretries) > 0);
-  if (faults == &runs && retries && writeback) /* always with success */
+  if (faults == &runs && retries && undone) /* always with success */
     assert_int_equal(failed, 0);
   assert_true(on_devices > 0); /* the devices took part */
   tdm_runtime_destroy(rt);
@@ -348,9 +354,22 @@ static void test_random_dag_retried_eager(void **state) {
   with_devices_faults("eager", &runs, 2, 1);
 }
 
+/* Without writeback (here and in test_random_dag_retried_ws): a run that
+ * failed after replacing a version only a device held is undone by
+ * lineage, and tried again. */
 static void test_random_dag_retried_ws(void **state) {
   (void)state;
   with_devices_faults("ws", &runs, 2, 0);
+}
+
+static void test_random_dag_retried_lineage_eager(void **state) {
+  (void)state;
+  with_devices_faults("eager", &runs, 2, 0);
+}
+
+static void test_random_dag_retried_lineage_heft(void **state) {
+  (void)state;
+  with_devices_faults("heft", &runs, 2, 0);
 }
 
 /* A fraction p of launches and of copies between the devices and the
@@ -358,34 +377,45 @@ static void test_random_dag_retried_ws(void **state) {
  * should have landed: read as a version, it shows): with retries and
  * writeback, tasks are tried again and the outcomes and results are
  * those replay derives from the tasks that still failed. */
-static void copy_faults(double p, unsigned retries) {
+static void copy_faults(double p, unsigned retries, int writeback) {
   rates r = {.p[TDM_FAULT_LAUNCH] = p, .p[TDM_FAULT_COPY] = p};
   /* eager: the devices take hundreds of tasks (heft, learning that they
    * fail, gives them few: at 1%, sometimes no fault at all) */
-  unsigned failed = with_devices_faults("eager", &r, retries, 1);
-  print_message("launches and copies failing at %g, %u retries: %u tasks failed\n", p,
-                retries, failed);
+  unsigned failed = with_devices_faults("eager", &r, retries, writeback);
+  print_message("launches and copies failing at %g, %u retries, writeback %d: %u tasks "
+                "failed\n",
+                p, retries, writeback, failed);
 }
 
 static void test_random_dag_copy_faults_1(void **state) {
   (void)state;
-  copy_faults(0.01, 2);
+  copy_faults(0.01, 2, 1);
 }
 
 static void test_random_dag_copy_faults_5(void **state) {
   (void)state;
-  copy_faults(0.05, 2);
+  copy_faults(0.05, 2, 1);
 }
 
 static void test_random_dag_copy_faults_20(void **state) {
   (void)state;
-  copy_faults(0.2, 2);
+  copy_faults(0.2, 2, 1);
+}
+
+/* Without writeback: a version whose copy home failed, or that only a
+ * device held when a run on it failed, is made again by its lineage
+ * where it can be (a copy home that failed leaves no version in the
+ * host's memory: a chain starting there is gone; outcomes as replay
+ * derives them). */
+static void test_random_dag_copy_faults_lineage(void **state) {
+  (void)state;
+  copy_faults(0.05, 2, 0);
 }
 
 /* Without retries: the exact failed and cancelled sets. */
 static void test_random_dag_copy_faults_no_retry(void **state) {
   (void)state;
-  copy_faults(0.05, 0);
+  copy_faults(0.05, 0, 1);
 }
 
 /* A fifth of the buffers a device makes fail, as when out of memory: the
@@ -425,18 +455,52 @@ static void test_random_dag_device_lost(void **state) {
   test_remove_dir(dir);
 }
 
+/* As test_random_dag_device_lost, without writeback: the versions only
+ * the lost device held are made again on the host by their lineage (the
+ * tasks that made them, replayed), every task ends done and the results
+ * are the sequential run's. The device stops at its Nth launch, N from 8
+ * to 512, on a fresh runtime each time, until a replay was needed (a
+ * device lost before it held anything alone needs none). */
+static void test_random_dag_device_lost_lineage(void **state) {
+  (void)state;
+  uint64_t replayed = 0;
+  for (unsigned run = 0; run < 14 && !replayed; run++) {
+    char dir[64], faults[64];
+    tdm_config cfg;
+    devices_config(&cfg, dir, sizeof dir, "eager");
+    snprintf(faults, sizeof faults, "device=0:lost_after=%u", 8u << (run % 7));
+    cfg.faults = faults;
+    tdm_runtime *rt = NULL;
+    assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+    unsigned failed = 0;
+    for (uint64_t seed = 300 + 3 * run; seed < 303 + 3 * run; seed++)
+      failed += one_seed(rt, seed, &configured, true);
+    assert_int_equal(failed, 0);
+    replayed = atomic_load(&rt->nreplayed);
+    tdm_device_info d = {.struct_size = sizeof d};
+    assert_int_equal(tdm_runtime_device(rt, 0, &d), TDM_OK);
+    if (replayed) { /* it did stop */
+      assert_int_equal(d.quarantined, 1);
+      assert_non_null(strstr(d.quarantine_reason, "stopped working"));
+      print_message("%s: %llu tasks replayed\n", faults, (unsigned long long)replayed);
+    }
+    tdm_runtime_destroy(rt);
+    test_remove_dir(dir);
+  }
+  assert_true(replayed > 0);
+}
+
 /* Tries on the devices hang (the `hang` fault: their completion never
  * comes, and an emulated device's thread waits until the runtime
  * stops): the watchdog finds each such device hung past its limit, it is
  * quarantined, its try abandoned, undone and run elsewhere, and the
  * results are the sequential run's (writeback keeps every version a hung
  * device computed at home). */
-static void test_random_dag_device_hung(void **state) {
-  (void)state;
+static void device_hung(const char *policy, int writeback) {
   char dir[64];
   tdm_config cfg;
-  devices_config(&cfg, dir, sizeof dir, (const char *)*state);
-  cfg.writeback = 1;
+  devices_config(&cfg, dir, sizeof dir, policy);
+  cfg.writeback = writeback;
   cfg.faults = "hang:nth=25";
   cfg.watchdog_min = 0.02;
   cfg.watchdog_uncalibrated = 0.05;
@@ -454,8 +518,20 @@ static void test_random_dag_device_hung(void **state) {
   }
   assert_true(hung > 0);
   assert_true(atomic_load(&rt->nretries) > 0); /* the abandoned tries ran again */
+  print_message("%s, writeback %d: %llu tasks replayed\n", policy, writeback,
+                (unsigned long long)atomic_load(&rt->nreplayed));
   tdm_runtime_destroy(rt);
   test_remove_dir(dir);
+}
+
+static void test_random_dag_device_hung(void **state) {
+  device_hung((const char *)*state, 1);
+}
+
+/* Without writeback: what a hung device alone held is made again by its
+ * lineage. */
+static void test_random_dag_device_hung_lineage(void **state) {
+  device_hung((const char *)*state, 0);
 }
 
 static void test_random_dag_heft(void **state) {
@@ -493,13 +569,19 @@ int main(void) {
       cmocka_unit_test(test_random_dag_retried_heft),
       cmocka_unit_test(test_random_dag_retried_eager),
       cmocka_unit_test(test_random_dag_retried_ws),
+      cmocka_unit_test(test_random_dag_retried_lineage_eager),
+      cmocka_unit_test(test_random_dag_retried_lineage_heft),
       cmocka_unit_test(test_random_dag_device_lost),
+      cmocka_unit_test(test_random_dag_device_lost_lineage),
       cmocka_unit_test_prestate(test_random_dag_device_hung, "eager"),
       cmocka_unit_test_prestate(test_random_dag_device_hung, "heft"),
+      cmocka_unit_test_prestate(test_random_dag_device_hung_lineage, "eager"),
+      cmocka_unit_test_prestate(test_random_dag_device_hung_lineage, "heft"),
       cmocka_unit_test(test_random_dag_copy_faults_1),
       cmocka_unit_test(test_random_dag_copy_faults_5),
       cmocka_unit_test(test_random_dag_copy_faults_20),
       cmocka_unit_test(test_random_dag_copy_faults_no_retry),
+      cmocka_unit_test(test_random_dag_copy_faults_lineage),
       cmocka_unit_test(test_random_dag_alloc_faults),
   };
   init_codelets();

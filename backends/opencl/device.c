@@ -518,7 +518,7 @@ static int stage(cl_device *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, wait
   }
   tdm_tokens ts;
   tdm__tokens_init(&ts);
-  bool ok = tdm__task_access(rt, t, node_of(g), &ts);
+  bool ok = tdm__task_access(rt, t, node_of(g), &ts, false);
   tdm__cl_waitlist_of(rt, g->ctx, w, ts.v, ts.n);
   tdm__tokens_release(&rt->nodes, &ts);
   if (!ok) { /* the copies it started read memory that a retry may write */

@@ -427,14 +427,6 @@ static bool prefetched(const sim_dev *d) {
   return !d->rt->cfg.device_memory_limit || d->shared;
 }
 
-/* Starts the copies of t's inputs to node (when placed: a prefetch). */
-static void fetch(tdm_runtime *rt, tdm_task *t, unsigned node) {
-  tdm_tokens w;
-  tdm__tokens_init(&w);
-  tdm__task_access(rt, t, node, &w);
-  tdm__tokens_release(&rt->nodes, &w);
-}
-
 /* The `hang` fault: t's completion never comes. The device's thread
  * waits until the runtime stops, as a device that stopped answering
  * does; the watchdog meanwhile abandons t (sim_abandon ends it: undone,
@@ -484,7 +476,7 @@ static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran, 
     return TDM_ERR_TOO_LARGE;
   tdm_tokens w;
   tdm__tokens_init(&w);
-  bool staged = tdm__task_access(rt, t, node, &w);
+  bool staged = tdm__task_access(rt, t, node, &w, true);
   tdm_token landed = latest(w.v, w.n);
   tdm__sleep_until(landed & ~FAILED); /* booked at placement, if placed here */
   tdm__tokens_release(&rt->nodes, &w);
@@ -606,7 +598,7 @@ static void sim_kick(tdm_runtime *rt, unsigned k) {
 static void sim_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
   sim_dev *d = &sim_of(rt)->dev[k];
   if (prefetched(d))
-    fetch(rt, t, node_of(d));
+    tdm__task_prefetch(rt, t, node_of(d)); /* its inputs start moving */
   TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
   tdm__devq_put(&d->q, t);
   unsigned queued = d->q.queued;

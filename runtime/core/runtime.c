@@ -43,6 +43,7 @@ void tdm_config_init(tdm_config *config) {
   config->quarantine_failures = 3;
   config->watchdog_factor = 50;
   config->watchdog_min = 1;
+  config->lineage = 16;
 }
 
 /* A whole number in decimal digits, at most max; *end is what follows
@@ -222,6 +223,7 @@ static void apply_env(tdm_runtime *rt) {
   env_unsigned(rt, "TANDEM_SPIN_US", 10u * 1000 * 1000, &rt->cfg.spin_us);
   env_unsigned(rt, "TANDEM_RETRIES", TDM_MAX_RETRIES, &rt->cfg.retries);
   env_flag(rt, "TANDEM_WRITEBACK", &rt->cfg.writeback);
+  env_unsigned(rt, "TANDEM_LINEAGE", TDM_MAX_LINEAGE, &rt->cfg.lineage);
   env_unsigned(rt, "TANDEM_QUARANTINE", TDM_MAX_QUARANTINE_FAILURES,
                &rt->cfg.quarantine_failures);
   env_string("TANDEM_SYNTHETIC_TOPOLOGY", &rt->cfg.synthetic_topology);
@@ -330,6 +332,11 @@ static tdm_status check_device_config(tdm_runtime *rt) {
                watch[0], watch[1], watch[2]);
       return TDM_ERR_INVALID_ARG;
     }
+  if (rt->cfg.lineage > TDM_MAX_LINEAGE) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: lineage %u: at most %d", rt->cfg.lineage,
+             TDM_MAX_LINEAGE);
+    return TDM_ERR_INVALID_ARG;
+  }
   if (rt->cfg.quarantine_failures > TDM_MAX_QUARANTINE_FAILURES) {
     tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: quarantine_failures %u: at most %d",
              rt->cfg.quarantine_failures, TDM_MAX_QUARANTINE_FAILURES);

@@ -171,7 +171,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   atomic_init(&t->succ_head, NULL);
   t->kind = TDM_TASK_CODELET;
   t->tries = 0;
-  t->unkept = t->spoiled = t->homeless = false;
+  t->unkept = t->spoiled = t->homeless = t->issued = false;
   t->nbuf = 0;
   t->tile_mask = 0;
   t->more = NULL;
@@ -979,7 +979,7 @@ static void place_again(tdm_task *t, unsigned worker) {
 static bool retry_home(tdm_task *t, unsigned worker) {
   tdm_runtime *rt = t->rt;
   t->homeless = false;
-  tdm__task_drop_failed(rt, t);
+  tdm__task_drop_failed(rt, t, false);
   if (t->tries >= rt->cfg.retries)
     return false;
   t->tries++;
@@ -1002,7 +1002,7 @@ static bool retry(tdm_task *t, unsigned worker, tdm_status status) {
   if (worker < rt->nworkers)
     return t->homeless && retry_home(t, worker);
   unsigned k = worker - rt->nworkers;
-  tdm__task_drop_failed(rt, t);
+  tdm__task_drop_failed(rt, t, tdm__device_node(rt, k) == 0);
   tdm__device_failed(rt, k, status); /* may take the device out of placement */
   uint64_t others = t->dev_mask & ~(UINT64_C(1) << k);
   if (t->tries >= rt->cfg.retries || t->spoiled || (!others && !t->codelet->cpu_fn))

@@ -57,23 +57,66 @@ void tdm__task_unpin(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned n) {
     tdm__mem_pin(&rt->nodes, hs[i], slot, -1);
 }
 
-/* One access of t: h in `mode`, after `gen` gathers (lock taken here). */
+/* An access to h on node (tdm__coh_access, its lock taken here). A
+ * version only a failed device held is made again by its lineage, then
+ * the access tried once more, unless `replay` is false; depth: replays
+ * under way on this thread. */
+static bool access_replaying(tdm_runtime *rt, tdm_handle *h, unsigned node, unsigned mode,
+                             uint32_t gen, tdm_tokens *w, bool *unkept, bool replay,
+                             unsigned depth) {
+  for (unsigned tries = 0;; tries++) {
+    tdm__coh_lock(&h->coh);
+    bool ok = tdm__coh_access(&rt->nodes, h, node, mode, gen, w, unkept);
+    tdm__coh_unlock(&h->coh);
+    tdm_handle *lost = tdm__coh_take_replay();
+    bool again = !ok && lost && replay && tries < 2 && tdm__lineage_replay(rt, lost, depth);
+    if (lost)
+      tdm__handle_unref(lost);
+    if (!again)
+      return ok;
+  }
+}
+
+/* One access of t: h in `mode`, after `gen` gathers. */
 static bool access_one(tdm_runtime *rt, tdm_task *t, tdm_handle *h, unsigned node,
-                       unsigned mode, uint32_t gen, tdm_tokens *w) {
+                       unsigned mode, uint32_t gen, tdm_tokens *w, bool replay) {
   bool unkept = false;
-  tdm__coh_lock(&h->coh);
-  bool ok = tdm__coh_access(&rt->nodes, h, node, mode, gen, w, &unkept);
-  tdm__coh_unlock(&h->coh);
+  bool ok = access_replaying(rt, h, node, mode, gen, w, &unkept, replay, 0);
   if (unkept) /* a failed run of t could not be undone */
     t->unkept = true;
   return ok;
 }
 
-bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w) {
+/* Whether t, on a device with memory of its own, writes more than one
+ * handle while lineage is on: a replay of it for one of them needs the
+ * versions it replaced of the others. */
+static bool several_outputs(const tdm_runtime *rt, const tdm_task *t, unsigned node) {
+  if (!node || !rt->nodes.lineage_max)
+    return false;
+  tdm_handle *const *hs = tdm__task_handles(t);
+  const uint8_t *modes = tdm__task_modes(t);
+  tdm_handle *one = NULL;
+  for (unsigned i = 0; i < t->nbuf; i++)
+    if (modes[i] & TDM_W) {
+      if (one && hs[i] != one)
+        return true;
+      one = hs[i];
+    }
+  return false;
+}
+
+/* tdm__task_access, each access's mode with `more` (TDM_HOST_LATER). */
+static bool task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w,
+                        bool replay, unsigned more) {
   bool ok = true;
   const tdm_task_more *m = t->more;
+  /* such versions come home first where only devices hold them */
+  unsigned keep = several_outputs(rt, t, node) ? TDM_KEEP_REPLACED : 0;
+  if (t->kind == TDM_TASK_CODELET && t->codelet->cpu_fn)
+    keep |= TDM_REPLAYABLE;
+  keep |= more;
   for (unsigned i = 0; m && i < m->nlocked && ok; i++) /* distinct already */
-    ok = access_one(rt, t, m->locked[i], node, m->lock_modes[i], m->gens[i], w);
+    ok = access_one(rt, t, m->locked[i], node, m->lock_modes[i] | keep, m->gens[i], w, replay);
   for (unsigned i = 0; !m && i < t->nbuf && ok; i++) {
     tdm_handle *h = t->handles[i];
     /* a handle named twice is one access, in both modes */
@@ -85,30 +128,56 @@ bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w
         mode |= t->modes[j];
       }
     if (first)
-      ok = access_one(rt, t, h, node, mode, t->gens[i], w);
+      ok = access_one(rt, t, h, node, mode | keep, t->gens[i], w, replay);
   }
   tdm__coh_reap(&rt->nodes);
   return ok;
+}
+
+bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w,
+                      bool replay) {
+  return task_access(rt, t, node, w, replay, 0);
+}
+
+void tdm__task_prefetch(tdm_runtime *rt, tdm_task *t, unsigned node) {
+  tdm_tokens w;
+  tdm__tokens_init(&w);
+  task_access(rt, t, node, &w, false, TDM_HOST_LATER);
+  tdm__tokens_release(&rt->nodes, &w);
 }
 
 void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token done) {
   const tdm_nodes *nodes = &rt->nodes;
   tdm_handle *const *hs = tdm__task_handles(t);
   const uint8_t *modes = tdm__task_modes(t);
+  tdm_lrec *rec = node && nodes->lineage_max ? tdm__lineage_record(rt, t) : NULL;
   for (unsigned i = 0; i < t->nbuf; i++) {
     if (!(modes[i] & TDM_W))
       continue;
     tdm_handle *h = hs[i];
+    /* a handle named twice is one write, reading if any slot reads */
+    bool first = true, reads = false;
+    for (unsigned j = 0; j < t->nbuf; j++)
+      if (hs[j] == h) {
+        first &= j >= i || !(modes[j] & TDM_W);
+        reads |= (modes[j] & TDM_R) != 0;
+      }
+    if (!first)
+      continue;
     tdm_token mine = tdm__token_hold(nodes, done);
     tdm__coh_lock(&h->coh);
-    tdm__coh_written(nodes, h, node, mine);
+    tdm__coh_written(nodes, h, node, mine, rec, reads);
     tdm__coh_unlock(&h->coh);
   }
+  if (rec) /* the chains hold it */
+    tdm__lineage_unref(nodes, rec);
+  t->issued = node != 0;
 }
 
 /* The end of t's run on device node `node` for each handle it writes,
- * under its family's lock: undone (failed) or, succeeded, copied home
- * (false when a copy could not start). */
+ * under its family's lock: undone (failed; false when a version it
+ * replaced is lost) or, succeeded, copied home (false when a copy could
+ * not start). */
 static bool end_writes(tdm_runtime *rt, tdm_task *t, unsigned node, bool failed) {
   tdm_handle *const *hs = tdm__task_handles(t);
   const uint8_t *modes = tdm__task_modes(t);
@@ -116,9 +185,17 @@ static bool end_writes(tdm_runtime *rt, tdm_task *t, unsigned node, bool failed)
   for (unsigned i = 0; i < t->nbuf; i++) {
     if (!(modes[i] & TDM_W))
       continue;
+    bool first = true; /* a handle named twice: once */
+    for (unsigned j = 0; j < i; j++)
+      first &= hs[j] != hs[i] || !(modes[j] & TDM_W);
+    if (!first)
+      continue;
+    bool reads = false; /* a version it replaced without reading is not its input */
+    for (unsigned j = 0; j < t->nbuf; j++)
+      reads |= hs[j] == hs[i] && (modes[j] & TDM_R);
     tdm__coh_lock(&hs[i]->coh);
     if (failed)
-      tdm__coh_write_failed(&rt->nodes, hs[i], node);
+      ok &= tdm__coh_write_failed(&rt->nodes, hs[i], node, t->issued) || !reads;
     else
       ok &= tdm__coh_write_back(&rt->nodes, hs[i]);
     tdm__coh_unlock(&hs[i]->coh);
@@ -132,8 +209,11 @@ void tdm__task_write_back(tdm_runtime *rt, tdm_task *t, unsigned node) {
   if (!end_writes(rt, t, node, false))
     tdm__log(rt, TDM_LOG_WARNING,
              "codelet %s: a version it wrote could not start home: it stays on device "
-             "node %u alone",
+             "node %u alone (its lineage makes it again if need be)",
              t->codelet->name ? t->codelet->name : "(unnamed)", node);
+  tdm_handle *lost = tdm__coh_take_replay(); /* made again when next used */
+  if (lost)
+    tdm__handle_unref(lost);
   tdm__coh_reap(&rt->nodes);
 }
 
@@ -146,21 +226,33 @@ void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node, void *b
     free(before);
     return;
   }
-  if (t->unkept) /* a version it replaced lived on that device only */
+  /* a version it replaced lived on devices only, and its lineage cannot
+   * make it again */
+  if (!end_writes(rt, t, node, true) && t->unkept)
     t->spoiled = true;
-  end_writes(rt, t, node, true);
+  t->issued = false;
+  tdm__coh_reap(&rt->nodes);
 }
 
-void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t) {
+void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t, bool in_host) {
   if (!rt->nodes.n || !rt->nodes.ops->failed)
     return;
   tdm_handle *const *hs = tdm__task_handles(t);
+  const uint8_t *modes = tdm__task_modes(t);
   for (unsigned i = 0; i < t->nbuf; i++) {
+    bool rw = false;
+    for (unsigned j = 0; j < t->nbuf; j++)
+      rw |= hs[j] == hs[i] && (modes[j] & TDM_R) && (modes[i] & TDM_W);
     tdm__coh_lock(&hs[i]->coh);
     /* a copy into the node it ran on, home on its way there, or into the
      * node it came from */
     for (int n = 0; n >= 0; n = tdm__nodeset_next(&hs[i]->coh.valid, (unsigned)n + 1))
       tdm__coh_drop_failed(&rt->nodes, hs[i], (unsigned)n);
+    /* A try in the host's memory (a device working there) that read and
+     * wrote h: it did not run, or what it wrote was put back; the host's
+     * memory holds the version it read again. */
+    if (rw && in_host)
+      tdm__coh_host_undone(&rt->nodes, hs[i]);
     tdm__coh_unlock(&hs[i]->coh);
   }
 }
@@ -234,7 +326,7 @@ bool tdm__host_ready(tdm_task *t) {
   const tdm_nodes *nodes = &rt->nodes;
   tdm_tokens w;
   tdm__tokens_init(&w);
-  if (!tdm__task_access(rt, t, 0, &w))
+  if (!task_access(rt, t, 0, &w, true, TDM_HOST_LATER))
     not_home(t, -1);
   unsigned n = 0; /* those still running */
   bool failed = false;
@@ -258,6 +350,19 @@ bool tdm__host_ready(tdm_task *t) {
   tdm__tokens_release(nodes, &w);
   if (failed && !atomic_load_explicit(&t->outcome, memory_order_relaxed))
     not_home(t, -1);
+  if (ready && !atomic_load_explicit(&t->outcome, memory_order_relaxed)) {
+    /* it runs now: what it writes in the host's memory holds no version
+     * until then */
+    tdm_handle *const *hs = tdm__task_handles(t);
+    const uint8_t *modes = tdm__task_modes(t);
+    for (unsigned i = 0; i < t->nbuf; i++) {
+      if (!(modes[i] & TDM_W))
+        continue;
+      tdm__coh_lock(&hs[i]->coh);
+      tdm__coh_host_writing(nodes, hs[i]);
+      tdm__coh_unlock(&hs[i]->coh);
+    }
+  }
   return ready;
 }
 
@@ -266,40 +371,48 @@ void tdm__host_written(tdm_task *t) {
 }
 
 /* One try of tdm__handle_home. */
-static bool home_once(tdm_handle *h, bool will_write) {
+static bool home_once(tdm_handle *h, bool will_write, unsigned depth) {
   tdm_runtime *rt = h->rt;
   const tdm_nodes *nodes = &rt->nodes;
   tdm_tokens w;
   tdm__tokens_init(&w);
   tdm__coh_lock(&h->coh);
   tdm__coh_drop_failed(nodes, h, 0); /* an earlier copy home that failed */
-  bool ok = tdm__coh_access(nodes, h, 0, TDM_R, UINT32_MAX, &w, NULL);
   tdm__coh_unlock(&h->coh);
+  bool ok = access_replaying(rt, h, 0, TDM_R, UINT32_MAX, &w, NULL, true, depth);
   tdm__coh_reap(&rt->nodes);
   nodes->ops->wait(nodes->ctx, w.v, w.n);
   ok = ok && !any_failed(nodes, w.v, w.n);
   tdm__tokens_release(nodes, &w);
   tdm__coh_lock(&h->coh);
   if (ok && will_write)
-    tdm__coh_written(nodes, h, 0, 0);
+    tdm__coh_written(nodes, h, 0, 0, NULL, true);
   else if (!ok) /* a copy home that failed is forgotten: tried again */
     tdm__coh_drop_failed(nodes, h, 0);
   tdm__coh_unlock(&h->coh);
   return ok;
 }
 
-bool tdm__handle_home(tdm_handle *h, bool will_write) {
+static bool home_at(tdm_handle *h, bool will_write, unsigned depth) {
   tdm_runtime *rt = h->rt;
   if (!rt->nodes.n)
     return true;
   for (unsigned tries = 0; tries <= rt->cfg.retries; tries++) {
-    if (home_once(h, will_write))
+    if (home_once(h, will_write, depth))
       return true;
     tdm__log(rt, TDM_LOG_WARNING, "a handle's contents could not be brought home (try %u of %u)",
              tries + 1, rt->cfg.retries + 1);
   }
   tdm__log(rt, TDM_LOG_ERROR, "a handle's contents could not be brought home");
   return false;
+}
+
+bool tdm__handle_home(tdm_handle *h, bool will_write) {
+  return home_at(h, will_write, 0);
+}
+
+bool tdm__handle_home_at(tdm_handle *h, unsigned depth) {
+  return home_at(h, false, depth);
 }
 
 void tdm__handle_forget(tdm_handle *h, bool lock) {

@@ -24,6 +24,15 @@ void tdm__coh_init(tdm_coh *c, bool on_host, tdm_coh *parent) {
   c->gathers = 0;
   c->born = parent ? parent->gathers : 0;
   c->written = false;
+  c->ver = 0;
+  c->host_ver = on_host ? 0 : TDM_NO_VERSION;
+  c->chain_base = 0;
+  c->chain_fresh = false;
+  c->nchain = 0;
+  c->damaged = c->writing = false;
+  c->chain = NULL;
+  c->pins = NULL;
+  c->npins = c->pins_cap = 0;
 }
 
 void tdm__coh_unpartitioned(tdm_handle *h, tdm_gather *g) {
@@ -110,6 +119,52 @@ static tdm_token fill_of(const tdm_handle *h, unsigned n) {
   return h->coh.rep ? h->coh.rep[n].fill : 0;
 }
 
+/* The host's memory of h now holds version v (TDM_NO_VERSION: none),
+ * or is about to: a version a lineage record reads is first copied aside.
+ * A tile's rectangle is part of its matrix's memory, which holds no
+ * version of the matrix from then on. */
+static void host_changes(const tdm_nodes *nodes, tdm_handle *h) {
+  for (tdm_handle *x = h; x; x = x->parent)
+    if (x->coh.npins)
+      tdm__lineage_keep(nodes, x);
+}
+
+static void host_holds(const tdm_nodes *nodes, tdm_handle *h, uint32_t v) {
+  if (h->coh.host_ver != v)
+    host_changes(nodes, h);
+  h->coh.host_ver = v;
+  for (tdm_handle *p = h->parent; p; p = p->parent)
+    p->coh.host_ver = TDM_NO_VERSION;
+}
+
+/* The handle make_valid found unreadable where it is, which its lineage
+ * can make again (referenced), until tdm__coh_take_replay. */
+static _Thread_local tdm_handle *replay_wanted;
+
+static void want_replay(tdm_handle *h) {
+  if (!replay_wanted) {
+    tdm__handle_ref(h);
+    replay_wanted = h;
+  }
+}
+
+tdm_handle *tdm__coh_take_replay(void) {
+  tdm_handle *h = replay_wanted;
+  replay_wanted = NULL;
+  return h;
+}
+
+/* Whether device node n's device is out of placement or hung: what it
+ * holds is not to be counted on. */
+static bool gone(const tdm_nodes *nodes, unsigned n) {
+  tdm_runtime *rt = nodes->rt;
+  if (!rt || !n)
+    return false;
+  uint64_t out = atomic_load_explicit(&rt->quarantined, memory_order_relaxed) |
+                 atomic_load_explicit(&rt->hung, memory_order_relaxed);
+  return out >> (n - 1) & 1;
+}
+
 /* What a write into node n's memory comes after: the copy still writing
  * it, if any. A copy that failed is forgotten instead (complete, and
  * what it wrote is no version: waiting for it would fail the write).
@@ -171,6 +226,7 @@ static bool inherit(const tdm_nodes *nodes, tdm_handle *h) {
     return false;
   }
   h->coh.valid = tdm__nodeset_of(0);
+  h->coh.host_ver = h->coh.ver; /* its matrix's, the same memory */
   set_fill(nodes, h, 0, e);
   return true;
 }
@@ -214,8 +270,14 @@ static bool gather(const tdm_nodes *nodes, tdm_handle *h) {
   /* The tiles are dead: their copies elsewhere are no longer current (an
    * eviction must not write them back), and they go with the tiles once
    * their readers are done, the tiles released by tdm__coh_reap. */
-  for (size_t k = 0; k < g->n; k++)
+  for (size_t k = 0; k < g->n; k++) {
     only_on(g->tiles[k], 0);
+    /* its memory is the matrix's from here (which it does not change) */
+    if (g->tiles[k]->coh.npins)
+      tdm__lineage_keep(nodes, g->tiles[k]);
+    g->tiles[k]->coh.host_ver = TDM_NO_VERSION;
+    tdm__lineage_drop(nodes, g->tiles[k], true);
+  }
   tdm_token all = w.n && changed ? nodes->ops->join(nodes->ctx, w.v, w.n) : 0;
   tdm__tokens_release(nodes, &w);
   tdm_nodes *mn = (tdm_nodes *)nodes; /* the reap list is its one mutable part */
@@ -224,7 +286,7 @@ static bool gather(const tdm_nodes *nodes, tdm_handle *h) {
                                                 memory_order_relaxed))
     ;
   if (changed)
-    tdm__coh_written(nodes, h, 0, all);
+    tdm__coh_written(nodes, h, 0, all, NULL, true);
   return true;
 }
 
@@ -242,10 +304,12 @@ static void gather_free(tdm_gather *g, bool release) {
 }
 
 void tdm__coh_reap(tdm_nodes *nodes) {
+  tdm__lineage_reap(nodes);
   /* relaxed first: nothing to do is the common case */
   if (!atomic_load_explicit(&nodes->reap, memory_order_relaxed))
     return;
   gather_free(atomic_exchange_explicit(&nodes->reap, NULL, memory_order_acquire), true);
+  tdm__lineage_reap(nodes); /* the tiles' records */
 }
 
 /* A matrix still to gather, a tile still to take from its matrix: done. */
@@ -279,13 +343,43 @@ static bool settle_upto(const tdm_nodes *nodes, tdm_handle *h, uint32_t gen) {
     if (h->parent)
       return inherit(nodes, h);
     h->coh.valid = tdm__nodeset_of(0);
+    host_holds(nodes, h, h->coh.ver);
   }
   return true;
 }
 
+/* The device node h comes home from: one holding it whose copy did not
+ * fail (those whose copy failed are forgotten, the last holder stays),
+ * one whose device is still working first. -1 when lineage is to make
+ * the version again instead (want_replay): the holders' copy is
+ * damaged, or only devices that are gone hold it, or when nothing can
+ * bring it home. */
+static int home_source(const tdm_nodes *nodes, tdm_handle *h) {
+  bool replays = tdm__lineage_replays(nodes, h);
+  if (h->coh.damaged) {
+    if (replays)
+      want_replay(h);
+    return -1;
+  }
+  int src = -1;
+  for (int n = tdm__nodeset_next(&h->coh.valid, 1); n >= 0;
+       n = tdm__nodeset_next(&h->coh.valid, (unsigned)n + 1)) {
+    tdm__coh_drop_failed(nodes, h, (unsigned)n);
+    if (tdm__nodeset_has(&h->coh.valid, (unsigned)n) &&
+        (src < 0 || (gone(nodes, (unsigned)src) && !gone(nodes, (unsigned)n))))
+      src = n;
+  }
+  if (src > 0 && gone(nodes, (unsigned)src) && replays) {
+    want_replay(h);
+    return -1;
+  }
+  return src;
+}
+
 /* Makes `node` valid for h (settled), adding to w what a user waits for. */
 static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_tokens *w) {
-  if (tdm__nodeset_has(&h->coh.valid, node)) {
+  /* (a damaged copy is the version's holder until it is made again) */
+  if (tdm__nodeset_has(&h->coh.valid, node) && !h->coh.damaged) {
     wait_add(nodes, w, fill_of(h, node));
     return true;
   }
@@ -293,15 +387,19 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
     return false;
   tdm_token e = 0;
   /* after what fills the source, and what still writes the target */
-  if (node == 0) { /* from a device holding it; those whose copy failed are forgotten */
-    unsigned src = (unsigned)tdm__nodeset_next(&h->coh.valid, 1);
-    for (tdm__coh_drop_failed(nodes, h, src); !tdm__nodeset_has(&h->coh.valid, src);
-         tdm__coh_drop_failed(nodes, h, src)) /* the last holder stays */
-      src = (unsigned)tdm__nodeset_next(&h->coh.valid, src + 1);
-    tdm_token after[2];
-    unsigned n = fills_of(nodes, h, src, 0, after);
-    if (!copy_whole(nodes, h, src, false, h->coh.rep[src].mem, after, n, &e))
+  if (node == 0) { /* from a device holding it */
+    int src = home_source(nodes, h);
+    if (src < 0)
       return false;
+    tdm_token after[2];
+    unsigned n = fills_of(nodes, h, (unsigned)src, 0, after);
+    host_changes(nodes, h);
+    if (!copy_whole(nodes, h, (unsigned)src, false, h->coh.rep[src].mem, after, n, &e)) {
+      if (tdm__lineage_replays(nodes, h))
+        want_replay(h);
+      return false;
+    }
+    host_holds(nodes, h, h->coh.ver);
   } else { /* through the host */
     tdm_tokens before;
     tdm__tokens_init(&before);
@@ -333,6 +431,15 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
    * a copy home that failed does not count as kept. */
   if (!(mode & TDM_R))
     tdm__coh_drop_failed(nodes, h, node);
+  /* A version a lineage record reads, which only devices hold, comes
+   * home before a write replaces it (which waits for that copy). */
+  if ((mode & TDM_W) && !tdm__nodeset_has(&h->coh.valid, 0) &&
+      (((mode & TDM_KEEP_REPLACED) && (mode & TDM_R)) ||
+       ((mode & TDM_REPLAYABLE) && (mode & TDM_R) && node && nodes->lineage_max &&
+        !tdm__lineage_replays(nodes, h)) ||
+       (h->coh.npins && tdm__lineage_pin(h, h->coh.ver))) &&
+      !make_valid(nodes, h, 0, w))
+    return false;
   bool keep = node == 0 && nodes->keep_host && !(mode & TDM_R);
   if ((mode & TDM_R) || (keep && !tdm__nodeset_has(&h->coh.valid, 0))) {
     if (!make_valid(nodes, h, node, w))
@@ -346,9 +453,15 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
    * when the host's copy is current; with keep_host, by a copy home
    * first (which the write waits for). Otherwise *unkept is set. */
   if ((mode & TDM_W) && node) {
+    h->coh.writing = true;
     if (nodes->keep_host && !make_valid(nodes, h, 0, w))
       return false;
-    if (!tdm__nodeset_has(&h->coh.valid, 0) && unkept)
+    /* Its lineage is as long as kept: the version it replaces comes home
+     * first (which the write waits for), and the chain starts again. */
+    if (nodes->lineage_max && h->coh.nchain >= nodes->lineage_max && (mode & TDM_R) &&
+        !make_valid(nodes, h, 0, w))
+      return false;
+    if ((mode & TDM_R) && !tdm__nodeset_has(&h->coh.valid, 0) && unkept)
       *unkept = true;
   }
   /* A write makes its node the only valid one when it is done
@@ -363,6 +476,9 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
    * does not write it back over the host's memory being written. */
   if ((mode & TDM_W) && node == 0 && !(mode & TDM_R) && !keep)
     only_on(h, node);
+  /* the host's memory, written from here, holds no version until then */
+  if ((mode & TDM_W) && node == 0 && !(mode & TDM_HOST_LATER))
+    host_holds(nodes, h, TDM_NO_VERSION);
   return true;
 }
 
@@ -375,11 +491,20 @@ static void only_on(tdm_handle *h, unsigned node) {
   h->coh.written = true;
 }
 
-void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_token done) {
+void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_token done,
+                      tdm_lrec *rec, bool reads) {
   if (!h->coh.rep && done && !tdm__coh_replicas(nodes, h)) {
     nodes->ops->wait(nodes->ctx, &done, 1);
     nodes->ops->release(nodes->ctx, done);
     done = 0;
+  }
+  h->coh.ver++;
+  h->coh.damaged = h->coh.writing = false;
+  if (node == 0) {
+    host_holds(nodes, h, h->coh.ver);
+    tdm__lineage_drop(nodes, h, true);
+  } else if (nodes->lineage_max) {
+    tdm__lineage_append(nodes, h, rec, reads);
   }
   only_on(h, node);
   if (h->coh.rep)
@@ -401,9 +526,27 @@ bool tdm__coh_fill_failed(const tdm_nodes *nodes, const tdm_handle *h, unsigned 
   return f && nodes->ops->failed && nodes->ops->failed(nodes->ctx, f);
 }
 
-void tdm__coh_write_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
+bool tdm__coh_write_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node, bool issued) {
+  if (issued) { /* the version it made is not: its count and record go */
+    tdm__lineage_pop(nodes, h);
+    h->coh.ver--;
+  }
+  h->coh.writing = false;
   /* the version before, whatever was written */
-  h->coh.valid = tdm__nodeset_of(tdm__coh_fill_failed(nodes, h, 0) ? node : 0);
+  if (tdm__coh_fill_failed(nodes, h, 0)) {
+    h->coh.valid = tdm__nodeset_of(node);
+    return true;
+  }
+  if (h->coh.host_ver == h->coh.ver) {
+    h->coh.valid = tdm__nodeset_of(0);
+    return true;
+  }
+  /* Only devices held it, and the run may have written over it: its
+   * lineage makes it again, or it is lost. */
+  bool replays = tdm__lineage_replays(nodes, h);
+  h->coh.valid = tdm__nodeset_of(replays ? node : 0);
+  h->coh.damaged = replays;
+  return replays;
 }
 
 void tdm__coh_drop_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
@@ -412,11 +555,15 @@ void tdm__coh_drop_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node) 
     return;
   tdm__nodeset_del(&h->coh.valid, node);
   set_fill(nodes, h, node, 0); /* complete: nothing writes that memory */
+  if (node == 0) /* what the failed copy left there is no version */
+    h->coh.host_ver = TDM_NO_VERSION;
 }
 
 int tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
   tdm_replica *r = &h->coh.rep[node];
   bool landing = false, failed = false;
+  if (h->coh.damaged && tdm__nodeset_has(&h->coh.valid, node))
+    return TDM_EVICT_NOT; /* no version to copy home: lineage makes it again */
   if (tdm__nodeset_has(&h->coh.valid, node)) {
     /* another holder whose copy landed lets it go; one whose copy failed
      * is forgotten (the version stays here) */
@@ -443,8 +590,10 @@ int tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
         return TDM_EVICT_NOT;
       tdm_token e = 0, after[2];
       unsigned n = fills_of(nodes, h, node, 0, after);
+      host_changes(nodes, h);
       if (!copy_whole(nodes, h, node, false, r->mem, after, n, &e))
         return TDM_EVICT_NOT;
+      host_holds(nodes, h, h->coh.ver);
       tdm__nodeset_add(&h->coh.valid, 0);
       set_fill(nodes, h, 0, e);
       return TDM_EVICT_LATER;
@@ -479,7 +628,7 @@ double tdm__coh_estimate(const tdm_handle *h, unsigned node,
 }
 
 void tdm__coh_forget(const tdm_nodes *nodes, tdm_handle *h, bool lock) {
-  if (!h->coh.rep && !h->coh.gather)
+  if (!h->coh.rep && !h->coh.gather && !h->coh.chain && !h->coh.pins)
     return;
   if (lock)
     tdm__coh_lock(&h->coh);
@@ -494,8 +643,139 @@ void tdm__coh_forget(const tdm_nodes *nodes, tdm_handle *h, bool lock) {
       tdm__mem_drop(nodes, h, k);
   }
   h->coh.rep = NULL;
+  tdm__lineage_drop(nodes, h, lock); /* at destroy, its handles go too */
+  tdm_lrec **chain = h->coh.chain;
+  h->coh.chain = NULL;
+  /* Versions records still read stay (copied aside: the memory is the
+   * application's from here), until those records go; at destroy, all
+   * go. */
+  if (lock && h->coh.npins)
+    tdm__lineage_keep(nodes, h);
+  h->coh.host_ver = TDM_NO_VERSION;
+  tdm_pin *pins = h->coh.pins;
+  unsigned npins = h->coh.npins, kept = 0;
+  for (unsigned i = 0; i < npins; i++) {
+    if (lock && pins[i].count)
+      pins[kept++] = pins[i];
+    else
+      free(pins[i].copy);
+  }
+  h->coh.npins = (uint16_t)kept;
+  if (!kept) {
+    h->coh.pins = NULL;
+    h->coh.pins_cap = 0;
+  }
   if (lock)
     tdm__coh_unlock(&h->coh);
+  free(chain);
+  if (!kept)
+    free(pins);
   free(rep);
   gather_free(g, lock); /* not under the lock: a tile may go */
+}
+
+/* ---- the host's memory, for lineage (no lock held) ---------------------------- */
+
+/* h's elements between the host's memory and `packed` (to_host: into the
+ * host's memory). */
+static void host_rows(const tdm_handle *h, void *packed, bool to_host) {
+  const tdm_buffer *b = &h->buf;
+  size_t row = b->ny * b->elem_size;
+  for (size_t r = 0; r < b->nx; r++) {
+    unsigned char *host = (unsigned char *)b->ptr + r * b->ld * b->elem_size;
+    unsigned char *mine = (unsigned char *)packed + r * row;
+    memcpy(to_host ? host : mine, to_host ? mine : host, row);
+  }
+}
+
+/* The family's lock held: when a copy still writes h's host memory, the
+ * lock is let go until it has landed (true: the caller looks again). */
+static bool host_landing(const tdm_nodes *nodes, tdm_handle *h) {
+  tdm_token f = fill_of(h, 0);
+  if (!f || nodes->ops->test(nodes->ctx, f))
+    return false;
+  f = tdm__token_hold(nodes, f);
+  tdm__coh_unlock(&h->coh);
+  if (f) {
+    nodes->ops->wait(nodes->ctx, &f, 1);
+    nodes->ops->release(nodes->ctx, f);
+  }
+  return true;
+}
+
+int tdm__coh_host_read(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, void *out) {
+  do
+    tdm__coh_lock(&h->coh);
+  while (h->coh.host_ver == v && !tdm__coh_fill_failed(nodes, h, 0) && host_landing(nodes, h));
+  bool held = h->coh.host_ver == v && !tdm__coh_fill_failed(nodes, h, 0);
+  if (held)
+    host_rows(h, out, false);
+  tdm__coh_unlock(&h->coh);
+  return held;
+}
+
+bool tdm__coh_host_install(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, const void *in) {
+  /* not over a copy still writing there */
+  do
+    tdm__coh_lock(&h->coh);
+  while (h->coh.ver == v && !tdm__nodeset_has(&h->coh.valid, 0) && host_landing(nodes, h));
+  /* Written since: what was made is not current. Or made again by
+   * another thread (and maybe written since through a tile: a matrix's
+   * memory is its tiles'). */
+  bool ok = h->coh.ver == v;
+  if (ok && !tdm__nodeset_has(&h->coh.valid, 0) && (ok = tdm__coh_replicas(nodes, h))) {
+    host_holds(nodes, h, v);
+    host_rows(h, (void *)in, true);
+    set_fill(nodes, h, 0, 0);
+    h->coh.valid = tdm__nodeset_of(0);
+    h->coh.damaged = false;
+    tdm__lineage_drop(nodes, h, true);
+  }
+  tdm__coh_unlock(&h->coh);
+  return ok;
+}
+
+/* Copies the host's memory of h aside as its version v, when a record
+ * reads v and nothing holds a copy of it yet; `wait`: for what still
+ * writes that memory (else, if something does, nothing is copied). */
+static void keep_version(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, bool wait) {
+  tdm_pin *p = tdm__lineage_pin(h, v);
+  if (!p || p->copy || v == TDM_NO_VERSION || tdm__coh_fill_failed(nodes, h, 0))
+    return;
+  tdm_token f = fill_of(h, 0);
+  if (f && !nodes->ops->test(nodes->ctx, f)) { /* rare: a copy home still landing */
+    if (!wait)
+      return;
+    nodes->ops->wait(nodes->ctx, &f, 1);
+  }
+  if (tdm__coh_fill_failed(nodes, h, 0))
+    return;
+  size_t bytes = tdm__coh_bytes(h);
+  p->copy = tdm__malloc(nodes->rt, bytes ? bytes : 1);
+  if (!p->copy) {
+    tdm__log(nodes->rt, TDM_LOG_WARNING,
+             "out of memory for a version lineage needs: what reads it cannot be made again");
+    return;
+  }
+  host_rows(h, p->copy, false);
+}
+
+void tdm__coh_host_undone(const tdm_nodes *nodes, tdm_handle *h) {
+  if (tdm__nodeset_has(&h->coh.valid, 0) && !tdm__coh_fill_failed(nodes, h, 0))
+    h->coh.host_ver = h->coh.ver;
+}
+
+void tdm__coh_host_writing(const tdm_nodes *nodes, tdm_handle *h) {
+  host_holds(nodes, h, TDM_NO_VERSION);
+}
+
+void tdm__lineage_keep(const tdm_nodes *nodes, tdm_handle *h) {
+  keep_version(nodes, h, h->coh.host_ver, true);
+}
+
+void tdm__coh_keep_gathered(const tdm_nodes *nodes, tdm_handle *h, uint32_t v) {
+  if (h->parent && h->coh.host_ver == TDM_NO_VERSION && h->coh.ver == v &&
+      tdm__nodeset_has(&h->coh.valid, 0) &&
+      atomic_load_explicit(&h->magic, memory_order_relaxed) == TDM_HANDLE_DEAD)
+    keep_version(nodes, h, v, false);
 }

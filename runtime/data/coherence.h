@@ -39,6 +39,7 @@
 
 typedef struct tdm_handle tdm_handle;
 typedef struct tdm_runtime tdm_runtime;
+typedef struct tdm_lrec tdm_lrec;
 
 /* ---- sets of nodes -------------------------------------------------------- */
 
@@ -136,6 +137,12 @@ typedef struct tdm_nodes {
   /* Gathers done, whose tiles are released outside family locks
    * (tdm__coh_reap). */
   _Atomic(struct tdm_gather *) reap;
+  /* tdm_config.lineage: the longest chain of device writes a handle
+   * keeps to replay (lineage.c); 0: none kept. */
+  unsigned lineage_max;
+  /* Lineage records no chain holds any more, freed outside family locks
+   * (tdm__coh_reap): freeing one releases handles. */
+  _Atomic(tdm_lrec *) lfree;
 } tdm_nodes;
 
 /* Sets up nodes 1 .. n-1 (limits[k]: node 1 + k's bytes; 0: a device
@@ -175,7 +182,40 @@ typedef struct tdm_coh {
   /* Written since it was made (only_on); for a tile, whether its
    * matrix's contents changed through it. */
   bool written;
+  /* Lineage (lineage.c). `ver` counts the writes issued: the current
+   * version's number. `host_ver`: the version the host's memory holds,
+   * current or not (TDM_NO_VERSION: none, e.g. while the host writes it
+   * or after a copy home failed). `chain`: device writes, oldest first
+   * (nchain of them, each record referenced), that made versions
+   * chain_base + 1 .. chain_base + nchain from version chain_base (which
+   * the first of them read, unless `chain_fresh`: it wrote the whole
+   * handle); replaying them on the host makes the current version again
+   * when a device that alone held it is lost. */
+  uint32_t ver, host_ver, chain_base;
+  bool chain_fresh;
+  uint8_t nchain;
+  /* The only holders' copy is not the version: a failed run wrote over
+   * it (its lineage replays it). */
+  bool damaged;
+  /* A write on a device was prepared and has not been recorded
+   * (tdm__coh_written) or undone yet: that device's copy may be changing
+   * (a replay does not read it). */
+  bool writing;
+  tdm_lrec **chain;
+  /* Versions of it that lineage records read (npins of them, the
+   * records counted): one the host's memory holds is copied aside before
+   * that memory changes, and a device write does not replace one that
+   * only devices hold before it came home (lineage.c). */
+  struct tdm_pin *pins;
+  uint16_t npins, pins_cap;
 } tdm_coh;
+
+typedef struct tdm_pin {
+  uint32_t ver, count;
+  void *copy; /* its elements, packed, once the host's memory changed; or NULL */
+} tdm_pin;
+
+#define TDM_NO_VERSION UINT32_MAX
 
 typedef struct tdm_gather {
   tdm_handle **tiles; /* each referenced */
@@ -206,15 +246,47 @@ void tdm__coh_unlock(tdm_coh *c);
  * was added. */
 bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsigned mode,
                      uint32_t gen, tdm_tokens *w, bool *unkept);
+/* After tdm__coh_access failed (no lock held): a handle whose version
+ * could not be read where it is and which its lineage can make again
+ * (tdm__lineage_replay), referenced (tdm__handle_unref); or NULL. The
+ * access's handle, or a tile it gathers, or the matrix a tile takes its
+ * contents from. Per thread; taken after every access. */
+tdm_handle *tdm__coh_take_replay(void);
+/* With mode, for a read-write on a device where only devices hold the
+ * version it replaces: that version comes home first (the write waits
+ * for the copy) when TDM_KEEP_REPLACED (the writer's lineage record reads
+ * it and may be replayed for another of its outputs), or when
+ * TDM_REPLAYABLE (the writer can be recorded: it has a CPU variant) and
+ * no lineage makes that version again, so that a failed run of it can
+ * always be undone. */
+#define TDM_KEEP_REPLACED 0x100u
+#define TDM_REPLAYABLE 0x200u
+/* With mode, for a write on the host: the host's memory is announced
+ * changing later (tdm__coh_host_writing), when the write surely runs
+ * there; a CPU task whose inputs are still on their way may yet run on a
+ * device. Without it, from this access. */
+#define TDM_HOST_LATER 0x400u
+/* The family's lock held: the host's memory of h is about to be written
+ * (it holds no version until the write is done). */
+void tdm__coh_host_writing(const tdm_nodes *nodes, tdm_handle *h);
+/* The host's memory of h holds its version again: a write there failed,
+ * and was undone. */
+void tdm__coh_host_undone(const tdm_nodes *nodes, tdm_handle *h);
 /* A write on `node`, complete at token `done` (taken over; 0 when done
- * already): node becomes the only valid one. */
-void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_token done);
+ * already): node becomes the only valid one. On a device node, `rec`
+ * (may be NULL: the lineage breaks) is the writing task's lineage record,
+ * `reads` whether it read h. */
+void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_token done,
+                      tdm_lrec *rec, bool reads);
 /* A write on device node `node` (not the host) failed: its memory there
  * holds no version; the host's, kept by tdm__coh_access, is the valid
  * one. Unless the copy home that kept it failed: then the write, which
  * came after that copy, never ran, and the node's copy is still the
- * version before. */
-void tdm__coh_write_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
+ * version before. `issued`: tdm__coh_written was called for it (undone
+ * here). When the host did not hold the version before (unkept), its
+ * lineage makes it again if it can: true; false when it cannot (the
+ * version is lost). */
+bool tdm__coh_write_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node, bool issued);
 /* keep_host: a write on a device succeeded; its version is copied home
  * now (not waited for), so that losing the device loses nothing. False
  * when the copy could not be started (logged). */
@@ -271,5 +343,58 @@ void tdm__mem_usage(const tdm_nodes *nodes, unsigned node, uint64_t *used, uint6
  * TDM_EVICT_NOT: no copy could be made, or the last one failed. */
 enum { TDM_EVICTED, TDM_EVICT_LATER, TDM_EVICT_NOT };
 int tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
+
+/* ---- lineage (lineage.c) ---------------------------------------------------- */
+
+/* A record of task t, which is writing on a device, to replay it (its CPU
+ * variant, arguments, handles and the version of each it read); NULL
+ * when it has no CPU variant, lineage is off, or out of memory. Takes
+ * each handle's family lock in turn: none held. */
+tdm_lrec *tdm__lineage_record(tdm_runtime *rt, const struct tdm_task *t);
+/* Drops a reference taken by tdm__lineage_record (none held: no chain
+ * took it). */
+void tdm__lineage_unref(const tdm_nodes *nodes, tdm_lrec *r);
+/* The family's lock held: h's chain records the write of `rec` on a
+ * device, the new version (tdm__coh_written). */
+void tdm__lineage_append(const tdm_nodes *nodes, tdm_handle *h, tdm_lrec *rec, bool reads);
+/* The family's lock held: h's chain is dropped; its records, when no
+ * other chain holds them, are freed later (tdm__lineage_reap), or at
+ * once without releasing their handles unless `release` (at destroy,
+ * when every handle goes). */
+void tdm__lineage_drop(const tdm_nodes *nodes, tdm_handle *h, bool release);
+/* The family's lock held: the last record of h's chain goes, if it made
+ * the current version (a write that failed). */
+void tdm__lineage_pop(const tdm_nodes *nodes, tdm_handle *h);
+/* The family's lock held: whether h's chain makes its current version
+ * again from what the host holds. */
+bool tdm__lineage_replays(const tdm_nodes *nodes, const tdm_handle *h);
+/* No lock held: makes h's current version again in the host's memory by
+ * replaying its chain with the CPU variants (valid on the host after);
+ * false when it cannot (logged). `depth`: replays under way on this
+ * thread (an input of a record may need one of its own). */
+bool tdm__lineage_replay(tdm_runtime *rt, tdm_handle *h, unsigned depth);
+/* No lock held: h's elements, packed, into out from the host's memory
+ * when it holds version v (1), after what still writes it landed; 0 when
+ * it does not hold v. */
+int tdm__coh_host_read(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, void *out);
+/* No lock held: `in` (h's elements, packed) is h's version v, made
+ * again: into the host's memory, valid there alone, unless h was written
+ * since (false). */
+bool tdm__coh_host_install(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, const void *in);
+/* The family's lock held: h's pin of version v (a record reads it), or
+ * NULL. */
+tdm_pin *tdm__lineage_pin(const tdm_handle *h, uint32_t v);
+/* The family's lock held, before the host's memory of h changes: the
+ * version it holds, when a record reads it, is copied aside (after what
+ * still writes it landed, waited for; coherence.c). */
+void tdm__lineage_keep(const tdm_nodes *nodes, tdm_handle *h);
+/* The family's lock held: h, a tile its matrix gathered (whose memory
+ * is the matrix's from then, which a writer of the matrix changes only
+ * once the tile's readers are done), is read at version v by a record
+ * made now: the host's memory holds v (the gather brought it home), and
+ * is copied aside now if it has landed. */
+void tdm__coh_keep_gathered(const tdm_nodes *nodes, tdm_handle *h, uint32_t v);
+/* Frees the records no chain holds (no family lock held). */
+void tdm__lineage_reap(tdm_nodes *nodes);
 
 #endif

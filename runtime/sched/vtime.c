@@ -402,7 +402,7 @@ static void start(vt_state *v, unsigned w, tdm_task *t, tdm_vt_result *r) {
   double end = at + true_time(v->m, vt, c, at);
   for (unsigned k = 0; k < vt->nbuf; k++)
     if (vt->modes[k] & TDM_W)
-      tdm__coh_written(&v->nodes, &v->items[vt->data[k]], node, token_at(end));
+      tdm__coh_written(&v->nodes, &v->items[vt->data[k]], node, token_at(end), NULL, true);
   v->running[w] = t;
   v->free_at[w] = end;
   r->worker[i] = w;

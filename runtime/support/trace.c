@@ -454,6 +454,13 @@ static void stats_report(tdm_runtime *rt) {
                (unsigned long long)c.evictions);
     }
   }
+  uint64_t retried = atomic_load_explicit(&rt->nretries, memory_order_relaxed),
+           replayed = atomic_load_explicit(&rt->nreplayed, memory_order_relaxed);
+  if (retried || replayed)
+    tdm__log(rt, TDM_LOG_INFO,
+             "stats: failures: %llu tries placed again elsewhere, %llu tasks run again by "
+             "lineage (versions a failed device alone held)",
+             (unsigned long long)retried, (unsigned long long)replayed);
   summary_by_codelet(rt);
   tdm__verify_report(rt);
 }

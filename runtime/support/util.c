@@ -155,21 +155,31 @@ bool tdm__parse_seconds(const char *s, double max, double *out) {
   return false;
 }
 
-/* device=D:lost_at=T (the text after "device="). */
+/* device=D:lost_at=T or device=D:lost_after=N (the text after
+ * "device="). */
 static bool lost_term(tdm_runtime *rt, const char *s) {
   const char *colon = strchr(s, ':');
   char digits[16];
-  uint64_t d;
-  double t;
+  uint64_t d, n = 0;
+  double t = 0;
   if (!colon || (size_t)(colon - s) >= sizeof digits || rt->nlost == TDM_MAX_LOST)
     return false;
   memcpy(digits, s, (size_t)(colon - s));
   digits[colon - s] = 0;
-  if (!tdm__parse_count(digits, 63, &d) || strncmp(colon + 1, "lost_at=", 8) ||
-      !tdm__parse_seconds(colon + 9, 1e6, &t))
+  if (!tdm__parse_count(digits, 63, &d))
     return false;
+  if (!strncmp(colon + 1, "lost_at=", 8)) {
+    if (!tdm__parse_seconds(colon + 9, 1e6, &t))
+      return false;
+  } else if (strncmp(colon + 1, "lost_after=", 11) ||
+             !tdm__parse_count(colon + 12, UINT64_MAX, &n) || !n) {
+    return false;
+  }
   rt->lost[rt->nlost].device = (unsigned)d;
-  rt->lost[rt->nlost++].at_ns = tdm__ns_of(t);
+  rt->lost[rt->nlost].at_ns = tdm__ns_of(t);
+  rt->lost[rt->nlost].after = n;
+  atomic_init(&rt->lost[rt->nlost].launches, 0);
+  rt->nlost++;
   return true;
 }
 
@@ -223,9 +233,9 @@ tdm_status tdm__faults_parse(tdm_runtime *rt, const char *spec) {
     if (end > s && !fault_term(rt, s, end, &seed)) {
       tdm__log(rt, TDM_LOG_ERROR,
                "tdm_runtime_create: faults: bad term \"%.*s\" (expected KIND:p=X or "
-               "KIND:nth=N with KIND launch, run, copy, alloc or hang, seed=S, or "
-               "device=D:lost_at=T; X from 0 to 1, N > 0, T a time in s, ms or us; at "
-               "most %d lost devices)",
+               "KIND:nth=N with KIND launch, run, copy, alloc or hang, seed=S, "
+               "device=D:lost_at=T or device=D:lost_after=N; X from 0 to 1, N > 0, T a "
+               "time in s, ms or us; at most %d lost devices)",
                (int)(end - s), s, TDM_MAX_LOST);
       return TDM_ERR_INVALID_ARG;
     }
@@ -235,12 +245,22 @@ tdm_status tdm__faults_parse(tdm_runtime *rt, const char *spec) {
   return TDM_OK;
 }
 
-/* Whether device worker k's device was made to stop working by now. */
-static bool lost_now(tdm_runtime *rt, unsigned k) {
+/* Whether device worker k's device was made to stop working by now (an
+ * operation of that kind starts there). */
+static bool lost_now(tdm_runtime *rt, unsigned kind, unsigned k) {
   for (unsigned i = 0; i < rt->nlost; i++) {
-    if (rt->lost[i].device != rt->device_of[k] ||
-        tdm__now_ns() - rt->trace_t0 < rt->lost[i].at_ns)
+    if (rt->lost[i].device != rt->device_of[k])
       continue;
+    if (rt->lost[i].after) { /* at its nth launch */
+      uint64_t n = kind == TDM_FAULT_LAUNCH
+                       ? atomic_fetch_add_explicit(&rt->lost[i].launches, 1,
+                                                   memory_order_relaxed) + 1
+                       : atomic_load_explicit(&rt->lost[i].launches, memory_order_relaxed);
+      if (n < rt->lost[i].after)
+        continue;
+    } else if (tdm__now_ns() - rt->trace_t0 < rt->lost[i].at_ns) {
+      continue;
+    }
     uint64_t bit = UINT64_C(1) << i;
     if (!(atomic_fetch_or(&rt->lost_said, bit) & bit))
       tdm__log(rt, TDM_LOG_WARNING, "device %u stops working (injected fault)",
@@ -258,7 +278,7 @@ static tdm_status injected(tdm_runtime *rt, unsigned kind) {
 }
 
 tdm_status tdm__fault(tdm_runtime *rt, unsigned kind, unsigned k) {
-  if (TDM_UNLIKELY(rt->nlost) && lost_now(rt, k))
+  if (TDM_UNLIKELY(rt->nlost) && lost_now(rt, kind, k))
     return TDM_ERR_DEVICE_LOST;
   /* a hung device (watchdog.c) does nothing more */
   if (TDM_UNLIKELY(atomic_load_explicit(&rt->hung, memory_order_relaxed) >> k & 1))

@@ -466,16 +466,19 @@ static void lost_device(const char *name, const char *sim, unsigned nt, int runs
   static const struct {
     const char *name, *faults;
     int writeback;
-    bool quick_watchdog;
+    bool quick_watchdog, no_lineage;
   } cases[] = {
-      {"no fault", NULL, 0, false},
-      {"no fault, writeback", NULL, 1, false},
-      {"device 0 lost at 40 ms, writeback", "device=0:lost_at=40ms", 1, false},
-      {"device 0 lost at 40 ms", "device=0:lost_at=40ms", 0, false},
-      {"device 1 lost at 40 ms, writeback", "device=1:lost_at=40ms", 1, false},
-      {"device 1 lost at 40 ms", "device=1:lost_at=40ms", 0, false},
-      {"device 0 lost from the start", "device=0:lost_at=0s", 0, false},
-      {"every 70th device try hangs, writeback", "hang:nth=70", 1, true},
+      {"no fault (lineage)", NULL, 0, false, false},
+      {"no fault, writeback", NULL, 1, false, false},
+      {"no fault, neither", NULL, 0, false, true},
+      {"device 0 lost at 40 ms, lineage", "device=0:lost_at=40ms", 0, false, false},
+      {"device 0 lost at 40 ms, writeback", "device=0:lost_at=40ms", 1, false, false},
+      {"device 0 lost at 40 ms, neither", "device=0:lost_at=40ms", 0, false, true},
+      {"device 1 lost at 40 ms, lineage", "device=1:lost_at=40ms", 0, false, false},
+      {"device 1 lost at 40 ms, writeback", "device=1:lost_at=40ms", 1, false, false},
+      {"device 0 lost from the start", "device=0:lost_at=0s", 0, false, false},
+      {"every 70th device try hangs, lineage", "hang:nth=70", 0, true, false},
+      {"every 70th device try hangs, writeback", "hang:nth=70", 1, true, false},
   };
   char dir[] = "/tmp/tandem-bench-XXXXXX";
   if (!mkdtemp(dir)) {
@@ -486,14 +489,16 @@ static void lost_device(const char *name, const char *sim, unsigned nt, int runs
          name, runs);
   printf("runs ok: ended with tdm_wait_all and every unregistration TDM_OK (the others "
          "report the failure; their max err is what lost versions left); re-run: tries "
-         "placed again per run\n");
-  printf("%-38s %12s %8s %9s %12s %8s %10s %9s\n", "case", "makespan ms", "ratio", "runs ok",
-         "tasks d0/d1", "re-run", "MiB moved", "max err");
+         "placed again per run; replayed: tasks lineage ran again per run; lineage: a version "
+         "only a lost device held is made again; writeback: every version a device makes is "
+         "copied home at once (and lineage covers the moment before); neither: lost\n");
+  printf("%-40s %12s %8s %9s %12s %8s %9s %10s %9s\n", "case", "makespan ms", "ratio",
+         "runs ok", "tasks d0/d1", "re-run", "replayed", "MiB moved", "max err");
   double base = 0;
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     double t[15], err = 0;
     int ok = 0;
-    uint64_t dev[2] = {0, 0}, bytes = 0, rerun = 0;
+    uint64_t dev[2] = {0, 0}, bytes = 0, rerun = 0, replayed = 0;
     for (int r = -(c == 0); r < runs; r++) { /* the first, once: the models */
       tdm_config cfg;
       tdm_config_init(&cfg);
@@ -505,6 +510,8 @@ static void lost_device(const char *name, const char *sim, unsigned nt, int runs
       cfg.sim_time_scale = SCALE;
       cfg.devices = "none";
       cfg.writeback = cases[c].writeback;
+      if (cases[c].no_lineage)
+        cfg.lineage = 0;
       cfg.faults = r < 0 ? NULL : cases[c].faults;
       if (cases[c].quick_watchdog) {
         cfg.watchdog_factor = 10;
@@ -526,6 +533,7 @@ static void lost_device(const char *name, const char *sim, unsigned nt, int runs
                   cases[c].name, e);
         err = e > err ? e : err;
         rerun += atomic_load(&rt->nretries);
+        replayed += atomic_load(&rt->nreplayed);
         for (unsigned d = 0; d < 2; d++) {
           tdm_device_counters k = {.struct_size = sizeof k};
           tdm_runtime_device_counters(rt, d, &k);
@@ -540,9 +548,9 @@ static void lost_device(const char *name, const char *sim, unsigned nt, int runs
       base = ms;
     char tasks[32];
     snprintf(tasks, sizeof tasks, "%.0f/%.0f", (double)dev[0] / runs, (double)dev[1] / runs);
-    printf("%-38s %12.1f %8.2f %6d/%-2d %12s %8.1f %10.2f %9.1e\n", cases[c].name, ms,
-           ms / base, ok, runs, tasks, (double)rerun / runs, (double)bytes / runs / (1 << 20),
-           err);
+    printf("%-40s %12.1f %8.2f %6d/%-2d %12s %8.1f %9.1f %10.2f %9.1e\n", cases[c].name, ms,
+           ms / base, ok, runs, tasks, (double)rerun / runs, (double)replayed / runs,
+           (double)bytes / runs / (1 << 20), err);
     fflush(stdout);
   }
   char cmd[64];
