@@ -777,5 +777,5 @@ void tdm__coh_keep_gathered(const tdm_nodes *nodes, tdm_handle *h, uint32_t v) {
   if (h->parent && h->coh.host_ver == TDM_NO_VERSION && h->coh.ver == v &&
       tdm__nodeset_has(&h->coh.valid, 0) &&
       atomic_load_explicit(&h->magic, memory_order_relaxed) == TDM_HANDLE_DEAD)
-    keep_version(nodes, h, v, false);
+    keep_version(nodes, h, v, true);
 }

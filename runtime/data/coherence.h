@@ -392,7 +392,7 @@ void tdm__lineage_keep(const tdm_nodes *nodes, tdm_handle *h);
  * is the matrix's from then, which a writer of the matrix changes only
  * once the tile's readers are done), is read at version v by a record
  * made now: the host's memory holds v (the gather brought it home), and
- * is copied aside now if it has landed. */
+ * is copied aside now (once that copy has landed: waited for). */
 void tdm__coh_keep_gathered(const tdm_nodes *nodes, tdm_handle *h, uint32_t v);
 /* Frees the records no chain holds (no family lock held). */
 void tdm__lineage_reap(tdm_nodes *nodes);
