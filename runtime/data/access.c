@@ -146,27 +146,37 @@ void tdm__task_prefetch(tdm_runtime *rt, tdm_task *t, unsigned node) {
   tdm__tokens_release(&rt->nodes, &w);
 }
 
+/* Slot i of t writes its handle, and is the first slot that does (a
+ * handle named twice is one write). */
+static bool first_write(tdm_handle *const *hs, const uint8_t *modes, unsigned i) {
+  if (!(modes[i] & TDM_W))
+    return false;
+  for (unsigned j = 0; j < i; j++)
+    if (hs[j] == hs[i] && (modes[j] & TDM_W))
+      return false;
+  return true;
+}
+
+/* Some slot of t (n of them) reads the handle of slot i. */
+static bool reads_handle(tdm_handle *const *hs, const uint8_t *modes, unsigned n, unsigned i) {
+  for (unsigned j = 0; j < n; j++)
+    if (hs[j] == hs[i] && (modes[j] & TDM_R))
+      return true;
+  return false;
+}
+
 void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token done) {
   const tdm_nodes *nodes = &rt->nodes;
   tdm_handle *const *hs = tdm__task_handles(t);
   const uint8_t *modes = tdm__task_modes(t);
   tdm_lrec *rec = node && nodes->lineage_max ? tdm__lineage_record(rt, t) : NULL;
   for (unsigned i = 0; i < t->nbuf; i++) {
-    if (!(modes[i] & TDM_W))
+    if (!first_write(hs, modes, i))
       continue;
     tdm_handle *h = hs[i];
-    /* a handle named twice is one write, reading if any slot reads */
-    bool first = true, reads = false;
-    for (unsigned j = 0; j < t->nbuf; j++)
-      if (hs[j] == h) {
-        first &= j >= i || !(modes[j] & TDM_W);
-        reads |= (modes[j] & TDM_R) != 0;
-      }
-    if (!first)
-      continue;
     tdm_token mine = tdm__token_hold(nodes, done);
     tdm__coh_lock(&h->coh);
-    tdm__coh_written(nodes, h, node, mine, rec, reads);
+    tdm__coh_written(nodes, h, node, mine, rec, reads_handle(hs, modes, t->nbuf, i));
     tdm__coh_unlock(&h->coh);
   }
   if (rec) /* the chains hold it */
@@ -183,16 +193,10 @@ static bool end_writes(tdm_runtime *rt, tdm_task *t, unsigned node, bool failed)
   const uint8_t *modes = tdm__task_modes(t);
   bool ok = true;
   for (unsigned i = 0; i < t->nbuf; i++) {
-    if (!(modes[i] & TDM_W))
+    if (!first_write(hs, modes, i))
       continue;
-    bool first = true; /* a handle named twice: once */
-    for (unsigned j = 0; j < i; j++)
-      first &= hs[j] != hs[i] || !(modes[j] & TDM_W);
-    if (!first)
-      continue;
-    bool reads = false; /* a version it replaced without reading is not its input */
-    for (unsigned j = 0; j < t->nbuf; j++)
-      reads |= hs[j] == hs[i] && (modes[j] & TDM_R);
+    /* a version it replaced without reading is not its input */
+    bool reads = reads_handle(hs, modes, t->nbuf, i);
     tdm__coh_lock(&hs[i]->coh);
     if (failed)
       ok &= tdm__coh_write_failed(&rt->nodes, hs[i], node, t->issued) || !reads;
@@ -240,9 +244,7 @@ void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t, bool in_host) {
   tdm_handle *const *hs = tdm__task_handles(t);
   const uint8_t *modes = tdm__task_modes(t);
   for (unsigned i = 0; i < t->nbuf; i++) {
-    bool rw = false;
-    for (unsigned j = 0; j < t->nbuf; j++)
-      rw |= hs[j] == hs[i] && (modes[j] & TDM_R) && (modes[i] & TDM_W);
+    bool rw = (modes[i] & TDM_W) && reads_handle(hs, modes, t->nbuf, i);
     tdm__coh_lock(&hs[i]->coh);
     /* a copy into the node it ran on, home on its way there, or into the
      * node it came from */
