@@ -157,13 +157,6 @@ static bool first_write(tdm_handle *const *hs, const uint8_t *modes, unsigned i)
   return true;
 }
 
-/* Some slot of t (n of them) reads the handle of slot i. */
-static bool reads_handle(tdm_handle *const *hs, const uint8_t *modes, unsigned n, unsigned i) {
-  for (unsigned j = 0; j < n; j++)
-    if (hs[j] == hs[i] && (modes[j] & TDM_R))
-      return true;
-  return false;
-}
 
 void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token done) {
   const tdm_nodes *nodes = &rt->nodes;
@@ -176,7 +169,7 @@ void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token do
     tdm_handle *h = hs[i];
     tdm_token mine = tdm__token_hold(nodes, done);
     tdm__coh_lock(&h->coh);
-    tdm__coh_written(nodes, h, node, mine, rec, reads_handle(hs, modes, t->nbuf, i));
+    tdm__coh_written(nodes, h, node, mine, rec, tdm__slots_have(hs, modes, t->nbuf, i, TDM_R));
     tdm__coh_unlock(&h->coh);
   }
   if (rec) /* the chains hold it */
@@ -196,7 +189,7 @@ static bool end_writes(tdm_runtime *rt, tdm_task *t, unsigned node, bool failed)
     if (!first_write(hs, modes, i))
       continue;
     /* a version it replaced without reading is not its input */
-    bool reads = reads_handle(hs, modes, t->nbuf, i);
+    bool reads = tdm__slots_have(hs, modes, t->nbuf, i, TDM_R);
     tdm__coh_lock(&hs[i]->coh);
     if (failed)
       ok &= tdm__coh_write_failed(&rt->nodes, hs[i], node, t->issued) || !reads;
@@ -244,7 +237,7 @@ void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t, bool in_host) {
   tdm_handle *const *hs = tdm__task_handles(t);
   const uint8_t *modes = tdm__task_modes(t);
   for (unsigned i = 0; i < t->nbuf; i++) {
-    bool rw = (modes[i] & TDM_W) && reads_handle(hs, modes, t->nbuf, i);
+    bool rw = (modes[i] & TDM_W) && tdm__slots_have(hs, modes, t->nbuf, i, TDM_R);
     tdm__coh_lock(&hs[i]->coh);
     /* a copy into the node it ran on, home on its way there, or into the
      * node it came from */

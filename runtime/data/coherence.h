@@ -344,6 +344,16 @@ void tdm__mem_usage(const tdm_nodes *nodes, unsigned node, uint64_t *used, uint6
 enum { TDM_EVICTED, TDM_EVICT_LATER, TDM_EVICT_NOT };
 int tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
 
+/* Some of a task's n slots naming the handle of slot i has one of `mode`'s
+ * bits (a handle may be named twice). */
+static inline bool tdm__slots_have(tdm_handle *const *hs, const uint8_t *modes, unsigned n,
+                                   unsigned i, unsigned mode) {
+  for (unsigned j = 0; j < n; j++)
+    if (hs[j] == hs[i] && (modes[j] & mode))
+      return true;
+  return false;
+}
+
 /* ---- lineage (lineage.c) ---------------------------------------------------- */
 
 /* A record of task t, which is writing on a device, to replay it (its CPU

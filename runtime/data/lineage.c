@@ -93,17 +93,11 @@ static void unpin(tdm_handle *h, uint32_t v) {
 }
 
 /* Whether slot i of r reads (writes) its handle: any slot naming it. */
-static bool slot_mode(const tdm_lrec *r, unsigned i, unsigned mode) {
-  for (unsigned j = 0; j < r->nbuf; j++)
-    if (r->hs[j] == r->hs[i] && (r->modes[j] & mode))
-      return true;
-  return false;
-}
 static bool slot_reads(const tdm_lrec *r, unsigned i) {
-  return slot_mode(r, i, TDM_R);
+  return tdm__slots_have(r->hs, r->modes, r->nbuf, i, TDM_R);
 }
 static bool writes(const tdm_lrec *r, unsigned i) {
-  return slot_mode(r, i, TDM_W);
+  return tdm__slots_have(r->hs, r->modes, r->nbuf, i, TDM_W);
 }
 
 static size_t round_up(size_t n) {
