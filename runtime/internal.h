@@ -915,8 +915,12 @@ void tdm__host_written(tdm_task *t);
  * copy that fails is tried again (tdm_config.retries times); false when
  * none landed (logged): the host's memory does not hold h's version. */
 bool tdm__handle_home(tdm_handle *h, bool will_write);
-/* tdm__handle_home for a lineage replay, `depth` of them nested. */
-bool tdm__handle_home_at(tdm_handle *h, unsigned depth);
+/* tdm__handle_home of h's current version as it is, for a lineage
+ * replay (`depth` of them nested): a matrix's tiles still to gather stay
+ * so (gathering belongs to its next user, after the tiles' writers); its
+ * copy home is ordered as an eviction's is. h must not be a tile not yet
+ * taken from its matrix (which would take its matrix's contents). */
+bool tdm__handle_home_as_is(tdm_handle *h, unsigned depth);
 /* Releases h's device buffers (lock: see tdm__coh_forget). */
 void tdm__handle_forget(tdm_handle *h, bool lock);
 /* Predicted seconds to bring t's inputs to `node` now (0: there), by the

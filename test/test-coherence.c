@@ -433,6 +433,33 @@ static void test_unwritten_tiles_keep_copies(void **state) {
   teardown_world(&w);
 }
 
+/* A copy home an eviction started (not ordered by the task graph) may
+ * still be reading a device's copy when a task writes that copy: the
+ * write waits for it. Here the run fails and is undone, so the host's
+ * memory, where the copy landed, holds the version again: had the copy
+ * landed after the run, it would hold what the failed run wrote. */
+static void test_write_waits_for_eviction_copy(void **state) {
+  (void)state;
+  static world w;
+  setup_world(&w);
+  begin(&w);
+  write_on(&w, w.m, 1); /* node 1 holds the only copy */
+  tdm_handle *h = w.m;
+  tdm__coh_lock(&h->coh);
+  assert_int_equal(tdm__coh_evict(&w.nodes, h, 1), TDM_EVICT_LATER); /* its copy home starts */
+  tdm__coh_unlock(&h->coh);
+  prepare(&w, h, 1, TDM_RW); /* lands what the write comes after */
+  for (size_t r = 0; r < h->buf.nx; r++) /* a run that fails halfway */
+    for (size_t c = 0; c < h->buf.ny; c++)
+      *at(h, 1, r, c) = 0xbad;
+  tdm__coh_lock(&h->coh);
+  assert_true(tdm__coh_write_failed(&w.nodes, h, 1, false));
+  tdm__coh_unlock(&h->coh);
+  read_on(&w, h, 0);
+  end(&w);
+  teardown_world(&w);
+}
+
 static void test_nodeset_past_64(void **state) {
   (void)state;
   tdm_nodeset s = tdm__nodeset_of(0);
@@ -456,6 +483,7 @@ int main(void) {
       cmocka_unit_test(test_every_sequence),
       cmocka_unit_test(test_long_random_sequences),
       cmocka_unit_test(test_unwritten_tiles_keep_copies),
+      cmocka_unit_test(test_write_waits_for_eviction_copy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

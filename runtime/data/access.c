@@ -365,8 +365,8 @@ void tdm__host_written(tdm_task *t) {
   tdm__task_written(t->rt, t, 0, 0);
 }
 
-/* One try of tdm__handle_home. */
-static bool home_once(tdm_handle *h, bool will_write, unsigned depth) {
+/* One try of tdm__handle_home, after `gen` gathers. */
+static bool home_once(tdm_handle *h, bool will_write, uint32_t gen, unsigned depth) {
   tdm_runtime *rt = h->rt;
   const tdm_nodes *nodes = &rt->nodes;
   tdm_tokens w;
@@ -374,7 +374,7 @@ static bool home_once(tdm_handle *h, bool will_write, unsigned depth) {
   tdm__coh_lock(&h->coh);
   tdm__coh_drop_failed(nodes, h, 0); /* an earlier copy home that failed */
   tdm__coh_unlock(&h->coh);
-  bool ok = access_replaying(rt, h, 0, TDM_R, UINT32_MAX, &w, NULL, true, depth);
+  bool ok = access_replaying(rt, h, 0, TDM_R, gen, &w, NULL, true, depth);
   tdm__coh_reap(&rt->nodes);
   nodes->ops->wait(nodes->ctx, w.v, w.n);
   ok = ok && !any_failed(nodes, w.v, w.n);
@@ -388,12 +388,12 @@ static bool home_once(tdm_handle *h, bool will_write, unsigned depth) {
   return ok;
 }
 
-static bool home_at(tdm_handle *h, bool will_write, unsigned depth) {
+static bool home_at(tdm_handle *h, bool will_write, uint32_t gen, unsigned depth) {
   tdm_runtime *rt = h->rt;
   if (!rt->nodes.n)
     return true;
   for (unsigned tries = 0; tries <= rt->cfg.retries; tries++) {
-    if (home_once(h, will_write, depth))
+    if (home_once(h, will_write, gen, depth))
       return true;
     tdm__log(rt, TDM_LOG_WARNING, "a handle's contents could not be brought home (try %u of %u)",
              tries + 1, rt->cfg.retries + 1);
@@ -403,11 +403,11 @@ static bool home_at(tdm_handle *h, bool will_write, unsigned depth) {
 }
 
 bool tdm__handle_home(tdm_handle *h, bool will_write) {
-  return home_at(h, will_write, 0);
+  return home_at(h, will_write, UINT32_MAX, 0);
 }
 
-bool tdm__handle_home_at(tdm_handle *h, unsigned depth) {
-  return home_at(h, false, depth);
+bool tdm__handle_home_as_is(tdm_handle *h, unsigned depth) {
+  return home_at(h, false, 0, depth); /* no gather: seq 1 and up */
 }
 
 void tdm__handle_forget(tdm_handle *h, bool lock) {

@@ -454,6 +454,11 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
    * first (which the write waits for). Otherwise *unkept is set. */
   if ((mode & TDM_W) && node) {
     h->coh.writing = true;
+    /* Nor before a copy home still landing, which may read this node's
+     * memory: an eviction's or a replay's is not ordered by the task
+     * graph (one a host task asked for is: a writer comes after it). */
+    if (tdm__nodeset_has(&h->coh.valid, 0) && !tdm__coh_fill_failed(nodes, h, 0))
+      wait_add(nodes, w, fill_of(h, 0));
     if (nodes->keep_host && !make_valid(nodes, h, 0, w))
       return false;
     /* Its lineage is as long as kept: the version it replaces comes home

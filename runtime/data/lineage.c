@@ -270,19 +270,19 @@ static bool fetch(tdm_runtime *rt, tdm_handle *h, uint32_t v, void *out, unsigne
     tdm__coh_lock(&h->coh);
     tdm_pin *p = tdm__lineage_pin(h, v);
     /* Brought home, the current version only where that changes nothing
-     * else: not a matrix with tiles still to gather (the gather belongs to
-     * its next user, after the tiles' writers), nor a tile not yet taken
-     * from its matrix (which could gather the matrix's older tiles), nor
-     * while a device writes it (its copy there may be half-written). */
+     * else: as it is (a matrix's tiles still to gather stay so: the gather
+     * belongs to its next user, after the tiles' writers), not a tile not
+     * yet taken from its matrix (which could gather the matrix's older
+     * tiles), nor while a device writes it (its copy there may be
+     * half-written). */
     bool kept = p && p->copy,
-         current = h->coh.ver == v && !h->coh.gather && !tdm__nodeset_empty(&h->coh.valid) &&
-                   !h->coh.writing;
+         current = h->coh.ver == v && !tdm__nodeset_empty(&h->coh.valid) && !h->coh.writing;
     if (kept) /* copied aside when the host's memory changed */
       memcpy(out, p->copy, tdm__coh_bytes(h));
     tdm__coh_unlock(&h->coh);
     if (kept)
       return true;
-    if (!current || tries == 2 || !tdm__handle_home_at(h, depth + 1))
+    if (!current || tries == 2 || !tdm__handle_home_as_is(h, depth + 1))
       return false;
   }
 }
