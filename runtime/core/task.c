@@ -473,16 +473,40 @@ static void record_done(pred_list *p, tdm_task *t) {
   p->done[p->ndone++] = t;
 }
 
+/* preds_add of a predecessor that has finished: no edge; t is cancelled
+ * when it reads a version that predecessor did not produce. */
+static __attribute__((noinline)) void pred_done(pred_list *p, tdm_task *t, bool data) {
+  if (data && atomic_load_explicit(&t->outcome, memory_order_relaxed))
+    p->cancel = true;
+  if (p->record)
+    record_done(p, t);
+}
+
+/* preds_add when p is full: it grows (-1: out of memory). */
+static __attribute__((noinline)) int preds_grow(pred_list *p, tdm_task *tagged) {
+  unsigned cap = p->cap * 2;
+  tdm_runtime *rt = tdm__edge_task(tagged)->rt;
+  tdm_task **items = p->items == p->local ? tdm__malloc(rt, cap * sizeof *items)
+                                          : tdm__realloc(rt, p->items, cap * sizeof *items);
+  if (!items)
+    return -1;
+  if (p->items == p->local)
+    memcpy(items, p->local, sizeof p->local);
+  p->items = items;
+  p->cap = cap;
+  p->items[p->n++] = tagged;
+  return 0;
+}
+
 /* Adds t to p; data: the task being submitted reads a version t
- * produces (its edge is tagged TDM_EDGE_DATA). */
-static int preds_add(pred_list *p, tdm_task *t, bool data) {
+ * produces (its edge is tagged TDM_EDGE_DATA). Inlined: it runs for
+ * every predecessor of every task, its rarer cases out of line. */
+TDM_ALWAYS_INLINE static int preds_add(pred_list *p, tdm_task *t, bool data) {
   /* acquire: if it has finished, its effects (and outcome) are visible and
    * no edge is needed */
   if (atomic_load_explicit(&t->state, memory_order_acquire) == TDM_TS_DONE) {
-    if (data && atomic_load_explicit(&t->outcome, memory_order_relaxed))
-      p->cancel = true;
-    if (p->record)
-      record_done(p, t);
+    if (data || p->record)
+      pred_done(p, t, data);
     return 0;
   }
   tdm_task *tagged = data ? tdm__edge_tag(t) : t;
@@ -496,17 +520,8 @@ static int preds_add(pred_list *p, tdm_task *t, bool data) {
         p->items[i] = tagged;
       return 0;
     }
-  if (p->n == p->cap) {
-    unsigned cap = p->cap * 2;
-    tdm_task **items = p->items == p->local ? tdm__malloc(t->rt, cap * sizeof *items)
-                                            : tdm__realloc(t->rt, p->items, cap * sizeof *items);
-    if (!items)
-      return -1;
-    if (p->items == p->local)
-      memcpy(items, p->local, sizeof p->local);
-    p->items = items;
-    p->cap = cap;
-  }
+  if (TDM_UNLIKELY(p->n == p->cap))
+    return preds_grow(p, tagged);
   p->items[p->n++] = tagged;
   return 0;
 }
