@@ -358,7 +358,8 @@ typedef struct {
   const char *policy;
   bool faults;        /* device faults injected, retried */
   /* copies between the devices and the host fail too; no partitions then:
-   * a gather whose copy fails loses the matrix's version (reported) */
+   * copies failing while a matrix is partitioned are not recovered yet
+   * (README, "When things fail") */
   bool copies;
   /* copies fail (no partitions), nothing else, and no write-back: what a
    * device wrote stays there alone until it is needed or evicted */

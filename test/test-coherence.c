@@ -33,6 +33,7 @@ static unsigned copies;
 /* What a token stands for until it has run: a copy, or a join of tokens. */
 typedef struct {
   bool pending;
+  bool failed; /* it did not land (nor does what comes after it) */
   bool join;
   bool to_node;
   tdm_buffer host;
@@ -42,6 +43,9 @@ typedef struct {
   tdm_token after[16];
 } pending_op;
 static pending_op ops_of[MAXTOK];
+/* With failing_ops: the copy that fails, counting from 1 as they start
+ * (0: none). */
+static unsigned fail_at;
 static char seq_text[256]; /* the events of the sequence, for messages */
 /* Memory freed while a copy may still use it: freed at the end. */
 static void *freed[4096];
@@ -51,6 +55,7 @@ static tdm_token new_token(void) {
   assert_true(ntok + 1 < MAXTOK);
   refs[++ntok] = 1;
   ops_of[ntok].pending = false;
+  ops_of[ntok].failed = false;
   return ntok;
 }
 
@@ -60,9 +65,11 @@ static void land(tdm_token t) {
   if (!o->pending)
     return;
   o->pending = false;
-  for (unsigned i = 0; i < o->nafter; i++)
+  for (unsigned i = 0; i < o->nafter; i++) {
     land(o->after[i]);
-  for (size_t r = 0; !o->join && r < o->host.nx; r++) {
+    o->failed |= ops_of[o->after[i]].failed;
+  }
+  for (size_t r = 0; !o->join && !o->failed && r < o->host.nx; r++) {
     uint64_t *host = (uint64_t *)o->host.ptr + r * o->host.ld;
     uint64_t *dev = (uint64_t *)((char *)o->mem + r * o->pitch);
     memcpy(o->to_node ? dev : host, o->to_node ? host : dev, o->host.ny * sizeof *host);
@@ -108,6 +115,8 @@ static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
   copies++;
   *done = later(after, nafter, false);
   pending_op *o = &ops_of[*done];
+  if (fail_at && --fail_at == 0) /* as a copy that fails once started */
+    o->failed = true;
   o->to_node = to_node;
   o->host = *c->host;
   o->mem = c->mem;
@@ -149,6 +158,12 @@ static void node_wait(void *ctx, const tdm_token *ts, unsigned n) {
   }
 }
 
+static bool node_failed(void *ctx, tdm_token t) {
+  (void)ctx;
+  use(t);
+  return ops_of[t].failed;
+}
+
 static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
   (void)ctx;
   (void)node;
@@ -164,6 +179,20 @@ static const tdm_node_ops ops = {
     .release = node_release,
     .test = node_test,
     .wait = node_wait,
+    .link_time = node_link_time,
+};
+
+/* The same, with copies that can fail (fail_at). */
+static const tdm_node_ops failing_ops = {
+    .alloc = node_alloc,
+    .free = node_free,
+    .copy = node_copy,
+    .join = node_join,
+    .retain = node_retain,
+    .release = node_release,
+    .test = node_test,
+    .wait = node_wait,
+    .failed = node_failed,
     .link_time = node_link_time,
 };
 
@@ -346,7 +375,7 @@ static void end(world *w) {
   assert_int_equal(tdm_handle_unregister(w->m), TDM_OK);
 }
 
-static void setup_world(world *w) {
+static void setup_world_with(world *w, const tdm_node_ops *o) {
   memset(w, 0, sizeof *w);
   tdm_config cfg;
   tdm_config_init(&cfg);
@@ -359,7 +388,11 @@ static void setup_world(world *w) {
   cfg.sim_time_scale = 1;
   assert_int_equal(tdm_runtime_create(&cfg, &w->rt), TDM_OK);
   uint64_t limits[NNODES - 1] = {UINT64_MAX, UINT64_MAX};
-  assert_int_equal(tdm__nodes_init(&w->nodes, NULL, &ops, NULL, NNODES, limits), TDM_OK);
+  assert_int_equal(tdm__nodes_init(&w->nodes, NULL, o, NULL, NNODES, limits), TDM_OK);
+}
+
+static void setup_world(world *w) {
+  setup_world_with(w, &ops);
 }
 
 static void teardown_world(world *w) {
@@ -460,6 +493,34 @@ static void test_write_waits_for_eviction_copy(void **state) {
   teardown_world(&w);
 }
 
+/* An unpartitioned matrix whose tiles only devices hold gathers them on
+ * its first use; a copy home that fails there is made again from the
+ * tile's device (the tile still holds its version), not left as the
+ * matrix's contents: the read sees every tile's writes. */
+static void test_gather_copy_fails(void **state) {
+  (void)state;
+  static world w;
+  setup_world_with(&w, &failing_ops);
+  w.nodes.retries = 1;
+  for (unsigned which = 1; which <= 2; which++) { /* the first copy fails, or the second */
+    begin(&w);
+    partition(&w);
+    tdm_handle *hs[2] = {NULL, NULL};
+    assert_int_equal(handles(&w, hs), 2);
+    write_on(&w, hs[0], 1);
+    write_on(&w, hs[1], 2);
+    assert_int_equal(tdm_matrix_unpartition(w.m, 0), TDM_OK);
+    w.parted = false;
+    unsigned before = copies;
+    fail_at = which;
+    read_on(&w, w.m, 0);
+    assert_int_equal(fail_at, 0);     /* it failed */
+    assert_int_equal(copies - before, 3); /* and was made again */
+    end(&w);
+  }
+  teardown_world(&w);
+}
+
 static void test_nodeset_past_64(void **state) {
   (void)state;
   tdm_nodeset s = tdm__nodeset_of(0);
@@ -484,6 +545,7 @@ int main(void) {
       cmocka_unit_test(test_long_random_sequences),
       cmocka_unit_test(test_unwritten_tiles_keep_copies),
       cmocka_unit_test(test_write_waits_for_eviction_copy),
+      cmocka_unit_test(test_gather_copy_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -233,6 +233,30 @@ static bool inherit(const tdm_nodes *nodes, tdm_handle *h) {
 
 static void only_on(tdm_handle *h, unsigned node);
 
+/* Waits for the copies home of g's tiles (their tokens in w, the
+ * family's lock held: rare, a gather); a tile whose copy failed is
+ * copied again from where it is (nodes->retries times). False when
+ * one never landed: the gather is tried again on the next use. */
+static bool tiles_landed(const tdm_nodes *nodes, tdm_gather *g, const tdm_tokens *w) {
+  nodes->ops->wait(nodes->ctx, w->v, w->n);
+  for (size_t k = 0; k < g->n; k++) {
+    tdm_handle *t = g->tiles[k];
+    for (unsigned tries = 0; tdm__coh_fill_failed(nodes, t, 0); tries++) {
+      tdm__coh_drop_failed(nodes, t, 0); /* the device holding it stays */
+      if (tries == nodes->retries || tdm__nodeset_has(&t->coh.valid, 0))
+        return false; /* (the host was its only holder: nothing to copy) */
+      tdm_tokens again;
+      tdm__tokens_init(&again);
+      bool ok = make_valid(nodes, t, 0, &again);
+      nodes->ops->wait(nodes->ctx, again.v, again.n);
+      tdm__tokens_release(nodes, &again);
+      if (!ok)
+        return false;
+    }
+  }
+  return true;
+}
+
 /* After an unpartition the matrix's contents are in its old tiles: its
  * first use (the first access submitted after the unpartition) brings
  * them home, after those of an earlier unpartition not gathered yet. The
@@ -253,6 +277,14 @@ static bool gather(const tdm_nodes *nodes, tdm_handle *h) {
   for (size_t k = 0; k < g->n && ok; k++) {
     tdm_handle *t = g->tiles[k];
     ok = settle(nodes, t) && make_valid(nodes, t, 0, &w);
+  }
+  /* Where copies can fail, they have landed before the tiles die (else a
+   * copy that failed would lose the matrix's version): nothing is left
+   * to wait for. */
+  if (ok && nodes->ops->failed && w.n) {
+    ok = tiles_landed(nodes, g, &w);
+    tdm__tokens_release(nodes, &w);
+    tdm__tokens_init(&w);
   }
   if (!ok) {
     tdm__tokens_release(nodes, &w);

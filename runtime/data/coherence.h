@@ -140,6 +140,9 @@ typedef struct tdm_nodes {
   /* tdm_config.lineage: the longest chain of device writes a handle
    * keeps to replay (lineage.c); 0: none kept. */
   unsigned lineage_max;
+  /* tdm_config.retries: how often a copy a gather needs is made again
+   * after it failed. */
+  unsigned retries;
   /* Lineage records no chain holds any more, freed outside family locks
    * (tdm__coh_reap): freeing one releases handles. */
   _Atomic(tdm_lrec *) lfree;

@@ -21,6 +21,7 @@ int tdm__nodes_init(tdm_nodes *nodes, tdm_runtime *rt, const tdm_node_ops *ops, 
   nodes->rt = rt;
   nodes->keep_host = rt && rt->cfg.writeback;
   nodes->lineage_max = rt ? rt->cfg.lineage : 0;
+  nodes->retries = rt ? rt->cfg.retries : 0;
   if (n > TDM_MAX_NODES) {
     tdm__log(rt, TDM_LOG_ERROR, "%u memory nodes: at most %d", n, TDM_MAX_NODES);
     return TDM_ERR_INVALID_ARG;
