@@ -170,31 +170,14 @@ static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
   return 1e-6 + (double)bytes * 1e-9;
 }
 
-static const tdm_node_ops ops = {
-    .alloc = node_alloc,
-    .free = node_free,
-    .copy = node_copy,
-    .join = node_join,
-    .retain = node_retain,
-    .release = node_release,
-    .test = node_test,
-    .wait = node_wait,
-    .link_time = node_link_time,
-};
+#define MODEL_OPS                                                                          \
+  .alloc = node_alloc, .free = node_free, .copy = node_copy, .join = node_join,            \
+  .retain = node_retain, .release = node_release, .test = node_test, .wait = node_wait,    \
+  .link_time = node_link_time
 
+static const tdm_node_ops ops = {MODEL_OPS};
 /* The same, with copies that can fail (fail_at). */
-static const tdm_node_ops failing_ops = {
-    .alloc = node_alloc,
-    .free = node_free,
-    .copy = node_copy,
-    .join = node_join,
-    .retain = node_retain,
-    .release = node_release,
-    .test = node_test,
-    .wait = node_wait,
-    .failed = node_failed,
-    .link_time = node_link_time,
-};
+static const tdm_node_ops failing_ops = {MODEL_OPS, .failed = node_failed};
 
 /* ---- the model ------------------------------------------------------------- */
 
