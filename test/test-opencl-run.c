@@ -1156,6 +1156,87 @@ static void CL_CALLBACK note_status(cl_event e, cl_int status, void *data) {
  * error status) still ends: tdm__cl_when_complete's callback comes, from
  * the watcher if the implementation never calls it (PoCL 3.1 does not),
  * once, with the error. */
+/* ---- a failed writer across a partition or an unpartition ---------------- */
+
+static const tdm_opencl_variant fill_cl = {
+    .source = "__kernel void fill(__global float *m, ulong nx, ulong ny, ulong ld) {\n"
+              "  m[get_global_id(0)] = 1.0f;\n"
+              "}\n",
+    .kernel = "fill"};
+/* OpenCL only: where its launch fails there is nothing to retry it on */
+static const tdm_codelet fill = {
+    .name = "fill", .nbuffers = 1, .modes = {TDM_W}, .opencl = &fill_cl};
+
+static _Atomic unsigned looked;
+static _Atomic int look_outcome;
+
+static void look(const tdm_buffer *b, const void *args, size_t size) {
+  (void)b;
+  (void)args;
+  (void)size;
+  atomic_fetch_add(&looked, 1);
+}
+
+static void look_ended(void *data) {
+  (void)data;
+  atomic_store(&look_outcome, (int)tdm_callback_status());
+}
+
+/* Submits a CPU task reading h; returns its outcome once ended, and in
+ * *waited what tdm_wait_all said then. */
+static int read_on_cpu(tdm_runtime *rt, tdm_handle *h, tdm_status *waited) {
+  static const tdm_codelet cl = {.name = "look", .cpu_fn = look, .nbuffers = 1,
+                                 .modes = {TDM_R}};
+  atomic_store(&look_outcome, 1);
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl, .handles = {h},
+                                                  .callback = look_ended}),
+                   TDM_OK);
+  *waited = tdm_wait_all(rt);
+  return atomic_load(&look_outcome);
+}
+
+/* A writer that failed, and had ended, before its handle was partitioned
+ * (or, writing a tile, before the unpartition): the version it did not
+ * produce is still missing on the other side. A reader of a tile (of the
+ * matrix) is cancelled without running, and acquiring the matrix
+ * reports the version lost. */
+static void test_failed_writer_across_partitions(void **state) {
+  (void)state;
+  for (int tile_first = 0; tile_first < 2; tile_first++) {
+    test_log log;
+    tdm_runtime *rt = device_runtime(&log, 1);
+    tdm__faults_set(rt, TDM_FAULT_LAUNCH, 1.0, 3); /* every launch fails */
+    float *m = array(0, 0);
+    tdm_handle *hm;
+    assert_int_equal(tdm_register_matrix(rt, m, 8, N / 8, 8, sizeof(float), &hm), TDM_OK);
+    atomic_store(&looked, 0);
+    tdm_status waited;
+    if (!tile_first) { /* the matrix's writer fails, then tiles are read */
+      assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &fill, .handles = {hm}}),
+                       TDM_OK);
+      assert_int_equal(tdm_wait_all(rt), TDM_ERR_TASK_FAILED);
+      assert_int_equal(tdm_matrix_partition(hm, N / 16, 8, 0), TDM_OK);
+      assert_int_equal(read_on_cpu(rt, tdm_matrix_tile(hm, 0, 0), &waited), TDM_ERR_CANCELLED);
+      assert_int_equal(tdm_matrix_unpartition(hm, 0), TDM_OK);
+    } else { /* a tile's writer fails, then the matrix is read */
+      assert_int_equal(tdm_matrix_partition(hm, N / 16, 8, 0), TDM_OK);
+      assert_int_equal(
+          tdm_submit(rt, &(tdm_task_desc){.codelet = &fill,
+                                          .handles = {tdm_matrix_tile(hm, 1, 0)}}),
+          TDM_OK);
+      assert_int_equal(tdm_wait_all(rt), TDM_ERR_TASK_FAILED);
+      assert_int_equal(tdm_matrix_unpartition(hm, 0), TDM_OK);
+      assert_int_equal(read_on_cpu(rt, hm, &waited), TDM_ERR_CANCELLED);
+    }
+    assert_int_equal(waited, TDM_ERR_TASK_FAILED); /* the cancellation, reported */
+    assert_int_equal(atomic_load(&looked), 0); /* nothing read the missing version */
+    assert_int_equal(tdm_handle_acquire(hm, TDM_R), TDM_ERR_LOST);
+    assert_int_equal(tdm_handle_unregister(hm), TDM_ERR_LOST);
+    tdm_runtime_destroy(rt);
+    tdm_free(m);
+  }
+}
+
 static void test_failed_event_calls_back(void **state) {
   (void)state;
   test_log log;
@@ -1246,6 +1327,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_no_device),
       cmocka_unit_test(test_callbacks_on_failures),
       cmocka_unit_test(test_failed_event_calls_back),
+      cmocka_unit_test(test_failed_writer_across_partitions),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   test_remove_dir(cache_dir);

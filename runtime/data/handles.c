@@ -283,9 +283,12 @@ tdm_status tdm_handle_buffer(const tdm_handle *h, tdm_buffer *out) {
 static int copy_refs(tdm_runtime *rt, tdm_taskvec *dst, const tdm_taskvec *src) {
   for (unsigned i = 0; i < src->n; i++) {
     tdm_task *t = src->items[i];
-    /* acquire: a finished task needs no edge, but its writes must be
-     * visible to the tasks that will not wait for it */
-    if (atomic_load_explicit(&t->state, memory_order_acquire) == TDM_TS_DONE)
+    /* acquire: a finished task needs no edge, but its writes (and its
+     * outcome) must be visible to the tasks that will not wait for it.
+     * One that failed stays: a task reading what it did not produce is
+     * cancelled, and the version is reported lost, on either side. */
+    if (atomic_load_explicit(&t->state, memory_order_acquire) == TDM_TS_DONE &&
+        !atomic_load_explicit(&t->outcome, memory_order_relaxed))
       continue; /* finished: nothing to wait for */
     if (tdm__taskvec_push(rt, dst, t))
       return -1;
