@@ -253,7 +253,7 @@ void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t, bool in_host) {
 }
 
 /* Copies the rows of each buffer t writes between the host and `room`,
- * packed (to_room: into it). */
+ * packed (to_room: into it; room NULL: only counts the bytes). */
 static size_t copy_written(const tdm_task *t, unsigned char *room, bool to_room) {
   tdm_handle *const *hs = tdm__task_handles(t);
   const uint8_t *modes = tdm__task_modes(t);
@@ -261,13 +261,9 @@ static size_t copy_written(const tdm_task *t, unsigned char *room, bool to_room)
   for (unsigned i = 0; i < t->nbuf; i++) {
     if (!(modes[i] & TDM_W))
       continue;
-    const tdm_buffer *b = &hs[i]->buf;
-    size_t row = b->ny * b->elem_size, pitch = b->ld * b->elem_size;
-    for (size_t r = 0; r < b->nx; r++, at += row) {
-      unsigned char *host = (unsigned char *)b->ptr + r * pitch;
-      if (room)
-        memcpy(to_room ? room + at : host, to_room ? host : room + at, row);
-    }
+    if (room)
+      tdm__coh_host_rows(hs[i], room + at, !to_room);
+    at += tdm__coh_bytes(hs[i]);
   }
   return at;
 }

@@ -713,9 +713,7 @@ void tdm__coh_forget(const tdm_nodes *nodes, tdm_handle *h, bool lock) {
 
 /* ---- the host's memory, for lineage (no lock held) ---------------------------- */
 
-/* h's elements between the host's memory and `packed` (to_host: into the
- * host's memory). */
-static void host_rows(const tdm_handle *h, void *packed, bool to_host) {
+void tdm__coh_host_rows(const tdm_handle *h, void *packed, bool to_host) {
   const tdm_buffer *b = &h->buf;
   size_t row = b->ny * b->elem_size;
   for (size_t r = 0; r < b->nx; r++) {
@@ -746,7 +744,7 @@ int tdm__coh_host_read(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, void *
   while (h->coh.host_ver == v && !tdm__coh_fill_failed(nodes, h, 0) && host_landing(nodes, h));
   bool held = h->coh.host_ver == v && !tdm__coh_fill_failed(nodes, h, 0);
   if (held)
-    host_rows(h, out, false);
+    tdm__coh_host_rows(h, out, false);
   tdm__coh_unlock(&h->coh);
   return held;
 }
@@ -762,7 +760,7 @@ bool tdm__coh_host_install(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, co
   bool ok = h->coh.ver == v;
   if (ok && !tdm__nodeset_has(&h->coh.valid, 0) && (ok = tdm__coh_replicas(nodes, h))) {
     host_holds(nodes, h, v);
-    host_rows(h, (void *)in, true);
+    tdm__coh_host_rows(h, (void *)in, true);
     set_fill(nodes, h, 0, 0);
     h->coh.valid = tdm__nodeset_of(0);
     h->coh.damaged = false;
@@ -773,18 +771,15 @@ bool tdm__coh_host_install(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, co
 }
 
 /* Copies the host's memory of h aside as its version v, when a record
- * reads v and nothing holds a copy of it yet; `wait`: for what still
- * writes that memory (else, if something does, nothing is copied). */
-static void keep_version(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, bool wait) {
+ * reads v and nothing holds a copy of it yet, after what still writes
+ * that memory (rare: a copy home still landing). */
+static void keep_version(const tdm_nodes *nodes, tdm_handle *h, uint32_t v) {
   tdm_pin *p = tdm__lineage_pin(h, v);
   if (!p || p->copy || v == TDM_NO_VERSION || tdm__coh_fill_failed(nodes, h, 0))
     return;
   tdm_token f = fill_of(h, 0);
-  if (f && !nodes->ops->test(nodes->ctx, f)) { /* rare: a copy home still landing */
-    if (!wait)
-      return;
+  if (f && !nodes->ops->test(nodes->ctx, f))
     nodes->ops->wait(nodes->ctx, &f, 1);
-  }
   if (tdm__coh_fill_failed(nodes, h, 0))
     return;
   size_t bytes = tdm__coh_bytes(h);
@@ -794,7 +789,7 @@ static void keep_version(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, bool
              "out of memory for a version lineage needs: what reads it cannot be made again");
     return;
   }
-  host_rows(h, p->copy, false);
+  tdm__coh_host_rows(h, p->copy, false);
 }
 
 void tdm__coh_host_undone(const tdm_nodes *nodes, tdm_handle *h) {
@@ -807,12 +802,12 @@ void tdm__coh_host_writing(const tdm_nodes *nodes, tdm_handle *h) {
 }
 
 void tdm__lineage_keep(const tdm_nodes *nodes, tdm_handle *h) {
-  keep_version(nodes, h, h->coh.host_ver, true);
+  keep_version(nodes, h, h->coh.host_ver);
 }
 
 void tdm__coh_keep_gathered(const tdm_nodes *nodes, tdm_handle *h, uint32_t v) {
   if (h->parent && h->coh.host_ver == TDM_NO_VERSION && h->coh.ver == v &&
       tdm__nodeset_has(&h->coh.valid, 0) &&
       atomic_load_explicit(&h->magic, memory_order_relaxed) == TDM_HANDLE_DEAD)
-    keep_version(nodes, h, v, true);
+    keep_version(nodes, h, v);
 }

@@ -320,6 +320,9 @@ bool tdm__coh_replicas(const tdm_nodes *nodes, tdm_handle *h);
  * other) and the span of its elements in host memory. */
 size_t tdm__coh_bytes(const tdm_handle *h);
 size_t tdm__coh_span(const tdm_handle *h);
+/* h's elements between the host's memory and `packed` (tdm__coh_bytes of
+ * them, row after row; to_host: into the host's memory). */
+void tdm__coh_host_rows(const tdm_handle *h, void *packed, bool to_host);
 
 /* ---- memory (memory.c), the family's lock held ------------------------------- */
 
