@@ -354,7 +354,7 @@ static void test_random_dag_retried_eager(void **state) {
   with_devices_faults("eager", &runs, 2, 1);
 }
 
-/* Without writeback (here and in test_random_dag_retried_ws): a run that
+/* Without writeback (here and in the two tests below): a run that
  * failed after replacing a version only a device held is undone by
  * lineage, and tried again. */
 static void test_random_dag_retried_ws(void **state) {

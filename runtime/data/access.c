@@ -157,7 +157,6 @@ static bool first_write(tdm_handle *const *hs, const uint8_t *modes, unsigned i)
   return true;
 }
 
-
 void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token done) {
   const tdm_nodes *nodes = &rt->nodes;
   tdm_handle *const *hs = tdm__task_handles(t);
