@@ -35,7 +35,6 @@
 
 #define NMAT 3
 
-static bool whole_only; /* no partitions (setup.copies, below) */
 #define ROWS 12
 #define COLS 12
 #define LD 13 /* rows apart: copies are rectangles */
@@ -325,7 +324,7 @@ static void one_seed(tdm_runtime *rt, uint64_t seed, unsigned steps) {
     unsigned m = (unsigned)(next(&r) % NMAT), what = (unsigned)(next(&r) % 20);
     if (what < 14) {
       submit_task(&r);
-    } else if (what < 16 && !r.parted[m] && !whole_only) {
+    } else if (what < 16 && !r.parted[m]) {
       const size_t *t = tiles[next(&r) % (sizeof tiles / sizeof tiles[0])];
       assert_int_equal(tdm_matrix_partition(r.mat[m], t[0], t[1], 0), TDM_OK);
       assert_int_equal(tdm_matrix_tiles(r.mat[m], &r.tr[m], &r.tc[m]), TDM_OK);
@@ -357,12 +356,10 @@ typedef struct {
   uint64_t limit;     /* device memory limit, 0: none */
   const char *policy;
   bool faults;        /* device faults injected, retried */
-  /* copies between the devices and the host fail too; no partitions then:
-   * copies failing while a matrix is partitioned are not recovered yet
-   * (README, "When things fail") */
+  /* copies between the devices and the host fail too */
   bool copies;
-  /* copies fail (no partitions), nothing else, and no write-back: what a
-   * device wrote stays there alone until it is needed or evicted */
+  /* copies fail, nothing else, and no write-back: what a device wrote
+   * stays there alone until it is needed or evicted */
   bool copies_only;
   /* tdm_config.faults: a device stops working, or hangs; then a device
    * must be quarantined with a reason that contains `reason` */
@@ -451,7 +448,6 @@ static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps
   char dir[64];
   tdm_runtime *rt = make(s, dir, sizeof dir);
   wide_submitted = 0;
-  whole_only = s->copies || s->copies_only;
   atomic_store(&wide_on_cpu, 0);
   for (uint64_t seed = first; seed < first + nseeds; seed++)
     one_seed(rt, seed, steps);
@@ -505,8 +501,7 @@ static void every_policy(const setup *base, uint64_t first, unsigned nseeds, uns
   assert_true(totals[0] > 0);
   if (base->faults || base->copies_only) /* the faults were met, and overcome */
     assert_true(retried > 0);
-  if (!base->copies && !base->copies_only) /* wide tasks take tiles */
-    assert_true(totals[2] > 0); /* the wide path was taken */
+  assert_true(totals[2] > 0); /* the wide path was taken (wide tasks take tiles) */
   if (base->limit)
     assert_true(totals[1] > 0);
   /* a device stopped (in some run: one placement may send a device too
@@ -573,7 +568,7 @@ static void test_emulated_lost_lineage(void **state) {
                6200, 3, 400);
 }
 
-/* With copies failing too (and no partitions). */
+/* With copies failing too, matrices partitioned or not. */
 static void test_emulated_copy_faults(void **state) {
   (void)state;
   every_policy(&(setup){.sim = TWO_OWN, .faults = true, .copies = true}, 6500, 3, 400);
@@ -585,7 +580,7 @@ static void test_emulated_copy_faults(void **state) {
  * version's holder; dropped at once, the version would be lost). */
 static void test_emulated_copy_faults_evictions(void **state) {
   (void)state;
-  /* room for two of the three matrices (no partitions here) */
+  /* room for two of the three matrices */
   every_policy(&(setup){.sim = TWO_OWN, .copies_only = true, .limit = 2 * ROWS * COLS * 8},
                6800, 3, 400);
 }

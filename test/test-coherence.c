@@ -69,10 +69,13 @@ static void land(tdm_token t) {
     land(o->after[i]);
     o->failed |= ops_of[o->after[i]].failed;
   }
-  for (size_t r = 0; !o->join && !o->failed && r < o->host.nx; r++) {
+  for (size_t r = 0; !o->join && r < o->host.nx; r++) {
     uint64_t *host = (uint64_t *)o->host.ptr + r * o->host.ld;
     uint64_t *dev = (uint64_t *)((char *)o->mem + r * o->pitch);
-    memcpy(o->to_node ? dev : host, o->to_node ? host : dev, o->host.ny * sizeof *host);
+    if (o->failed) /* as the emulated devices: what it wrote is garbage */
+      memset(o->to_node ? dev : host, 0xa5, o->host.ny * sizeof *host);
+    else
+      memcpy(o->to_node ? dev : host, o->to_node ? host : dev, o->host.ny * sizeof *host);
   }
 }
 
@@ -161,7 +164,7 @@ static void node_wait(void *ctx, const tdm_token *ts, unsigned n) {
 static bool node_failed(void *ctx, tdm_token t) {
   (void)ctx;
   use(t);
-  return ops_of[t].failed;
+  return ops_of[t].failed && !ops_of[t].pending; /* known once it completed */
 }
 
 static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
@@ -215,17 +218,30 @@ static size_t offset(world *w, tdm_handle *h) {
   return (size_t)((uint64_t *)h->buf.ptr - w->data);
 }
 
-static void prepare(world *w, tdm_handle *h, unsigned node, unsigned mode) {
+/* One try of an access: false when it could not be made or a copy it
+ * waited for failed (then, as a task's try that failed, the copies that
+ * failed are forgotten where another node holds h). */
+static bool attempt(world *w, tdm_handle *h, unsigned node, unsigned mode) {
   tdm_tokens ts;
   tdm__tokens_init(&ts);
   tdm__coh_lock(&h->coh);
   bool ok = node == 0 || tdm__mem_get(&w->nodes, h, node, NULL) != NULL;
   ok = ok && tdm__coh_access(&w->nodes, h, node, mode, UINT32_MAX, &ts, NULL);
   tdm__coh_unlock(&h->coh);
-  assert_true(ok);
   ops.wait(NULL, ts.v, ts.n); /* as a task waits for its inputs */
+  for (unsigned i = 0; i < ts.n; i++)
+    ok &= !ops_of[ts.v[i]].failed;
   tdm__tokens_release(&w->nodes, &ts);
+  tdm__coh_lock(&h->coh);
+  for (int n = 0; !ok && n >= 0; n = tdm__nodeset_next(&h->coh.valid, (unsigned)n + 1))
+    tdm__coh_drop_failed(&w->nodes, h, (unsigned)n);
+  tdm__coh_unlock(&h->coh);
   tdm__coh_reap(&w->nodes);
+  return ok;
+}
+
+static void prepare(world *w, tdm_handle *h, unsigned node, unsigned mode) {
+  assert_true(attempt(w, h, node, mode));
 }
 
 static void read_on(world *w, tdm_handle *h, unsigned node) {
@@ -504,6 +520,64 @@ static void test_gather_copy_fails(void **state) {
   teardown_world(&w);
 }
 
+/* A matrix only a device holds is partitioned; the copy home its first
+ * tile's first use (a write in the host's memory) starts fails, and the
+ * write is tried again. The other tile then takes its rectangle from the
+ * device through memory aside (a copy of the whole matrix home would
+ * write over the first tile's), and an eviction of the matrix's copy,
+ * the last one held, does not copy it home over the tiles either. */
+static void test_tile_taken_after_failed_copy(void **state) {
+  (void)state;
+  static world w;
+  setup_world_with(&w, &failing_ops);
+  begin(&w);
+  write_on(&w, w.m, 1);
+  partition(&w);
+  tdm_handle *hs[2] = {NULL, NULL};
+  assert_int_equal(handles(&w, hs), 2);
+  fail_at = 1;
+  assert_false(attempt(&w, hs[1], 0, TDM_W)); /* the matrix's copy home failed */
+  assert_int_equal(fail_at, 0);
+  write_on(&w, hs[1], 0);
+  read_on(&w, hs[0], 0);
+  read_on(&w, hs[1], 0);
+  tdm__coh_lock(&w.m->coh);
+  assert_int_equal(tdm__coh_evict(&w.nodes, w.m, 1), TDM_EVICT_NOT);
+  tdm__coh_unlock(&w.m->coh);
+  read_on(&w, hs[1], 0);
+  assert_int_equal(tdm_matrix_unpartition(w.m, 0), TDM_OK);
+  w.parted = false;
+  end(&w); /* the matrix read home, and every copy landed */
+  teardown_world(&w);
+}
+
+/* A reader of the matrix from before its partition runs after a tile
+ * took its rectangle through a copy home that failed, and is tried
+ * again: the matrix comes home aside, into the rectangles the tiles do
+ * not hold (the tile whose copy failed takes its rectangle again), and
+ * the reader reads the matrix's version. */
+static void test_reader_before_partition_retried(void **state) {
+  (void)state;
+  static world w;
+  setup_world_with(&w, &failing_ops);
+  begin(&w);
+  write_on(&w, w.m, 2);
+  partition(&w);
+  tdm_handle *hs[2] = {NULL, NULL};
+  assert_int_equal(handles(&w, hs), 2);
+  fail_at = 1;
+  assert_false(attempt(&w, hs[0], 0, TDM_R));
+  assert_false(attempt(&w, w.m, 0, TDM_R)); /* the same failed copy */
+  read_on(&w, w.m, 0);
+  read_on(&w, hs[0], 0);
+  read_on(&w, hs[1], 1);
+  write_on(&w, hs[0], 0);
+  assert_int_equal(tdm_matrix_unpartition(w.m, 0), TDM_OK);
+  w.parted = false;
+  end(&w);
+  teardown_world(&w);
+}
+
 static void test_nodeset_past_64(void **state) {
   (void)state;
   tdm_nodeset s = tdm__nodeset_of(0);
@@ -529,6 +603,8 @@ int main(void) {
       cmocka_unit_test(test_unwritten_tiles_keep_copies),
       cmocka_unit_test(test_write_waits_for_eviction_copy),
       cmocka_unit_test(test_gather_copy_fails),
+      cmocka_unit_test(test_tile_taken_after_failed_copy),
+      cmocka_unit_test(test_reader_before_partition_retried),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,9 @@ void tdm__coh_init(tdm_coh *c, bool on_host, tdm_coh *parent) {
   c->gather = NULL;
   c->gathers = 0;
   c->born = parent ? parent->gathers : 0;
+  c->lent = 0;
+  c->parts = NULL;
+  c->nparts = 0;
   c->written = false;
   c->ver = 0;
   c->host_ver = on_host ? 0 : TDM_NO_VERSION;
@@ -35,8 +38,17 @@ void tdm__coh_init(tdm_coh *c, bool on_host, tdm_coh *parent) {
   c->npins = c->pins_cap = 0;
 }
 
+void tdm__coh_partitioned(tdm_handle *h, tdm_handle **tiles, size_t n) {
+  tdm__coh_lock(&h->coh);
+  h->coh.parts = tiles;
+  h->coh.nparts = n;
+  tdm__coh_unlock(&h->coh);
+}
+
 void tdm__coh_unpartitioned(tdm_handle *h, tdm_gather *g) {
   tdm__coh_lock(&h->coh);
+  h->coh.parts = NULL;
+  h->coh.nparts = 0;
   g->seq = ++h->coh.gathers;
   g->older = h->coh.gather; /* not done yet: done first */
   h->coh.gather = g;
@@ -190,10 +202,12 @@ static unsigned fills_of(const tdm_nodes *nodes, tdm_handle *h, unsigned from, u
   return n;
 }
 
-/* Copies h between the host and its own packed buffer `mem` on node. */
-static bool copy_whole(const tdm_nodes *nodes, tdm_handle *h, unsigned node, bool to_node,
-                       void *mem, const tdm_token *after, unsigned nafter, tdm_token *done) {
-  tdm_copy c = {.host = &h->buf, .mem = mem, .pitch = h->buf.ny * h->buf.elem_size};
+/* Copies the elements host describes between the host and their packed
+ * buffer `mem` on node. */
+static bool copy_whole(const tdm_nodes *nodes, const tdm_buffer *host, unsigned node,
+                       bool to_node, void *mem, const tdm_token *after, unsigned nafter,
+                       tdm_token *done) {
+  tdm_copy c = {.host = host, .mem = mem, .pitch = host->ny * host->elem_size};
   return nodes->ops->copy(nodes->ctx, node, to_node, &c, after, nafter, done);
 }
 
@@ -201,34 +215,157 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
 static bool settle(const tdm_nodes *nodes, tdm_handle *h);
 static bool settle_upto(const tdm_nodes *nodes, tdm_handle *h, uint32_t gen);
 
+static int home_source(const tdm_nodes *nodes, tdm_handle *h);
+
+/* h's rectangle of its matrix p's elements `whole` (packed) into h's host
+ * memory. */
+static void rectangle_of(tdm_handle *h, const tdm_handle *p, const unsigned char *whole) {
+  size_t es = p->buf.elem_size, row = h->buf.ny * es;
+  size_t at = (size_t)((const char *)h->buf.ptr - (const char *)p->buf.ptr) / es;
+  const unsigned char *from = whole + (at / p->buf.ld * p->buf.ny + at % p->buf.ld) * es;
+  for (size_t r = 0; r < h->buf.nx; r++)
+    memcpy((unsigned char *)h->buf.ptr + r * h->buf.ld * es, from + r * p->buf.ny * es, row);
+}
+
+/* p's current version from a device holding it, packed, in new memory
+ * (the caller frees it), waited for (the family's lock held: rare, after
+ * a copy failed); NULL when it could not come. */
+static unsigned char *home_aside(const tdm_nodes *nodes, tdm_handle *p) {
+  int src = home_source(nodes, p);
+  if (src <= 0)
+    return NULL;
+  size_t bytes = tdm__coh_bytes(p);
+  unsigned char *whole = tdm__malloc(nodes->rt, bytes ? bytes : 1);
+  if (!whole)
+    return NULL;
+  tdm_buffer aside = p->buf;
+  aside.ptr = whole;
+  aside.ld = aside.ny;
+  tdm_token e = 0, after = fill_of(p, (unsigned)src);
+  bool ok = copy_whole(nodes, &aside, (unsigned)src, false, p->coh.rep[src].mem, &after,
+                       after ? 1 : 0, &e);
+  if (ok && e) {
+    nodes->ops->wait(nodes->ctx, &e, 1);
+    ok = !(nodes->ops->failed && nodes->ops->failed(nodes->ctx, e));
+    nodes->ops->release(nodes->ctx, e);
+  }
+  if (!ok) {
+    free(whole);
+    return NULL;
+  }
+  return whole;
+}
+
+/* Tile h takes its rectangle from a device holding its matrix p, whose
+ * host memory p's tiles hold. */
+static bool take_aside(const tdm_nodes *nodes, tdm_handle *h, tdm_handle *p) {
+  unsigned char *whole = home_aside(nodes, p);
+  if (!whole)
+    return false;
+  host_changes(nodes, h);
+  rectangle_of(h, p, whole);
+  free(whole);
+  return true;
+}
+
+/* The tiles holding h's host memory (h->coh.lent set). */
+static tdm_handle **lent_tiles(const tdm_handle *h, size_t *n) {
+  for (const tdm_gather *g = h->coh.gather; g; g = g->older)
+    if (g->seq == h->coh.lent) {
+      *n = g->n;
+      return g->tiles;
+    }
+  *n = h->coh.nparts;
+  return h->coh.parts;
+}
+
+static bool all_failed(const tdm_nodes *nodes, const tdm_handle *h);
+
+/* h's contents come home while its tiles hold its host memory: possible
+ * while no tile was written (a reader of h from before its partition
+ * retried: the tiles' writers come after it). Its version comes home
+ * aside, and goes into the rectangles of the tiles not holding theirs
+ * (not taken, or taken through a copy that failed: those are taken
+ * again); the copies into the tiles land first (waited for: rare). */
+static bool restore(const tdm_nodes *nodes, tdm_handle *h) {
+  size_t n;
+  tdm_handle **tiles = lent_tiles(h, &n);
+  bool ok = tiles != NULL;
+  for (size_t k = 0; k < n && ok; k++) {
+    tdm_coh *c = &tiles[k]->coh;
+    ok = !c->written && !c->lent && !c->gather;
+    for (int i = tdm__nodeset_next(&c->valid, 0); i >= 0 && ok;
+         i = tdm__nodeset_next(&c->valid, (unsigned)i + 1))
+      if (fill_of(tiles[k], (unsigned)i))
+        nodes->ops->wait(nodes->ctx, &c->rep[i].fill, 1);
+  }
+  unsigned char *whole = ok ? home_aside(nodes, h) : NULL;
+  if (!whole) {
+    tdm__log(nodes->rt, TDM_LOG_WARNING, "a partitioned matrix's contents cannot come home: "
+                                         "its tiles hold its memory");
+    return false;
+  }
+  host_changes(nodes, h);
+  for (size_t k = 0; k < n; k++) {
+    tdm_handle *t = tiles[k];
+    if (tdm__nodeset_has(&t->coh.valid, 0) && !tdm__coh_fill_failed(nodes, t, 0))
+      continue; /* the version, its own copy */
+    rectangle_of(t, h, whole);
+    for (int i = tdm__nodeset_next(&t->coh.valid, 0); i >= 0;
+         i = tdm__nodeset_next(&t->coh.valid, (unsigned)i + 1))
+      set_fill(nodes, t, (unsigned)i, 0);
+    t->coh.valid = (tdm_nodeset){{0}}; /* taken again from here */
+  }
+  free(whole);
+  return true;
+}
+
 /* A tile not used yet takes its rectangle of its matrix's contents: the
  * matrix's writers have finished (the tile's first user waited for them)
  * and nothing changes the matrix's contents while it is partitioned. The
  * matrix comes home whole first if only a device holds it: a copy that
  * stays on the device alone could later be evicted, written back over
- * what the tiles wrote since. The tile is valid on the host. */
+ * what the tiles wrote since. From the first tile that takes it to the
+ * gather after the partition, the matrix's host memory is its tiles'
+ * (`lent`): a tile finding it not valid there (a copy home failed) takes
+ * its rectangle through memory aside instead. The tile is valid on the
+ * host. */
 static bool inherit(const tdm_nodes *nodes, tdm_handle *h) {
   tdm_handle *p = h->parent;
   if (!settle_upto(nodes, p, h->coh.born))
     return false;
-  if (!tdm__nodeset_has(&p->coh.valid, 0)) {
+  tdm__coh_drop_failed(nodes, p, 0); /* a copy home that failed holds no version */
+  if (!tdm__coh_replicas(nodes, h))
+    return false;
+  tdm_token e = 0;
+  if (tdm__nodeset_has(&p->coh.valid, 0)) {
+    e = tdm__token_hold(nodes, fill_of(p, 0));
+  } else if (p->coh.lent) {
+    if (!take_aside(nodes, h, p))
+      return false;
+  } else {
     tdm_tokens pw;
     tdm__tokens_init(&pw);
     bool ok = make_valid(nodes, p, 0, &pw);
     tdm__tokens_release(nodes, &pw);
     if (!ok)
       return false;
+    e = tdm__token_hold(nodes, fill_of(p, 0));
   }
-  tdm_token e = tdm__token_hold(nodes, fill_of(p, 0));
-  if (!tdm__coh_replicas(nodes, h)) {
-    if (e)
-      nodes->ops->release(nodes->ctx, e);
-    return false;
-  }
+  p->coh.lent = h->coh.born + 1; /* the seq of the gather that ends it */
   h->coh.valid = tdm__nodeset_of(0);
   h->coh.host_ver = h->coh.ver; /* its matrix's, the same memory */
   set_fill(nodes, h, 0, e);
   return true;
+}
+
+/* Whether every copy of h failed: none holds a version. */
+static bool all_failed(const tdm_nodes *nodes, const tdm_handle *h) {
+  for (int n = tdm__nodeset_next(&h->coh.valid, 0); n >= 0;
+       n = tdm__nodeset_next(&h->coh.valid, (unsigned)n + 1))
+    if (!tdm__coh_fill_failed(nodes, h, (unsigned)n))
+      return false;
+  return !tdm__nodeset_empty(&h->coh.valid);
 }
 
 static void only_on(tdm_handle *h, unsigned node);
@@ -310,8 +447,11 @@ static bool gather(const tdm_nodes *nodes, tdm_handle *h) {
     g->tiles[k]->coh.host_ver = TDM_NO_VERSION;
     tdm__lineage_drop(nodes, g->tiles[k], true);
   }
+  if (h->coh.lent == g->seq) /* the tiles gave its host memory back */
+    h->coh.lent = 0;
   tdm_token all = w.n && changed ? nodes->ops->join(nodes->ctx, w.v, w.n) : 0;
   tdm__tokens_release(nodes, &w);
+  /* g may go from here */
   tdm_nodes *mn = (tdm_nodes *)nodes; /* the reap list is its one mutable part */
   g->older = atomic_load_explicit(&mn->reap, memory_order_relaxed);
   while (!atomic_compare_exchange_weak_explicit(&mn->reap, &g->older, g, memory_order_release,
@@ -371,6 +511,15 @@ static bool settle_upto(const tdm_nodes *nodes, tdm_handle *h, uint32_t gen) {
     if (!ok)
       return false;
   }
+  /* A tile that nothing wrote since it took its rectangle, through a
+   * copy of its matrix that failed (and the copies made from it): taken
+   * again. */
+  if (h->parent && !h->coh.written && all_failed(nodes, h)) {
+    for (int n = tdm__nodeset_next(&h->coh.valid, 0); n >= 0;
+         n = tdm__nodeset_next(&h->coh.valid, (unsigned)n + 1))
+      set_fill(nodes, h, (unsigned)n, 0);
+    h->coh.valid = (tdm_nodeset){{0}};
+  }
   if (tdm__nodeset_empty(&h->coh.valid)) {
     if (h->parent)
       return inherit(nodes, h);
@@ -420,13 +569,21 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
   tdm_token e = 0;
   /* after what fills the source, and what still writes the target */
   if (node == 0) { /* from a device holding it */
+    if (h->coh.lent) { /* not over its tiles' rectangles */
+      if (!restore(nodes, h))
+        return false;
+      host_holds(nodes, h, h->coh.ver);
+      tdm__nodeset_add(&h->coh.valid, 0);
+      set_fill(nodes, h, 0, 0);
+      return true;
+    }
     int src = home_source(nodes, h);
     if (src < 0)
       return false;
     tdm_token after[2];
     unsigned n = fills_of(nodes, h, (unsigned)src, 0, after);
     host_changes(nodes, h);
-    if (!copy_whole(nodes, h, (unsigned)src, false, h->coh.rep[src].mem, after, n, &e)) {
+    if (!copy_whole(nodes, &h->buf, (unsigned)src, false, h->coh.rep[src].mem, after, n, &e)) {
       if (tdm__lineage_replays(nodes, h))
         want_replay(h);
       return false;
@@ -438,7 +595,7 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
     wait_add(nodes, &before, before_write(nodes, h, node));
     bool home = make_valid(nodes, h, 0, &before);
     void *mem = home ? tdm__mem_get(nodes, h, node, NULL) : NULL;
-    bool ok = mem && copy_whole(nodes, h, node, true, mem, before.v, before.n, &e);
+    bool ok = mem && copy_whole(nodes, &h->buf, node, true, mem, before.v, before.n, &e);
     tdm__tokens_release(nodes, &before);
     if (!ok) {
       if (home && !mem)
@@ -621,14 +778,15 @@ int tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
     }
     if (!landed && !landing) { /* the only copy: home first */
       /* not this time: the copy home failed; nor from a fill that failed
-       * (no version; some implementations never run a copy after it). A
-       * failed copy still writing the host is not waited for (fills_of) */
-      if (failed || tdm__coh_fill_failed(nodes, h, node))
+       * (no version; some implementations never run a copy after it); nor
+       * over the rectangles of tiles holding the host's memory. A failed
+       * copy still writing the host is not waited for (fills_of) */
+      if (failed || tdm__coh_fill_failed(nodes, h, node) || h->coh.lent)
         return TDM_EVICT_NOT;
       tdm_token e = 0, after[2];
       unsigned n = fills_of(nodes, h, node, 0, after);
       host_changes(nodes, h);
-      if (!copy_whole(nodes, h, node, false, r->mem, after, n, &e))
+      if (!copy_whole(nodes, &h->buf, node, false, r->mem, after, n, &e))
         return TDM_EVICT_NOT;
       host_holds(nodes, h, h->coh.ver);
       tdm__nodeset_add(&h->coh.valid, 0);
@@ -758,6 +916,8 @@ bool tdm__coh_host_install(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, co
    * another thread (and maybe written since through a tile: a matrix's
    * memory is its tiles'). */
   bool ok = h->coh.ver == v;
+  if (ok && !tdm__nodeset_has(&h->coh.valid, 0) && h->coh.lent)
+    ok = false; /* not over the rectangles of tiles holding that memory */
   if (ok && !tdm__nodeset_has(&h->coh.valid, 0) && (ok = tdm__coh_replicas(nodes, h))) {
     host_holds(nodes, h, v);
     tdm__coh_host_rows(h, (void *)in, true);

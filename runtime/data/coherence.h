@@ -18,6 +18,12 @@
  * tile has no valid node and takes its rectangle from its matrix then,
  * when the matrix's writers have all finished. After an unpartition, the
  * matrix's contents are in its tiles: its first use gathers them home.
+ * Once a tile has taken its rectangle, the matrix's host memory is its
+ * tiles' until that gather: nothing copies the whole matrix into it (a
+ * copy that fails would write over rectangles the tiles hold, a copy
+ * that lands over rectangles they wrote); a tile whose rectangle came
+ * from a copy that failed takes it again from a device holding the
+ * matrix, through memory aside.
  * A matrix and all its tiles (a family) share one lock, their root's, so
  * that these steps see a consistent state.
  *
@@ -182,6 +188,16 @@ typedef struct tdm_coh {
   /* Unpartitions so far (the last gather's seq); for a tile, its
    * matrix's when it was made: the gathers its contents come after. */
   uint32_t gathers, born;
+  /* A matrix whose host memory its tiles hold: the seq of the gather
+   * that gives it back (that of the unpartition after the partition
+   * whose tiles took their rectangles), 0 when no tile took any. The
+   * matrix's contents come home then into memory aside, never over its
+   * tiles' rectangles (coherence.c, inherit). */
+  uint32_t lent;
+  /* A matrix partitioned while devices are used: its tiles (NULL after
+   * the unpartition: its gather has them). */
+  tdm_handle **parts;
+  size_t nparts;
   /* Written since it was made (only_on); for a tile, whether its
    * matrix's contents changed through it. */
   bool written;
@@ -230,6 +246,9 @@ typedef struct tdm_gather {
 /* A registered handle (on_host) or a new tile (its parent's family; the
  * parent's dependency lock held, as for tdm__coh_unpartitioned). */
 void tdm__coh_init(tdm_coh *c, bool on_host, tdm_coh *parent);
+/* h was partitioned into tiles[0 .. n-1] (kept until h's next
+ * unpartition). h's dependency lock held. */
+void tdm__coh_partitioned(tdm_handle *h, tdm_handle **tiles, size_t n);
 /* h was unpartitioned: its first use gathers the tiles of g (g->tiles,
  * g->n set; each referenced). h's dependency lock held. */
 void tdm__coh_unpartitioned(tdm_handle *h, tdm_gather *g);

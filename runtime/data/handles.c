@@ -344,6 +344,8 @@ tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_col
     h->tiles = tiles;
     h->tile_rows = ni;
     h->tile_cols = nj;
+    if (rt->ndevice_workers)
+      tdm__coh_partitioned(h, tiles, ni * nj);
   }
   tdm__spin_unlock(&h->lock);
   if (st) {
