@@ -766,14 +766,16 @@ int tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
          n = tdm__nodeset_next(&h->coh.valid, n + 1)) {
       if ((unsigned)n == node)
         continue;
+      /* complete first, then failed or not: a copy that completes
+       * between the two questions is not taken as landed */
       tdm_token f = fill_of(h, (unsigned)n);
-      if (tdm__coh_fill_failed(nodes, h, (unsigned)n)) {
+      if (f && !nodes->ops->test(nodes->ctx, f)) {
+        landing = true;
+      } else if (tdm__coh_fill_failed(nodes, h, (unsigned)n)) {
         tdm__coh_drop_failed(nodes, h, (unsigned)n);
         failed = true;
-      } else if (!f || nodes->ops->test(nodes->ctx, f)) {
-        landed = true;
       } else {
-        landing = true;
+        landed = true;
       }
     }
     if (!landed && !landing) { /* the only copy: home first */
