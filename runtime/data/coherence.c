@@ -281,6 +281,15 @@ static tdm_handle **lent_tiles(const tdm_handle *h, size_t *n) {
 
 static bool all_failed(const tdm_nodes *nodes, const tdm_handle *h);
 
+/* Tile t holds nothing of its own again (its copies complete): its next
+ * use takes its rectangle from its matrix. */
+static void untaken(const tdm_nodes *nodes, tdm_handle *t) {
+  for (int n = tdm__nodeset_next(&t->coh.valid, 0); n >= 0;
+       n = tdm__nodeset_next(&t->coh.valid, (unsigned)n + 1))
+    set_fill(nodes, t, (unsigned)n, 0);
+  t->coh.valid = (tdm_nodeset){{0}};
+}
+
 /* h's contents come home while its tiles hold its host memory: possible
  * while no tile was written (a reader of h from before its partition
  * retried: the tiles' writers come after it). Its version comes home
@@ -311,10 +320,7 @@ static bool restore(const tdm_nodes *nodes, tdm_handle *h) {
     if (tdm__nodeset_has(&t->coh.valid, 0) && !tdm__coh_fill_failed(nodes, t, 0))
       continue; /* the version, its own copy */
     rectangle_of(t, h, whole);
-    for (int i = tdm__nodeset_next(&t->coh.valid, 0); i >= 0;
-         i = tdm__nodeset_next(&t->coh.valid, (unsigned)i + 1))
-      set_fill(nodes, t, (unsigned)i, 0);
-    t->coh.valid = (tdm_nodeset){{0}}; /* taken again from here */
+    untaken(nodes, t); /* taken again from here */
   }
   free(whole);
   return true;
@@ -514,12 +520,8 @@ static bool settle_upto(const tdm_nodes *nodes, tdm_handle *h, uint32_t gen) {
   /* A tile that nothing wrote since it took its rectangle, through a
    * copy of its matrix that failed (and the copies made from it): taken
    * again. */
-  if (h->parent && !h->coh.written && all_failed(nodes, h)) {
-    for (int n = tdm__nodeset_next(&h->coh.valid, 0); n >= 0;
-         n = tdm__nodeset_next(&h->coh.valid, (unsigned)n + 1))
-      set_fill(nodes, h, (unsigned)n, 0);
-    h->coh.valid = (tdm_nodeset){{0}};
-  }
+  if (h->parent && !h->coh.written && all_failed(nodes, h))
+    untaken(nodes, h);
   if (tdm__nodeset_empty(&h->coh.valid)) {
     if (h->parent)
       return inherit(nodes, h);
