@@ -117,8 +117,11 @@ static double share(unsigned codelet, unsigned cls) {
   return total ? (double)atomic_load(&ran_on[codelet][cls]) / total : 0;
 }
 
-/* 2 CPU workers and a device 10x a core on gemm, 0.5x on small: most
- * gemm tasks on the device, most small ones on the CPU. */
+/* 2 CPU workers and a device 10x a core on gemm, 0.5x on small: once
+ * the models are calibrated (a first batch), most gemm tasks on the
+ * device, most small ones on the CPU. (Counted over both batches, the
+ * calibration's tries made the gemm share dip to 59% on a loaded
+ * machine.) */
 static void test_gemm_on_device_small_on_cpu(void **state) {
   (void)state;
   char dir[64];
@@ -126,12 +129,16 @@ static void test_gemm_on_device_small_on_cpu(void **state) {
   tdm_runtime *rt = sim_runtime("gpu:gemm=10,small=0.5,latency=10us,bandwidth=10G", NULL,
                                 dir, NULL);
   unsigned kinds[] = {GEMM, SMALL};
+  independent(rt, 64, kinds, 2, 100);
+  tdm_device_counters c0 = {.struct_size = sizeof c0}, c = {.struct_size = sizeof c};
+  assert_int_equal(tdm_runtime_device_counters(rt, 0, &c0), TDM_OK);
+  reset_counts();
   independent(rt, 128, kinds, 2, 100);
   double g = share(GEMM, 1), s = share(SMALL, 0);
   printf("gemm on the device: %.0f%%, small on the CPU: %.0f%%\n", 100 * g, 100 * s);
-  tdm_device_counters c = {.struct_size = sizeof c};
   assert_int_equal(tdm_runtime_device_counters(rt, 0, &c), TDM_OK);
-  assert_int_equal(c.tasks, atomic_load(&ran_on[GEMM][1]) + atomic_load(&ran_on[SMALL][1]));
+  assert_int_equal(c.tasks - c0.tasks,
+                   atomic_load(&ran_on[GEMM][1]) + atomic_load(&ran_on[SMALL][1]));
   tdm_runtime_destroy(rt);
   test_remove_dir(dir);
   assert_true(g >= 0.6); /* 84% and 82% in virtual time */
