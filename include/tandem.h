@@ -170,7 +170,8 @@ typedef struct tdm_config {
   size_t struct_size;
   /** Number of CPU worker threads. 0 (default): one per core the process
    * may use (cgroup cpuset and affinity mask, as hwloc reports them).
-   * Environment: TANDEM_NWORKERS. */
+   * Environment: TANDEM_NWORKERS. The workers are named tandem-cpu0,
+   * tandem-cpu1, ... (what `top -H` and debuggers show). */
   unsigned nworkers;
   /** Nonzero (default): bind each worker to its core. Environment:
    * TANDEM_BIND=0|1. Binding is never done on a synthetic topology. */
@@ -434,7 +435,20 @@ typedef struct tdm_config {
    * list), kept while a chain holds it, and the copies named above.
    * Default 16; 0: off; at most 255. Environment: TANDEM_LINEAGE. */
   unsigned lineage;
+  /** A lower scheduling priority for the CPU workers, so that the
+   * application's own threads (its user interface) go first when the
+   * cores are busy: 0 (default) leaves the workers as they were created;
+   * 1 to 19, their nice value (each worker thread's, as Linux keeps it
+   * per thread); TDM_WORKERS_IDLE, the SCHED_IDLE policy (a worker runs
+   * only when nothing else wants its core). Neither needs privileges. A
+   * worker that cannot be lowered runs as it is (a warning in the log).
+   * Other values make tdm_runtime_create fail with TDM_ERR_INVALID_ARG.
+   * Environment: TANDEM_WORKER_NICE=N|idle. */
+  int worker_nice;
 } tdm_config;
+
+/** tdm_config.worker_nice: the workers run under SCHED_IDLE. */
+#define TDM_WORKERS_IDLE 20
 
 /** Fills *config with the defaults listed above. Any thread. */
 TDM_API void tdm_config_init(tdm_config *config);

@@ -198,6 +198,12 @@ void tdm__vlog(tdm_log_fn fn, void *data, tdm_log_level max,
 
 /* Calls a pthread function whose failure can only come from a bug (an
  * invalid or corrupted object): logs it, and goes on. */
+/* Names the calling thread (printf-style, cut to 15 characters: what
+ * `top -H`, `perf` and debuggers show, e.g. "tandem-cpu3"); a failure is
+ * logged as a warning. */
+void tdm__name_thread(const tdm_runtime *rt, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 #define TDM_PTHREAD(rt, call)                                                  \
   do {                                                                         \
     int tdm__err = (call);                                                     \

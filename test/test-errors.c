@@ -451,6 +451,11 @@ static void test_environment_values(void **state) {
       {"TANDEM_LINEAGE", "256"},
       {"TANDEM_LINEAGE", "-1"},
       {"TANDEM_LINEAGE", "off"},
+      {"TANDEM_WORKER_NICE", ""},
+      {"TANDEM_WORKER_NICE", "-1"},
+      {"TANDEM_WORKER_NICE", "20"},
+      {"TANDEM_WORKER_NICE", " 5"},
+      {"TANDEM_WORKER_NICE", "idle2"},
   };
   unsigned cores = 0;
   for (size_t i = 0; i <= sizeof bad / sizeof bad[0]; i++) {
@@ -478,6 +483,7 @@ static void test_environment_values(void **state) {
     assert_true(rt->cfg.watchdog_factor == 50 && rt->cfg.watchdog_min == 1 &&
                 rt->cfg.watchdog_uncalibrated == 0);
     assert_int_equal(rt->cfg.lineage, 16);
+    assert_int_equal(rt->cfg.worker_nice, 0);
     if (!cores)
       cores = tdm_runtime_ncpu_workers(rt);
     assert_int_equal(tdm_runtime_ncpu_workers(rt), cores); /* not taken */

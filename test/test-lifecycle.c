@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <malloc.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -104,14 +105,15 @@ static void list_fds(char *buf, size_t size) {
 static void test_create_destroy_1000_cycles(void **state) {
   (void)state;
   cycle(0); /* warm-up: first-use allocations of libc and hwloc */
-  int threads0 = count_dir("/proc/self/task");
   /* Another thread of the process (a sanitizer's, reading /proc) may hold
-   * a file open for a moment: the fewest of a few looks, and afterwards
-   * a second to come back down to it. A leak never would. */
-  int fds0 = count_dir("/proc/self/fd");
+   * a file open for a moment, and a thread an earlier test joined may
+   * still be listed for a moment: the fewest of a few looks, and
+   * afterwards a second to come back down to it. A leak never would. */
+  int threads0 = count_dir("/proc/self/task"), fds0 = count_dir("/proc/self/fd");
   for (int i = 0; i < 5; i++, usleep(2000)) {
-    int n = count_dir("/proc/self/fd");
+    int n = count_dir("/proc/self/fd"), t = count_dir("/proc/self/task");
     fds0 = n < fds0 ? n : fds0;
+    threads0 = t < threads0 ? t : threads0;
   }
   static char before[4096], after[4096];
   list_fds(before, sizeof before);
@@ -236,6 +238,146 @@ static void test_idle_runtime_parks(void **state) {
   if (used > 0.02)
     fail_msg("idle runtime used %.1f ms of CPU in 200 ms", used * 1e3);
   tdm_runtime_destroy(rt);
+}
+
+/* ---- thread names ---------------------------------------------------------- */
+
+/* The id of a thread of this process named `name` (/proc/self/task),
+ * or -1. */
+static long thread_tid(const char *name) {
+  DIR *d = opendir("/proc/self/task");
+  assert_non_null(d);
+  long tid = -1;
+  struct dirent *e;
+  while (tid < 0 && (e = readdir(d))) {
+    if (e->d_name[0] == '.')
+      continue;
+    char path[300], comm[32] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+      continue; /* gone meanwhile */
+    if (fgets(comm, sizeof comm, f))
+      comm[strcspn(comm, "\n")] = 0;
+    fclose(f);
+    if (!strcmp(comm, name))
+      tid = atol(e->d_name);
+  }
+  closedir(d);
+  return tid;
+}
+
+static bool thread_named(const char *name) {
+  return thread_tid(name) >= 0;
+}
+
+/* The id of the thread named `name`, waiting for it to name itself. */
+static long wait_for_thread(const char *name) {
+  for (int tries = 0; tries < 200 && !thread_named(name); tries++)
+    sleep_ms(10);
+  long tid = thread_tid(name);
+  if (tid < 0)
+    fail_msg("no thread named %s", name);
+  return tid;
+}
+
+static bool have_proc_tasks(void) {
+  DIR *proc = opendir("/proc/self/task");
+  if (proc)
+    closedir(proc);
+  return proc != NULL;
+}
+
+/* The runtime's threads read well in `top -H`, `perf` and debuggers:
+ * tandem-cpuN for the CPU workers, tandem-devN for emulated devices'
+ * threads, tandem-watchdog for the watchdog (on by default where there
+ * are devices). */
+static void test_threads_named(void **state) {
+  (void)state;
+  if (!have_proc_tasks())
+    skip(); /* not Linux's /proc: nothing to read the names from */
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.ignore_env = 1;
+  cfg.sim = "a:latency=1us,bandwidth=1G;b:latency=1us,bandwidth=1G";
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  static const char *const names[] = {"tandem-cpu0", "tandem-cpu1", "tandem-dev0",
+                                      "tandem-dev1", "tandem-watchdog"};
+  for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
+    wait_for_thread(names[i]); /* each thread names itself as it starts */
+  tdm_runtime_destroy(rt);
+  assert_false(thread_named("tandem-cpu0")); /* they are gone with it */
+}
+
+/* A runtime of one worker, worker_nice `nice`, the environment read
+ * (with TANDEM_WORKER_NICE=env unless NULL): its worker's thread id, or
+ * -1 when creating it fails with `expect`. */
+static long lowered_worker(int nice, const char *env, tdm_status expect, tdm_runtime **rt) {
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 1;
+  cfg.bind_workers = 0;
+  cfg.devices = "none";
+  cfg.worker_nice = nice;
+  if (env)
+    setenv("TANDEM_WORKER_NICE", env, 1);
+  *rt = NULL;
+  tdm_status st = tdm_runtime_create(&cfg, rt);
+  unsetenv("TANDEM_WORKER_NICE");
+  assert_int_equal(st, expect);
+  return st ? -1 : wait_for_thread("tandem-cpu0");
+}
+
+/* Field 19 of the thread's /proc stat line: its nice value. */
+static int nice_of(long tid) {
+  char path[64], line[1024];
+  snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(line, sizeof line, f));
+  fclose(f);
+  const char *p = strrchr(line, ')'); /* after the name, which may hold spaces */
+  assert_non_null(p);
+  int field = 2, nice = 0;
+  for (char *tok = strtok((char *)p + 1, " "); tok; tok = strtok(NULL, " "))
+    if (++field == 19)
+      nice = atoi(tok);
+  return nice;
+}
+
+/* tdm_config.worker_nice lowers the workers (no privilege needed): a
+ * nice value, or SCHED_IDLE; the environment says the same
+ * (TANDEM_WORKER_NICE, a malformed value ignored); out of range, the
+ * runtime is refused. */
+static void test_workers_lowered(void **state) {
+  (void)state;
+  if (!have_proc_tasks())
+    skip();
+  tdm_runtime *rt;
+  long tid = lowered_worker(7, NULL, TDM_OK, &rt);
+  assert_int_equal(nice_of(tid), 7);
+  assert_int_equal(sched_getscheduler((pid_t)tid), SCHED_OTHER);
+  tdm_runtime_destroy(rt);
+  tid = lowered_worker(TDM_WORKERS_IDLE, NULL, TDM_OK, &rt);
+  assert_int_equal(sched_getscheduler((pid_t)tid), SCHED_IDLE);
+  tdm_runtime_destroy(rt);
+  tid = lowered_worker(0, "idle", TDM_OK, &rt);
+  assert_int_equal(sched_getscheduler((pid_t)tid), SCHED_IDLE);
+  tdm_runtime_destroy(rt);
+  tid = lowered_worker(0, "12", TDM_OK, &rt);
+  assert_int_equal(nice_of(tid), 12);
+  tdm_runtime_destroy(rt);
+  tid = lowered_worker(3, "twelve", TDM_OK, &rt); /* ignored, with a warning */
+  assert_int_equal(nice_of(tid), 3);
+  tdm_runtime_destroy(rt);
+  tid = lowered_worker(0, NULL, TDM_OK, &rt); /* as created: this thread's */
+  assert_int_equal(nice_of(tid), nice_of((long)gettid()));
+  tdm_runtime_destroy(rt);
+  lowered_worker(21, NULL, TDM_ERR_INVALID_ARG, &rt);
+  lowered_worker(-1, NULL, TDM_ERR_INVALID_ARG, &rt);
 }
 
 /* ---- fork --------------------------------------------------------------- */
@@ -380,6 +522,8 @@ int main(void) {
       cmocka_unit_test(test_two_runtimes_side_by_side),
       cmocka_unit_test(test_idle_runtime_parks),
       cmocka_unit_test(test_fork),
+      cmocka_unit_test(test_threads_named),
+      cmocka_unit_test(test_workers_lowered),
       cmocka_unit_test(test_create_destroy_1000_cycles),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -77,6 +77,7 @@ static void *watch_main(void *arg) {
   struct cl_watch *cw = arg;
   tdm_runtime *rt = cw->rt;
   const cl_api *api = api_of(rt);
+  tdm__name_thread(rt, "tandem-clwatch");
   TDM_PTHREAD(rt, pthread_mutex_lock(&cw->lock));
   while (!cw->stop) {
     if (!cw->head) {

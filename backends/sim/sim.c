@@ -564,6 +564,7 @@ static void *device_main(void *arg) {
   sim_dev *d = arg;
   tdm_runtime *rt = d->rt;
   self = d;
+  tdm__name_thread(rt, "tandem-dev%u", d->k);
   TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
   for (;;) {
     tdm_task *t = tdm__devq_next(rt, d->k, &d->q, &d->lock);

@@ -204,6 +204,15 @@ static void env_checked(tdm_runtime *rt) {
              s);
   else if (s)
     rt->cfg.device_memory_limit = bytes;
+  s = getenv("TANDEM_WORKER_NICE");
+  uint64_t nice;
+  if (s && !strcasecmp(s, "idle"))
+    rt->cfg.worker_nice = TDM_WORKERS_IDLE;
+  else if (s && tdm__parse_count(s, 19, &nice))
+    rt->cfg.worker_nice = (int)nice;
+  else if (s)
+    tdm__log(rt, TDM_LOG_WARNING,
+             "ignoring TANDEM_WORKER_NICE=\"%s\": expected idle or a nice value in [0, 19]", s);
   s = getenv("TANDEM_WATCHDOG");
   if (s && !env_watchdog(rt, s))
     tdm__log(rt, TDM_LOG_WARNING,
@@ -340,6 +349,12 @@ static tdm_status check_device_config(tdm_runtime *rt) {
   if (rt->cfg.quarantine_failures > TDM_MAX_QUARANTINE_FAILURES) {
     tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: quarantine_failures %u: at most %d",
              rt->cfg.quarantine_failures, TDM_MAX_QUARANTINE_FAILURES);
+    return TDM_ERR_INVALID_ARG;
+  }
+  if (rt->cfg.worker_nice < 0 || rt->cfg.worker_nice > TDM_WORKERS_IDLE) {
+    tdm__log(rt, TDM_LOG_ERROR,
+             "tdm_runtime_create: worker_nice %d: 0 to 19, or TDM_WORKERS_IDLE (%d)",
+             rt->cfg.worker_nice, TDM_WORKERS_IDLE);
     return TDM_ERR_INVALID_ARG;
   }
   return TDM_OK;

@@ -27,8 +27,13 @@
  */
 #include "../internal.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Idle rounds polled with pause instructions (a few microseconds) before
  * polling with sched_yield. */
@@ -354,10 +359,28 @@ static void idle_period(tdm_worker *w, uint8_t kind, uint64_t from) {
                                              .t0 = from, .t1 = to});
 }
 
+/* tdm_config.worker_nice for the calling worker: its nice value (Linux
+ * keeps one per thread) or SCHED_IDLE; lowering needs no privilege. */
+static void lower_priority(tdm_runtime *rt, unsigned id) {
+  int nice = rt->cfg.worker_nice;
+  if (nice == TDM_WORKERS_IDLE) {
+    struct sched_param sp = {.sched_priority = 0};
+    int err = pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    if (err)
+      tdm__log(rt, TDM_LOG_WARNING, "worker %u: SCHED_IDLE refused (error %d): it runs as it is",
+               id, err);
+  } else if (nice && setpriority(PRIO_PROCESS, (id_t)gettid(), nice) < 0) {
+    tdm__log(rt, TDM_LOG_WARNING, "worker %u: nice value %d refused (%s): it runs as it is",
+             id, nice, strerror(errno));
+  }
+}
+
 void *tdm__worker_main(void *arg) {
   tdm_worker *w = arg;
   tdm_runtime *rt = w->rt;
   tdm__self = w;
+  tdm__name_thread(rt, "tandem-cpu%u", w->id);
+  lower_priority(rt, w->id);
   if (rt->bind &&
       hwloc_set_cpubind(rt->topo, rt->plan.cpusets[w->id], HWLOC_CPUBIND_THREAD) < 0) {
     char buf[128];

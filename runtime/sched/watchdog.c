@@ -90,6 +90,7 @@ static void hung(tdm_runtime *rt, unsigned k, const struct watched *w) {
 static void *watchdog_main(void *arg) {
   tdm_runtime *rt = arg;
   struct tdm_watchdog *g = rt->watchdog;
+  tdm__name_thread(rt, "tandem-watchdog");
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   while (!g->stop) {
     uint64_t now = tdm__now_ns(), next = UINT64_MAX;

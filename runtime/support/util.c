@@ -2,6 +2,8 @@
  * growable task arrays. */
 #include "../internal.h"
 
+#include <pthread.h>
+
 #include <errno.h>
 #include <sched.h>
 #include <string.h>
@@ -56,6 +58,17 @@ void tdm__log(const tdm_runtime *rt, tdm_log_level level, const char *fmt, ...) 
   va_start(ap, fmt);
   tdm__vlog(rt->cfg.log_fn, rt->cfg.log_data, rt->cfg.log_level, level, fmt, ap);
   va_end(ap);
+}
+
+void tdm__name_thread(const tdm_runtime *rt, const char *fmt, ...) {
+  char name[16]; /* what the kernel keeps: 15 characters */
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  int err = pthread_setname_np(pthread_self(), name);
+  if (err) /* only a name: the thread works without it */
+    tdm__log(rt, TDM_LOG_WARNING, "thread %s: could not be named (error %d)", name, err);
 }
 
 void tdm__spin_lock_slow(tdm_spinlock *l) {
