@@ -108,7 +108,8 @@ extern "C" {
   XX(ERR_CANCELLED, -25, "the task was cancelled: a task whose results it reads failed or was cancelled") \
   XX(ERR_LOST, -26, "the handle's latest version was never produced (a task writing it failed or was cancelled); its data is the last version produced") \
   XX(ERR_TASK_FAILED, -27, "tasks failed or were cancelled since the last report (see the log)") \
-  XX(ERR_DEVICE_LOST, -28, "the device stopped working (see the log)")
+  XX(ERR_DEVICE_LOST, -28, "the device stopped working (see the log)") \
+  XX(ERR_WOULD_BLOCK, -29, "as many tasks as tdm_config.max_pending allows are unfinished: try again later")
 
 typedef enum tdm_status {
 #define TDM__STATUS_ENUM(name, value, msg) TDM_##name = (value),
@@ -445,6 +446,19 @@ typedef struct tdm_config {
    * Other values make tdm_runtime_create fail with TDM_ERR_INVALID_ARG.
    * Environment: TANDEM_WORKER_NICE=N|idle. */
   int worker_nice;
+  /** Back-pressure: the most tasks submitted and not finished. Past it,
+   * tdm_submit and tdm_task_submit called from a thread of the
+   * application wait until tasks finish (tdm_submit_try returns
+   * TDM_ERR_WOULD_BLOCK instead), so that a producer faster than the
+   * machine keeps its memory bounded. Never from code the runtime runs
+   * (a task's function, a completion callback, an OpenCL enqueue
+   * function) nor from a thread holding a handle it acquired: there a
+   * submission goes through at once, past the bound, since the tasks
+   * that would make room may wait for that code or that release. The
+   * default, 65536 tasks (about 25 MiB of task records at most), keeps
+   * every worker of a large machine fed; 0: no bound. Environment:
+   * TANDEM_MAX_PENDING. */
+  unsigned max_pending;
 } tdm_config;
 
 /** tdm_config.worker_nice: the workers run under SCHED_IDLE. */
@@ -974,9 +988,19 @@ typedef struct tdm_task_desc {
  * dyn_handles), TDM_ERR_TOO_MANY_BUFFERS, TDM_ERR_INVALID_MODE,
  * TDM_ERR_WRONG_RUNTIME (a handle of another runtime),
  * TDM_ERR_STALE_HANDLE, TDM_ERR_PARTITIONED, TDM_ERR_SHUTTING_DOWN,
- * TDM_ERR_NO_MEMORY. Any thread, including tasks.
+ * TDM_ERR_NO_MEMORY. Any thread, including tasks. From a thread of the
+ * application, waits first while tdm_config.max_pending tasks are
+ * unfinished (back-pressure; see there, and tdm_submit_try).
  */
 TDM_API tdm_status tdm_submit(tdm_runtime *rt, const tdm_task_desc *desc);
+
+/**
+ * As tdm_submit, except that where tdm_submit would wait for room
+ * (tdm_config.max_pending tasks unfinished, called from a thread of the
+ * application), it returns TDM_ERR_WOULD_BLOCK at once: nothing was
+ * submitted, and the callback does not run. Any thread.
+ */
+TDM_API tdm_status tdm_submit_try(tdm_runtime *rt, const tdm_task_desc *desc);
 
 /**
  * Creates a task without submitting it, so that explicit dependencies can be
@@ -1008,7 +1032,7 @@ TDM_API tdm_status tdm_task_depends_on(tdm_task *task, tdm_task *pred);
  * unsubmitted): TDM_ERR_INVALID_ARG, TDM_ERR_ALREADY_SUBMITTED,
  * TDM_ERR_DEP_NOT_SUBMITTED, TDM_ERR_STALE_HANDLE (a handle was
  * unregistered meanwhile), TDM_ERR_PARTITIONED, TDM_ERR_SHUTTING_DOWN,
- * TDM_ERR_NO_MEMORY. Any thread.
+ * TDM_ERR_NO_MEMORY. Any thread; waits for room as tdm_submit does.
  */
 TDM_API tdm_status tdm_task_submit(tdm_task *task);
 

@@ -544,7 +544,8 @@ struct tdm_runtime {
   _Alignas(TDM_CACHE_LINE) _Atomic int64_t inflight;
 
   /* Read on every submit or idle round, written rarely: a line apart. */
-  _Alignas(TDM_CACHE_LINE) _Atomic int nwaiters; /* threads in wait_all */
+  _Alignas(TDM_CACHE_LINE) _Atomic int nwaiters; /* threads in wait_all, or blocked */
+  _Atomic int nblocked; /* submitters waiting for room (cfg.max_pending) */
   _Atomic bool closing;                          /* destroy has begun */
   pthread_mutex_t wait_lock; /* for all blocking waits */
   pthread_cond_t wait_cond;
@@ -776,6 +777,19 @@ void tdm__task_ended_badly(tdm_task *t, tdm_status status);
 /* While a completion callback runs on this thread: its task's outcome
  * (tdm_callback_status), and the worker it ran on (a CPU worker's id, or
  * nworkers + k for device k). */
+/* Depth of the application's code the runtime runs on this thread (a
+ * task's function, a completion callback, an OpenCL enqueue function,
+ * a device event callback): a submission there never waits for room.
+ * TDM_USER_CODE brackets such a call. */
+extern _Thread_local unsigned tdm__in_user_code TDM_TLS_MODEL;
+#define TDM_USER_CODE(call)                                                    \
+  do {                                                                         \
+    tdm__in_user_code++;                                                       \
+    call;                                                                      \
+    tdm__in_user_code--;                                                       \
+  } while (0)
+/* Handles this thread acquired and has not released yet (any runtime). */
+extern _Thread_local int tdm__acquired_here TDM_TLS_MODEL;
 extern _Thread_local tdm_status tdm__callback_status TDM_TLS_MODEL;
 extern _Thread_local unsigned tdm__callback_worker TDM_TLS_MODEL;
 

@@ -456,6 +456,8 @@ static void test_environment_values(void **state) {
       {"TANDEM_WORKER_NICE", "20"},
       {"TANDEM_WORKER_NICE", " 5"},
       {"TANDEM_WORKER_NICE", "idle2"},
+      {"TANDEM_MAX_PENDING", "-1"},
+      {"TANDEM_MAX_PENDING", "4294967296"},
   };
   unsigned cores = 0;
   for (size_t i = 0; i <= sizeof bad / sizeof bad[0]; i++) {
@@ -484,6 +486,7 @@ static void test_environment_values(void **state) {
                 rt->cfg.watchdog_uncalibrated == 0);
     assert_int_equal(rt->cfg.lineage, 16);
     assert_int_equal(rt->cfg.worker_nice, 0);
+    assert_int_equal(rt->cfg.max_pending, 1u << 16);
     if (!cores)
       cores = tdm_runtime_ncpu_workers(rt);
     assert_int_equal(tdm_runtime_ncpu_workers(rt), cores); /* not taken */
@@ -496,6 +499,7 @@ static void test_environment_values(void **state) {
   setenv("TANDEM_SIM_SCALE", "2.5", 1);
   setenv("TANDEM_WATCHDOG", "20,100ms,2s", 1);
   setenv("TANDEM_LINEAGE", "0", 1);
+  setenv("TANDEM_MAX_PENDING", "0", 1);
   tdm_config cfg;
   tdm_config_init(&cfg);
   cfg.bind_workers = 0;
@@ -508,6 +512,7 @@ static void test_environment_values(void **state) {
   assert_true(rt->cfg.watchdog_factor == 20 && rt->cfg.watchdog_min == 0.1 &&
               rt->cfg.watchdog_uncalibrated == 2);
   assert_int_equal(rt->cfg.lineage, 0);
+  assert_int_equal(rt->cfg.max_pending, 0);
   tdm_runtime_destroy(rt);
   setenv("TANDEM_WATCHDOG", "off", 1);
   assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
@@ -518,6 +523,7 @@ static void test_environment_values(void **state) {
   unsetenv("TANDEM_SIM_SCALE");
   unsetenv("TANDEM_WATCHDOG");
   unsetenv("TANDEM_LINEAGE");
+  unsetenv("TANDEM_MAX_PENDING");
   /* and through the config: a limit beyond 2^50 is refused */
   tdm_config_init(&cfg);
   cfg.ignore_env = 1;

@@ -91,6 +91,7 @@ case "${1:-}" in
     build/test/bench/bench-opencl
     build/test/bench/bench-sched
     build/test/bench/bench-hetero
+    build/test/bench/bench-pending
     ;;
   fuzz)
     CC=clang setup build-fuzz -Dfuzz=enabled -Db_sanitize=address,undefined -Db_lundef=false \

@@ -545,14 +545,15 @@ static cl_int enqueue(cl_device *g, tdm_task *t, const cl_mem *mems, const tdm_b
                       : CL_SUCCESS;
     if (ready)
       api->ReleaseEvent(ready);
-    return err == CL_SUCCESS
-               ? v->enqueue(g->compute, (cl_mem *)mems, bufs, t->args, t->args_size, done)
-               : err;
+    if (err == CL_SUCCESS)
+      TDM_USER_CODE(err = v->enqueue(g->compute, (cl_mem *)mems, bufs, t->args, t->args_size,
+                                     done));
+    return err;
   }
   unsigned dims = 0;
   size_t global[3] = {1, 1, 1}, local[3] = {0, 0, 0};
   if (v->work_size)
-    v->work_size(bufs, t->args, t->args_size, &dims, global, local);
+    TDM_USER_CODE(v->work_size(bufs, t->args, t->args_size, &dims, global, local));
   else if (t->nbuf)
     default_work_size(&bufs[0], tdm__task_handles(t)[0]->kind == TDM_HANDLE_VECTOR, &dims,
                       global);

@@ -499,7 +499,7 @@ static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran, 
     return TDM_ERR_NO_MEMORY; /* nothing ran */
   *x0 = tdm__now_ns();
   bool watched = tdm__watch(rt, d->k, t, *x0);
-  tdm__cpu_run(t, bufs);
+  TDM_USER_CODE(tdm__cpu_run(t, bufs)); /* not a worker's thread */
   *ran = tdm__now_ns() - *x0;
   tdm_status fault = tdm__fault(rt, TDM_FAULT_COMPLETE, d->k);
   if (!fault && watched && tdm__fault(rt, TDM_FAULT_HANG, d->k) == TDM_ERR_SYSTEM &&

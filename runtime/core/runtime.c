@@ -40,6 +40,7 @@ void tdm_config_init(tdm_config *config) {
   config->spin_us = 50;
   config->log_level = TDM_LOG_WARNING;
   config->retries = 2;
+  config->max_pending = 1u << 16;
   config->quarantine_failures = 3;
   config->watchdog_factor = 50;
   config->watchdog_min = 1;
@@ -231,6 +232,7 @@ static void apply_env(tdm_runtime *rt) {
   env_flag(rt, "TANDEM_BIND", &rt->cfg.bind_workers);
   env_unsigned(rt, "TANDEM_SPIN_US", 10u * 1000 * 1000, &rt->cfg.spin_us);
   env_unsigned(rt, "TANDEM_RETRIES", TDM_MAX_RETRIES, &rt->cfg.retries);
+  env_unsigned(rt, "TANDEM_MAX_PENDING", UINT32_MAX, &rt->cfg.max_pending);
   env_flag(rt, "TANDEM_WRITEBACK", &rt->cfg.writeback);
   env_unsigned(rt, "TANDEM_LINEAGE", TDM_MAX_LINEAGE, &rt->cfg.lineage);
   env_unsigned(rt, "TANDEM_QUARANTINE", TDM_MAX_QUARANTINE_FAILURES,

@@ -615,9 +615,41 @@ static void link_edge(tdm_task *tagged, tdm_task *succ, tdm_edge *e) {
 }
 
 void tdm__sub_inflight(tdm_runtime *rt, int64_t n) {
-  /* seq_cst: pairs with wait_all's seq_cst increment of nwaiters */
-  if (atomic_fetch_sub(&rt->inflight, n) == n && atomic_load(&rt->nwaiters) > 0)
+  /* seq_cst: pairs with wait_all's seq_cst increment of nwaiters, and a
+   * blocked submitter's of nblocked */
+  int64_t left = atomic_fetch_sub(&rt->inflight, n) - n;
+  if ((left == 0 && atomic_load(&rt->nwaiters) > 0) ||
+      (left < (int64_t)rt->cfg.max_pending && atomic_load(&rt->nblocked) > 0))
     wake_waiters(rt);
+}
+
+_Thread_local unsigned tdm__in_user_code TDM_TLS_MODEL;
+_Thread_local int tdm__acquired_here TDM_TLS_MODEL;
+
+/* Back-pressure (tdm_config.max_pending), when as many tasks are
+ * unfinished (room_now false): TDM_OK when there is room for one more
+ * task, after waiting for it if `wait`; TDM_ERR_WOULD_BLOCK otherwise.
+ * Only a thread of the application waits: not a worker, nor code the
+ * runtime runs, nor a thread holding an acquired handle (the tasks that
+ * would make room may wait for them), nor a fork's child (whose workers
+ * are the parent's). */
+static __attribute__((noinline, cold)) tdm_status room_for_one(tdm_runtime *rt, bool wait) {
+  int64_t max = rt->cfg.max_pending;
+  if (tdm__self_in(rt) || tdm__in_user_code || tdm__acquired_here > 0 || tdm__forked(rt))
+    return TDM_OK;
+  if (!wait)
+    return TDM_ERR_WOULD_BLOCK;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
+  /* seq_cst: pairs with tdm__sub_inflight (Dekker); nwaiters makes idle
+   * workers count what they finished at once */
+  atomic_fetch_add(&rt->nblocked, 1);
+  atomic_fetch_add(&rt->nwaiters, 1);
+  while (atomic_load(&rt->inflight) >= max && !atomic_load(&rt->closing))
+    TDM_PTHREAD(rt, pthread_cond_wait(&rt->wait_cond, &rt->wait_lock));
+  atomic_fetch_sub(&rt->nwaiters, 1);
+  atomic_fetch_sub(&rt->nblocked, 1);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
+  return TDM_OK;
 }
 
 typedef struct handle_mode {
@@ -1049,7 +1081,7 @@ static inline void task_done(tdm_task *t, tdm_worker *w, unsigned worker, tdm_st
   if (t->callback) {
     tdm__callback_status = status;
     tdm__callback_worker = worker;
-    t->callback(t->callback_data);
+    TDM_USER_CODE(t->callback(t->callback_data));
     tdm__callback_status = TDM_ERR_INVALID_ARG;
   }
   finish(t, w);
@@ -1136,7 +1168,20 @@ static __attribute__((noinline, cold)) tdm_status build_verified(tdm_runtime *rt
   return st;
 }
 
-tdm_status tdm_submit(tdm_runtime *rt, const tdm_task_desc *desc) {
+/* Whether fewer than cfg.max_pending tasks are unfinished (or there is
+ * no bound): the common case, inline. */
+static inline bool room_now(const tdm_runtime *rt) {
+  unsigned max = rt->cfg.max_pending;
+  return atomic_load_explicit(&rt->inflight, memory_order_relaxed) < (int64_t)max || !max;
+}
+
+/* tdm_submit and tdm_submit_try. */
+static inline tdm_status submit(tdm_runtime *rt, const tdm_task_desc *desc, bool wait) {
+  if (TDM_UNLIKELY(rt && !room_now(rt))) {
+    tdm_status st = room_for_one(rt, wait);
+    if (st)
+      return st;
+  }
   if (TDM_UNLIKELY(rt && rt->verify)) /* before: nothing to keep across the calls */
     return build_verified(rt, desc);
   tdm_task *t;
@@ -1148,6 +1193,14 @@ tdm_status tdm_submit(tdm_runtime *rt, const tdm_task_desc *desc) {
   if (st)
     tdm__task_unref(t);
   return st;
+}
+
+tdm_status tdm_submit(tdm_runtime *rt, const tdm_task_desc *desc) {
+  return submit(rt, desc, true);
+}
+
+tdm_status tdm_submit_try(tdm_runtime *rt, const tdm_task_desc *desc) {
+  return submit(rt, desc, false);
 }
 
 tdm_status tdm_task_create(tdm_runtime *rt, const tdm_task_desc *desc, tdm_task **out) {
@@ -1190,6 +1243,8 @@ tdm_status tdm_task_submit(tdm_task *task) {
   if (atomic_load(&task->state) != TDM_TS_CREATED)
     return bad(task->rt, TDM_ERR_ALREADY_SUBMITTED, "%s: task already submitted",
                "tdm_task_submit");
+  if (!room_now(task->rt))
+    room_for_one(task->rt, true);
   return TDM_UNLIKELY(task->rt->verify) ? submit_verified(task, false)
                                          : tdm__task_submit(task, false);
 }

@@ -341,7 +341,7 @@ static void compare(const tdm_buffer *b, const void *args, size_t n) {
              r->name);
     atomic_fetch_add_explicit(&v->skipped, 1, memory_order_relaxed);
   } else {
-    r->cpu_fn(views, r->args, r->args_size);
+    TDM_USER_CODE(r->cpu_fn(views, r->args, r->args_size));
     worst w = compare_outputs(r, b, mine);
     atomic_fetch_add_explicit(&v->compared, 1, memory_order_relaxed);
     if (w.outside) {
@@ -361,7 +361,7 @@ static void note_end(void *data) {
   r->status = tdm_callback_status();
   r->worker = tdm__callback_worker;
   if (r->callback)
-    r->callback(r->callback_data);
+    TDM_USER_CODE(r->callback(r->callback_data));
 }
 
 /* P's and C's: their reference on the record. */

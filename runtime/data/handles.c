@@ -556,6 +556,7 @@ tdm_status tdm_handle_acquire(tdm_handle *h, tdm_access mode) {
     return hbad(rt, TDM_ERR_LOST, what,
                 "its contents could not be copied home from a device: not acquired");
   }
+  tdm__acquired_here++; /* this thread's submissions go past the bound */
   return TDM_OK;
 }
 
@@ -569,6 +570,7 @@ tdm_status tdm_handle_release(tdm_handle *h) {
     return st;
   if (!end_acquisition(h))
     return hbad(rt, TDM_ERR_NOT_ACQUIRED, "tdm_handle_release", "handle is not acquired");
+  tdm__acquired_here--;
   return TDM_OK;
 }
 

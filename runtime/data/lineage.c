@@ -320,7 +320,7 @@ static bool rerun(tdm_runtime *rt, const tdm_lrec *r, tdm_handle *h, unsigned ch
   }
   ok = ok && views && own;
   if (ok)
-    r->cpu_fn(views, r->args, r->args_size);
+    TDM_USER_CODE(r->cpu_fn(views, r->args, r->args_size));
   for (unsigned i = 0; own && i < r->nbuf; i++)
     free(own[i]);
   free(own);

@@ -227,7 +227,7 @@ void tdm__device_quarantine(tdm_runtime *rt, unsigned k, const char *why) {
   atomic_store(&r->quarantined, true);
   tdm__log(rt, TDM_LOG_WARNING, "device %u (%s) taken out of placement: %s", d, r->name, why);
   if (rt->cfg.device_event_fn)
-    rt->cfg.device_event_fn(rt->cfg.device_event_data, d, why);
+    TDM_USER_CODE(rt->cfg.device_event_fn(rt->cfg.device_event_data, d, why));
   drain(rt, k); /* see rt_send */
 }
 
