@@ -279,7 +279,14 @@ static tdm_handle **lent_tiles(const tdm_handle *h, size_t *n) {
   return h->coh.parts;
 }
 
-static bool all_failed(const tdm_nodes *nodes, const tdm_handle *h);
+/* Whether every copy of h failed: none holds a version. */
+static bool all_failed(const tdm_nodes *nodes, const tdm_handle *h) {
+  for (int n = tdm__nodeset_next(&h->coh.valid, 0); n >= 0;
+       n = tdm__nodeset_next(&h->coh.valid, (unsigned)n + 1))
+    if (!tdm__coh_fill_failed(nodes, h, (unsigned)n))
+      return false;
+  return !tdm__nodeset_empty(&h->coh.valid);
+}
 
 /* Tile t holds nothing of its own again (its copies complete): its next
  * use takes its rectangle from its matrix. */
@@ -343,35 +350,27 @@ static bool inherit(const tdm_nodes *nodes, tdm_handle *h) {
   tdm__coh_drop_failed(nodes, p, 0); /* a copy home that failed holds no version */
   if (!tdm__coh_replicas(nodes, h))
     return false;
-  tdm_token e = 0;
-  if (tdm__nodeset_has(&p->coh.valid, 0)) {
-    e = tdm__token_hold(nodes, fill_of(p, 0));
-  } else if (p->coh.lent) {
-    if (!take_aside(nodes, h, p))
-      return false;
-  } else {
-    tdm_tokens pw;
-    tdm__tokens_init(&pw);
-    bool ok = make_valid(nodes, p, 0, &pw);
-    tdm__tokens_release(nodes, &pw);
+  if (!tdm__nodeset_has(&p->coh.valid, 0)) {
+    bool ok;
+    if (p->coh.lent) { /* taken now, landed: nothing to wait for */
+      ok = take_aside(nodes, h, p);
+    } else {
+      tdm_tokens pw;
+      tdm__tokens_init(&pw);
+      ok = make_valid(nodes, p, 0, &pw);
+      tdm__tokens_release(nodes, &pw);
+    }
     if (!ok)
       return false;
-    e = tdm__token_hold(nodes, fill_of(p, 0));
   }
+  /* what still lands in its matrix's host memory, which is its own */
+  tdm_token e =
+      tdm__nodeset_has(&p->coh.valid, 0) ? tdm__token_hold(nodes, fill_of(p, 0)) : 0;
   p->coh.lent = h->coh.born + 1; /* the seq of the gather that ends it */
   h->coh.valid = tdm__nodeset_of(0);
   h->coh.host_ver = h->coh.ver; /* its matrix's, the same memory */
   set_fill(nodes, h, 0, e);
   return true;
-}
-
-/* Whether every copy of h failed: none holds a version. */
-static bool all_failed(const tdm_nodes *nodes, const tdm_handle *h) {
-  for (int n = tdm__nodeset_next(&h->coh.valid, 0); n >= 0;
-       n = tdm__nodeset_next(&h->coh.valid, (unsigned)n + 1))
-    if (!tdm__coh_fill_failed(nodes, h, (unsigned)n))
-      return false;
-  return !tdm__nodeset_empty(&h->coh.valid);
 }
 
 static void only_on(tdm_handle *h, unsigned node);
@@ -571,24 +570,22 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
   tdm_token e = 0;
   /* after what fills the source, and what still writes the target */
   if (node == 0) { /* from a device holding it */
-    if (h->coh.lent) { /* not over its tiles' rectangles */
+    if (h->coh.lent) { /* not over its tiles' rectangles: landed, e stays 0 */
       if (!restore(nodes, h))
         return false;
-      host_holds(nodes, h, h->coh.ver);
-      tdm__nodeset_add(&h->coh.valid, 0);
-      set_fill(nodes, h, 0, 0);
-      return true;
-    }
-    int src = home_source(nodes, h);
-    if (src < 0)
-      return false;
-    tdm_token after[2];
-    unsigned n = fills_of(nodes, h, (unsigned)src, 0, after);
-    host_changes(nodes, h);
-    if (!copy_whole(nodes, &h->buf, (unsigned)src, false, h->coh.rep[src].mem, after, n, &e)) {
-      if (tdm__lineage_replays(nodes, h))
-        want_replay(h);
-      return false;
+    } else {
+      int src = home_source(nodes, h);
+      if (src < 0)
+        return false;
+      tdm_token after[2];
+      unsigned n = fills_of(nodes, h, (unsigned)src, 0, after);
+      host_changes(nodes, h);
+      if (!copy_whole(nodes, &h->buf, (unsigned)src, false, h->coh.rep[src].mem, after, n,
+                      &e)) {
+        if (tdm__lineage_replays(nodes, h))
+          want_replay(h);
+        return false;
+      }
     }
     host_holds(nodes, h, h->coh.ver);
   } else { /* through the host */
