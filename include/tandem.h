@@ -519,6 +519,36 @@ TDM_API unsigned tdm_runtime_nworkers(const tdm_runtime *rt);
 /** Number of CPU worker threads (workers 0 .. n-1). Any thread. */
 TDM_API unsigned tdm_runtime_ncpu_workers(const tdm_runtime *rt);
 
+/**
+ * Sharing the machine with an application's own threads.
+ *
+ * tdm_runtime_pause stops the runtime's workers from starting tasks:
+ * each CPU worker parks once its current task ends, the devices start
+ * nothing new (tries already on a device finish, and end as usual);
+ * submissions are still accepted and queue. tdm_runtime_resume lets them
+ * go on. Neither waits, and both may be called from any thread, a task
+ * or a callback included; pausing twice is pausing, resuming a running
+ * runtime does nothing. While paused, whatever waits for tasks (
+ * tdm_wait_all, tdm_task_wait, tdm_handle_acquire, tdm_submit past
+ * tdm_config.max_pending) waits until another thread resumes the
+ * runtime; tdm_runtime_destroy resumes it first.
+ *
+ * tdm_runtime_set_active_workers(rt, n) lets CPU workers 0 .. n-1 take
+ * tasks and parks the others once their current task ends (n from 1 to
+ * tdm_runtime_ncpu_workers; TDM_ERR_INVALID_ARG otherwise, logged), e.g.
+ * one core left to the user interface while it is interactive, all when
+ * it is idle. Tasks a parked worker made ready are stolen by the active
+ * ones; placement still counts on every worker's kind of core. Device
+ * workers are not counted. Any thread. tdm_runtime_active_workers gives
+ * the count that runs now (0 while paused).
+ *
+ * Each returns TDM_OK, TDM_ERR_INVALID_ARG (rt NULL) or TDM_ERR_FORKED.
+ */
+TDM_API tdm_status tdm_runtime_pause(tdm_runtime *rt);
+TDM_API tdm_status tdm_runtime_resume(tdm_runtime *rt);
+TDM_API tdm_status tdm_runtime_set_active_workers(tdm_runtime *rt, unsigned n);
+TDM_API unsigned tdm_runtime_active_workers(const tdm_runtime *rt);
+
 /** Index of the calling worker of `rt` in [0, nworkers), or -1 when the
  * calling thread is not a worker of `rt`. In a task that an emulated
  * device runs: that device's worker. Any thread. */
@@ -968,8 +998,14 @@ typedef struct tdm_task_desc {
   size_t args_size;
   tdm_task_callback callback; /**< may be NULL */
   void *callback_data;
-  /** Among ready tasks queued for a device, higher ones start first
-   * (default 0). CPU workers' deques do not order by priority. */
+  /** Which ready task starts first (default 0). A device's queue orders
+   * by the value. The CPU workers order by its sign: every ready task
+   * above 0 (an interactive preview) before any at 0, and those before
+   * any below 0 (a background export); among tasks of one sign they keep
+   * work stealing's order, which keeps a task's successors on the worker
+   * whose cache holds their inputs (each worker takes the newest of its
+   * own, idle ones steal the oldest). A task already running is not
+   * interrupted. */
   int priority;
   /** With more than TDM_MAX_BUFFERS buffers: all codelet->nbuffers
    * handles (`handles` is then not read); copied. NULL otherwise. */

@@ -485,8 +485,18 @@ struct tdm_handle {
 
 /* ---- workers and runtime ---------------------------------------------- */
 
+/* CPU workers honour task priorities by band: every task of a higher
+ * band is taken before any of a lower one; within a band, work stealing's
+ * order (worker.c). Device queues order by the exact value. */
+enum { TDM_BAND_HIGH, TDM_BAND_NORMAL, TDM_BAND_LOW, TDM_BANDS };
+
+static inline unsigned tdm__band(int priority) {
+  return priority > 0 ? TDM_BAND_HIGH : priority < 0 ? TDM_BAND_LOW : TDM_BAND_NORMAL;
+}
+
 typedef struct tdm_worker {
-  tdm_deque deque; /* first: its fields are cache-line aligned */
+  /* first: their fields are cache-line aligned. One per band. */
+  tdm_deque deques[TDM_BANDS];
   tdm_runtime *rt;
   unsigned id;
   pthread_t thread;
@@ -526,7 +536,7 @@ struct tdm_runtime {
   /* Tasks submitted from threads that are not workers of this runtime,
    * or released there: a lock-free LIFO (Treiber stack) that workers empty
    * at once with an exchange, which is immune to ABA. */
-  _Alignas(TDM_CACHE_LINE) _Atomic(tdm_task *) inject;
+  _Alignas(TDM_CACHE_LINE) _Atomic(tdm_task *) inject[TDM_BANDS]; /* by band */
 
   /* Parking. A worker that found no work registers in nsleeping, checks
    * the queues once more, and waits on park_cond; whoever makes work
@@ -547,6 +557,18 @@ struct tdm_runtime {
   _Alignas(TDM_CACHE_LINE) _Atomic int nwaiters; /* threads in wait_all, or blocked */
   _Atomic int nblocked; /* submitters waiting for room (cfg.max_pending) */
   _Atomic bool closing;                          /* destroy has begun */
+  /* Sharing the machine (tdm_runtime_pause, tdm_runtime_set_active_workers):
+   * a CPU worker whose id is run_limit or more takes no task and waits on
+   * bench_cond (under park_lock, nbenched of them); 0 while paused, when
+   * the devices start no task either. Read by each worker once per task. */
+  _Atomic unsigned run_limit;
+  /* Set once a task of a band other than normal was queued for the CPU
+   * workers: until then they look at the normal band only. */
+  _Atomic bool banded;
+  _Atomic int nbenched;
+  unsigned active; /* the CPU workers that run when not paused (park_lock) */
+  bool paused;     /* park_lock */
+  pthread_cond_t bench_cond;
   pthread_mutex_t wait_lock; /* for all blocking waits */
   pthread_cond_t wait_cond;
 
@@ -724,6 +746,12 @@ void *tdm__worker_main(void *arg);
  * injection stack for other threads; wakes a sleeper if any. */
 void tdm__schedule(tdm_runtime *rt, tdm_task *t);
 void tdm__wake_all(tdm_runtime *rt);
+/* The oldest task of CPU worker `worker`'s deque of the highest band that
+ * has one (a thief's end), or NULL. */
+tdm_task *tdm__steal_from(tdm_runtime *rt, unsigned worker);
+/* Whether the runtime is paused: devices start no task (tdm__devq_next
+ * gives none); tdm_runtime_resume kicks them. */
+bool tdm__devices_paused(const tdm_runtime *rt);
 /* Subtracts the worker's unflushed finished tasks from rt->inflight. */
 void tdm__flush_finished(tdm_worker *w);
 

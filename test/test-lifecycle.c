@@ -453,6 +453,10 @@ static void child_of_runtime(tdm_runtime *rt, tdm_handle *h, tdm_handle *m, tdm_
   FORKED(tdm_runtime_device_counters(rt, 0, &dc));
   FORKED(tdm_runtime_worker_stats(rt, 0, &ws));
   FORKED(tdm_trace_flush(rt));
+  FORKED(tdm_runtime_pause(rt));
+  FORKED(tdm_runtime_resume(rt));
+  FORKED(tdm_runtime_set_active_workers(rt, 1));
+  CHILD_CHECK(tdm_runtime_active_workers(rt) == 0);
   CHILD_CHECK(tdm_runtime_nworkers(rt) == 0 && tdm_runtime_ncpu_workers(rt) == 0);
   CHILD_CHECK(tdm_worker_id(rt) == -1);
   tdm_task_release(t);     /* does nothing, does not hang */

@@ -1255,6 +1255,48 @@ static void test_failed_event_calls_back(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* Paused: a try already on the device ends (a CPU worker, parked, ends
+ * it: it can be waited for); the next task is not launched until the
+ * runtime is resumed, then runs where it was placed. */
+static void test_pause_with_device(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  float *x = array(1, 1), *y = array(0, 0);
+  tdm_handle *hx, *hy;
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  saxpy(rt, &saxpy_gpu_only, hx, hy, 1); /* builds the program */
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  float a = 2;
+  tdm_task *t = NULL;
+  tdm_task_desc d = {.codelet = &saxpy_gpu_only, .handles = {hx, hy}, .args = &a,
+                     .args_size = sizeof a};
+  assert_int_equal(tdm_task_create(rt, &d, &t), TDM_OK);
+  assert_int_equal(tdm_task_submit(t), TDM_OK); /* launched by this thread */
+  assert_int_equal(tdm_runtime_pause(rt), TDM_OK);
+  assert_int_equal(tdm_task_wait(t), TDM_OK);
+  tdm_task_release(t);
+  uint64_t ran = counters(rt).tasks;
+  assert_int_equal(ran, 2);
+  saxpy(rt, &saxpy_gpu_only, hx, hy, 4);
+  sleep_ms(50);
+  assert_int_equal(counters(rt).tasks, ran); /* not launched */
+  assert_int_equal(tdm_runtime_resume(rt), TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(counters(rt).tasks, ran + 1);
+  assert_int_equal(tdm_handle_acquire(hy, TDM_R), TDM_OK);
+  for (int i = 0; i < N; i++)
+    assert_true(y[i] == 7 * x[i]);
+  assert_int_equal(tdm_handle_release(hy), TDM_OK);
+  tdm_handle_unregister(hx);
+  tdm_handle_unregister(hy);
+  tdm_runtime_destroy(rt);
+  tdm_free(x);
+  tdm_free(y);
+  assert_int_equal(test_log_errors(&log), 0);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2 || argc > 3 || (strcmp(argv[1], "integrated") && strcmp(argv[1], "discrete")) ||
       (argc == 3 && strcmp(argv[2], "two-devices") && strcmp(argv[2], "two-users"))) {
@@ -1320,6 +1362,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_no_device),
       cmocka_unit_test(test_callbacks_on_failures),
       cmocka_unit_test(test_failed_event_calls_back),
+      cmocka_unit_test(test_pause_with_device),
       cmocka_unit_test(test_failed_writer_across_partitions),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

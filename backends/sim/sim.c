@@ -576,7 +576,7 @@ static void *device_main(void *arg) {
     }
     if (d->stop)
       break;
-    if (d->q.head)
+    if (d->q.head && !tdm__devices_paused(rt))
       continue; /* pushed while the lock was dropped */
     d->idle = true;
     TDM_PTHREAD(rt, pthread_cond_wait(&d->cond, &d->lock));

@@ -391,8 +391,10 @@ static tdm_status init_sync(tdm_runtime *rt) {
     goto fail;
   if ((err = pthread_cond_init(&rt->park_cond, NULL)))
     goto fail1;
-  if ((err = pthread_mutex_init(&rt->wait_lock, NULL)))
+  if ((err = pthread_cond_init(&rt->bench_cond, NULL)))
     goto fail2;
+  if ((err = pthread_mutex_init(&rt->wait_lock, NULL)))
+    goto fail2b;
   if ((err = pthread_cond_init(&rt->wait_cond, NULL)))
     goto fail3;
   if ((err = pthread_mutex_init(&rt->deps_lock, NULL)))
@@ -423,6 +425,8 @@ fail4:
   pthread_cond_destroy(&rt->wait_cond);
 fail3:
   pthread_mutex_destroy(&rt->wait_lock);
+fail2b:
+  pthread_cond_destroy(&rt->bench_cond);
 fail2:
   pthread_cond_destroy(&rt->park_cond);
 fail1:
@@ -443,6 +447,7 @@ static void destroy_sync(tdm_runtime *rt) {
   pthread_mutex_destroy(&rt->deps_lock);
   pthread_cond_destroy(&rt->wait_cond);
   pthread_mutex_destroy(&rt->wait_lock);
+  pthread_cond_destroy(&rt->bench_cond);
   pthread_cond_destroy(&rt->park_cond);
   pthread_mutex_destroy(&rt->park_lock);
 }
@@ -471,7 +476,8 @@ static void teardown(tdm_runtime *rt) {
   tdm__sched_stop(rt);
   if (rt->workers) {
     for (unsigned i = 0; i < rt->nworkers; i++) {
-      tdm__deque_destroy(&rt->workers[i].deque);
+      for (unsigned b = 0; b < TDM_BANDS; b++)
+        tdm__deque_destroy(&rt->workers[i].deques[b]);
       free(rt->workers[i].trace.ev);
     }
     free(rt->workers);
@@ -504,13 +510,16 @@ static tdm_status start_workers(tdm_runtime *rt) {
     w->rt = rt;
     w->id = i;
     w->rng = 0x9e3779b97f4a7c15ull * (i + 1);
-    if (tdm__deque_init(&w->deque, 256)) {
-      /* the deques after this one were zeroed by calloc: give them a ring
-       * so that teardown can destroy all of them alike */
-      for (unsigned j = i; j < rt->nworkers; j++)
-        tdm__deque_init(&rt->workers[j].deque, 0);
-      return TDM_ERR_NO_MEMORY;
-    }
+    /* the normal band's deque is the busy one */
+    for (unsigned b = 0; b < TDM_BANDS; b++)
+      if (tdm__deque_init(&w->deques[b], b == TDM_BAND_NORMAL ? 256 : 16)) {
+        /* the deques after this one were zeroed by calloc: give them a
+         * ring so that teardown can destroy all of them alike */
+        for (unsigned j = i; j < rt->nworkers; j++)
+          for (unsigned c = j == i ? b : 0; c < TDM_BANDS; c++)
+            tdm__deque_init(&rt->workers[j].deques[c], 0);
+        return TDM_ERR_NO_MEMORY;
+      }
   }
   for (unsigned i = 0; i < rt->nworkers; i++) {
     tdm_worker *w = &rt->workers[i];
@@ -586,6 +595,8 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   if (st)
     goto fail;
   rt->nworkers = rt->plan.nworkers;
+  rt->active = rt->nworkers;
+  atomic_store_explicit(&rt->run_limit, rt->nworkers, memory_order_relaxed);
   rt->bind = rt->cfg.bind_workers && !rt->synthetic && !rt->xml &&
              hwloc_topology_is_thissystem(rt->topo);
   /* the devices last: an emulated device's thread looks at the CPU
@@ -655,6 +666,7 @@ tdm_status tdm_runtime_destroy(tdm_runtime *rt) {
   if (st)
     return st;
   atomic_store(&rt->closing, true);
+  tdm_runtime_resume(rt); /* the tasks queued run */
   tdm__release_acquisitions(rt); /* tasks may wait for them */
   tdm_wait_all(rt);
   tdm__handles_home(rt); /* the application's memory holds every result */

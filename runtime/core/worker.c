@@ -10,6 +10,14 @@
  * in one exchange: the worker that empties it runs the oldest task and
  * pushes the others on its deque, where the other workers can steal them.
  *
+ * Priorities: three bands, by the sign of tdm_task_desc.priority, each
+ * with its deque per worker and its injection stack, looked at from the
+ * highest: a task above 0 starts before any at 0, which starts before
+ * any below 0, and within a band work stealing keeps its order and its
+ * locality (as Taskflow's executor keeps a queue per priority level per
+ * worker). Until a task outside the normal band is queued (rt->banded),
+ * workers look at the normal band only.
+ *
  * Finding work, in order: own deque, injection stack, then stealing, nearest
  * victims first (topology.c). A worker that finds nothing polls for
  * cfg.spin_us microseconds (tasks often come in bursts, and waking a
@@ -24,6 +32,15 @@
  * posts a wakeup under park_lock), so a burst of pushes wakes each sleeper
  * once, not once per push; the cost of publishing while nobody sleeps is
  * one fence and one load.
+ *
+ * Benching (tdm_runtime_pause, tdm_runtime_set_active_workers). A worker
+ * whose id is not below run_limit takes no task: it waits on bench_cond,
+ * apart from the parked workers (a publisher's wake-up goes to a worker
+ * that can run the work). It looks at the limit before each task and
+ * again once it took one, which it hands back (to its deque, where the
+ * active workers steal it) if the limit changed meanwhile: a task
+ * submitted after a pause returned never starts before the resume. The
+ * tasks a benched worker left on its deque are stolen as any are.
  */
 #include "../internal.h"
 
@@ -89,43 +106,61 @@ static void wake_one(tdm_runtime *rt) {
 void tdm__wake_all(tdm_runtime *rt) {
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->park_lock));
   TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->park_cond));
+  TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->bench_cond));
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->park_lock));
 }
 
-/* Pushes the chain first .. (its last pool_next link) on the injection
- * stack. */
-static void inject_chain(tdm_runtime *rt, tdm_task *first) {
+/* Pushes the chain first .. (its last pool_next link) on band b's
+ * injection stack. */
+static void inject_chain(tdm_runtime *rt, unsigned b, tdm_task *first) {
   tdm_task *last = first;
   while (last->pool_next)
     last = last->pool_next;
-  tdm_task *head = atomic_load_explicit(&rt->inject, memory_order_relaxed);
+  tdm_task *head = atomic_load_explicit(&rt->inject[b], memory_order_relaxed);
   do {
     last->pool_next = head;
     /* seq_cst: releases the tasks' contents to the worker that takes the
      * stack, and serves as the publication wake_if_sleeping needs */
   } while (!atomic_compare_exchange_weak_explicit(
-      &rt->inject, &head, first, memory_order_seq_cst, memory_order_relaxed));
+      &rt->inject[b], &head, first, memory_order_seq_cst, memory_order_relaxed));
 }
 
-void tdm__schedule(tdm_runtime *rt, tdm_task *t) {
+/* The band of a task of priority p (not 0), noting that bands are used.
+ * Relaxed: a worker that finds the flag late finds the task on its next
+ * look (the wake-up that follows comes after a seq_cst publication). */
+static unsigned banded(tdm_runtime *rt, int p) {
+  if (!atomic_load_explicit(&rt->banded, memory_order_relaxed))
+    atomic_store(&rt->banded, true);
+  return tdm__band(p);
+}
+
+/* tdm__schedule of t into band b (a constant in the usual call). */
+static inline void schedule_in(tdm_runtime *rt, tdm_task *t, unsigned b) {
   tdm_worker *w = tdm__self_in(rt);
-  if (w && tdm__deque_push(&w->deque, t) == 0) {
+  if (w && tdm__deque_push(&w->deques[b], t) == 0) {
     wake_one(rt);
     return;
   }
   /* not a worker of rt, or its deque could not grow */
   t->pool_next = NULL;
-  inject_chain(rt, t);
+  inject_chain(rt, b, t);
   wake_if_sleeping(rt);
 }
 
-static tdm_task *take_injected(tdm_worker *w) {
+void tdm__schedule(tdm_runtime *rt, tdm_task *t) {
+  if (TDM_UNLIKELY(t->priority))
+    schedule_in(rt, t, banded(rt, t->priority));
+  else
+    schedule_in(rt, t, TDM_BAND_NORMAL);
+}
+
+static tdm_task *take_injected(tdm_worker *w, unsigned b) {
   tdm_runtime *rt = w->rt;
   /* relaxed: a cheap look before the exchange */
-  if (!atomic_load_explicit(&rt->inject, memory_order_relaxed))
+  if (!atomic_load_explicit(&rt->inject[b], memory_order_relaxed))
     return NULL;
   /* acquire: pairs with the release CAS in inject_chain */
-  tdm_task *t = atomic_exchange_explicit(&rt->inject, NULL, memory_order_acquire);
+  tdm_task *t = atomic_exchange_explicit(&rt->inject[b], NULL, memory_order_acquire);
   if (!t)
     return NULL;
   /* The stack holds the newest first: push all but the oldest, which we
@@ -133,8 +168,8 @@ static tdm_task *take_injected(tdm_worker *w) {
   unsigned pushed = 0;
   while (t->pool_next) {
     tdm_task *next = t->pool_next;
-    if (tdm__deque_push(&w->deque, t) != 0) {
-      inject_chain(rt, t); /* out of memory: leave the rest for later */
+    if (tdm__deque_push(&w->deques[b], t) != 0) {
+      inject_chain(rt, b, t); /* out of memory: leave the rest for later */
       t = NULL;
       break;
     }
@@ -164,7 +199,7 @@ static uint64_t next_random(tdm_worker *w) {
   return w->rng = x;
 }
 
-static tdm_task *steal(tdm_worker *w) {
+static tdm_task *steal(tdm_worker *w, unsigned b) {
   tdm_runtime *rt = w->rt;
   const tdm_worker_plan *p = &rt->plan;
   const unsigned *victims = p->victims[w->id];
@@ -174,7 +209,7 @@ static tdm_task *steal(tdm_worker *w) {
     unsigned n = end - start;
     unsigned r = (unsigned)(next_random(w) % n);
     for (unsigned k = 0; k < n; k++) {
-      tdm_deque *d = &rt->workers[victims[start + (r + k) % n]].deque;
+      tdm_deque *d = &rt->workers[victims[start + (r + k) % n]].deques[b];
       if (tdm__deque_size(d) == 0)
         continue; /* cheap look; steal's fence only when worth it */
       tdm__count(&w->steals_tried, 1);
@@ -214,6 +249,13 @@ tdm_task *tdm__any_take(tdm_runtime *rt) {
 
 void tdm__wake_for_completion(tdm_runtime *rt) {
   wake_if_sleeping(rt);
+  /* paused: a benched worker ends it (bench). seq_cst: the completion
+   * was published with seq_cst; pairs with bench's increment */
+  if (atomic_load(&rt->nbenched) > 0 && atomic_load(&rt->run_limit) == 0) {
+    TDM_PTHREAD(rt, pthread_mutex_lock(&rt->park_lock));
+    TDM_PTHREAD(rt, pthread_cond_signal(&rt->bench_cond));
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->park_lock));
+  }
 }
 
 void tdm__queue_put(tdm_task **head, tdm_task **tail, tdm_task *t) {
@@ -258,6 +300,8 @@ tdm_task *tdm__devq_pop(tdm_devq *q) {
 }
 
 tdm_task *tdm__devq_next(tdm_runtime *rt, unsigned k, tdm_devq *q, pthread_mutex_t *lock) {
+  if (TDM_UNLIKELY(tdm__devices_paused(rt)))
+    return NULL; /* set_limit kicks the device on resume */
   tdm_task *t = tdm__devq_pop(q);
   if (t)
     return t;
@@ -266,6 +310,10 @@ tdm_task *tdm__devq_next(tdm_runtime *rt, unsigned k, tdm_devq *q, pthread_mutex
   if (!t)
     t = tdm__sched_idle_device(rt, k);
   TDM_PTHREAD(rt, pthread_mutex_lock(lock));
+  if (t && TDM_UNLIKELY(tdm__devices_paused(rt))) { /* paused meanwhile: kept for the resume */
+    tdm__devq_put(q, t);
+    t = NULL;
+  }
   return t;
 }
 
@@ -294,6 +342,18 @@ tdm_task *tdm__devq_take(tdm_runtime *rt, tdm_devq *q, pthread_mutex_t *lock,
   return t;
 }
 
+/* A task of band b from this worker's deque, the injection stack or
+ * another worker's deque. */
+static tdm_task *find_in_band(tdm_worker *w, unsigned b) {
+  tdm_task *t = NULL;
+  /* a look at the size first: pop costs a full fence even when empty */
+  if (tdm__deque_size(&w->deques[b]) > 0)
+    t = tdm__deque_pop(&w->deques[b]);
+  if (!t)
+    t = take_injected(w, b);
+  return t ? t : steal(w, b);
+}
+
 static tdm_task *find_work(tdm_worker *w) {
   tdm_task *t = NULL;
   tdm_runtime *rt = w->rt;
@@ -303,30 +363,53 @@ static tdm_task *find_work(tdm_worker *w) {
                                                              memory_order_acquire);
   if (devices)
     tdm__device_progress(rt);
-  /* a look at the size first: pop costs a full fence even when empty */
-  if (tdm__deque_size(&w->deque) > 0)
-    t = tdm__deque_pop(&w->deque);
+  /* relaxed: see tdm__schedule */
+  bool banded = atomic_load_explicit(&rt->banded, memory_order_relaxed);
+  if (TDM_UNLIKELY(banded) && (t = find_in_band(w, TDM_BAND_HIGH)))
+    return t;
+  /* the normal band: as find_in_band, the devices' queues (in priority
+   * order already) before stealing */
+  if (tdm__deque_size(&w->deques[TDM_BAND_NORMAL]) > 0)
+    t = tdm__deque_pop(&w->deques[TDM_BAND_NORMAL]);
   if (!t)
-    t = take_injected(w);
+    t = take_injected(w, TDM_BAND_NORMAL);
   if (!t && devices) /* placed on this kind of core by another thread */
     t = tdm__sched_take_kind(w, false);
   if (!t && devices)
     t = tdm__sched_take_shared(rt, w->id);
   if (!t)
-    t = steal(w);
+    t = steal(w, TDM_BAND_NORMAL);
+  if (!t && banded)
+    t = find_in_band(w, TDM_BAND_LOW);
   if (!t && devices) /* a task waiting on a device, if worth it */
     t = tdm__sched_idle_cpu(w);
   return t;
 }
 
+tdm_task *tdm__steal_from(tdm_runtime *rt, unsigned worker) {
+  tdm_worker *v = &rt->workers[worker];
+  for (unsigned b = 0; b < TDM_BANDS; b++) {
+    if (tdm__deque_size(&v->deques[b]) == 0)
+      continue;
+    tdm_task *t = tdm__deque_steal(&v->deques[b]);
+    if (t)
+      return t;
+  }
+  return NULL;
+}
+
 static bool any_work(tdm_runtime *rt) {
-  if (atomic_load(&rt->inject) || atomic_load(&rt->completions) || atomic_load(&rt->any_n))
+  if (atomic_load(&rt->completions) || atomic_load(&rt->any_n))
     return true;
+  for (unsigned b = 0; b < TDM_BANDS; b++)
+    if (atomic_load(&rt->inject[b]))
+      return true;
   if (atomic_load_explicit(&rt->devices_ready, memory_order_acquire) && tdm__sched_queued(rt))
     return true;
   for (unsigned i = 0; i < rt->nworkers; i++)
-    if (tdm__deque_size(&rt->workers[i].deque) > 0)
-      return true;
+    for (unsigned b = 0; b < TDM_BANDS; b++)
+      if (tdm__deque_size(&rt->workers[i].deques[b]) > 0)
+        return true;
   return false;
 }
 
@@ -348,6 +431,114 @@ static void park(tdm_worker *w) {
       atomic_fetch_sub_explicit(&rt->nsleeping, 1, memory_order_relaxed);
   }
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->park_lock));
+}
+
+/* ---- sharing the machine ------------------------------------------------ */
+
+/* Whether worker w may take a task (run_limit: see tdm_runtime). Relaxed:
+ * a worker that reads an old limit takes one task more or less. */
+static bool may_run(const tdm_worker *w) {
+  return w->id < atomic_load_explicit(&w->rt->run_limit, memory_order_relaxed);
+}
+
+/* Worker w is out of run_limit: it waits until it is back in. Work it
+ * left on its deque, or a wake-up meant for an active worker that it took
+ * (park), goes on to a sleeping active worker. While the runtime is
+ * paused, benched workers end the devices' completions (their tasks
+ * ran: what they make ready queues). */
+static void bench(tdm_worker *w) {
+  tdm_runtime *rt = w->rt;
+  if (w->unflushed)
+    tdm__flush_finished(w);
+  tdm__fence_seq_cst();
+  if (any_work(rt))
+    wake_if_sleeping(rt);
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->park_lock));
+  /* seq_cst: before the look at the completions; pairs with
+   * tdm__wake_for_completion */
+  atomic_fetch_add(&rt->nbenched, 1);
+  tdm__fence_seq_cst();
+  while (!may_run(w) && !atomic_load(&rt->stop)) {
+    if (atomic_load(&rt->completions) && atomic_load(&rt->run_limit) == 0) {
+      TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->park_lock));
+      tdm__device_progress(rt);
+      if (w->unflushed)
+        tdm__flush_finished(w);
+      TDM_PTHREAD(rt, pthread_mutex_lock(&rt->park_lock));
+      continue;
+    }
+    TDM_PTHREAD(rt, pthread_cond_wait(&rt->bench_cond, &rt->park_lock));
+  }
+  atomic_fetch_sub(&rt->nbenched, 1);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->park_lock));
+}
+
+bool tdm__devices_paused(const tdm_runtime *rt) {
+  return atomic_load_explicit(&rt->run_limit, memory_order_relaxed) == 0;
+}
+
+/* Sets run_limit from rt->active and rt->paused (under park_lock), and
+ * wakes what may now run. */
+static void set_limit(tdm_runtime *rt) {
+  unsigned before = atomic_load_explicit(&rt->run_limit, memory_order_relaxed);
+  unsigned limit = rt->paused ? 0 : rt->active;
+  atomic_store(&rt->run_limit, limit);
+  if (limit > before)
+    TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->bench_cond));
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->park_lock));
+  if (before == 0 && limit > 0 && rt->dev) /* the devices start what waits for them */
+    for (unsigned k = 0; k < rt->ndevice_workers; k++)
+      rt->dev->kick(rt, k);
+}
+
+static tdm_status control(tdm_runtime *rt, const char *what) {
+  if (!rt)
+    return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, what);
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->park_lock));
+  return TDM_OK;
+}
+
+tdm_status tdm_runtime_pause(tdm_runtime *rt) {
+  tdm_status st = control(rt, "tdm_runtime_pause");
+  if (st)
+    return st;
+  rt->paused = true;
+  set_limit(rt);
+  return TDM_OK;
+}
+
+tdm_status tdm_runtime_resume(tdm_runtime *rt) {
+  tdm_status st = control(rt, "tdm_runtime_resume");
+  if (st)
+    return st;
+  rt->paused = false;
+  set_limit(rt);
+  return TDM_OK;
+}
+
+tdm_status tdm_runtime_set_active_workers(tdm_runtime *rt, unsigned n) {
+  if (rt && !tdm__forked(rt) && (n == 0 || n > rt->nworkers)) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_set_active_workers: %u is not in 1 .. %u "
+             "(tdm_runtime_pause stops them all)", n, rt->nworkers);
+    return TDM_ERR_INVALID_ARG;
+  }
+  tdm_status st = control(rt, "tdm_runtime_set_active_workers");
+  if (st)
+    return st;
+  rt->active = n;
+  set_limit(rt);
+  return TDM_OK;
+}
+
+unsigned tdm_runtime_active_workers(const tdm_runtime *rt) {
+  if (!rt || tdm__forked(rt))
+    return 0;
+  tdm_runtime *w = (tdm_runtime *)rt; /* the lock only */
+  TDM_PTHREAD(w, pthread_mutex_lock(&w->park_lock));
+  unsigned n = rt->paused ? 0 : rt->active;
+  TDM_PTHREAD(w, pthread_mutex_unlock(&w->park_lock));
+  return n;
 }
 
 /* Counts, and traces, a period without work that began at `from`. */
@@ -398,7 +589,8 @@ void *tdm__worker_main(void *arg) {
      * passed. */
     uint64_t deadline = 0;
     uint64_t idle_from = !t && rt->timing ? tdm__now_ns() : 0;
-    for (unsigned i = 0; !t && tdm__idle_step(i, &deadline, rt->cfg.spin_us); i++) {
+    for (unsigned i = 0; !t && tdm__idle_step(i, &deadline, rt->cfg.spin_us) && may_run(w);
+         i++) {
       t = find_work(w);
       /* seq_cst: pairs with wait_all's increment (Dekker): a waiter that
        * arrived sees our flush, or we see it */
@@ -408,6 +600,14 @@ void *tdm__worker_main(void *arg) {
     if (idle_from)
       idle_period(w, TDM_EV_IDLE, idle_from);
     if (t) {
+      /* Out of run_limit: the task goes back. One submitted after a
+       * pause returned is never started: it was published after
+       * run_limit changed, so taking it made the change visible here. */
+      if (TDM_UNLIKELY(!may_run(w)) && !atomic_load(&rt->stop)) {
+        tdm__schedule(rt, t);
+        bench(w);
+        continue;
+      }
       tdm__task_execute(t, w);
       continue;
     }
@@ -415,6 +615,10 @@ void *tdm__worker_main(void *arg) {
       tdm__flush_finished(w);
     if (atomic_load(&rt->stop))
       break;
+    if (!may_run(w)) {
+      bench(w);
+      continue;
+    }
     uint64_t park_from = rt->timing ? tdm__now_ns() : 0;
     park(w);
     if (park_from)

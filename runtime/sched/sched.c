@@ -144,7 +144,7 @@ static tdm_task *rt_take(tdm_sched *s, unsigned from, bool (*want)(tdm_task *, v
 static tdm_task *rt_steal_cpu(tdm_sched *s, unsigned c) {
   tdm_runtime *rt = rt_of(s);
   for (unsigned i = 0; i < rt->nworkers; i++) {
-    tdm_task *t = tdm__deque_steal(&rt->workers[i].deque);
+    tdm_task *t = tdm__steal_from(rt, i);
     if (!t)
       continue;
     if (t->device_ok && rt_runs(s, c, t))
