@@ -979,6 +979,8 @@ typedef struct tdm_codelet {
 } tdm_codelet;
 
 typedef struct tdm_task tdm_task;
+/** A group of tasks (see "Task groups" below). */
+typedef struct tdm_group tdm_group;
 
 /** Called once the task has ended, whatever its outcome, and before the
  * tasks that depend on it are released: on the worker that ran it, or on
@@ -1010,7 +1012,29 @@ typedef struct tdm_task_desc {
   /** With more than TDM_MAX_BUFFERS buffers: all codelet->nbuffers
    * handles (`handles` is then not read); copied. NULL otherwise. */
   tdm_handle *const *dyn_handles;
+  /** The group the task belongs to (tdm_group_create), or NULL: its
+   * progress counts the task, cancelling it cancels the task if it has
+   * not started, and its priority is added to `priority`. */
+  tdm_group *group;
+  /** The task's share of its group's work, for the progress weighted by
+   * cost (tdm_group_progress), kept to about 3 significant digits; 0
+   * (the default) or less counts as 1. */
+  float cost;
+  /** TDM_TASK_* flags, or 0. */
+  unsigned flags;
 } tdm_task_desc;
+
+/** tdm_task_desc.flags: the task runs only on the application's thread,
+ * in tdm_dispatch (its CPU variant, which it must have: an OpenGL or
+ * Vulkan upload, a call into a user interface toolkit), once its
+ * dependencies have ended, like any task. Its outcome, callback and
+ * successors are as for any task; if cancelled, it ends there too. */
+#define TDM_TASK_MAIN_THREAD 1u
+/** tdm_task_desc.flags: the task's callback runs in tdm_dispatch, on the
+ * application's thread, after the task has ended (its dependents may have
+ * started, and tdm_task_wait, tdm_group_wait and tdm_wait_all do not wait
+ * for it); tdm_callback_status gives its outcome there. */
+#define TDM_TASK_CALLBACK_ON_DISPATCH 2u
 
 /**
  * Creates and submits a task in one call; the caller keeps no reference.
@@ -1112,6 +1136,137 @@ TDM_API void tdm_task_release(tdm_task *task);
  * unless more tasks failed meanwhile. Blocking; not from a task of the
  * same runtime. */
 TDM_API tdm_status tdm_wait_all(tdm_runtime *rt);
+
+/* ------------------------------------------------------------------------ */
+/* Completion in the application's event loop                               */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * An application that runs an event loop on its user interface thread
+ * receives there what it asked for (tasks flagged TDM_TASK_MAIN_THREAD,
+ * callbacks flagged TDM_TASK_CALLBACK_ON_DISPATCH, group progress with
+ * tdm_group_desc.progress_on_dispatch): the runtime queues them, and
+ * makes a file descriptor readable while the queue is not empty. The loop
+ * watches the descriptor (poll, a GLib GSource, a QSocketNotifier, libuv's
+ * uv_poll) and calls tdm_dispatch when it becomes readable:
+ *
+ *     struct pollfd p = {.fd = tdm_runtime_event_fd(rt), .events = POLLIN};
+ *     while (running) {
+ *       poll(&p, 1, timeout);            // with the application's own fds
+ *       if (p.revents & POLLIN)
+ *         tdm_dispatch(rt);
+ *     }
+ *
+ * Nothing the thread does blocks on the runtime. Waiting (tdm_wait_all,
+ * tdm_group_wait, tdm_task_wait) for a pinned task from the thread that
+ * should dispatch it would wait forever; tdm_runtime_destroy dispatches
+ * while it waits.
+ */
+
+/** The runtime's event descriptor (a Linux eventfd, non-blocking,
+ * close-on-exec, owned by the runtime: do not close it), created at the
+ * first call; -1 on error (logged) or for a NULL runtime. Readable while
+ * something waits for tdm_dispatch. Any thread. */
+TDM_API int tdm_runtime_event_fd(tdm_runtime *rt);
+
+/** Runs, on the calling thread, what was queued for it when the call
+ * began (in the order it was queued: pinned tasks in dependency order),
+ * and returns how many; what they queue in turn waits for the next call
+ * (the descriptor is readable again), so that the loop keeps turning.
+ * Never blocks for tasks. One thread at a time: the application's event
+ * loop. Returns the count (0: nothing was queued), or a negative status:
+ * TDM_ERR_INVALID_ARG (rt NULL, another thread dispatching, or a nested
+ * call), TDM_ERR_IN_TASK (from a worker), TDM_ERR_FORKED. */
+TDM_API int tdm_dispatch(tdm_runtime *rt);
+
+/* ------------------------------------------------------------------------ */
+/* Task groups: progress, waiting and cancelling a part of the work         */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * A group gathers the tasks of one piece of work (a document's filters,
+ * an export) so that the application can follow its progress, wait for
+ * it alone and cancel it. A task joins a group at its creation
+ * (tdm_task_desc.group) and belongs to that one only; groups do not nest.
+ * Tasks that a task of the group submits join it only if they name it.
+ */
+
+/** Where a group stands; counts since its creation. */
+typedef struct tdm_group_progress {
+  size_t struct_size; /**< set by the caller: sizeof(tdm_group_progress) */
+  /** Tasks submitted into the group, and those that ended (whatever the
+   * outcome; their callbacks included). ended == submitted: idle. */
+  uint64_t submitted, ended;
+  /** Of the ended: failed, and cancelled (by tdm_group_cancel, or because
+   * a task whose results they read failed or was cancelled). */
+  uint64_t failed, cancelled;
+  /** The same counts weighted by tdm_task_desc.cost. */
+  double cost_submitted, cost_ended;
+  /** 1 once tdm_group_cancel was called. */
+  int cancel_requested;
+} tdm_group_progress;
+
+/** Called with a group's progress: see tdm_group_desc.progress_fn. */
+typedef void (*tdm_progress_fn)(void *user_data, const tdm_group_progress *progress);
+
+typedef struct tdm_group_desc {
+  size_t struct_size;  /**< 0, or sizeof(tdm_group_desc) */
+  const char *name;    /**< for logs; copied; may be NULL */
+  /** Added to the priority of each of its tasks (see
+   * tdm_task_desc.priority): an interactive preview's group above 0, a
+   * background export's below. */
+  int priority;
+  /** Called as the group's tasks end, at most progress_hz times a second,
+   * and each time the group becomes idle (every task submitted so far has
+   * ended: the last call of a piece of work shows it whole). Never two
+   * calls of one group at once; on a worker's thread (then it must not
+   * block), or on the application's thread in tdm_dispatch when
+   * progress_on_dispatch is set. May be NULL. */
+  tdm_progress_fn progress_fn;
+  void *progress_data;
+  /** At most this many calls a second; 0: 10. */
+  double progress_hz;
+  /** 1: progress_fn runs in tdm_dispatch (see there). */
+  int progress_on_dispatch;
+} tdm_group_desc;
+
+/** Creates a group (desc may be NULL: no progress callback, priority 0).
+ * Returns TDM_OK, TDM_ERR_INVALID_ARG (rt or out NULL, struct_size too
+ * small, progress_hz negative), TDM_ERR_NO_MEMORY or TDM_ERR_FORKED.
+ * Any thread. */
+TDM_API tdm_status tdm_group_create(tdm_runtime *rt, const tdm_group_desc *desc,
+                                    tdm_group **out);
+
+/** Fills *out with the group's progress. TDM_ERR_INVALID_ARG for a NULL
+ * argument or a struct_size too small. Any thread. */
+TDM_API tdm_status tdm_group_get_progress(const tdm_group *group, tdm_group_progress *out);
+
+/**
+ * Cancels the group: its tasks that have not started never start and end
+ * cancelled (TDM_ERR_CANCELLED, their callbacks run), as do the tasks it
+ * submits afterwards; tasks running finish. Tasks of other groups (or of
+ * none) that read results of a cancelled task are cancelled too, by the
+ * rules of "Task outcomes"; a handle whose newest version a cancelled
+ * task was to write keeps the last version produced (tdm_handle_acquire
+ * then says TDM_ERR_LOST). Tasks cancelled this way are not reported by
+ * tdm_wait_all; those of other groups are. Does not wait (tdm_group_wait
+ * does). Any thread, a task or a callback included. Returns TDM_OK or
+ * TDM_ERR_INVALID_ARG.
+ */
+TDM_API tdm_status tdm_group_cancel(tdm_group *group);
+
+/** Blocks until every task submitted into the group (and those they
+ * submitted into it) has ended. Returns TDM_OK, TDM_ERR_CANCELLED when
+ * the group was cancelled, TDM_ERR_TASK_FAILED when one of its tasks
+ * failed or was cancelled, TDM_ERR_INVALID_ARG, or TDM_ERR_IN_TASK from a
+ * task of the same runtime. */
+TDM_API tdm_status tdm_group_wait(tdm_group *group);
+
+/** Gives back the group: it goes once its tasks have ended (they keep it
+ * meanwhile). It must not be used afterwards, nor named by new tasks.
+ * Groups not released are freed by tdm_runtime_destroy. NULL is
+ * accepted. Any thread. */
+TDM_API void tdm_group_release(tdm_group *group);
 
 #ifdef __cplusplus
 }

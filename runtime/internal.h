@@ -323,7 +323,10 @@ typedef struct tdm_task {
   void *args;
   size_t args_size;
   struct tdm_task *pool_next;  /* free list and injection stack link */
-  struct tdm_task *batch_next; /* shared pool: next batch */
+  union {
+    struct tdm_task *batch_next; /* free, in the shared pool: next batch */
+    struct tdm_group *group;     /* allocated: its group (holding a reference), or NULL */
+  };
   union {
     /* Explicit dependencies while created (depgraph.c); allocated on
      * first use, NULL otherwise, and NULL again once submitted. */
@@ -360,6 +363,13 @@ typedef struct tdm_task {
   /* Its writes on a device were issued (tdm__task_written), undone if
    * the try fails. */
   bool issued : 1;
+  /* Set at its creation (tdm_task_desc.flags): it runs only in
+   * tdm_dispatch; its callback runs there. */
+  bool main_thread : 1, callback_on_dispatch : 1;
+  /* tdm_task_desc.cost in a group (1 when not given), as a bfloat16 (the
+   * float's upper half, rounded: about 3 significant digits) for want of
+   * room on this line; tdm__cost_of reads it. */
+  uint16_t cost;
   /* A task with more than TDM_MAX_BUFFERS buffers: all of them, in a
    * block of their own (handles, modes and gens above are not used). */
   struct tdm_task_more *more;
@@ -483,6 +493,90 @@ struct tdm_handle {
   tdm_coh coh;
 };
 
+/* ---- groups (group.c) -------------------------------------------------- */
+
+struct tdm_group {
+  tdm_runtime *rt;
+  struct tdm_group *next, *prev; /* the runtime's groups (groups_lock) */
+  /* The application's reference, and one per task that names it. */
+  _Atomic int refs;
+  /* Tasks submitted and not ended: 0 when idle (tdm_group_wait). A task
+   * submitting another into the group counts it before it ends itself. */
+  _Atomic int64_t pending;
+  _Atomic uint64_t submitted, ended, failed, cancelled;
+  _Atomic double cost_submitted, cost_ended;
+  _Atomic bool cancel;
+  _Atomic int waiters; /* threads in tdm_group_wait */
+  int priority;
+  /* Progress: calls at most every interval_ns (last_ns: the last one);
+   * `want` counts requests, `calling` is held by the thread calling (or
+   * posting to the dispatch queue), which calls again while requests
+   * came meanwhile. */
+  tdm_progress_fn progress_fn;
+  void *progress_data;
+  uint64_t interval_ns;
+  bool on_dispatch;
+  _Atomic uint64_t last_ns;
+  _Atomic unsigned want;
+  _Atomic bool calling;
+  /* In the dispatch queue (dispatch_lock): its link, and whether it is
+   * there. */
+  struct tdm_group *dnext;
+  bool dposted;
+  char name[64];
+};
+
+static inline uint16_t tdm__cost_pack(float c) {
+  uint32_t u;
+  memcpy(&u, &c, sizeof u);
+  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+  return (uint16_t)(u >> 16);
+}
+static inline double tdm__cost_of(const tdm_task *t) {
+  uint32_t u = (uint32_t)t->cost << 16;
+  float c;
+  memcpy(&c, &u, sizeof c);
+  return c;
+}
+
+/* A task of group t->group was built (t holds a reference), submitted
+ * (counted; cancelled if the group is), ended (counted, progress). */
+void tdm__group_joined(tdm_task *t);
+void tdm__group_submitted(tdm_task *t);
+void tdm__group_ended(tdm_task *t);
+void tdm__group_unref(tdm_group *g);
+/* Frees the groups left (runtime teardown). */
+void tdm__groups_free(tdm_runtime *rt);
+/* Calls g's progress_fn with its progress now, on this thread. */
+void tdm__group_progress_call(tdm_group *g);
+
+/* dispatch.c: queues for tdm_dispatch a ready task pinned to the
+ * application's thread, or an ended task whose callback runs there (the
+ * reference it holds goes with it); g's progress call. */
+void tdm__dispatch_task(tdm_runtime *rt, tdm_task *t);
+void tdm__dispatch_progress(tdm_group *g);
+void tdm__dispatch_close(tdm_runtime *rt);
+/* Runs a task pinned to the application's thread, in tdm_dispatch. */
+void tdm__task_run_here(tdm_task *t);
+
+/* t's outcome as it is about to start: a cancelled group cancels it. */
+static inline int32_t tdm__task_outcome_at_start(tdm_task *t) {
+  int32_t s = atomic_load_explicit(&t->outcome, memory_order_relaxed);
+  if (__builtin_expect(t->group != NULL, 0) && !s &&
+      atomic_load_explicit(&t->group->cancel, memory_order_relaxed)) {
+    s = TDM_ERR_CANCELLED;
+    atomic_store_explicit(&t->outcome, s, memory_order_relaxed);
+  }
+  return s;
+}
+
+/* Whether t ended cancelled by its group's tdm_group_cancel (not a
+ * failure to report). */
+static inline bool tdm__cancelled_by_group(const tdm_task *t, int32_t status) {
+  return status == TDM_ERR_CANCELLED && t->group &&
+         atomic_load_explicit(&t->group->cancel, memory_order_relaxed);
+}
+
 /* ---- workers and runtime ---------------------------------------------- */
 
 /* CPU workers honour task priorities by band: every task of a higher
@@ -574,6 +668,17 @@ struct tdm_runtime {
 
   /* Task pool: slabs, and a shared free list for non-worker threads and
    * for balancing the workers' lists. */
+  tdm_spinlock groups_lock;
+  struct tdm_group *groups; /* every group not yet freed */
+  /* The dispatch queue (dispatch.c), under dispatch_lock: tasks, groups,
+   * the eventfd (-1 until asked for) and whether it was signalled. */
+  pthread_mutex_t dispatch_lock;
+  tdm_task *dq_head, *dq_tail;
+  struct tdm_group *dg_head;
+  int event_fd;
+  bool signalled;
+  _Atomic bool dispatching; /* a thread is in tdm_dispatch */
+  _Atomic bool pinned;      /* a task pinned to the application's thread was created */
   tdm_spinlock pool_lock;
   tdm_task *pool_free;
   /* The free tasks of threads that are not workers. */

@@ -20,9 +20,10 @@ cd "$(dirname "$0")/.."
 
 # To build: a C compiler, meson, hwloc, cmocka, the OpenCL headers and ICD
 # loader (opened at run time). To test and for the demo: also PoCL, an
-# OpenCL implementation on the CPU that stands in for a GPU.
+# OpenCL implementation on the CPU that stands in for a GPU, and GLib (the
+# GLib main loop sample and its test).
 packages="gcc g++ libc6-dev meson ninja-build pkg-config libhwloc-dev libcmocka-dev ocl-icd-opencl-dev"
-test_packages="pocl-opencl-icd"
+test_packages="pocl-opencl-icd libglib2.0-dev"
 
 install_missing() {
   local missing=""
@@ -92,6 +93,7 @@ case "${1:-}" in
     build/test/bench/bench-sched
     build/test/bench/bench-hetero
     build/test/bench/bench-pending
+    build/test/bench/bench-embed
     ;;
   fuzz)
     CC=clang setup build-fuzz -Dfuzz=enabled -Db_sanitize=address,undefined -Db_lundef=false \

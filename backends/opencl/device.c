@@ -623,8 +623,8 @@ static int launch(cl_device *g, tdm_task *t) {
     atomic_init(&x->refs, 1);
   tdm_status why = TDM_ERR_NO_MEMORY;
   int st = FAILED;
-  tdm_status cancelled = atomic_load_explicit(&t->outcome, memory_order_relaxed);
-  if (cancelled && x) { /* taken from a CPU worker's deque: it ends */
+  tdm_status cancelled = tdm__task_outcome_at_start(t);
+  if (cancelled && x) { /* cancelled, or taken from a CPU worker's deque: it ends */
     unlaunched(g, t, x, cancelled);
     return LAUNCHED;
   }

@@ -521,8 +521,8 @@ static void run(sim_dev *d, tdm_task *t) {
   tdm_runtime *rt = d->rt;
   uint64_t x0, ran;
   const char *name = t->codelet->name ? t->codelet->name : "(unnamed)";
-  tdm_status cancelled = atomic_load_explicit(&t->outcome, memory_order_relaxed);
-  if (cancelled) { /* taken from a CPU worker's deque: it ends here */
+  tdm_status cancelled = tdm__task_outcome_at_start(t);
+  if (cancelled) { /* cancelled, or taken from a CPU worker's deque: it ends here */
     tdm__task_done(t, rt->nworkers + d->k, cancelled, 0, 0);
     return;
   }

@@ -409,8 +409,12 @@ static tdm_status init_sync(tdm_runtime *rt) {
     goto fail8;
   if ((err = pthread_mutex_init(&rt->fail_lock, NULL)))
     goto fail9;
+  if ((err = pthread_mutex_init(&rt->dispatch_lock, NULL)))
+    goto fail10;
   rt->mutexes_ready = true;
   return TDM_OK;
+fail10:
+  pthread_mutex_destroy(&rt->fail_lock);
 fail9:
   pthread_mutex_destroy(&rt->cache_lock);
 fail8:
@@ -439,6 +443,7 @@ fail:
 static void destroy_sync(tdm_runtime *rt) {
   if (!rt->mutexes_ready)
     return;
+  pthread_mutex_destroy(&rt->dispatch_lock);
   pthread_mutex_destroy(&rt->fail_lock);
   pthread_mutex_destroy(&rt->cache_lock);
   pthread_mutex_destroy(&rt->trace_lock);
@@ -484,6 +489,8 @@ static void teardown(tdm_runtime *rt) {
   }
   free(rt->trace_shared.ev);
   tdm__pool_destroy(rt);
+  tdm__groups_free(rt);
+  tdm__dispatch_close(rt);
   tdm__plan_free(&rt->plan);
   tdm__machine_free(rt);
   if (rt->claimed && rt->claimed->release)
@@ -563,6 +570,7 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   rt->fork_generation = atomic_load_explicit(&tdm__fork_generation, memory_order_relaxed);
   atomic_init(&rt->alloc_countdown, -1);
   rt->cache_fd = -1;
+  rt->event_fd = -1;
   rt->pid = getpid();
   rt->ranges.rng = 0x9e3779b97f4a7c15ull;
   rt->graph.gap = UINT64_C(1) << 32;
@@ -668,7 +676,13 @@ tdm_status tdm_runtime_destroy(tdm_runtime *rt) {
   atomic_store(&rt->closing, true);
   tdm_runtime_resume(rt); /* the tasks queued run */
   tdm__release_acquisitions(rt); /* tasks may wait for them */
+  /* tasks pinned to the application's thread run here meanwhile */
+  while (atomic_load(&rt->pinned) && atomic_load(&rt->inflight) != 0)
+    if (tdm_dispatch(rt) <= 0)
+      usleep(100);
   tdm_wait_all(rt);
+  while (tdm_dispatch(rt) > 0) /* callbacks and progress calls left */
+    ;
   tdm__handles_home(rt); /* the application's memory holds every result */
   tdm__trace_write(rt);
   tdm__trace_finish(rt);

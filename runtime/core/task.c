@@ -43,6 +43,7 @@
  */
 #include "../internal.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -185,6 +186,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->args = NULL;
   t->args_size = 0;
   t->pool_next = NULL;
+  t->group = NULL; /* batch_next's place */
   t->device_ok = false;
   if (rt->recording)
     t->trace_id = 0; /* codelet tasks get theirs at build */
@@ -247,6 +249,10 @@ void tdm__task_unref(tdm_task *t) {
         tdm__handle_unref(t->more->handles[i]);
   tdm__graph_drop(t->rt, t, true); /* free_task_memory's finds none left */
   free_task_memory(t);
+  if (t->group) {
+    tdm__group_unref(t->group);
+    t->group = NULL;
+  }
   pool_put(t->rt, t);
 }
 
@@ -322,6 +328,18 @@ static tdm_status check_desc(tdm_runtime *rt, const tdm_task_desc *desc, const c
   if (desc->args_size && !desc->args)
     return bad(rt, TDM_ERR_INVALID_ARG, "%s: args_size > 0 but args is NULL (codelet %s)",
                what, name);
+  unsigned flags = TDM_HAS_FIELD(desc, tdm_task_desc, flags) ? desc->flags : 0;
+  if (TDM_UNLIKELY(flags) &&
+      ((flags & ~(TDM_TASK_MAIN_THREAD | TDM_TASK_CALLBACK_ON_DISPATCH)) ||
+       ((flags & TDM_TASK_MAIN_THREAD) && !cl->cpu_fn)))
+    return bad(rt, TDM_ERR_INVALID_ARG, "%s: flags 0x%x of codelet %s: %s", what, flags, name,
+               (flags & ~(TDM_TASK_MAIN_THREAD | TDM_TASK_CALLBACK_ON_DISPATCH))
+                   ? "unknown flags"
+                   : "TDM_TASK_MAIN_THREAD needs a CPU variant");
+  tdm_group *g = TDM_HAS_FIELD(desc, tdm_task_desc, group) ? desc->group : NULL;
+  if (TDM_UNLIKELY(g) && g->rt != rt)
+    return bad(rt, TDM_ERR_WRONG_RUNTIME, "%s: task %s names a group of another runtime", what,
+               name);
   for (unsigned i = 0; i < b->n; i++) {
     if (b->modes[i] != TDM_R && b->modes[i] != TDM_W && b->modes[i] != TDM_RW)
       return bad(rt, TDM_ERR_INVALID_MODE, "%s: codelet %s, buffer %u: invalid access mode %d",
@@ -421,9 +439,26 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   t->device_ok = false;
   t->sched_cls = -1;
   t->sched_calib = false;
+  t->main_thread = t->callback_on_dispatch = false;
+  unsigned flags = TDM_HAS_FIELD(desc, tdm_task_desc, flags) ? desc->flags : 0;
+  if (TDM_UNLIKELY(flags)) {
+    t->main_thread = (flags & TDM_TASK_MAIN_THREAD) != 0;
+    t->callback_on_dispatch = (flags & TDM_TASK_CALLBACK_ON_DISPATCH) != 0;
+    if (t->main_thread)
+      atomic_store(&rt->pinned, true);
+  }
+  tdm_group *g = TDM_HAS_FIELD(desc, tdm_task_desc, group) ? desc->group : NULL;
+  if (TDM_UNLIKELY(g)) {
+    t->group = g;
+    tdm__group_joined(t);
+    t->cost = tdm__cost_pack(desc->cost > 0 && desc->cost < 1e30f ? desc->cost : 1);
+    long p = (long)t->priority + g->priority; /* saturated */
+    t->priority = p > INT_MAX ? INT_MAX : p < INT_MIN ? INT_MIN : (int)p;
+  }
   if (rt->recording)
     t->trace_id = atomic_fetch_add_explicit(&rt->next_task_id, 1, memory_order_relaxed) + 1;
-  if ((cl->opencl || rt->dev) && (st = tdm__device_prepare(rt, t, what))) {
+  /* a task pinned to the application's thread runs its CPU variant */
+  if ((cl->opencl || rt->dev) && !t->main_thread && (st = tdm__device_prepare(rt, t, what))) {
     tdm__task_unref(t);
     return st;
   }
@@ -877,6 +912,8 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
     record_submit(t, &preds);
   if (preds.cancel) /* before anyone can run it */
     atomic_store_explicit(&t->outcome, TDM_ERR_CANCELLED, memory_order_relaxed);
+  if (TDM_UNLIKELY(t->group))
+    tdm__group_submitted(t);
 
   /* Phase 3: commit. */
   commit(t, hs, modes, nh, give_ref);
@@ -916,6 +953,8 @@ void tdm__task_ended_badly(tdm_task *t, tdm_status status) {
     return;
   const char *name = task_name(t);
   bool cancelled = status == TDM_ERR_CANCELLED;
+  if (tdm__cancelled_by_group(t, status)) /* asked for: not a failure to report */
+    return;
   /* a failure is logged where it happens, with its cause; a cancellation
    * follows from one and may come by the thousand */
   tdm__log(rt, TDM_LOG_DEBUG, "task %s %s (%s)", name, cancelled ? "cancelled" : "failed",
@@ -982,6 +1021,8 @@ static void finish(tdm_task *t, tdm_worker *w) {
   /* seq_cst (the store of state above) pairs with the waiter's increment */
   if (atomic_load(&t->waiters))
     wake_waiters(rt);
+  if (TDM_UNLIKELY(t->group))
+    tdm__group_ended(t);
   if (t->kind == TDM_TASK_CODELET) {
     /* Workers count their finished tasks locally and subtract them from
      * inflight in batches; inflight stays above zero meanwhile, which
@@ -1074,11 +1115,17 @@ static inline void task_done(tdm_task *t, tdm_worker *w, unsigned worker, tdm_st
     return;
   if (status)
     tdm__task_ended_badly(t, status);
-  else if (rt->recording)
+  else if (rt->recording && !t->main_thread) /* not on a worker's track */
     tdm__trace_task(rt, t, worker, t0, t1);
   if (tdm__sched_timed(t)) /* the backlog shrinks; the model learns a success */
     tdm__sched_done(t, worker, status ? -1 : 1e-9 * (double)(t1 - t0));
   if (t->callback) {
+    if (TDM_UNLIKELY(t->callback_on_dispatch)) { /* after the end, on the application's thread */
+      tdm__task_ref(t);
+      finish(t, w);
+      tdm__dispatch_task(rt, t);
+      return;
+    }
     tdm__callback_status = status;
     tdm__callback_worker = worker;
     TDM_USER_CODE(t->callback(t->callback_data));
@@ -1095,7 +1142,7 @@ void tdm__task_done(tdm_task *t, unsigned worker, tdm_status status, uint64_t t0
 void tdm__task_execute(tdm_task *t, tdm_worker *w) {
   tdm_runtime *rt = t->rt;
   /* cancelled, or its inputs could not be brought home: it ends here */
-  tdm_status failed = atomic_load_explicit(&t->outcome, memory_order_relaxed);
+  tdm_status failed = tdm__task_outcome_at_start(t);
   if (!failed && rt->ndevice_workers) {
     if (!tdm__host_ready(t))
       return; /* its inputs are coming home; it is queued again then */
@@ -1126,6 +1173,26 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
   if (rt->ndevice_workers)
     tdm__host_written(t);
   task_done(t, w, w->id, TDM_OK, t0, t1);
+}
+
+void tdm__task_run_here(tdm_task *t) {
+  tdm_runtime *rt = t->rt;
+  tdm_status failed = tdm__task_outcome_at_start(t);
+  if (!failed && rt->ndevice_workers) {
+    if (!tdm__host_ready(t))
+      return; /* its inputs are coming home; it is queued here again then */
+    failed = atomic_load_explicit(&t->outcome, memory_order_relaxed);
+  }
+  if (!failed) {
+    /* a submission from it never waits for room: the tasks that would
+     * make room may wait for this thread */
+    TDM_USER_CODE(tdm__cpu_run(t, NULL));
+    if (rt->ndevice_workers)
+      tdm__host_written(t);
+  }
+  /* worker 0 for what task_done passes on (a retry of a task whose
+   * inputs did not come home places it again: here) */
+  task_done(t, NULL, 0, failed, 0, 0);
 }
 
 void tdm__task_wait_state(tdm_task *t, uint32_t state) {

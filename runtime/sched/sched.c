@@ -287,6 +287,10 @@ double tdm__sched_predict_on(tdm_runtime *rt, const tdm_task *t, unsigned k, boo
 }
 
 void tdm__place(tdm_runtime *rt, tdm_task *t) {
+  if (TDM_UNLIKELY(t->main_thread)) { /* runs (or ends) in tdm_dispatch */
+    tdm__dispatch_task(rt, t);
+    return;
+  }
   if (t->device_ok) {
     uint64_t out = atomic_load_explicit(&rt->quarantined, memory_order_relaxed);
     if (TDM_UNLIKELY(t->dev_mask & out))

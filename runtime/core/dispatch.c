@@ -1,0 +1,157 @@
+/*
+ * The dispatch queue: what the application asked to run on its own thread
+ * (tasks pinned there, completion callbacks, group progress calls) waits
+ * here until that thread calls tdm_dispatch, and an eventfd (Linux)
+ * becomes readable while it is not empty, so that an event loop (poll,
+ * GLib's GMainLoop, Qt's QSocketNotifier, libuv's uv_poll) wakes up for it.
+ *
+ * Tasks queue by their pool_next link (free while they are not in any
+ * other queue), groups by their own; both hold a reference while queued.
+ * The eventfd is signalled once per batch of posts: `signalled` (under
+ * dispatch_lock) says a write is due or done and not yet read, and
+ * tdm_dispatch reads the fd empty under the lock before it takes the
+ * queue, so that a post after that read is signalled again.
+ */
+#include "../internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* Under dispatch_lock: whether the caller must write to the eventfd
+ * (after the lock) for what it just queued. */
+static bool due(tdm_runtime *rt) {
+  if (rt->signalled || rt->event_fd < 0)
+    return false;
+  rt->signalled = true;
+  return true;
+}
+
+static void signal_fd(tdm_runtime *rt) {
+  uint64_t one = 1;
+  /* EAGAIN: the counter is full, readable anyway */
+  if (write(rt->event_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+    tdm__log(rt, TDM_LOG_ERROR, "dispatch: write to its eventfd failed: %s", strerror(errno));
+}
+
+static void post_task(tdm_runtime *rt, tdm_task *t) {
+  t->pool_next = NULL;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->dispatch_lock));
+  if (rt->dq_tail)
+    rt->dq_tail->pool_next = t;
+  else
+    rt->dq_head = t;
+  rt->dq_tail = t;
+  bool signal = due(rt);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->dispatch_lock));
+  if (signal)
+    signal_fd(rt);
+}
+
+void tdm__dispatch_task(tdm_runtime *rt, tdm_task *t) {
+  post_task(rt, t); /* the runtime's reference goes with it */
+}
+
+void tdm__dispatch_callback(tdm_runtime *rt, tdm_task *t) {
+  tdm__task_ref(t); /* kept until its callback ran */
+  post_task(rt, t);
+}
+
+void tdm__dispatch_progress(tdm_group *g) {
+  tdm_runtime *rt = g->rt;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->dispatch_lock));
+  bool signal = false;
+  if (!g->dposted) { /* one call shows the latest counts */
+    g->dposted = true;
+    atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+    g->dnext = rt->dg_head;
+    rt->dg_head = g;
+    signal = due(rt);
+  }
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->dispatch_lock));
+  if (signal)
+    signal_fd(rt);
+}
+
+int tdm_runtime_event_fd(tdm_runtime *rt) {
+  if (!rt || tdm__forked(rt))
+    return -1;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->dispatch_lock));
+  bool signal = false;
+  if (rt->event_fd < 0) {
+    rt->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (rt->event_fd < 0)
+      tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_event_fd: eventfd failed: %s", strerror(errno));
+    else if (rt->dq_head || rt->dg_head) /* queued before */
+      signal = due(rt);
+  }
+  int fd = rt->event_fd;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->dispatch_lock));
+  if (signal)
+    signal_fd(rt);
+  return fd;
+}
+
+int tdm_dispatch(tdm_runtime *rt) {
+  if (!rt)
+    return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, "tdm_dispatch");
+  if (tdm__self_in(rt)) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_dispatch called from a task: it runs on the application's "
+             "thread");
+    return TDM_ERR_IN_TASK;
+  }
+  if (atomic_exchange(&rt->dispatching, true)) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_dispatch: already running on another thread (or nested)");
+    return TDM_ERR_INVALID_ARG;
+  }
+  /* What is queued now; what it queues in turn (a pinned successor) waits
+   * for the next call, so that the event loop keeps turning. */
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->dispatch_lock));
+  if (rt->event_fd >= 0 && rt->signalled) {
+    uint64_t n;
+    if (read(rt->event_fd, &n, sizeof n) < 0 && errno != EAGAIN)
+      tdm__log(rt, TDM_LOG_ERROR, "tdm_dispatch: read of its eventfd failed: %s",
+               strerror(errno));
+  }
+  rt->signalled = false;
+  tdm_task *tasks = rt->dq_head;
+  rt->dq_head = rt->dq_tail = NULL;
+  tdm_group *groups = rt->dg_head;
+  rt->dg_head = NULL;
+  for (tdm_group *g = groups; g; g = g->dnext)
+    g->dposted = false; /* a later post shows later counts */
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->dispatch_lock));
+  int ran = 0;
+  while (tasks) {
+    tdm_task *t = tasks;
+    tasks = t->pool_next;
+    if (atomic_load_explicit(&t->state, memory_order_acquire) == TDM_TS_DONE) {
+      tdm__callback_status = atomic_load_explicit(&t->outcome, memory_order_relaxed);
+      tdm__callback_worker = UINT32_MAX;
+      TDM_USER_CODE(t->callback(t->callback_data));
+      tdm__callback_status = TDM_ERR_INVALID_ARG;
+      tdm__task_unref(t);
+    } else {
+      tdm__task_run_here(t);
+    }
+    ran++;
+  }
+  while (groups) {
+    tdm_group *g = groups;
+    groups = g->dnext;
+    tdm__group_progress_call(g);
+    tdm__group_unref(g);
+    ran++;
+  }
+  atomic_store(&rt->dispatching, false);
+  return ran;
+}
+
+void tdm__dispatch_close(tdm_runtime *rt) {
+  if (rt->event_fd >= 0)
+    close(rt->event_fd);
+  rt->event_fd = -1;
+}
