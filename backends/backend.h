@@ -136,6 +136,10 @@ typedef struct tdm_backend {
    * threads that hold no lock; a completion of one of them that comes
    * later is ignored. Called on the watchdog's thread. */
   void (*abandon)(tdm_runtime *rt, unsigned k);
+  /* tdm_codelet_build: builds cl's programs on every device, calls
+   * done(data, status) once all are built (may be NULL: nothing to
+   * build). */
+  void (*build)(tdm_runtime *rt, const tdm_codelet *cl, tdm_build_fn done, void *data);
 } tdm_backend;
 
 /* The backends, in the order they are asked; NULL-terminated. */

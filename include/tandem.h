@@ -1137,6 +1137,25 @@ TDM_API void tdm_task_release(tdm_task *task);
  * same runtime. */
 TDM_API tdm_status tdm_wait_all(tdm_runtime *rt);
 
+/** Called once a codelet's programs are built (tdm_codelet_build). */
+typedef void (*tdm_build_fn)(void *user_data, tdm_status status);
+
+/**
+ * Builds the OpenCL programs of `codelet` on every device the runtime
+ * uses, ahead of its first task (at start-up, say), on a thread of the
+ * runtime, and returns at once. `done` (may be NULL) is called once every
+ * device has its program: status TDM_OK when at least one device can run
+ * it (or there is nothing to build: no OpenCL variant, no device),
+ * TDM_ERR_BUILD when none can (the build logs are in the log),
+ * TDM_ERR_NO_MEMORY. It runs on the runtime's build thread (or on the
+ * calling thread when nothing had to wait) and must not block; an
+ * application that wants it on its own thread submits a task flagged
+ * TDM_TASK_MAIN_THREAD from it. Returns TDM_OK, TDM_ERR_INVALID_ARG (rt or
+ * codelet NULL) or TDM_ERR_FORKED. Any thread.
+ */
+TDM_API tdm_status tdm_codelet_build(tdm_runtime *rt, const tdm_codelet *codelet,
+                                     tdm_build_fn done, void *user_data);
+
 /* ------------------------------------------------------------------------ */
 /* Completion in the application's event loop                               */
 /* ------------------------------------------------------------------------ */

@@ -1088,6 +1088,9 @@ tdm_status tdm__device_prepare(tdm_runtime *rt, tdm_task *t, const char *what);
 
 /* Sends a ready codelet task where it will run, by the runtime's policy. */
 void tdm__place(tdm_runtime *rt, tdm_task *t);
+/* Device k cannot run t (its program did not build there): placed
+ * elsewhere, or ends with `status` when nothing else can run it. */
+void tdm__device_refused(tdm_runtime *rt, unsigned k, tdm_task *t, tdm_status status);
 /* From the queue every kind of worker takes from, a task that worker
  * `worker` (a CPU worker's id, or nworkers + k for device k) can run; or
  * NULL. Under heft, tasks

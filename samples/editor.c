@@ -237,6 +237,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "editor: %s\n", tdm_strerror(st));
     return 1;
   }
+  /* the filters' OpenCL programs build now, on a thread of the runtime,
+   * while the image is being cut (a first task would also start them) */
+  tdm_codelet_build(rt, &cl_brighten, NULL, NULL);
+  tdm_codelet_build(rt, &cl_contrast, NULL, NULL);
   tdm_group *g;
   double planned = (double)nstrips * (2 * passes + 1); /* each task weighs 1 */
   tdm_group_desc gd = {.name = "filters", .progress_fn = on_progress, .progress_data = &planned,

@@ -1091,12 +1091,23 @@ static void test_build_failure(void **state) {
       .kernel = "broken"};
   static const tdm_codelet only = {
       .name = "broken", .nbuffers = 1, .modes = {TDM_RW}, .opencl = &broken};
-  float *y = array(1, 0), *x = array(1, 0);
-  tdm_handle *hy, *hx;
+  float *y = array(1, 0), *x = array(1, 0), *z = array(1, 0);
+  tdm_handle *hy, *hx, *hz;
   assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
   assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &only, .handles = {hy}}),
+  assert_int_equal(tdm_register_vector(rt, z, N, sizeof(float), &hz), TDM_OK);
+  /* the build happens off this thread: the task ends with the failure */
+  tdm_task *t;
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &only, .handles = {hz}}, &t),
+                   TDM_OK);
+  assert_int_equal(tdm_task_submit(t), TDM_OK);
+  assert_int_equal(tdm_task_wait(t), TDM_ERR_BUILD);
+  tdm_task_release(t);
+  assert_int_equal(tdm_wait_all(rt), TDM_ERR_TASK_FAILED);
+  /* once the failure is known, a submission says so at once */
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &only, .handles = {hz}}),
                    TDM_ERR_BUILD);
+  assert_int_equal(tdm_handle_unregister(hz), TDM_ERR_LOST); /* never written */
   /* the build log reached the log callback */
   assert_true(test_log_has(&log, "building kernel broken"));
   assert_true(test_log_has(&log, "build log:"));
@@ -1113,6 +1124,90 @@ static void test_build_failure(void **state) {
   assert_true(test_log_has(&log, "the task runs on the CPU"));
   tdm_runtime_destroy(rt);
   tdm_free(x);
+  tdm_free(y);
+  tdm_free(z);
+}
+
+static _Atomic int builds_done, build_status = 1;
+
+static void on_built(void *data, tdm_status st) {
+  (void)data;
+  atomic_store(&build_status, st);
+  atomic_fetch_add(&builds_done, 1);
+}
+
+/* The first submission of a codelet whose program is in no cache returns
+ * at once: the program builds on the runtime's thread while the task
+ * waits for it on the device. tdm_codelet_build builds ahead of time and
+ * says when it is done. */
+static void test_build_off_the_submitter(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  /* a source no cache holds: this run's own */
+  static char source[256];
+  snprintf(source, sizeof source,
+           "/* %ld %d */ __kernel void twice(__global float *y, ulong n) {\n"
+           "  y[get_global_id(0)] *= 2.0f;\n}\n",
+           (long)time(NULL), (int)getpid());
+  static tdm_opencl_variant twice_cl = {.kernel = "twice"};
+  twice_cl.source = source;
+  static const tdm_codelet twice = {
+      .name = "twice", .nbuffers = 1, .modes = {TDM_RW}, .opencl = &twice_cl};
+  float *y = array(1, 1);
+  tdm_handle *hy;
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  tdm_task *t;
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &twice, .handles = {hy}}, &t),
+                   TDM_OK);
+  double t0 = now_s();
+  assert_int_equal(tdm_task_submit(t), TDM_OK);
+  double submitted = now_s() - t0;
+  assert_int_equal(tdm_task_wait(t), TDM_OK);
+  double ended = now_s() - t0;
+  tdm_task_release(t);
+  printf("first submission of an uncached codelet: returned in %.3f ms, the task ended after "
+         "%.0f ms (its build)\n", 1e3 * submitted, 1e3 * ended);
+  assert_true(submitted < ended / 10); /* the build was not on this thread */
+  assert_int_equal(tdm_handle_acquire(hy, TDM_R), TDM_OK);
+  for (int i = 0; i < N; i++)
+    assert_true(y[i] == 2 * (1 + (float)(i % 100)));
+  assert_int_equal(tdm_handle_release(hy), TDM_OK);
+
+  /* ahead of time: built (from the cache now), then a broken one, then
+   * nothing to build */
+  atomic_store(&builds_done, 0);
+  assert_int_equal(tdm_codelet_build(rt, &twice, on_built, NULL), TDM_OK);
+  for (int i = 0; i < 5000 && !atomic_load(&builds_done); i++)
+    sleep_ms(1);
+  assert_int_equal(atomic_load(&builds_done), 1);
+  assert_int_equal(atomic_load(&build_status), TDM_OK);
+  static const tdm_opencl_variant broken_cl = {.source = "__kernel void b( { }\n",
+                                               .kernel = "b"};
+  static const tdm_codelet broken = {.name = "b", .nbuffers = 1, .modes = {TDM_RW},
+                                     .opencl = &broken_cl};
+  assert_int_equal(tdm_codelet_build(rt, &broken, on_built, NULL), TDM_OK);
+  for (int i = 0; i < 10000 && atomic_load(&builds_done) < 2; i++)
+    sleep_ms(1);
+  assert_int_equal(atomic_load(&builds_done), 2);
+  assert_int_equal(atomic_load(&build_status), TDM_ERR_BUILD);
+  assert_int_equal(tdm_codelet_build(rt, &saxpy_cpu_only, on_built, NULL), TDM_OK);
+  assert_int_equal(atomic_load(&builds_done), 3); /* at once */
+  assert_int_equal(atomic_load(&build_status), TDM_OK);
+  assert_int_equal(tdm_codelet_build(NULL, &twice, on_built, NULL), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_codelet_build(rt, NULL, on_built, NULL), TDM_ERR_INVALID_ARG);
+  /* a build asked for and never waited for: destroy waits for it */
+  static tdm_opencl_variant late_cl = {.kernel = "late"};
+  static char late_src[128];
+  snprintf(late_src, sizeof late_src, "/* %d */ __kernel void late(__global float *y, ulong n) {}\n",
+           (int)getpid() + 1);
+  late_cl.source = late_src;
+  static const tdm_codelet late = {.name = "late", .nbuffers = 1, .modes = {TDM_RW},
+                                   .opencl = &late_cl};
+  assert_int_equal(tdm_codelet_build(rt, &late, on_built, NULL), TDM_OK);
+  tdm_handle_unregister(hy);
+  tdm_runtime_destroy(rt);
+  assert_int_equal(atomic_load(&builds_done), 4); /* told before destroy returned */
   tdm_free(y);
 }
 
@@ -1363,6 +1458,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_callbacks_on_failures),
       cmocka_unit_test(test_failed_event_calls_back),
       cmocka_unit_test(test_pause_with_device),
+      cmocka_unit_test(test_build_off_the_submitter),
       cmocka_unit_test(test_failed_writer_across_partitions),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -86,6 +86,7 @@ struct tdm_opencl {
   cl_device_id *ids;
   cl_context *contexts;
   struct cl_watch *watch; /* watch.c, while devices run */
+  struct cl_builder *builder; /* programs.c, while devices run */
 };
 
 /* cache.c: program binaries on disk */

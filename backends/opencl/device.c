@@ -223,6 +223,8 @@ static tdm_status cl_start(tdm_runtime *rt) {
       sync_clocks(g);
   }
   tdm_status st = tdm__cl_watch_start(rt);
+  if (!st)
+    st = tdm__cl_builder_init(rt);
   if (st)
     return st;
   /* memory nodes: a device with memory of its own counts it */
@@ -236,6 +238,7 @@ static tdm_status cl_start(tdm_runtime *rt) {
 static void cl_stop(tdm_runtime *rt) {
   if (!gpus(rt))
     return;
+  tdm__cl_builder_stop(rt); /* a build asked ahead of time may be going on */
   const cl_api *api = api_of(rt);
   for (unsigned k = 0; k < rt->ndevice_workers; k++) {
     cl_device *g = gpus(rt)[k];
@@ -489,7 +492,11 @@ static void default_work_size(const tdm_buffer *b, bool vector, unsigned *dims, 
   }
 }
 
-enum { LAUNCHED, RETRY, FAILED };
+/* What launch did: LAUNCHED (or ended it), RETRY (no room yet), FAILED
+ * (stage's), UNBUILT (its program is still building: it waits in
+ * g->unbuilt), NOT_HERE (its program did not build here: it goes
+ * elsewhere). */
+enum { LAUNCHED, RETRY, FAILED, UNBUILT, NOT_HERE };
 
 /* Makes t's buffers on g (pinned) and starts the copies of its inputs,
  * into mems, bufs (as the kernel sees them) and w (what the kernel waits
@@ -607,11 +614,19 @@ static void unlaunched(cl_device *g, tdm_task *t, exec *x, tdm_status why) {
 
 /* Enqueues t's transfers and kernel on g; g->lock held. Returns RETRY,
  * with nothing done, when its buffers do not fit on the device until
- * tasks in flight finish. A task it does not launch (cancelled, or its
- * launch failed: logged, its outputs untouched) ends through cl_progress
- * (unlaunched). */
+ * tasks in flight finish; UNBUILT or NOT_HERE, nothing done, when its
+ * program is building or did not build here. A task it does not launch
+ * (cancelled, or its launch failed: logged, its outputs untouched) ends
+ * through cl_progress (unlaunched). */
 static int launch(cl_device *g, tdm_task *t) {
   tdm_runtime *rt = g->rt;
+  if (!t->codelet->opencl->enqueue && !tdm__task_outcome_at_start(t)) {
+    program *p = tdm__cl_program_of(g, t->codelet);
+    if (p && p->building)
+      return UNBUILT;
+    if (p && p->status)
+      return NOT_HERE;
+  }
   const cl_api *api = api_of(rt);
   const char *name = t->codelet->name ? t->codelet->name : "(unnamed)";
   /* past TDM_MAX_BUFFERS, the task's own room (cl_mem is a pointer) */
@@ -706,6 +721,7 @@ static int launch(cl_device *g, tdm_task *t) {
 
 static void pump(cl_device *g) {
   tdm_runtime *rt = g->rt;
+  tdm_task *away = NULL;
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   while (g->inflight < g->cap) {
     tdm_task *t = tdm__devq_next(rt, g->k, &g->q, &g->lock);
@@ -715,12 +731,30 @@ static void pump(cl_device *g) {
       tdm__devq_put(&g->q, t);
       break;
     }
-    if (launch(g, t) == RETRY) { /* first in line once room comes back */
+    int st = launch(g, t);
+    if (st == RETRY) { /* first in line once room comes back */
       tdm__devq_put_first(&g->q, t);
       break;
     }
+    if (st == UNBUILT) { /* the builder puts it back in line (programs.c) */
+      tdm__devq_put(&g->unbuilt, t);
+    } else if (st == NOT_HERE) {
+      t->pool_next = away;
+      away = t;
+    }
   }
   TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+  for (tdm_task *t = away, *next; t; t = next) {
+    next = t->pool_next;
+    tdm__cl_unbuildable(g, t);
+  }
+}
+
+void tdm__cl_unbuildable(cl_device *g, tdm_task *t) {
+  tdm_runtime *rt = g->rt;
+  tdm__log(rt, TDM_LOG_DEBUG, "OpenCL: codelet %s does not build on device %u: placed again",
+           t->codelet->name ? t->codelet->name : "(unnamed)", g->device);
+  tdm__device_refused(rt, g->k, t, TDM_ERR_BUILD);
 }
 
 /* ---- what the scheduler asks ------------------------------------------- */
@@ -766,6 +800,7 @@ const tdm_backend tdm__opencl_backend = {
     .release = cl_release,
     .start = cl_start,
     .stop = cl_stop,
+    .build = tdm__cl_build,
     .prepare = tdm__cl_prepare,
     .push = cl_push,
     .take = cl_take,

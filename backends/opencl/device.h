@@ -15,11 +15,18 @@
 
 /* ---- per device --------------------------------------------------------- */
 
+/* A codelet variant's program on one device. Built on the builder's
+ * thread (programs.c): until then `building` (under the device's lock);
+ * program, kernel and status are the builder's until it clears it, and
+ * `built` is set after (read without the lock by build waiters). */
 typedef struct program {
   const struct tdm_opencl_variant *variant;
+  char name[64]; /* the codelet's, for the log */
   cl_program program;
   cl_kernel kernel;
   tdm_status status;
+  bool building;
+  _Atomic bool built;
   struct program *next;
 } program;
 
@@ -34,6 +41,7 @@ struct cl_device {
   cl_command_queue compute, transfer;
   pthread_mutex_t lock; /* guards all below */
   tdm_devq q; /* tasks placed here, not yet launched */
+  tdm_devq unbuilt; /* tasks placed here whose program is being built */
   unsigned inflight, cap;
   /* Launched tasks whose completion was not taken yet, in launch order
    * (the compute queue's: the first runs, the others wait behind it);
@@ -86,9 +94,18 @@ static inline unsigned node_of(const cl_device *g) {
 
 /* ---- programs.c ---- */
 
-/* The program of `codelet`'s variant on device g, built on first use.
- * Called with g->lock held. */
+/* The program of `codelet`'s variant on device g; on first use it is
+ * queued for the builder's thread (building until then). Called with
+ * g->lock held. */
 program *tdm__cl_program_of(cl_device *g, const tdm_codelet *codelet);
+/* The builder: made and started with the devices; stop joins it
+ * (builds not begun fail). */
+tdm_status tdm__cl_builder_init(tdm_runtime *rt);
+void tdm__cl_builder_stop(tdm_runtime *rt);
+/* The backend's build (backends/backend.h). */
+void tdm__cl_build(tdm_runtime *rt, const tdm_codelet *cl, tdm_build_fn done, void *data);
+/* Device g cannot run t: its program did not build there (device.c). */
+void tdm__cl_unbuildable(cl_device *g, tdm_task *t);
 /* The backend's prepare (backends/backend.h). */
 tdm_status tdm__cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what);
 

@@ -19,8 +19,15 @@
  *   then, when the task has by-value arguments (tdm_task_desc.args), one
  *   more argument holding them: a scalar or a struct of the same layout.
  *
- * Each program is built once per device, the first time a task of the
- * codelet is submitted, and kept for the runtime's life.
+ * Each program is built once per device, from the first time a task of
+ * the codelet is submitted (or tdm_codelet_build asks for it), on a
+ * thread of the runtime: the submitting thread never waits for the
+ * compiler. A task placed on a device whose program is still building
+ * waits for it there; if it does not build, the task goes to another
+ * device or to its CPU variant, or, having neither, ends with
+ * TDM_ERR_BUILD (a submission after the failure is known returns it at
+ * once). Programs are kept for the runtime's life, and in the cache
+ * (tdm_config.cache_dir) for the next.
  */
 #ifndef TANDEM_OPENCL_H
 #define TANDEM_OPENCL_H

@@ -430,6 +430,32 @@ tdm_status tdm__device_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
   return TDM_ERR_NO_DEVICE;
 }
 
+tdm_status tdm_codelet_build(tdm_runtime *rt, const tdm_codelet *cl, tdm_build_fn done,
+                             void *data) {
+  if (!rt || !cl)
+    return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, "tdm_codelet_build");
+  if (rt->dev && rt->dev->build && cl->opencl)
+    rt->dev->build(rt, cl, done, data);
+  else if (done) /* nothing to build */
+    TDM_USER_CODE(done(data, TDM_OK));
+  return TDM_OK;
+}
+
+/* Device k cannot run t (its program did not build there): t goes
+ * elsewhere, or fails with `status` when nothing else can run it. */
+void tdm__device_refused(tdm_runtime *rt, unsigned k, tdm_task *t, tdm_status status) {
+  if (tdm__sched_timed(t)) /* its backlog there goes */
+    tdm__sched_done(t, rt->nworkers + k, -1);
+  t->dev_mask &= ~(UINT64_C(1) << k);
+  t->device_ok = t->dev_mask != 0;
+  if (!t->device_ok && !t->codelet->cpu_fn &&
+      !atomic_load_explicit(&t->outcome, memory_order_relaxed))
+    atomic_store_explicit(&t->outcome, status, memory_order_relaxed);
+  t->sched_cls = -1;
+  tdm__place(rt, t);
+}
+
 tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
                                        tdm_device_counters *out) {
   if (!rt || !out || out->struct_size < sizeof *out)
