@@ -799,6 +799,7 @@ struct tdm_runtime {
 #if defined(__GNUC__)
 #define TDM_ALWAYS_INLINE __attribute__((always_inline)) inline
 #define TDM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define TDM_LIKELY(x) __builtin_expect(!!(x), 1)
 #else
 #define TDM_ALWAYS_INLINE inline
 #define TDM_UNLIKELY(x) (x)

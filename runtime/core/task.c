@@ -173,6 +173,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->kind = TDM_TASK_CODELET;
   t->tries = 0;
   t->unkept = t->spoiled = t->homeless = t->issued = false;
+  t->main_thread = t->callback_on_dispatch = false;
   t->nbuf = 0;
   t->tile_mask = 0;
   t->more = NULL;
@@ -237,22 +238,28 @@ void tdm__taskvec_release(tdm_taskvec *v) {
   tdm__taskvec_free(v);
 }
 
-void tdm__task_unref(tdm_task *t) {
-  /* acq_rel: the last owner sees every other owner's writes before freeing */
-  if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
-    return;
+/* What a task being freed holds by reference: tiles, its group. */
+static __attribute__((noinline)) void drop_references(tdm_task *t) {
   for (unsigned m = t->tile_mask; m; m &= m - 1) /* the tiles it holds */
     tdm__handle_unref(t->handles[__builtin_ctz(m)]);
   if (t->more)
     for (unsigned i = 0; i < t->nbuf; i++)
       if (t->more->tiles[i])
         tdm__handle_unref(t->more->handles[i]);
-  tdm__graph_drop(t->rt, t, true); /* free_task_memory's finds none left */
-  free_task_memory(t);
   if (t->group) {
     tdm__group_unref(t->group);
     t->group = NULL;
   }
+}
+
+void tdm__task_unref(tdm_task *t) {
+  /* acq_rel: the last owner sees every other owner's writes before freeing */
+  if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+    return;
+  if (t->tile_mask || ((uintptr_t)t->more | (uintptr_t)t->group))
+    drop_references(t);
+  tdm__graph_drop(t->rt, t, true); /* free_task_memory's finds none left */
+  free_task_memory(t);
   pool_put(t->rt, t);
 }
 
@@ -295,7 +302,45 @@ typedef struct desc_bufs {
   unsigned n;
   const tdm_access *modes;
   tdm_handle *const *handles;
+  /* the caller's layout has the fields added for groups and dispatch,
+   * and they are set */
+  bool extras;
 } desc_bufs;
+
+/* The task's flags and group, set (rare: out of the common path). */
+static __attribute__((noinline, cold)) tdm_status check_extras(tdm_runtime *rt,
+                                                              const tdm_task_desc *desc,
+                                                              const char *what) {
+  const tdm_codelet *cl = desc->codelet;
+  const char *name = cl->name ? cl->name : "(unnamed)";
+  const unsigned known = TDM_TASK_MAIN_THREAD | TDM_TASK_CALLBACK_ON_DISPATCH;
+  if ((desc->flags & ~known) || ((desc->flags & TDM_TASK_MAIN_THREAD) && !cl->cpu_fn))
+    return bad(rt, TDM_ERR_INVALID_ARG, "%s: flags 0x%x of codelet %s: %s", what, desc->flags,
+               name, (desc->flags & ~known) ? "unknown flags"
+                                            : "TDM_TASK_MAIN_THREAD needs a CPU variant");
+  if (desc->group && desc->group->rt != rt)
+    return bad(rt, TDM_ERR_WRONG_RUNTIME, "%s: task %s names a group of another runtime", what,
+               name);
+  return TDM_OK;
+}
+
+static __attribute__((noinline, cold)) void build_extras(tdm_task *t,
+                                                        const tdm_task_desc *desc) {
+  if (desc->flags) {
+    t->main_thread = (desc->flags & TDM_TASK_MAIN_THREAD) != 0;
+    t->callback_on_dispatch = (desc->flags & TDM_TASK_CALLBACK_ON_DISPATCH) != 0;
+    if (t->main_thread)
+      atomic_store(&t->rt->pinned, true);
+  }
+  tdm_group *g = desc->group;
+  if (g) {
+    t->group = g;
+    tdm__group_joined(t);
+    t->cost = tdm__cost_pack(desc->cost > 0 && desc->cost < 1e30f ? desc->cost : 1);
+    long p = (long)t->priority + g->priority; /* saturated */
+    t->priority = p > INT_MAX ? INT_MAX : p < INT_MIN ? INT_MIN : (int)p;
+  }
+}
 
 /* Checks desc (its sizes, buffers, modes, handles); fills *b. */
 static tdm_status check_desc(tdm_runtime *rt, const tdm_task_desc *desc, const char *what,
@@ -303,9 +348,19 @@ static tdm_status check_desc(tdm_runtime *rt, const tdm_task_desc *desc, const c
   if (!desc || !desc->codelet)
     return bad(rt, TDM_ERR_INVALID_ARG, "%s: NULL task description or codelet", what);
   const tdm_codelet *cl = desc->codelet;
-  if (desc->struct_size && desc->struct_size < DESC_V1)
+  size_t ds = desc->struct_size;
+  if (TDM_UNLIKELY(ds) && ds < DESC_V1)
     return bad(rt, TDM_ERR_INVALID_ARG, "%s: tdm_task_desc.struct_size %zu: 0 or at least %zu",
-               what, desc->struct_size, (size_t)DESC_V1);
+               what, ds, (size_t)DESC_V1);
+  /* the fields for groups and dispatch: in the caller's layout (0: this
+   * one), and set */
+  if (TDM_UNLIKELY(ds ? ds >= sizeof *desc && (desc->group || desc->flags)
+                      : ((uintptr_t)desc->group | desc->flags) != 0)) {
+    b->extras = true;
+    tdm_status st = check_extras(rt, desc, what);
+    if (st)
+      return st;
+  }
   if (cl->struct_size && cl->struct_size < CODELET_V1)
     return bad(rt, TDM_ERR_INVALID_ARG, "%s: tdm_codelet.struct_size %zu: 0 or at least %zu",
                what, cl->struct_size, (size_t)CODELET_V1);
@@ -328,18 +383,7 @@ static tdm_status check_desc(tdm_runtime *rt, const tdm_task_desc *desc, const c
   if (desc->args_size && !desc->args)
     return bad(rt, TDM_ERR_INVALID_ARG, "%s: args_size > 0 but args is NULL (codelet %s)",
                what, name);
-  unsigned flags = TDM_HAS_FIELD(desc, tdm_task_desc, flags) ? desc->flags : 0;
-  if (TDM_UNLIKELY(flags) &&
-      ((flags & ~(TDM_TASK_MAIN_THREAD | TDM_TASK_CALLBACK_ON_DISPATCH)) ||
-       ((flags & TDM_TASK_MAIN_THREAD) && !cl->cpu_fn)))
-    return bad(rt, TDM_ERR_INVALID_ARG, "%s: flags 0x%x of codelet %s: %s", what, flags, name,
-               (flags & ~(TDM_TASK_MAIN_THREAD | TDM_TASK_CALLBACK_ON_DISPATCH))
-                   ? "unknown flags"
-                   : "TDM_TASK_MAIN_THREAD needs a CPU variant");
-  tdm_group *g = TDM_HAS_FIELD(desc, tdm_task_desc, group) ? desc->group : NULL;
-  if (TDM_UNLIKELY(g) && g->rt != rt)
-    return bad(rt, TDM_ERR_WRONG_RUNTIME, "%s: task %s names a group of another runtime", what,
-               name);
+
   for (unsigned i = 0; i < b->n; i++) {
     if (b->modes[i] != TDM_R && b->modes[i] != TDM_W && b->modes[i] != TDM_RW)
       return bad(rt, TDM_ERR_INVALID_MODE, "%s: codelet %s, buffer %u: invalid access mode %d",
@@ -409,7 +453,7 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   if (!rt)
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, what);
-  desc_bufs b = {0, NULL, NULL};
+  desc_bufs b = {0, NULL, NULL, false};
   tdm_status st = check_desc(rt, desc, what, &b);
   if (st)
     return st;
@@ -439,22 +483,8 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   t->device_ok = false;
   t->sched_cls = -1;
   t->sched_calib = false;
-  t->main_thread = t->callback_on_dispatch = false;
-  unsigned flags = TDM_HAS_FIELD(desc, tdm_task_desc, flags) ? desc->flags : 0;
-  if (TDM_UNLIKELY(flags)) {
-    t->main_thread = (flags & TDM_TASK_MAIN_THREAD) != 0;
-    t->callback_on_dispatch = (flags & TDM_TASK_CALLBACK_ON_DISPATCH) != 0;
-    if (t->main_thread)
-      atomic_store(&rt->pinned, true);
-  }
-  tdm_group *g = TDM_HAS_FIELD(desc, tdm_task_desc, group) ? desc->group : NULL;
-  if (TDM_UNLIKELY(g)) {
-    t->group = g;
-    tdm__group_joined(t);
-    t->cost = tdm__cost_pack(desc->cost > 0 && desc->cost < 1e30f ? desc->cost : 1);
-    long p = (long)t->priority + g->priority; /* saturated */
-    t->priority = p > INT_MAX ? INT_MAX : p < INT_MIN ? INT_MIN : (int)p;
-  }
+  if (TDM_UNLIKELY(b.extras))
+    build_extras(t, desc);
   if (rt->recording)
     t->trace_id = atomic_fetch_add_explicit(&rt->next_task_id, 1, memory_order_relaxed) + 1;
   /* a task pinned to the application's thread runs its CPU variant */
