@@ -1031,9 +1031,11 @@ typedef struct tdm_task_desc {
  * successors are as for any task; if cancelled, it ends there too. */
 #define TDM_TASK_MAIN_THREAD 1u
 /** tdm_task_desc.flags: the task's callback runs in tdm_dispatch, on the
- * application's thread, after the task has ended (its dependents may have
- * started, and tdm_task_wait, tdm_group_wait and tdm_wait_all do not wait
- * for it); tdm_callback_status gives its outcome there. */
+ * application's thread, once the task has ended (its dependents may have
+ * started: they do not wait for it, nor do tdm_task_wait, tdm_group_wait
+ * and tdm_wait_all, but it is queued before they return, so that a
+ * tdm_dispatch after them runs it); tdm_callback_status gives the task's
+ * outcome there. tdm_runtime_destroy runs those still queued. */
 #define TDM_TASK_CALLBACK_ON_DISPATCH 2u
 
 /**

@@ -366,6 +366,8 @@ typedef struct tdm_task {
   /* Set at its creation (tdm_task_desc.flags): it runs only in
    * tdm_dispatch; its callback runs there. */
   bool main_thread : 1, callback_on_dispatch : 1;
+  /* In the dispatch queue for its callback (it ended), not to run. */
+  bool dispatch_ended : 1;
   /* tdm_task_desc.cost in a group (1 when not given), as a bfloat16 (the
    * float's upper half, rounded: about 3 significant digits) for want of
    * room on this line; tdm__cost_of reads it. */

@@ -139,6 +139,32 @@ static inline tdm_runtime *test_runtime(unsigned nworkers, test_log *log) {
   return rt;
 }
 
+/* A runtime with `nworkers` unbound workers and no OpenCL device; with
+ * `sim`, those emulated devices instead (at the real machine's speed,
+ * placed at random: about half the tasks go to a device). Logging into
+ * *log if not NULL, else to stderr when TDM_TEST_LOG is set. */
+static inline tdm_runtime *test_runtime_emulated(unsigned nworkers, const char *sim,
+                                                 test_log *log) {
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = nworkers;
+  cfg.bind_workers = 0;
+  cfg.ignore_env = 1;
+  cfg.devices = sim ? NULL : "none";
+  if (sim) {
+    cfg.sim = sim;
+    cfg.sim_time_scale = 1;
+    cfg.scheduler = "random";
+  }
+  if (log)
+    test_log_attach(&cfg, log);
+  else
+    test_log_if_asked(&cfg);
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  return rt;
+}
+
 static inline double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -41,21 +41,7 @@ static const tdm_codelet cl_nap = {.name = "nap", .cpu_fn = nap};
 static const tdm_codelet cl_gated = {.name = "gated", .cpu_fn = gated};
 
 static tdm_runtime *make(unsigned nworkers, const char *sim, test_log *log) {
-  tdm_config cfg;
-  tdm_config_init(&cfg);
-  cfg.nworkers = nworkers;
-  cfg.bind_workers = 0;
-  cfg.ignore_env = 1;
-  cfg.devices = sim ? NULL : "none";
-  if (sim) {
-    cfg.sim = sim;
-    cfg.sim_time_scale = 1;
-    cfg.scheduler = "random"; /* about half the tasks go to the device */
-  }
-  if (log)
-    test_log_attach(&cfg, log);
-  tdm_runtime *rt = NULL;
-  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  tdm_runtime *rt = test_runtime_emulated(nworkers, sim, log);
   atomic_store(&ran, 0);
   atomic_store(&started, 0);
   atomic_store(&gate, 0);

@@ -7,6 +7,9 @@
  *
  * Tasks queue by their pool_next link (free while they are not in any
  * other queue), groups by their own; both hold a reference while queued.
+ * A task queued for its callback (dispatch_ended) is queued before its
+ * end is counted (task.c), so that a thread that waits for it and then
+ * dispatches finds the callback.
  * The eventfd is signalled once per batch of posts: `signalled` (under
  * dispatch_lock) says a write is due or done and not yet read, and
  * tdm_dispatch reads the fd empty under the lock before it takes the
@@ -128,7 +131,7 @@ int tdm_dispatch(tdm_runtime *rt) {
   while (tasks) {
     tdm_task *t = tasks;
     tasks = t->pool_next;
-    if (atomic_load_explicit(&t->state, memory_order_acquire) == TDM_TS_DONE) {
+    if (t->dispatch_ended) {
       tdm__callback_status = atomic_load_explicit(&t->outcome, memory_order_relaxed);
       tdm__callback_worker = UINT32_MAX;
       TDM_USER_CODE(t->callback(t->callback_data));

@@ -173,7 +173,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->kind = TDM_TASK_CODELET;
   t->tries = 0;
   t->unkept = t->spoiled = t->homeless = t->issued = false;
-  t->main_thread = t->callback_on_dispatch = false;
+  t->main_thread = t->callback_on_dispatch = t->dispatch_ended = false;
   t->nbuf = 0;
   t->tile_mask = 0;
   t->more = NULL;
@@ -1150,10 +1150,13 @@ static inline void task_done(tdm_task *t, tdm_worker *w, unsigned worker, tdm_st
   if (tdm__sched_timed(t)) /* the backlog shrinks; the model learns a success */
     tdm__sched_done(t, worker, status ? -1 : 1e-9 * (double)(t1 - t0));
   if (t->callback) {
-    if (TDM_UNLIKELY(t->callback_on_dispatch)) { /* after the end, on the application's thread */
+    if (TDM_UNLIKELY(t->callback_on_dispatch)) {
+      /* on the application's thread; queued before the end is counted,
+       * so that whoever waits for the task, then dispatches, runs it */
       tdm__task_ref(t);
-      finish(t, w);
+      t->dispatch_ended = true;
       tdm__dispatch_task(rt, t);
+      finish(t, w);
       return;
     }
     tdm__callback_status = status;

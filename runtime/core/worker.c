@@ -499,22 +499,21 @@ static tdm_status control(tdm_runtime *rt, const char *what) {
   return TDM_OK;
 }
 
-tdm_status tdm_runtime_pause(tdm_runtime *rt) {
-  tdm_status st = control(rt, "tdm_runtime_pause");
+static tdm_status set_paused(tdm_runtime *rt, bool paused, const char *what) {
+  tdm_status st = control(rt, what);
   if (st)
     return st;
-  rt->paused = true;
+  rt->paused = paused;
   set_limit(rt);
   return TDM_OK;
 }
 
+tdm_status tdm_runtime_pause(tdm_runtime *rt) {
+  return set_paused(rt, true, "tdm_runtime_pause");
+}
+
 tdm_status tdm_runtime_resume(tdm_runtime *rt) {
-  tdm_status st = control(rt, "tdm_runtime_resume");
-  if (st)
-    return st;
-  rt->paused = false;
-  set_limit(rt);
-  return TDM_OK;
+  return set_paused(rt, false, "tdm_runtime_resume");
 }
 
 tdm_status tdm_runtime_set_active_workers(tdm_runtime *rt, unsigned n) {
