@@ -1268,8 +1268,9 @@ TDM_API tdm_status tdm_group_get_progress(const tdm_group *group, tdm_group_prog
  * submits afterwards; tasks running finish. Tasks of other groups (or of
  * none) that read results of a cancelled task are cancelled too, by the
  * rules of "Task outcomes"; a handle whose newest version a cancelled
- * task was to write keeps the last version produced (tdm_handle_acquire
- * then says TDM_ERR_LOST). Tasks cancelled this way are not reported by
+ * task was to write keeps the last version produced: tdm_handle_unregister
+ * brings that one home and returns TDM_ERR_LOST, as does tdm_handle_acquire
+ * to read. Tasks cancelled this way are not reported by
  * tdm_wait_all; those of other groups are. Does not wait (tdm_group_wait
  * does). Any thread, a task or a callback included. Returns TDM_OK or
  * TDM_ERR_INVALID_ARG.

@@ -23,6 +23,7 @@
 #include "../backends/opencl/device.h" /* the completion watcher */
 
 #include <dirent.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1392,6 +1393,101 @@ static void test_pause_with_device(void **state) {
   assert_int_equal(test_log_errors(&log), 0);
 }
 
+static pthread_t loop_thread;
+static _Atomic int pinned_ran, pinned_elsewhere;
+static _Atomic float pinned_seen;
+
+static void pinned_read(const tdm_buffer *b, const void *args, size_t size) {
+  (void)args;
+  (void)size;
+  if (!pthread_equal(pthread_self(), loop_thread))
+    atomic_store(&pinned_elsewhere, 1);
+  atomic_store(&pinned_seen, ((const float *)b[0].ptr)[5]);
+  atomic_fetch_add(&pinned_ran, 1);
+}
+
+/* A task pinned to the application's thread reading what a device wrote
+ * (discrete: its copy home comes first, asynchronously) runs in
+ * tdm_dispatch, on this thread, and reads the device's result. */
+static void test_pinned_after_device(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  loop_thread = pthread_self();
+  atomic_store(&pinned_ran, 0);
+  atomic_store(&pinned_elsewhere, 0);
+  float *x = array(1, 1), *y = array(0, 0);
+  tdm_handle *hx, *hy;
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  static const tdm_codelet cl_read = {.name = "pinned read", .cpu_fn = pinned_read,
+                                      .nbuffers = 1, .modes = {TDM_R}};
+  int fd = tdm_runtime_event_fd(rt);
+  for (int round = 0; round < 3; round++) {
+    saxpy(rt, &saxpy_gpu_only, hx, hy, 2); /* y += 2x on the device */
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_read, .handles = {hy},
+                                                     .flags = TDM_TASK_MAIN_THREAD}),
+                     TDM_OK);
+    double until = now_s() + 20;
+    while (atomic_load(&pinned_ran) == round && now_s() < until) {
+      struct pollfd p = {.fd = fd, .events = POLLIN};
+      if (poll(&p, 1, 100) > 0)
+        assert_true(tdm_dispatch(rt) >= 0);
+    }
+    assert_int_equal(atomic_load(&pinned_ran), round + 1);
+    assert_true(atomic_load(&pinned_seen) == 2.0f * (float)(round + 1) * x[5]);
+  }
+  assert_int_equal(atomic_load(&pinned_elsewhere), 0);
+  tdm_handle_unregister(hx);
+  tdm_handle_unregister(hy);
+  tdm_runtime_destroy(rt);
+  tdm_free(x);
+  tdm_free(y);
+  assert_int_equal(test_log_errors(&log), 0);
+}
+
+/* A group of device tasks cancelled while they run: those not launched
+ * never are, and the handle holds what the ones that ran made. */
+static void test_cancel_device_group(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  float *x = array(1, 1), *y = array(0, 0);
+  tdm_handle *hx, *hy;
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  saxpy(rt, &saxpy_gpu_only, hx, hy, 0); /* builds the program */
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  uint64_t before = counters(rt).tasks;
+  tdm_group *g;
+  assert_int_equal(tdm_group_create(rt, NULL, &g), TDM_OK);
+  float a = 2;
+  for (int i = 0; i < 40; i++)
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only,
+                                                     .handles = {hx, hy}, .args = &a,
+                                                     .args_size = sizeof a, .group = g}),
+                     TDM_OK);
+  assert_int_equal(tdm_group_cancel(g), TDM_OK);
+  assert_int_equal(tdm_group_wait(g), TDM_ERR_CANCELLED);
+  uint64_t ran = counters(rt).tasks - before;
+  tdm_group_progress p = {.struct_size = sizeof p};
+  assert_int_equal(tdm_group_get_progress(g, &p), TDM_OK);
+  assert_int_equal(p.cancelled + ran, 40);
+  assert_true(p.cancelled > 0);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK); /* asked for: not reported */
+  tdm_group_release(g);
+  tdm_handle_unregister(hx);
+  /* home: the version the last task that ran made (LOST: a cancelled
+   * task was to make a newer one) */
+  tdm_status st = tdm_handle_unregister(hy);
+  assert_true(st == TDM_OK || st == TDM_ERR_LOST);
+  for (int i = 0; i < N; i++)
+    assert_true(y[i] == 2.0f * (float)ran * x[i]);
+  tdm_runtime_destroy(rt);
+  tdm_free(x);
+  tdm_free(y);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2 || argc > 3 || (strcmp(argv[1], "integrated") && strcmp(argv[1], "discrete")) ||
       (argc == 3 && strcmp(argv[2], "two-devices") && strcmp(argv[2], "two-users"))) {
@@ -1459,6 +1555,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_failed_event_calls_back),
       cmocka_unit_test(test_pause_with_device),
       cmocka_unit_test(test_build_off_the_submitter),
+      cmocka_unit_test(test_pinned_after_device),
+      cmocka_unit_test(test_cancel_device_group),
       cmocka_unit_test(test_failed_writer_across_partitions),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

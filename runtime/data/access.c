@@ -308,7 +308,11 @@ static void fetched(void *arg, int status) {
   tdm_task *t = arg;
   if (status < 0)
     not_home(t, status);
-  tdm__schedule(t->rt, t); /* its inputs are home (or it failed): it ends */
+  /* its inputs are home (or it failed): it runs, or ends, where it was */
+  if (t->main_thread)
+    tdm__dispatch_task(t->rt, t);
+  else
+    tdm__schedule(t->rt, t);
 }
 
 bool tdm__host_ready(tdm_task *t) {
