@@ -1286,8 +1286,11 @@ TDM_API tdm_status tdm_group_wait(tdm_group *group);
 
 /** Gives back the group: it goes once its tasks have ended (they keep it
  * meanwhile). It must not be used afterwards, nor named by new tasks.
- * Groups not released are freed by tdm_runtime_destroy. NULL is
- * accepted. Any thread. */
+ * Its progress calls go on while its tasks end: progress_data must stay
+ * valid until tdm_group_wait has returned and, with progress_on_dispatch,
+ * until a tdm_dispatch after that (or until tdm_runtime_destroy, which
+ * runs what is left). Groups not released are freed by
+ * tdm_runtime_destroy. NULL is accepted. Any thread. */
 TDM_API void tdm_group_release(tdm_group *group);
 
 #ifdef __cplusplus

@@ -477,8 +477,8 @@ bool tdm__devices_paused(const tdm_runtime *rt) {
   return atomic_load_explicit(&rt->run_limit, memory_order_relaxed) == 0;
 }
 
-/* Sets run_limit from rt->active and rt->paused (under park_lock), and
- * wakes what may now run. */
+/* Sets run_limit from rt->active and rt->paused (the caller holds
+ * park_lock, which this releases), and wakes what may now run. */
 static void set_limit(tdm_runtime *rt) {
   unsigned before = atomic_load_explicit(&rt->run_limit, memory_order_relaxed);
   unsigned limit = rt->paused ? 0 : rt->active;
