@@ -140,13 +140,15 @@ int main(void) {
     for (unsigned i = 0; i < mi.opencl_devices; i++) {
       tdm_device_info d = {.struct_size = sizeof d};
       if (tdm_runtime_device(rt, i, &d) == TDM_OK && d.device_class == TDM_DEVICE_CPU) {
+        char name[256]; /* d's strings go with the runtime */
+        snprintf(name, sizeof name, "%s", d.name);
         cfg.opencl_cpu_devices = 1;
         tdm_runtime_destroy(rt);
         if ((st = tdm_runtime_create(&cfg, &rt))) {
           fprintf(stderr, "tdm_runtime_create: %s\n", tdm_strerror(st));
           return 1;
         }
-        printf("No GPU here: the OpenCL CPU device %s stands in for one.\n", d.name);
+        printf("No GPU here: the OpenCL CPU device %s stands in for one.\n", name);
         break;
       }
     }
