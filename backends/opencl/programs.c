@@ -191,7 +191,7 @@ static void ready_waits(struct cl_builder *b, build_wait **fire) {
   }
 }
 
-static void fire_waits(tdm_runtime *rt, build_wait *w) {
+static void fire_waits(build_wait *w) {
   while (w) {
     build_wait *next = w->next;
     tdm_status st = w->n ? TDM_ERR_BUILD : TDM_OK;
@@ -203,7 +203,6 @@ static void fire_waits(tdm_runtime *rt, build_wait *w) {
     free(w);
     w = next;
   }
-  (void)rt;
 }
 
 /* p is built (or failed): published under g's lock, the tasks waiting
@@ -250,7 +249,7 @@ static void built(cl_device *g, program *p) {
   TDM_PTHREAD(rt, pthread_mutex_lock(&b->lock));
   ready_waits(b, &fire);
   TDM_PTHREAD(rt, pthread_mutex_unlock(&b->lock));
-  fire_waits(rt, fire);
+  fire_waits(fire);
 }
 
 static void *builder_main(void *arg) {
@@ -319,17 +318,9 @@ void tdm__cl_builder_stop(tdm_runtime *rt) {
     if (err)
       tdm__log(rt, TDM_LOG_ERROR, "pthread_join(OpenCL builder): %s", strerror(err));
   }
-  /* never started: its jobs fail here (none when no thread could start) */
-  for (job *j = b->head, *next; j; j = next) {
-    next = j->next;
-    j->p->status = TDM_ERR_BUILD;
-    built(j->g, j->p);
-    free(j);
-  }
-  b->head = b->tail = NULL;
-  build_wait *left = b->waits; /* none: every program was built */
-  b->waits = NULL;
-  fire_waits(rt, left);
+  /* Nothing is left: the thread empties its queue before it ends (what
+   * had not begun then fails), and without it queue_build builds on the
+   * caller's thread; a wait is told once its programs are built. */
   pthread_cond_destroy(&b->cond);
   pthread_mutex_destroy(&b->lock);
   free(b);
@@ -411,7 +402,7 @@ void tdm__cl_build(tdm_runtime *rt, const tdm_codelet *cl, tdm_build_fn done, vo
     ready_waits(b, &fire); /* built already (or nothing to build) */
     TDM_PTHREAD(rt, pthread_mutex_unlock(&b->lock));
   }
-  fire_waits(rt, fire);
+  fire_waits(fire);
 }
 
 /* Whether g can run t: its program builds there, and each of its buffers

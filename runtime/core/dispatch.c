@@ -39,8 +39,8 @@ static void signal_fd(tdm_runtime *rt) {
     tdm__log(rt, TDM_LOG_ERROR, "dispatch: write to its eventfd failed: %s", strerror(errno));
 }
 
-static void post_task(tdm_runtime *rt, tdm_task *t) {
-  t->pool_next = NULL;
+void tdm__dispatch_task(tdm_runtime *rt, tdm_task *t) {
+  t->pool_next = NULL; /* the reference it holds goes with it */
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->dispatch_lock));
   if (rt->dq_tail)
     rt->dq_tail->pool_next = t;
@@ -51,15 +51,6 @@ static void post_task(tdm_runtime *rt, tdm_task *t) {
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->dispatch_lock));
   if (signal)
     signal_fd(rt);
-}
-
-void tdm__dispatch_task(tdm_runtime *rt, tdm_task *t) {
-  post_task(rt, t); /* the runtime's reference goes with it */
-}
-
-void tdm__dispatch_callback(tdm_runtime *rt, tdm_task *t) {
-  tdm__task_ref(t); /* kept until its callback ran */
-  post_task(rt, t);
 }
 
 void tdm__dispatch_progress(tdm_group *g) {

@@ -342,15 +342,18 @@ tdm_task *tdm__devq_take(tdm_runtime *rt, tdm_devq *q, pthread_mutex_t *lock,
   return t;
 }
 
-/* A task of band b from this worker's deque, the injection stack or
- * another worker's deque. */
-static tdm_task *find_in_band(tdm_worker *w, unsigned b) {
+/* A task of band b from this worker's deque or the injection stack. */
+static inline tdm_task *take_own(tdm_worker *w, unsigned b) {
   tdm_task *t = NULL;
   /* a look at the size first: pop costs a full fence even when empty */
   if (tdm__deque_size(&w->deques[b]) > 0)
     t = tdm__deque_pop(&w->deques[b]);
-  if (!t)
-    t = take_injected(w, b);
+  return t ? t : take_injected(w, b);
+}
+
+/* A task of band b: take_own's, or another worker's. */
+static tdm_task *find_in_band(tdm_worker *w, unsigned b) {
+  tdm_task *t = take_own(w, b);
   return t ? t : steal(w, b);
 }
 
@@ -369,10 +372,7 @@ static tdm_task *find_work(tdm_worker *w) {
     return t;
   /* the normal band: as find_in_band, the devices' queues (in priority
    * order already) before stealing */
-  if (tdm__deque_size(&w->deques[TDM_BAND_NORMAL]) > 0)
-    t = tdm__deque_pop(&w->deques[TDM_BAND_NORMAL]);
-  if (!t)
-    t = take_injected(w, TDM_BAND_NORMAL);
+  t = take_own(w, TDM_BAND_NORMAL);
   if (!t && devices) /* placed on this kind of core by another thread */
     t = tdm__sched_take_kind(w, false);
   if (!t && devices)
@@ -477,9 +477,17 @@ bool tdm__devices_paused(const tdm_runtime *rt) {
   return atomic_load_explicit(&rt->run_limit, memory_order_relaxed) == 0;
 }
 
-/* Sets run_limit from rt->active and rt->paused (the caller holds
- * park_lock, which this releases), and wakes what may now run. */
-static void set_limit(tdm_runtime *rt) {
+/* Sets rt->paused (unless `paused` is -1) or rt->active (unless `active`
+ * is 0), run_limit from them, and wakes what may now run. */
+static tdm_status set_limit(tdm_runtime *rt, int paused, unsigned active, const char *what) {
+  if (!rt)
+    return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, what);
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->park_lock));
+  if (paused >= 0)
+    rt->paused = paused;
+  if (active)
+    rt->active = active;
   unsigned before = atomic_load_explicit(&rt->run_limit, memory_order_relaxed);
   unsigned limit = rt->paused ? 0 : rt->active;
   atomic_store(&rt->run_limit, limit);
@@ -489,31 +497,15 @@ static void set_limit(tdm_runtime *rt) {
   if (before == 0 && limit > 0 && rt->dev) /* the devices start what waits for them */
     for (unsigned k = 0; k < rt->ndevice_workers; k++)
       rt->dev->kick(rt, k);
-}
-
-static tdm_status control(tdm_runtime *rt, const char *what) {
-  if (!rt)
-    return TDM_ERR_INVALID_ARG;
-  TDM_FORK_GUARD(rt, what);
-  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->park_lock));
-  return TDM_OK;
-}
-
-static tdm_status set_paused(tdm_runtime *rt, bool paused, const char *what) {
-  tdm_status st = control(rt, what);
-  if (st)
-    return st;
-  rt->paused = paused;
-  set_limit(rt);
   return TDM_OK;
 }
 
 tdm_status tdm_runtime_pause(tdm_runtime *rt) {
-  return set_paused(rt, true, "tdm_runtime_pause");
+  return set_limit(rt, 1, 0, "tdm_runtime_pause");
 }
 
 tdm_status tdm_runtime_resume(tdm_runtime *rt) {
-  return set_paused(rt, false, "tdm_runtime_resume");
+  return set_limit(rt, 0, 0, "tdm_runtime_resume");
 }
 
 tdm_status tdm_runtime_set_active_workers(tdm_runtime *rt, unsigned n) {
@@ -522,22 +514,12 @@ tdm_status tdm_runtime_set_active_workers(tdm_runtime *rt, unsigned n) {
              "(tdm_runtime_pause stops them all)", n, rt->nworkers);
     return TDM_ERR_INVALID_ARG;
   }
-  tdm_status st = control(rt, "tdm_runtime_set_active_workers");
-  if (st)
-    return st;
-  rt->active = n;
-  set_limit(rt);
-  return TDM_OK;
+  return set_limit(rt, -1, n, "tdm_runtime_set_active_workers");
 }
 
 unsigned tdm_runtime_active_workers(const tdm_runtime *rt) {
-  if (!rt || tdm__forked(rt))
-    return 0;
-  tdm_runtime *w = (tdm_runtime *)rt; /* the lock only */
-  TDM_PTHREAD(w, pthread_mutex_lock(&w->park_lock));
-  unsigned n = rt->paused ? 0 : rt->active;
-  TDM_PTHREAD(w, pthread_mutex_unlock(&w->park_lock));
-  return n;
+  /* run_limit is paused ? 0 : active, set under park_lock */
+  return rt && !tdm__forked(rt) ? atomic_load(&rt->run_limit) : 0;
 }
 
 /* Counts, and traces, a period without work that began at `from`. */
