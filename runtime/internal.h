@@ -193,6 +193,10 @@ tdm_status tdm__forked_error(const tdm_runtime *rt, const char *what);
 
 void tdm__log(const tdm_runtime *rt, tdm_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The i-th TANDEM_* variable Tandem reads (runtime.c's list), NULL past
+ * the last. */
+const char *tdm__env_name(size_t i);
+void tdm__log_stderr(void *data, tdm_log_level level, const char *msg);
 void tdm__vlog(tdm_log_fn fn, void *data, tdm_log_level max,
                tdm_log_level level, const char *fmt, va_list ap);
 

@@ -405,7 +405,7 @@ static void test_fake_machine(void **state) {
   assert_int_equal(dgpu.worker, 2);
   assert_false(broken.used || again.used || cpu.used);
   assert_int_equal(broken.worker, -1);
-  assert_non_null(strstr(broken.usage, "no OpenCL context could be created on it (error -2)"));
+  assert_non_null(strstr(broken.usage, "no OpenCL context could be created on it (CL_DEVICE_NOT_AVAILABLE, error -2)"));
   assert_true(test_log_has(&log, "Fake broken GPU): not used: no OpenCL context"));
   assert_int_equal(tdm_runtime_nworkers(rt), 3);
   assert_int_equal(mi.device_workers, 2);

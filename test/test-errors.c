@@ -574,6 +574,137 @@ static void set_faults(tdm_config *cfg, const char *spec) {
  * which; good ones armed: every emulated launch fails, every task is
  * retried on the CPU workers and ends done, and after three failures the
  * device is quarantined (said once, and in tdm_device_info). */
+/* A TANDEM_* variable Tandem does not read is reported, with the closest
+ * one it does where a few letters differ; the ones it reads are not. */
+static void test_unknown_environment(void **state) {
+  (void)state;
+  static const struct {
+    const char *name, *says;
+  } cases[] = {
+      {"TANDEM_STAT", "unknown setting TANDEM_STAT: did you mean TANDEM_STATS?"},
+      {"TANDEM_LOGLEVEL", "unknown setting TANDEM_LOGLEVEL: did you mean TANDEM_LOG_LEVEL?"},
+      {"TANDEM_NWORKRES", "unknown setting TANDEM_NWORKRES: did you mean TANDEM_NWORKERS?"},
+      {"TANDEM_XYZZY", "unknown setting TANDEM_XYZZY: not a Tandem variable"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    assert_int_equal(setenv(cases[i].name, "1", 1), 0);
+  assert_int_equal(setenv("TANDEM_SPIN_US", "60", 1), 0);
+  test_log log;
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.devices = "none";
+  test_log_attach(&cfg, &log);
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    if (!test_log_has(&log, cases[i].says))
+      fail_msg("no \"%s\" (log: %s)", cases[i].says, log.all);
+  assert_false(test_log_has(&log, "TANDEM_SPIN_US"));
+  assert_int_equal(rt->cfg.spin_us, 60);
+  tdm_runtime_destroy(rt);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    unsetenv(cases[i].name);
+  unsetenv("TANDEM_SPIN_US");
+}
+
+/* What a run of tdm_runtime_create and destroy printed on standard error,
+ * with cfg (NULL: the defaults) and the environment as it is. */
+static char *stderr_of_runtime(const tdm_config *cfg) {
+  fflush(stderr);
+  int saved = dup(2);
+  FILE *f = tmpfile();
+  assert_true(saved >= 0 && f);
+  assert_true(dup2(fileno(f), 2) == 2);
+  tdm_runtime *rt = NULL;
+  tdm_status st = tdm_runtime_create(cfg, &rt);
+  tdm_runtime_destroy(rt);
+  fflush(stderr);
+  assert_true(dup2(saved, 2) == 2);
+  close(saved);
+  assert_int_equal(st, TDM_OK);
+  long n = ftell(f);
+  assert_true(n >= 0);
+  char *text = calloc(1, (size_t)n + 1);
+  assert_non_null(text);
+  rewind(f);
+  assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  return text;
+}
+
+/* Without a log callback, the environment asking for messages sends them
+ * to standard error ("tandem: " first); with one, or with no TANDEM_*
+ * variable set, nothing is printed. */
+static void test_messages_on_stderr(void **state) {
+  (void)state;
+  /* whatever the test's own environment holds */
+  for (size_t i = 0; tdm__env_name(i); i++)
+    unsetenv(tdm__env_name(i));
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.devices = "none";
+  char *quiet = stderr_of_runtime(&cfg);
+  assert_string_equal(quiet, "");
+  free(quiet);
+  setenv("TANDEM_STATS", "1", 1);
+  char *stats = stderr_of_runtime(&cfg);
+  if (!strstr(stats, "tandem: runtime started:") || !strstr(stats, "tandem: stats: CPU worker 0"))
+    fail_msg("stderr: %s", stats);
+  free(stats);
+  unsetenv("TANDEM_STATS");
+  setenv("TANDEM_LOG_LEVEL", "debug", 1);
+  setenv("TANDEM_NWORKERS", "many", 1);
+  char *bad = stderr_of_runtime(&cfg);
+  if (!strstr(bad, "tandem: warning: ignoring TANDEM_NWORKERS=\"many\"") ||
+      !strstr(bad, "tandem: runtime stopping"))
+    fail_msg("stderr: %s", bad);
+  free(bad);
+  /* a program with its callback keeps every message */
+  test_log log;
+  test_log_attach(&cfg, &log);
+  char *kept = stderr_of_runtime(&cfg);
+  assert_string_equal(kept, "");
+  free(kept);
+  assert_true(test_log_has(&log, "ignoring TANDEM_NWORKERS=\"many\""));
+  /* and ignore_env means no environment at all */
+  tdm_config_init(&cfg);
+  cfg.devices = "none";
+  cfg.ignore_env = 1;
+  char *ignored = stderr_of_runtime(&cfg);
+  assert_string_equal(ignored, "");
+  free(ignored);
+  unsetenv("TANDEM_LOG_LEVEL");
+  unsetenv("TANDEM_NWORKERS");
+}
+
+/* docs/environment.md describes every variable Tandem reads, and only
+ * those. */
+static void test_environment_documented(void **state) {
+  (void)state;
+  FILE *f = fopen(TDM_SOURCE_DIR "/docs/environment.md", "r");
+  assert_non_null(f);
+  char line[4096];
+  unsigned rows = 0, names = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "| `TANDEM_", 10))
+      continue;
+    char *end = strchr(line + 3, '`');
+    assert_non_null(end);
+    *end = 0;
+    bool known = false;
+    for (size_t i = 0; tdm__env_name(i); i++)
+      known |= !strcmp(line + 3, tdm__env_name(i));
+    if (!known)
+      fail_msg("docs/environment.md describes %s, which Tandem does not read", line + 3);
+    rows++;
+  }
+  fclose(f);
+  for (; tdm__env_name(names); names++)
+    ;
+  if (rows != names)
+    fail_msg("docs/environment.md has %u rows for %u variables", rows, names);
+}
+
 static void test_faults_specification(void **state) {
   (void)state;
   static const char *const bad[] = {
@@ -642,6 +773,9 @@ int main(void) {
       cmocka_unit_test(test_cycles_refused),
       cmocka_unit_test(test_blocking_calls_in_task),
       cmocka_unit_test(test_submit_after_destroy_began),
+      cmocka_unit_test(test_unknown_environment),
+      cmocka_unit_test(test_messages_on_stderr),
+      cmocka_unit_test(test_environment_documented),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1129,6 +1129,69 @@ static void test_build_failure(void **state) {
   tdm_free(z);
 }
 
+/* A misspelt kernel name: the error's name and the kernels the program
+ * does define reach the log, and the task fails (its output untouched). */
+static void test_kernel_name_hint(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  static const tdm_opencl_variant misspelt = {
+      .source = "__kernel void brighten(__global float *y, ulong n) { y[0] = 1; }\n"
+                "__kernel void contrast(__global float *y, ulong n) { y[0] = 2; }\n",
+      .kernel = "brigthen"};
+  static const tdm_codelet only = {
+      .name = "misspelt", .nbuffers = 1, .modes = {TDM_RW}, .opencl = &misspelt};
+  float *y = array(5.0f, 0);
+  tdm_handle *hy;
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &only, .handles = {hy}}), TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_ERR_TASK_FAILED);
+  assert_true(test_log_has(&log, "CL_INVALID_KERNEL_NAME, error -46"));
+  assert_true(test_log_has(&log, "the program defines no kernel brigthen; it defines"));
+  assert_true(test_log_has(&log, "brighten"));
+  assert_true(test_log_has(&log, "contrast"));
+  assert_false(test_log_has(&log, "build log:")); /* empty: not shown */
+  /* the failed write's version is lost; the memory keeps what it held */
+  assert_int_equal(tdm_handle_unregister(hy), TDM_ERR_LOST);
+  assert_true(y[0] == 5.0f && y[N - 1] == 5.0f);
+  tdm_runtime_destroy(rt);
+  tdm_free(y);
+}
+
+/* A kernel whose argument list is not what Tandem passes (it forgot the
+ * vector's length and the by-value arguments): the error's name, the
+ * count the kernel declares against the count passed, and the list
+ * passed; the task fails, its output untouched. */
+static void test_argument_hint(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  static const tdm_opencl_variant short_list = {
+      .source = "__kernel void fill(__global float *y) { y[get_global_id(0)] = 1; }\n",
+      .kernel = "fill"};
+  static const tdm_codelet only = {
+      .name = "short list", .nbuffers = 1, .modes = {TDM_RW}, .opencl = &short_list};
+  float *y = array(5.0f, 0);
+  tdm_handle *hy;
+  double scale = 2;
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &only, .handles = {hy},
+                                                   .args = &scale, .args_size = sizeof scale}),
+                   TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_ERR_TASK_FAILED);
+  assert_true(test_log_has(&log, "CL_INVALID_ARG_INDEX, error -49"));
+  assert_true(test_log_has(&log, "kernel fill declares 1 arguments, Tandem passes 3"));
+  char want[128];
+  snprintf(want, sizeof want, "(__global T0 *v0 /* %d elements of 4 bytes */, ulong n0, "
+           "struct args /* 8 bytes, by value */)", N);
+  assert_true(test_log_has(&log, want));
+  /* the failed write's version is lost; the memory keeps what it held */
+  assert_int_equal(tdm_handle_unregister(hy), TDM_ERR_LOST);
+  assert_true(y[0] == 5.0f && y[N - 1] == 5.0f);
+  tdm_runtime_destroy(rt);
+  tdm_free(y);
+}
+
 static _Atomic int builds_done, build_status = 1;
 
 static void on_built(void *data, tdm_status st) {
@@ -1550,6 +1613,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_program_cache),
       cmocka_unit_test(test_forged_entries),
       cmocka_unit_test(test_build_failure),
+      cmocka_unit_test(test_kernel_name_hint),
+      cmocka_unit_test(test_argument_hint),
       cmocka_unit_test(test_no_device),
       cmocka_unit_test(test_callbacks_on_failures),
       cmocka_unit_test(test_failed_event_calls_back),

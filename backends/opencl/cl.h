@@ -40,6 +40,7 @@ typedef struct cl_api {
   cl_kernel (*CreateKernel)(cl_program, const char *, cl_int *);
   cl_int (*ReleaseKernel)(cl_kernel);
   cl_int (*SetKernelArg)(cl_kernel, cl_uint, size_t, const void *);
+  cl_int (*GetKernelInfo)(cl_kernel, cl_kernel_info, size_t, void *, size_t *);
   cl_int (*EnqueueNDRangeKernel)(cl_command_queue, cl_kernel, cl_uint, const size_t *,
                                  const size_t *, const size_t *, cl_uint, const cl_event *,
                                  cl_event *);
@@ -88,6 +89,11 @@ struct tdm_opencl {
   struct cl_watch *watch; /* watch.c, while devices run */
   struct cl_builder *builder; /* programs.c, while devices run */
 };
+
+/* probe.c: "CL_INVALID_ARG_SIZE" for -51; CL_ERR(e) gives a "%s, error
+ * %d" format its two arguments. */
+const char *tdm__cl_error_name(cl_int err);
+#define CL_ERR(e) tdm__cl_error_name(e), (int)(e)
 
 /* cache.c: program binaries on disk */
 #define TDM_CACHE_MAX_ENTRY (1 << 30) /* bytes: a larger file is not an entry */

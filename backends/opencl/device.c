@@ -215,8 +215,8 @@ static tdm_status cl_start(tdm_runtime *rt) {
     /* copies are always timed: they teach the link model */
     g->transfer = api->CreateCommandQueue(g->ctx, g->id, CL_QUEUE_PROFILING_ENABLE, &e2);
     if (!g->compute || !g->transfer) {
-      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: device %u (%s): no command queue (error %d)", d,
-               rt->devices[d].name, (int)(e1 ? e1 : e2));
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: device %u (%s): no command queue (%s, error %d)",
+               d, rt->devices[d].name, CL_ERR(e1 ? e1 : e2));
       return TDM_ERR_SYSTEM;
     }
     if (rt->recording)
@@ -406,9 +406,9 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
   if (fault) /* as the device would say it */
     status = fault == TDM_ERR_DEVICE_LOST ? CL_DEVICE_NOT_AVAILABLE : CL_OUT_OF_RESOURCES;
   if (status < 0) { /* what it wrote there is no version */
-    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u %s (error %d)",
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u %s (%s, error %d)",
              t->codelet->name ? t->codelet->name : "(unnamed)", g->device,
-             abandoned ? "abandoned: the device is hung" : "failed", (int)status);
+             abandoned ? "abandoned: the device is hung" : "failed", CL_ERR(status));
     tdm__task_write_failed(rt, t, node_of(g), x->before);
     x->before = NULL;
   } else {
@@ -490,6 +490,65 @@ static void default_work_size(const tdm_buffer *b, bool vector, unsigned *dims, 
     global[0] = b->ny;
     global[1] = b->nx;
   }
+}
+
+/* The arguments Tandem passes a codelet's kernel, as a C parameter list
+ * (set_args' order), into out: for the hint when the kernel's own list
+ * differs. */
+static void describe_args(const tdm_task *t, bool shared, char *out, size_t n) {
+  tdm_handle *const *hs = tdm__task_handles(t);
+  size_t at = 0;
+#define PUT(...)                                                               \
+  do {                                                                         \
+    int w = snprintf(out + at, at < n ? n - at : 0, __VA_ARGS__);              \
+    at += w > 0 ? (size_t)w : 0;                                               \
+  } while (0)
+  PUT("(");
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    const tdm_buffer *b = &hs[i]->buf;
+    if (hs[i]->kind == TDM_HANDLE_VECTOR)
+      PUT("%s__global T%u *v%u /* %zu elements of %zu bytes */, ulong n%u", i ? ", " : "", i,
+          i, b->nx, b->elem_size, i);
+    else
+      PUT("%s__global T%u *m%u /* %zu x %zu elements of %zu bytes */, ulong rows%u, "
+          "ulong cols%u, ulong ld%u /* %zu */",
+          i ? ", " : "", i, i, b->nx, b->ny, b->elem_size, i, i, i, shared ? b->ld : b->ny);
+  }
+  if (t->args_size)
+    PUT("%sstruct args /* %zu bytes, by value */", t->nbuf ? ", " : "", t->args_size);
+  PUT(")");
+#undef PUT
+  if (at >= n && n > 4)
+    strcpy(out + n - 4, "...");
+}
+
+/* Logs why t could not be enqueued on g, with what Tandem passes the
+ * kernel where the error says the arguments do not match its list. */
+static void log_launch_failure(cl_device *g, const tdm_task *t, cl_int err) {
+  tdm_runtime *rt = g->rt;
+  const char *name = t->codelet->name ? t->codelet->name : "(unnamed)";
+  char hint[768] = "";
+  const program *p = tdm__cl_program_of(g, t->codelet);
+  bool args = err == CL_INVALID_ARG_INDEX || err == CL_INVALID_ARG_SIZE ||
+              err == CL_INVALID_ARG_VALUE || err == CL_INVALID_KERNEL_ARGS ||
+              err == CL_INVALID_MEM_OBJECT;
+  if (args && p && p->kernel && !t->codelet->opencl->enqueue) {
+    cl_uint declared = 0;
+    unsigned passed = t->args_size != 0;
+    for (unsigned i = 0; i < t->nbuf; i++)
+      passed += tdm__task_handles(t)[i]->kind == TDM_HANDLE_VECTOR ? 2 : 4;
+    char list[640];
+    describe_args(t, g->shared, list, sizeof list);
+    if (api_of(rt)->GetKernelInfo(p->kernel, CL_KERNEL_NUM_ARGS, sizeof declared, &declared,
+                                  NULL) == CL_SUCCESS)
+      snprintf(hint, sizeof hint, "; kernel %s declares %u arguments, Tandem passes %u: %s",
+               t->codelet->opencl->kernel, (unsigned)declared, passed, list);
+    else
+      snprintf(hint, sizeof hint, "; Tandem passes kernel %s %u arguments: %s",
+               t->codelet->opencl->kernel, passed, list);
+  }
+  tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u: enqueue failed (%s, error %d)%s",
+           name, g->device, CL_ERR(err), hint);
 }
 
 /* What launch did: LAUNCHED (or ended it), RETRY (no room yet), FAILED
@@ -594,8 +653,8 @@ static void hand_over(cl_device *g, tdm_task *t, const cl_mem *mems, cl_event *d
       api->ReleaseEvent(*done);
       *done = unmapped;
     } else {
-      tdm__log(g->rt, TDM_LOG_ERROR, "OpenCL: map of a written buffer failed (error %d)",
-               (int)merr);
+      tdm__log(g->rt, TDM_LOG_ERROR, "OpenCL: map of a written buffer failed (%s, error %d)",
+               CL_ERR(merr));
     }
     if (mapped)
       api->ReleaseEvent(mapped);
@@ -659,8 +718,8 @@ static int launch(cl_device *g, tdm_task *t) {
     /* what the host has is not what it will run on until its inputs land */
     cl_int werr = w.n ? api->WaitForEvents(w.n, w.ev) : CL_SUCCESS;
     if (werr != CL_SUCCESS)
-      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: its inputs did not arrive (error %d)",
-               name, (int)werr);
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: its inputs did not arrive (%s, error %d)",
+               name, CL_ERR(werr));
     else
       x->before = tdm__task_snapshot(rt, t, &kept);
     if (!kept || werr != CL_SUCCESS) {
@@ -674,8 +733,7 @@ static int launch(cl_device *g, tdm_task *t) {
     cl_int err = enqueue(g, t, mems, bufs, &w, &done);
     tdm__cl_release_all(api, &w);
     if (err != CL_SUCCESS) {
-      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u: enqueue failed (error %d)",
-               name, g->device, (int)err);
+      log_launch_failure(g, t, err);
       if (done)
         api->ReleaseEvent(done);
       tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);

@@ -80,8 +80,8 @@ static cl_event join_events(tdm_runtime *rt, cl_context ctx, const cl_event *evs
   join *j = tdm__calloc(rt, 1, sizeof *j);
   cl_event user = j ? api->CreateUserEvent(ctx, &err) : NULL;
   if (!user || api->RetainEvent(user) != CL_SUCCESS) {
-    tdm__log(rt, TDM_LOG_WARNING, "OpenCL: cannot join events (error %d): waiting for them",
-             (int)err);
+    tdm__log(rt, TDM_LOG_WARNING, "OpenCL: cannot join events (%s, error %d): waiting for them",
+             CL_ERR(err));
     for (unsigned i = 0; i < n; i++)
       CL_CHECK(rt, api->WaitForEvents(1, &evs[i]), "clWaitForEvents");
     if (user)
@@ -218,7 +218,8 @@ static void *node_alloc(void *ctx, unsigned node, const tdm_buffer *b, size_t by
     tdm__log(rt, err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES
                      ? TDM_LOG_DEBUG
                      : TDM_LOG_WARNING,
-             "OpenCL: device %u: no buffer of %zu bytes (error %d)", g->device, bytes, (int)err);
+             "OpenCL: device %u: no buffer of %zu bytes (%s, error %d)", g->device, bytes,
+             CL_ERR(err));
   return m;
 }
 
@@ -248,8 +249,8 @@ static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
   cl_int err = copy_rect(api, g->transfer, to_node, (cl_mem)c->mem, c, &w, &e);
   tdm__cl_release_all(api, &w);
   if (err != CL_SUCCESS) {
-    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: %s device %u, %zu bytes: error %d",
-             to_node ? "host to" : "to host from", g->device, bytes, (int)err);
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: %s device %u, %zu bytes: %s, error %d",
+             to_node ? "host to" : "to host from", g->device, bytes, CL_ERR(err));
     return false;
   }
   api->Flush(g->transfer);

@@ -84,6 +84,82 @@ void tdm__opencl_close(tdm_runtime *rt) {
 #include <dlfcn.h>
 #include <hwloc/opencl.h>
 
+/* The name of an OpenCL error code, as the headers spell it, for the log
+ * (names from the Khronos headers; the numbers are theirs). */
+const char *tdm__cl_error_name(cl_int err) {
+  switch (err) {
+#define X(name)                                                                \
+  case name:                                                                   \
+    return #name;
+    X(CL_SUCCESS)
+    X(CL_DEVICE_NOT_FOUND)
+    X(CL_DEVICE_NOT_AVAILABLE)
+    X(CL_COMPILER_NOT_AVAILABLE)
+    X(CL_MEM_OBJECT_ALLOCATION_FAILURE)
+    X(CL_OUT_OF_RESOURCES)
+    X(CL_OUT_OF_HOST_MEMORY)
+    X(CL_PROFILING_INFO_NOT_AVAILABLE)
+    X(CL_MEM_COPY_OVERLAP)
+    X(CL_IMAGE_FORMAT_MISMATCH)
+    X(CL_IMAGE_FORMAT_NOT_SUPPORTED)
+    X(CL_BUILD_PROGRAM_FAILURE)
+    X(CL_MAP_FAILURE)
+    X(CL_MISALIGNED_SUB_BUFFER_OFFSET)
+    X(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST)
+    X(CL_COMPILE_PROGRAM_FAILURE)
+    X(CL_LINKER_NOT_AVAILABLE)
+    X(CL_LINK_PROGRAM_FAILURE)
+    X(CL_DEVICE_PARTITION_FAILED)
+    X(CL_KERNEL_ARG_INFO_NOT_AVAILABLE)
+    X(CL_INVALID_VALUE)
+    X(CL_INVALID_DEVICE_TYPE)
+    X(CL_INVALID_PLATFORM)
+    X(CL_INVALID_DEVICE)
+    X(CL_INVALID_CONTEXT)
+    X(CL_INVALID_QUEUE_PROPERTIES)
+    X(CL_INVALID_COMMAND_QUEUE)
+    X(CL_INVALID_HOST_PTR)
+    X(CL_INVALID_MEM_OBJECT)
+    X(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR)
+    X(CL_INVALID_IMAGE_SIZE)
+    X(CL_INVALID_SAMPLER)
+    X(CL_INVALID_BINARY)
+    X(CL_INVALID_BUILD_OPTIONS)
+    X(CL_INVALID_PROGRAM)
+    X(CL_INVALID_PROGRAM_EXECUTABLE)
+    X(CL_INVALID_KERNEL_NAME)
+    X(CL_INVALID_KERNEL_DEFINITION)
+    X(CL_INVALID_KERNEL)
+    X(CL_INVALID_ARG_INDEX)
+    X(CL_INVALID_ARG_VALUE)
+    X(CL_INVALID_ARG_SIZE)
+    X(CL_INVALID_KERNEL_ARGS)
+    X(CL_INVALID_WORK_DIMENSION)
+    X(CL_INVALID_WORK_GROUP_SIZE)
+    X(CL_INVALID_WORK_ITEM_SIZE)
+    X(CL_INVALID_GLOBAL_OFFSET)
+    X(CL_INVALID_EVENT_WAIT_LIST)
+    X(CL_INVALID_EVENT)
+    X(CL_INVALID_OPERATION)
+    X(CL_INVALID_GL_OBJECT)
+    X(CL_INVALID_BUFFER_SIZE)
+    X(CL_INVALID_MIP_LEVEL)
+    X(CL_INVALID_GLOBAL_WORK_SIZE)
+    X(CL_INVALID_PROPERTY)
+    X(CL_INVALID_IMAGE_DESCRIPTOR)
+    X(CL_INVALID_COMPILER_OPTIONS)
+    X(CL_INVALID_LINKER_OPTIONS)
+    X(CL_INVALID_DEVICE_PARTITION_COUNT)
+    X(CL_INVALID_PIPE_SIZE)
+    X(CL_INVALID_DEVICE_QUEUE)
+    X(CL_INVALID_SPEC_ID)
+    X(CL_MAX_SIZE_RESTRICTION_EXCEEDED)
+    X(CL_PLATFORM_NOT_FOUND_KHR)
+#undef X
+  }
+  return "an error unknown to Tandem";
+}
+
 static _Thread_local get_device_info_fn hwloc_get_device_info;
 
 cl_int tdm__hwloc_cl_get_device_info(cl_device_id dev, cl_device_info param, size_t size,
@@ -140,6 +216,7 @@ static tdm_status load_api(tdm_runtime *rt, const char *path, cl_api *api) {
       {"clCreateKernel", (void **)&api->CreateKernel},
       {"clReleaseKernel", (void **)&api->ReleaseKernel},
       {"clSetKernelArg", (void **)&api->SetKernelArg},
+      {"clGetKernelInfo", (void **)&api->GetKernelInfo},
       {"clEnqueueNDRangeKernel", (void **)&api->EnqueueNDRangeKernel},
       {"clCreateBuffer", (void **)&api->CreateBuffer},
       {"clReleaseMemObject", (void **)&api->ReleaseMemObject},
@@ -307,8 +384,8 @@ static void locate(tdm_runtime *rt, const cl_api *api, cl_device_id dev,
 
 static void no_opencl(tdm_runtime *rt, const char *why, int err) {
   if (err)
-    snprintf(rt->opencl_summary, sizeof rt->opencl_summary, "%s (error %d): CPU cores only",
-             why, err);
+    snprintf(rt->opencl_summary, sizeof rt->opencl_summary, "%s (%s, error %d): CPU cores only",
+             why, CL_ERR(err));
   else
     snprintf(rt->opencl_summary, sizeof rt->opencl_summary, "%s: CPU cores only", why);
   tdm__log(rt, TDM_LOG_INFO, "OpenCL: %s", rt->opencl_summary);
@@ -368,8 +445,8 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
     cl_uint ndev = 0;
     err = api.GetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &ndev);
     if (err != CL_SUCCESS || ndev == 0) {
-      tdm__log(rt, TDM_LOG_INFO, "OpenCL: platform %s has no device (error %d)", pr->name,
-               (int)err);
+      tdm__log(rt, TDM_LOG_INFO, "OpenCL: platform %s has no device (%s, error %d)", pr->name,
+               CL_ERR(err));
       continue;
     }
     if (!grow_devices(rt, ndev)) {
@@ -379,8 +456,8 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
     cl_device_id *ids = rt->opencl->ids + rt->ndevices;
     err = api.GetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, ndev, ids, NULL);
     if (err != CL_SUCCESS) {
-      tdm__log(rt, TDM_LOG_WARNING, "OpenCL: cannot list the devices of %s (error %d)",
-               pr->name, (int)err);
+      tdm__log(rt, TDM_LOG_WARNING, "OpenCL: cannot list the devices of %s (%s, error %d)",
+               pr->name, CL_ERR(err));
       continue;
     }
     for (cl_uint i = 0; i < ndev; i++) {
@@ -432,7 +509,7 @@ bool tdm__opencl_activate(tdm_runtime *rt, unsigned i) {
     cl->api.ReleaseContext(ctx);
   d->used = false;
   snprintf(d->usage, sizeof d->usage,
-           "not used: no OpenCL context could be created on it (error %d)", (int)err);
+           "not used: no OpenCL context could be created on it (%s, error %d)", CL_ERR(err));
   tdm__log(rt, TDM_LOG_WARNING, "OpenCL: device %u (%s): %s", i, d->name, d->usage);
   return false;
 }
@@ -445,7 +522,7 @@ void tdm__opencl_close(tdm_runtime *rt) {
     if (cl->contexts[i]) {
       cl_int err = cl->api.ReleaseContext(cl->contexts[i]);
       if (err != CL_SUCCESS)
-        tdm__log(rt, TDM_LOG_WARNING, "OpenCL: clReleaseContext: error %d", (int)err);
+        tdm__log(rt, TDM_LOG_WARNING, "OpenCL: clReleaseContext: %s, error %d", CL_ERR(err));
     }
   free(cl->platform_of);
   free(cl->ids);

@@ -11,25 +11,61 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void log_build_failure(cl_device *g, const program *p, const char *name, cl_int err) {
-  tdm_runtime *rt = g->rt;
+/* A program property as a string (malloc'd), or NULL. */
+static char *program_string(tdm_runtime *rt, cl_program prog, cl_device_id dev, bool build_info,
+                            cl_uint param) {
   const cl_api *api = api_of(rt);
   size_t len = 0;
-  char *log = NULL;
-  if (p->program &&
-      api->GetProgramBuildInfo(p->program, g->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &len) ==
-          CL_SUCCESS &&
-      len && (log = tdm__malloc(rt, len + 1)) &&
-      api->GetProgramBuildInfo(p->program, g->id, CL_PROGRAM_BUILD_LOG, len, log, NULL) ==
-          CL_SUCCESS)
-    log[len] = 0;
-  else if (log)
-    log[0] = 0;
-  tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: building kernel %s on device %u (%s) failed "
-           "(error %d); build log:\n%s",
-           name, p->variant->kernel ? p->variant->kernel : "(none)", g->device,
-           rt->devices[g->device].name, (int)err, log && log[0] ? log : "(empty)");
+  char *s = NULL;
+  cl_int err = build_info ? api->GetProgramBuildInfo(prog, dev, param, 0, NULL, &len)
+                          : api->GetProgramInfo(prog, param, 0, NULL, &len);
+  if (err != CL_SUCCESS || !len || !(s = tdm__malloc(rt, len + 1)))
+    return NULL;
+  err = build_info ? api->GetProgramBuildInfo(prog, dev, param, len, s, NULL)
+                   : api->GetProgramInfo(prog, param, len, s, NULL);
+  if (err != CL_SUCCESS) {
+    free(s);
+    return NULL;
+  }
+  s[len] = 0;
+  return s;
+}
+
+/* Logs why p did not build on g: the error's name, then the build log,
+ * or where the program built but has no kernel of the variant's name, the
+ * kernels it does define. */
+static void log_build_failure(cl_device *g, const program *p, const char *name, cl_int err) {
+  tdm_runtime *rt = g->rt;
+  const char *kernel = p->variant->kernel ? p->variant->kernel : "(none)";
+  char *log = NULL, *kernels = NULL;
+  if (p->program && err == CL_INVALID_KERNEL_NAME)
+    kernels = program_string(rt, p->program, g->id, false, CL_PROGRAM_KERNEL_NAMES);
+  else if (p->program)
+    log = program_string(rt, p->program, g->id, true, CL_PROGRAM_BUILD_LOG);
+  if (kernels) /* ";"-separated */
+    for (char *c = strchr(kernels, ';'); c; c = strchr(c, ';'))
+      *c = ',';
+  const char *hint = err == CL_INVALID_VALUE && !p->variant->source
+                         ? "the variant has no source"
+                     : err == CL_INVALID_VALUE && !p->variant->kernel
+                         ? "the variant names no kernel"
+                         : NULL;
+  if (kernels)
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: building kernel %s on device %u (%s) failed "
+             "(%s, error %d): the program defines no kernel %s; it defines %s",
+             name, kernel, g->device, rt->devices[g->device].name, CL_ERR(err), kernel,
+             kernels[0] ? kernels : "none");
+  else if (hint || !log || !log[strspn(log, " \n\r\t")]) /* a blank log says nothing */
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: building kernel %s on device %u (%s) failed "
+             "(%s, error %d)%s%s",
+             name, kernel, g->device, rt->devices[g->device].name, CL_ERR(err),
+             hint ? ": " : "", hint ? hint : "");
+  else
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: building kernel %s on device %u (%s) failed "
+             "(%s, error %d); build log:\n%s",
+             name, kernel, g->device, rt->devices[g->device].name, CL_ERR(err), log);
   free(log);
+  free(kernels);
 }
 
 /* What identifies a compiled program: its source and options, and the
@@ -74,9 +110,9 @@ static bool from_cache(cl_device *g, program *p, const char *key, size_t keylen)
     kernel = api->CreateKernel(prog, p->variant->kernel, &err);
   if (!kernel) {
     tdm__log(g->rt, TDM_LOG_WARNING,
-             "OpenCL cache: device %u refused a cached binary of kernel %s (error %d, %d); "
+             "OpenCL cache: device %u refused a cached binary of kernel %s (%s, error %d; %s, error %d); "
              "building it again",
-             g->device, p->variant->kernel, (int)err, (int)status);
+             g->device, p->variant->kernel, CL_ERR(err), CL_ERR(status));
     if (prog)
       api->ReleaseProgram(prog);
     return false;

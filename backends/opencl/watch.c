@@ -100,8 +100,8 @@ static void *watch_main(void *arg) {
     for (watched *w = failed; w; w = w->next) {
       cl_int st = CL_QUEUED;
       api->GetEventInfo(w->e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
-      tdm__log(rt, TDM_LOG_DEBUG, "OpenCL: a command failed (error %d) without its callback",
-               (int)st);
+      tdm__log(rt, TDM_LOG_DEBUG, "OpenCL: a command failed (%s, error %d) without its callback",
+               CL_ERR(st));
       w->fn(w->e, st < 0 ? st : CL_OUT_OF_RESOURCES, w->data);
     }
     TDM_PTHREAD(rt, pthread_mutex_lock(&cw->lock));

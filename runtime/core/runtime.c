@@ -2,6 +2,7 @@
  * for everything, destruction. */
 #include "../internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,11 +84,113 @@ bool tdm__parse_bytes(const char *s, uint64_t max, uint64_t *out) {
   return true;
 }
 
+/* Every TANDEM_* variable Tandem reads: the one list, which env() checks
+ * (a variable read but missing here would be warned about as unknown) and
+ * the unknown-variable check compares against. docs/environment.md
+ * describes each (test-config checks that the two agree). */
+static const char *const env_names[] = {
+    "TANDEM_BIND",         "TANDEM_CACHE_DIR",
+    "TANDEM_DAG",           "TANDEM_DEVICES",      "TANDEM_DEVICE_MEMORY",
+    "TANDEM_DEVICE_MEMORY_LIMIT", "TANDEM_DEVICE_TASKS", "TANDEM_FAULTS",
+    "TANDEM_LINEAGE",       "TANDEM_LOG_LEVEL",    "TANDEM_MAX_PENDING",
+    "TANDEM_NWORKERS",      "TANDEM_OPENCL_CPU",   "TANDEM_OPENCL_LIBRARY",
+    "TANDEM_QUARANTINE",    "TANDEM_RETRIES",      "TANDEM_SCHED",
+    "TANDEM_SIM",           "TANDEM_SIM_SCALE",    "TANDEM_SPIN_US",
+    "TANDEM_STATS",         "TANDEM_SYNTHETIC_TOPOLOGY", "TANDEM_TOPOLOGY_XML",
+    "TANDEM_TRACE",         "TANDEM_VERIFY",       "TANDEM_WATCHDOG",
+    "TANDEM_WORKER_NICE",   "TANDEM_WRITEBACK",
+};
+#define NENV (sizeof env_names / sizeof env_names[0])
+
+const char *tdm__env_name(size_t i) { return i < NENV ? env_names[i] : NULL; }
+
+static bool env_known(const char *name, size_t len) {
+  for (size_t i = 0; i < NENV; i++)
+    if (strlen(env_names[i]) == len && !memcmp(env_names[i], name, len))
+      return true;
+  return false;
+}
+
+/* A TANDEM_* variable's value: every read goes through here, so that the
+ * list above stays the whole list. */
+static const char *env(const char *name) {
+  assert(env_known(name, strlen(name)));
+  return getenv(name);
+}
+
+/* The edit distance between a[0..n) and b (insertions, deletions,
+ * substitutions and swaps of neighbours, each 1), at most 255: for the
+ * closest known name to a misspelt one. */
+static unsigned edit_distance(const char *a, size_t n, const char *b) {
+  size_t m = strlen(b);
+  if (n > 63 || m > 63)
+    return 255;
+  unsigned d[64][64];
+  for (size_t i = 0; i <= n; i++)
+    d[i][0] = (unsigned)i;
+  for (size_t j = 0; j <= m; j++)
+    d[0][j] = (unsigned)j;
+  for (size_t i = 1; i <= n; i++)
+    for (size_t j = 1; j <= m; j++) {
+      unsigned best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < best)
+        best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best)
+        best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
+    }
+  return d[n][m];
+}
+
+/* Warns about each TANDEM_* variable of the environment that Tandem does
+ * not read, naming the closest one it does (a misspelt setting would
+ * otherwise be ignored without a word). */
+static void env_check_names(tdm_runtime *rt) {
+  for (char **e = environ; *e; e++) {
+    if (strncmp(*e, "TANDEM_", 7))
+      continue;
+    const char *eq = strchr(*e, '=');
+    size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
+    if (env_known(*e, len))
+      continue;
+    unsigned best = 255;
+    const char *closest = NULL;
+    for (size_t i = 0; i < NENV; i++) {
+      unsigned d = edit_distance(*e, len, env_names[i]);
+      if (d < best) {
+        best = d;
+        closest = env_names[i];
+      }
+    }
+    /* a guess only when it changes less than a third of the name */
+    if (closest && best * 3 <= len - 7 + 2)
+      tdm__log(rt, TDM_LOG_WARNING, "unknown setting %.*s: did you mean %s?", (int)len, *e,
+               closest);
+    else
+      tdm__log(rt, TDM_LOG_WARNING,
+               "unknown setting %.*s: not a Tandem variable (see docs/environment.md)",
+               (int)len, *e);
+  }
+}
+
+/* True when a TANDEM_* variable is set: the user asked the environment
+ * for something, so messages must reach them even where the program
+ * installed no log callback. */
+static bool env_used(void) {
+  for (char **e = environ; *e; e++)
+    if (!strncmp(*e, "TANDEM_", 7))
+      return true;
+  return false;
+}
+
 /* Reads an unsigned environment variable into *out; leaves *out alone and
  * warns, naming it, when it is blank, signed, malformed or beyond max. */
 static void env_unsigned(tdm_runtime *rt, const char *name, unsigned max,
                          unsigned *out) {
-  const char *s = getenv(name);
+  const char *s = env(name);
   uint64_t v;
   if (!s)
     return;
@@ -104,7 +207,7 @@ static void env_unsigned(tdm_runtime *rt, const char *name, unsigned max,
  * with a warning). */
 static bool env_choice(tdm_runtime *rt, const char *name, const char *const *names,
                        unsigned *out) {
-  const char *s = getenv(name);
+  const char *s = env(name);
   if (!s || !*s)
     return false;
   char expected[128] = "";
@@ -123,7 +226,7 @@ static bool env_choice(tdm_runtime *rt, const char *name, const char *const *nam
 /* A string setting: a nonempty value replaces the config's (the
  * environment outlives the runtime's creation, when it is copied). */
 static void env_string(const char *name, const char **field) {
-  const char *s = getenv(name);
+  const char *s = env(name);
   if (s && *s)
     *field = s;
 }
@@ -171,7 +274,7 @@ static bool env_watchdog(tdm_runtime *rt, const char *s) {
 /* The settings that are checked here, not only at creation: a bad value
  * is ignored with a warning, the config's value kept. */
 static void env_checked(tdm_runtime *rt) {
-  const char *s = getenv("TANDEM_DEVICES");
+  const char *s = env("TANDEM_DEVICES");
   tdm_device_selection sel;
   char bad[64];
   if (s && *s && tdm__parse_devices(s, &sel, bad, sizeof bad) == TDM_OK)
@@ -181,14 +284,14 @@ static void env_checked(tdm_runtime *rt) {
              "ignoring TANDEM_DEVICES=\"%s\": \"%s\" is not all, gpu, integrated, discrete, "
              "accelerator, cpu, a device number or none (alone)",
              s, bad);
-  s = getenv("TANDEM_SCHED");
+  s = env("TANDEM_SCHED");
   tdm_policy p;
   if (s && *s && tdm__policy_parse(s, &p))
     rt->cfg.scheduler = s;
   else if (s && *s)
     tdm__log(rt, TDM_LOG_WARNING,
              "ignoring TANDEM_SCHED=\"%s\": expected heft, ws, eager or random", s);
-  s = getenv("TANDEM_SIM_SCALE");
+  s = env("TANDEM_SIM_SCALE");
   char *end;
   double v = s ? strtod(s, &end) : 0;
   if (s && (*s < '0' || *s > '9' || *end || !(v >= 1 && v <= 1e6)))
@@ -196,7 +299,7 @@ static void env_checked(tdm_runtime *rt) {
              "ignoring TANDEM_SIM_SCALE=\"%s\": expected a number from 1 to 1e6", s);
   else if (s)
     rt->cfg.sim_time_scale = v;
-  s = getenv("TANDEM_DEVICE_MEMORY_LIMIT");
+  s = env("TANDEM_DEVICE_MEMORY_LIMIT");
   uint64_t bytes;
   if (s && !tdm__parse_bytes(s, TDM_MAX_MEMORY_LIMIT, &bytes))
     tdm__log(rt, TDM_LOG_WARNING,
@@ -205,7 +308,7 @@ static void env_checked(tdm_runtime *rt) {
              s);
   else if (s)
     rt->cfg.device_memory_limit = bytes;
-  s = getenv("TANDEM_WORKER_NICE");
+  s = env("TANDEM_WORKER_NICE");
   uint64_t nice;
   if (s && !strcasecmp(s, "idle"))
     rt->cfg.worker_nice = TDM_WORKERS_IDLE;
@@ -214,7 +317,7 @@ static void env_checked(tdm_runtime *rt) {
   else if (s)
     tdm__log(rt, TDM_LOG_WARNING,
              "ignoring TANDEM_WORKER_NICE=\"%s\": expected idle or a nice value in [0, 19]", s);
-  s = getenv("TANDEM_WATCHDOG");
+  s = env("TANDEM_WATCHDOG");
   if (s && !env_watchdog(rt, s))
     tdm__log(rt, TDM_LOG_WARNING,
              "ignoring TANDEM_WATCHDOG=\"%s\": expected off, or F[,MIN[,UNCALIBRATED]]: a "
@@ -226,6 +329,10 @@ static void apply_env(tdm_runtime *rt) {
   static const char *const levels[] = {"error", "warning", "info", "debug", NULL};
   static const char *const memory[] = {"reported", "integrated", "discrete", NULL};
   unsigned choice;
+  /* first, so that what follows is heard */
+  if (!rt->cfg.log_fn && env_used())
+    rt->cfg.log_fn = tdm__log_stderr;
+  env_check_names(rt);
   if (env_choice(rt, "TANDEM_LOG_LEVEL", levels, &choice))
     rt->cfg.log_level = (tdm_log_level)choice;
   env_unsigned(rt, "TANDEM_NWORKERS", 4096, &rt->cfg.nworkers);

@@ -51,6 +51,15 @@ void tdm__vlog(tdm_log_fn fn, void *data, tdm_log_level max,
   fn(data, level, msg);
 }
 
+/* The log where the environment asked for messages (any TANDEM_*
+ * variable set) and the program installed no callback: a line each on
+ * standard error, "tandem: " first, written whole by one call. */
+void tdm__log_stderr(void *data, tdm_log_level level, const char *msg) {
+  (void)data;
+  static const char *const names[] = {"error: ", "warning: ", "", ""};
+  fprintf(stderr, "tandem: %s%s\n", names[level & 3], msg);
+}
+
 void tdm__log(const tdm_runtime *rt, tdm_log_level level, const char *fmt, ...) {
   if (!rt)
     return;
