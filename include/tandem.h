@@ -182,7 +182,10 @@ typedef struct tdm_config {
    * shorter burns less CPU between sparse tasks. 0 parks at once.
    * Environment: TANDEM_SPIN_US. */
   unsigned spin_us;
-  /** Log callback and its first argument; NULL (default): no log. */
+  /** Log callback and its first argument. NULL (default): no log, unless
+   * a TANDEM_* variable is set in the environment (and ignore_env is 0):
+   * then messages up to log_level go to standard error, a line each after
+   * "tandem: ". A callback receives every message and nothing is printed. */
   tdm_log_fn log_fn;
   void *log_data;
   /** Most verbose level passed to log_fn (default TDM_LOG_WARNING).
