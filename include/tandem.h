@@ -462,6 +462,13 @@ typedef struct tdm_config {
    * every worker of a large machine fed; 0: no bound. Environment:
    * TANDEM_MAX_PENDING. */
   unsigned max_pending;
+  /** The application's name, which keys its performance models: two
+   * programs that both name a codelet "blur" keep their timings apart,
+   * and `tandem-models` shows and resets them by this name. Letters,
+   * digits and "._+-" are kept, other bytes become "_", at most 64 bytes.
+   * NULL (default): the program's name (its argv[0] without directories).
+   * Environment: TANDEM_APP. */
+  const char *app;
 } tdm_config;
 
 /** tdm_config.worker_nice: the workers run under SCHED_IDLE. */

@@ -117,6 +117,10 @@ double tdm__median(double *v, unsigned n);
  * may write to it (else logged once). Opened on first use, kept until
  * destroy (tdm__cache_close). */
 int tdm__cache_fd(tdm_runtime *rt);
+/* The cache directory's path, malloc'd: `dir` (tdm_config.cache_dir) when
+ * set, else $XDG_CACHE_HOME/tandem, else $HOME/.cache/tandem; NULL when
+ * none. */
+char *tdm__cache_path(const char *dir);
 void tdm__cache_close(tdm_runtime *rt);
 /* Opens `name` (relative to dirfd) for reading if nobody but this user
  * could have written it: a regular file, not a link, owned by this user,
@@ -718,6 +722,8 @@ struct tdm_runtime {
   char *devices_text; /* cfg.devices points here */
   char *opencl_library; /* cfg.opencl_library points here */
   char *cache_dir;      /* cfg.cache_dir points here */
+  char *app;            /* cfg.app points here */
+  char *model_file;     /* the application's models in the cache (tdm__model_file) */
   pthread_mutex_t cache_lock; /* guards the two below */
   bool cache_tried;           /* tdm__cache_fd looked for the directory */
   int cache_fd;               /* the directory, open; -1: none */

@@ -222,4 +222,29 @@ static inline void test_remove_dir(const char *dir) {
   rmdir(dir);
 }
 
+/* Runs `tool` (a path) with `args` (shell words) and returns its exit
+ * status, its standard output in *out (malloc'd). */
+static inline int test_run(const char *tool, const char *args, char **out) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "'%s' %s", tool, args);
+  FILE *f = popen(cmd, "r");
+  assert_non_null(f);
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  assert_non_null(buf);
+  size_t got;
+  while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+    n += got;
+    if (n + 1 == cap) {
+      cap *= 2;
+      buf = realloc(buf, cap);
+      assert_non_null(buf);
+    }
+  }
+  buf[n] = 0;
+  int status = pclose(f);
+  *out = buf;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 #endif

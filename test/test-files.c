@@ -230,9 +230,9 @@ static void test_cache_modes(void **state) {
   assert_int_equal(mode_of(cache) & 07777, 0700);
   snprintf(path, sizeof path, "%s/made", dir);
   assert_int_equal(mode_of(path) & 07777, 0700);
-  snprintf(path, sizeof path, "%s/perfmodel-v1.txt", cache);
+  snprintf(path, sizeof path, "%s/perfmodel-v1-test-files.txt", cache);
   assert_int_equal(mode_of(path) & 07777, 0600);
-  snprintf(path, sizeof path, "%s/perfmodel-v1.txt.lock", cache);
+  snprintf(path, sizeof path, "%s/perfmodel-v1-test-files.txt.lock", cache);
   assert_int_equal(mode_of(path) & 07777, 0600);
   assert_int_equal(count_files(cache), 2);
   assert_false(test_log_has(&log, "cache:"));
@@ -254,7 +254,7 @@ static void test_cache_dir_writable_by_others(void **state) {
     assert_true(test_log_has(&log, "running without a cache"));
     assert_int_equal(count_files(dir), 0);
     /* nor is a model put there read */
-    snprintf(path, sizeof path, "%s/perfmodel-v1.txt", dir);
+    snprintf(path, sizeof path, "%s/perfmodel-v1-test-files.txt", dir);
     write_text(path, "tandem-perfmodel 1\nend 0 0\n");
     run_model_runtime(dir, &log);
     assert_false(test_log_has(&log, "performance model:"));
@@ -269,12 +269,12 @@ static void test_cache_files_untrusted(void **state) {
   (void)state;
   char dir[64], path[128], victim[128];
   test_temp_dir(dir, sizeof dir);
-  snprintf(path, sizeof path, "%s/perfmodel-v1.txt", dir);
+  snprintf(path, sizeof path, "%s/perfmodel-v1-test-files.txt", dir);
   test_log log;
   run_model_runtime(dir, &log); /* a good model */
   assert_int_equal(chmod(path, 0666), 0);
   run_model_runtime(dir, &log);
-  assert_true(test_log_has(&log, "performance model: not reading perfmodel-v1.txt: writable by "
+  assert_true(test_log_has(&log, "performance model: not reading perfmodel-v1-test-files.txt: writable by "
                                  "others (mode 666)"));
   assert_int_equal(mode_of(path) & 07777, 0600); /* replaced by a private one */
   run_model_runtime(dir, &log);
@@ -288,7 +288,7 @@ static void test_cache_files_untrusted(void **state) {
   struct stat before, after;
   assert_int_equal(stat(victim, &before), 0);
   run_model_runtime(dir, &log);
-  assert_true(test_log_has(&log, "not reading perfmodel-v1.txt: a symbolic link"));
+  assert_true(test_log_has(&log, "not reading perfmodel-v1-test-files.txt: a symbolic link"));
   assert_true(test_log_has(&log, "refusing to write"));
   assert_int_equal(stat(victim, &after), 0);
   assert_int_equal(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
@@ -305,7 +305,7 @@ static void test_cache_files_untrusted(void **state) {
   unlink(lock);
   assert_int_equal(symlink(victim, lock), 0);
   run_model_runtime(dir, &log);
-  assert_true(test_log_has(&log, "cannot lock perfmodel-v1.txt.lock"));
+  assert_true(test_log_has(&log, "cannot lock perfmodel-v1-test-files.txt.lock"));
   assert_text(victim, "precious\n");
   assert_true(S_ISREG(mode_of(path)));
   unlink(lock);
@@ -315,7 +315,7 @@ static void test_cache_files_untrusted(void **state) {
   unlink(path);
   assert_int_equal(mkfifo(path, 0600), 0);
   run_model_runtime(dir, &log);
-  assert_true(test_log_has(&log, "not reading perfmodel-v1.txt: not a regular file"));
+  assert_true(test_log_has(&log, "not reading perfmodel-v1-test-files.txt: not a regular file"));
   remove_all(dir);
 }
 
@@ -361,12 +361,12 @@ static void writer(const char *dir, int id) {
   int fd = tdm__cache_fd(rt);
   for (int r = 0; r < ROUNDS && fd >= 0; r++) {
     tdm_perfmodel *m = tdm__model_new();
-    tdm__model_load(m, fd, "perfmodel-v1.txt", rt);
+    tdm__model_load(m, fd, "perfmodel-v1-test-files.txt", rt);
     char name[32];
     snprintf(name, sizeof name, "w%d-r%d", id, r);
     for (int k = 0; k < 3; k++)
       tdm__model_observe(m, name, 64, "gpu", 1e-3 * (id + 1));
-    if (tdm__model_save(m, fd, "perfmodel-v1.txt", rt) != TDM_OK)
+    if (tdm__model_save(m, fd, "perfmodel-v1-test-files.txt", rt) != TDM_OK)
       warnings_seen++;
     tdm__model_free(m);
   }
@@ -398,7 +398,7 @@ static void test_concurrent_model_writers(void **state) {
     assert_int_equal(WEXITSTATUS(status), 0); /* no warning, no failed save */
   }
   char path[128];
-  snprintf(path, sizeof path, "%s/perfmodel-v1.txt", dir);
+  snprintf(path, sizeof path, "%s/perfmodel-v1-test-files.txt", dir);
   tdm_perfmodel *m = tdm__model_new();
   assert_int_equal(tdm__model_load(m, AT_FDCWD, path, NULL), TDM_OK);
   unsigned found = 0;
@@ -443,7 +443,7 @@ static void plant_cache(const char *dir) {
   if (mkdir(dir, 0777) != 0 || chmod(dir, 0777) != 0)
     _exit(4);
   char path[256];
-  snprintf(path, sizeof path, "%s/perfmodel-v1.txt", dir);
+  snprintf(path, sizeof path, "%s/perfmodel-v1-test-files.txt", dir);
   tdm_perfmodel *m = tdm__model_new();
   for (int k = 0; k < 5; k++) {
     tdm__model_observe(m, "work", 64, "sim:gpu", 1.0);
@@ -462,7 +462,7 @@ static void test_other_users_cache(void **state) {
   assert_int_equal(chmod(base, 0777), 0); /* a shared directory, as /tmp */
   snprintf(dir, sizeof dir, "%s/tandem", base);
   as_other_user(plant_cache, dir);
-  snprintf(path, sizeof path, "%s/perfmodel-v1.txt", dir);
+  snprintf(path, sizeof path, "%s/perfmodel-v1-test-files.txt", dir);
   struct stat st;
   assert_int_equal(stat(path, &st), 0);
   assert_int_equal(st.st_uid, OTHER_UID);
@@ -482,10 +482,10 @@ static void test_other_users_cache(void **state) {
   char mine[128], their[192];
   snprintf(mine, sizeof mine, "%s/mine", base);
   run_model_runtime(mine, &log);
-  snprintf(their, sizeof their, "%s/perfmodel-v1.txt", mine);
+  snprintf(their, sizeof their, "%s/perfmodel-v1-test-files.txt", mine);
   assert_int_equal(chown(their, OTHER_UID, OTHER_UID), 0);
   run_model_runtime(mine, &log);
-  assert_true(test_log_has(&log, "not reading perfmodel-v1.txt: owned by uid 65534"));
+  assert_true(test_log_has(&log, "not reading perfmodel-v1-test-files.txt: owned by uid 65534"));
   assert_int_equal(stat(their, &st), 0);
   assert_int_equal(st.st_uid, geteuid());
   remove_all(mine);

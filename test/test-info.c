@@ -14,30 +14,7 @@
 
 static const char *tool;
 
-/* Runs tandem-info with `args`; returns its exit status, output in *out
- * (malloc'd). */
-static int run_tool(const char *args, char **out) {
-  char cmd[4096];
-  snprintf(cmd, sizeof cmd, "'%s' %s", tool, args);
-  FILE *f = popen(cmd, "r");
-  assert_non_null(f);
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  assert_non_null(buf);
-  size_t got;
-  while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-    n += got;
-    if (n + 1 == cap) {
-      cap *= 2;
-      buf = realloc(buf, cap);
-      assert_non_null(buf);
-    }
-  }
-  buf[n] = 0;
-  int status = pclose(f);
-  *out = buf;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+static int run_tool(const char *args, char **out) { return test_run(tool, args, out); }
 
 static const char *const tandem_vars[] = {
     "TANDEM_NWORKERS",       "TANDEM_BIND",         "TANDEM_SPIN_US",

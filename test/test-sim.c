@@ -229,7 +229,7 @@ static void test_models_persist(void **state) {
   independent(rt, 64, kinds, 1, 100);
   tdm_runtime_destroy(rt);
   char path[128];
-  snprintf(path, sizeof path, "%s/perfmodel-v1.txt", dir);
+  snprintf(path, sizeof path, "%s/perfmodel-v1-test-sim.txt", dir);
   tdm_perfmodel *m = tdm__model_new();
   assert_int_equal(tdm__model_load(m, AT_FDCWD, path, NULL), TDM_OK);
   bool cal = false;
@@ -255,7 +255,7 @@ static void test_corrupt_model_file(void **state) {
   (void)state;
   char dir[64], path[128];
   test_temp_dir(dir, sizeof dir);
-  snprintf(path, sizeof path, "%s/perfmodel-v1.txt", dir);
+  snprintf(path, sizeof path, "%s/perfmodel-v1-test-sim.txt", dir);
   FILE *f = fopen(path, "w");
   assert_non_null(f);
   fputs("tandem-perfmodel 1\ngemm\temulated:gpu\t64\t3\t1e9 1e9 1e9\nend 1 0123456789abcdef\n",
@@ -403,7 +403,7 @@ static void test_cpu_kinds_are_classes(void **state) {
   unsigned gpu = atomic_load(&per_worker[12]);
   tdm_runtime_destroy(rt);
   char path[128];
-  snprintf(path, sizeof path, "%s/perfmodel-v1.txt", dir);
+  snprintf(path, sizeof path, "%s/perfmodel-v1-test-sim.txt", dir);
   tdm_perfmodel *m = tdm__model_new();
   assert_int_equal(tdm__model_load(m, AT_FDCWD, path, NULL), TDM_OK);
   bool cal_p = false, cal_e = false;

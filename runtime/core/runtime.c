@@ -1,6 +1,7 @@
 /* Runtime lifecycle: configuration, creation (topology, workers), waiting
  * for everything, destruction. */
 #include "../internal.h"
+#include "../sched/perfmodel.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -89,7 +90,7 @@ bool tdm__parse_bytes(const char *s, uint64_t max, uint64_t *out) {
  * the unknown-variable check compares against. docs/environment.md
  * describes each (test-config checks that the two agree). */
 static const char *const env_names[] = {
-    "TANDEM_BIND",         "TANDEM_CACHE_DIR",
+    "TANDEM_APP",           "TANDEM_BIND",         "TANDEM_CACHE_DIR",
     "TANDEM_DAG",           "TANDEM_DEVICES",      "TANDEM_DEVICE_MEMORY",
     "TANDEM_DEVICE_MEMORY_LIMIT", "TANDEM_DEVICE_TASKS", "TANDEM_FAULTS",
     "TANDEM_LINEAGE",       "TANDEM_LOG_LEVEL",    "TANDEM_MAX_PENDING",
@@ -352,6 +353,7 @@ static void apply_env(tdm_runtime *rt) {
   env_string("TANDEM_OPENCL_LIBRARY", &rt->cfg.opencl_library);
   env_unsigned(rt, "TANDEM_DEVICE_TASKS", 1024, &rt->cfg.device_tasks);
   env_string("TANDEM_CACHE_DIR", &rt->cfg.cache_dir);
+  env_string("TANDEM_APP", &rt->cfg.app);
   env_string("TANDEM_TRACE", &rt->cfg.trace_path);
   env_string("TANDEM_DAG", &rt->cfg.dag_path);
   env_string("TANDEM_SIM", &rt->cfg.sim);
@@ -373,6 +375,7 @@ static tdm_status copy_strings(tdm_runtime *rt) {
       {&rt->cfg.devices, &rt->devices_text},
       {&rt->cfg.opencl_library, &rt->opencl_library},
       {&rt->cfg.cache_dir, &rt->cache_dir},
+      {&rt->cfg.app, &rt->app},
       {&rt->cfg.trace_path, &rt->trace_path},
       {&rt->cfg.dag_path, &rt->dag_path},
       {&rt->cfg.sim, &rt->sim_text},
@@ -394,6 +397,8 @@ static void free_strings(tdm_runtime *rt) {
   free(rt->devices_text);
   free(rt->opencl_library);
   free(rt->cache_dir);
+  free(rt->app);
+  free(rt->model_file);
   free(rt->trace_path);
   free(rt->dag_path);
   free(rt->sim_text);
@@ -693,7 +698,8 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
     goto fail_early;
   }
   /* the selection is parsed from the copy, which it keeps pointing at */
-  if ((st = copy_strings(rt)) || (st = check_device_config(rt)) ||
+  if ((st = copy_strings(rt)) || (st = tdm__model_file(rt, rt->cfg.app, &rt->model_file)) ||
+      (st = check_device_config(rt)) ||
       (st = tdm__faults_parse(rt, rt->cfg.faults)) ||
       (st = tdm__verify_parse(rt, rt->cfg.verify)) || (st = init_sync(rt)))
     goto fail_early;

@@ -136,6 +136,30 @@ static double median(const size_entry *s) {
   return tdm__median(v, k);
 }
 
+/* log(time) = a + b log(size), least squares over e's calibrated sizes;
+ * false with fewer than two. */
+static bool fit(const entry *e, double *a, double *b) {
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  unsigned k = 0;
+  for (unsigned i = 0; i < e->nsizes; i++) {
+    const size_entry *s = &e->sizes[i];
+    double t = s->n >= TDM_MODEL_CALIBRATION ? median(s) : 0;
+    if (s->size == 0 || t <= 0)
+      continue;
+    double x = log((double)s->size), y = log(t);
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+    k++;
+  }
+  if (k < 2 || fabs(k * sxx - sx * sx) < 1e-12)
+    return false;
+  *b = (k * sxy - sx * sy) / (k * sxx - sx * sx);
+  *a = (sy - *b * sx) / k;
+  return true;
+}
+
 double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t size,
                           const char *cls, bool *calibrated) {
   bool dummy;
@@ -153,26 +177,58 @@ double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t 
       *calibrated = e->sizes[i].n >= TDM_MODEL_CALIBRATION;
       return median(&e->sizes[i]);
     }
-  /* a size not seen: log(time) = a + b log(size) over the calibrated sizes */
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  unsigned k = 0;
-  for (unsigned i = 0; i < e->nsizes; i++) {
-    const size_entry *s = &e->sizes[i];
-    double t = s->n >= TDM_MODEL_CALIBRATION ? median(s) : 0;
-    if (s->size == 0 || t <= 0)
-      continue;
-    double x = log((double)s->size), y = log(t);
-    sx += x;
-    sy += y;
-    sxx += x * x;
-    sxy += x * y;
-    k++;
-  }
-  if (k < 2 || size == 0 || fabs(k * sxx - sx * sx) < 1e-12)
+  /* a size not seen: the law fitted through the calibrated sizes */
+  double a, b;
+  if (size == 0 || !fit(e, &a, &b))
     return -1;
-  double b = (k * sxy - sx * sy) / (k * sxx - sx * sx), a = (sy - b * sx) / k;
   *calibrated = true;
   return exp(a + b * log((double)size));
+}
+
+bool tdm__model_law(const tdm_perfmodel *m, const char *codelet, const char *cls, double *c,
+                    double *b) {
+  const entry *e = find(m, codelet, cls);
+  double a;
+  if (!e || !fit(e, &a, b))
+    return false;
+  *c = exp(a);
+  return true;
+}
+
+void tdm__model_each(const tdm_perfmodel *m, tdm_model_record_fn fn, void *data) {
+  double seen[TDM_MODEL_WINDOW];
+  for (const entry *e = m->entries; e; e = e->next)
+    for (unsigned i = 0; i < e->nsizes; i++) {
+      const size_entry *s = &e->sizes[i];
+      unsigned k = s->n < TDM_MODEL_WINDOW ? s->n : TDM_MODEL_WINDOW;
+      for (unsigned j = 0; j < k; j++)
+        seen[j] = s->seen[(s->n - k + j) % TDM_MODEL_WINDOW];
+      if (!fn(data, e->codelet, e->cls, s->size, k, seen))
+        return;
+    }
+}
+
+tdm_status tdm__model_file(const tdm_runtime *rt, const char *app, char **out) {
+  if (!app || !*app)
+    app = program_invocation_short_name;
+  if (!app || !*app)
+    app = "unnamed";
+  size_t n = strlen(app) < TDM_MODEL_APP_MAX ? strlen(app) : TDM_MODEL_APP_MAX;
+  size_t len = sizeof TDM_MODEL_PREFIX - 1 + n + sizeof TDM_MODEL_SUFFIX;
+  char *name = malloc(len), *at = name + sizeof TDM_MODEL_PREFIX - 1;
+  if (!(*out = name)) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: out of memory");
+    return TDM_ERR_NO_MEMORY;
+  }
+  memcpy(name, TDM_MODEL_PREFIX, sizeof TDM_MODEL_PREFIX - 1);
+  for (size_t i = 0; i < n; i++) { /* a file name, whatever the program's name */
+    char c = app[i];
+    bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '.' || c == '_' || c == '+' || c == '-';
+    at[i] = keep ? c : '_';
+  }
+  memcpy(at + n, TDM_MODEL_SUFFIX, sizeof TDM_MODEL_SUFFIX);
+  return TDM_OK;
 }
 
 /* ---- files ---------------------------------------------------------------- */
@@ -231,9 +287,10 @@ static void merge_disk(tdm_perfmodel *m, int dirfd, const char *name) {
   tdm__model_free(disk);
 }
 
-tdm_status tdm__model_save(tdm_perfmodel *m, int dirfd, const char *name, const tdm_runtime *rt) {
-  /* One writer at a time (flock on a lock file beside the model), so that
-   * the merge reads what the previous writer wrote. */
+/* One writer at a time: an exclusive flock on a lock file beside the
+ * model (name + ".lock"), held until the descriptor returned is closed;
+ * -1 (logged, `then` saying what happens instead) when it cannot be had. */
+static int take_lock(int dirfd, const char *name, const tdm_runtime *rt, const char *then) {
   size_t n = strlen(name) + sizeof ".lock";
   char *lock_name = malloc(n);
   int lock = -1;
@@ -244,20 +301,70 @@ tdm_status tdm__model_save(tdm_perfmodel *m, int dirfd, const char *name, const 
       ;
   }
   if (lock < 0)
-    tdm__log(rt, TDM_LOG_WARNING, "performance model: cannot lock %s: %s; saving unmerged",
-             lock_name ? lock_name : name, lock_name ? strerror(errno) : "out of memory");
+    tdm__log(rt, TDM_LOG_WARNING, "performance model: cannot lock %s: %s; %s",
+             lock_name ? lock_name : name, lock_name ? strerror(errno) : "out of memory", then);
   free(lock_name);
+  return lock;
+}
+
+/* m written whole over the file `name` (a new file renamed over it). */
+static bool write_file(const tdm_perfmodel *m, int dirfd, const char *name,
+                       const tdm_runtime *rt) {
+  tdm_outfile o;
+  if (!tdm__out_open(rt, &o, dirfd, name, 0600, TDM_LOG_WARNING, "performance model"))
+    return false;
+  if (!write_records(m, o.f)) {
+    tdm__out_abort(&o);
+    tdm__log(rt, TDM_LOG_WARNING, "performance model: cannot write %s", name);
+    return false;
+  }
+  return tdm__out_commit(rt, &o);
+}
+
+tdm_status tdm__model_forget(int dirfd, const char *name, const char *codelet,
+                             const tdm_runtime *rt, unsigned *removed) {
+  *removed = 0;
+  int lock = take_lock(dirfd, name, rt, "nothing removed");
+  if (lock < 0)
+    return TDM_ERR_SYSTEM;
+  tdm_perfmodel *m = tdm__model_new();
+  tdm_status st = m ? TDM_OK : TDM_ERR_NO_MEMORY;
+  /* a file that is not there has nothing to forget; a bad one, everything */
+  tdm_status loaded = m ? tdm__model_load(m, dirfd, name, rt) : TDM_OK;
+  for (entry **link = m ? &m->entries : NULL; link && *link;) {
+    entry *e = *link;
+    if (codelet && strcmp(e->codelet, codelet)) {
+      link = &e->next;
+      continue;
+    }
+    *removed += e->nsizes;
+    *link = e->next;
+    free(e->codelet);
+    free(e->cls);
+    free(e->sizes);
+    free(e);
+  }
+  if (m && (loaded == TDM_ERR_INVALID_ARG || (!m->entries && *removed))) {
+    if (unlinkat(dirfd, name, 0) != 0 && errno != ENOENT) {
+      tdm__log(rt, TDM_LOG_WARNING, "performance model: cannot remove %s: %s", name,
+               strerror(errno));
+      st = TDM_ERR_SYSTEM;
+    }
+  } else if (m && *removed && !write_file(m, dirfd, name, rt)) {
+    st = TDM_ERR_SYSTEM;
+  }
+  tdm__model_free(m);
+  close(lock);
+  return st;
+}
+
+tdm_status tdm__model_save(tdm_perfmodel *m, int dirfd, const char *name, const tdm_runtime *rt) {
+  /* under the lock, so that the merge reads what the previous writer
+   * wrote */
+  int lock = take_lock(dirfd, name, rt, "saving unmerged");
   if (lock >= 0)
     merge_disk(m, dirfd, name);
-  tdm_outfile o;
-  bool ok = tdm__out_open(rt, &o, dirfd, name, 0600, TDM_LOG_WARNING, "performance model");
-  if (ok && !write_records(m, o.f)) {
-    tdm__out_abort(&o);
-    ok = false;
-    tdm__log(rt, TDM_LOG_WARNING, "performance model: cannot write %s", name);
-  } else if (ok) {
-    ok = tdm__out_commit(rt, &o);
-  }
+  bool ok = write_file(m, dirfd, name, rt);
   if (lock >= 0)
     close(lock); /* and the lock with it */
   for (entry *e = m->entries; ok && e; e = e->next)

@@ -58,6 +58,28 @@ double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t 
  * are kept. It returns TDM_OK or TDM_ERR_SYSTEM (logged). */
 tdm_status tdm__model_save(tdm_perfmodel *m, int dirfd, const char *name, const tdm_runtime *rt);
 tdm_status tdm__model_load(tdm_perfmodel *m, int dirfd, const char *name, const tdm_runtime *rt);
+/* Model files are per application: TDM_MODEL_PREFIX + its name +
+ * TDM_MODEL_SUFFIX in the cache directory. */
+#define TDM_MODEL_PREFIX "perfmodel-v1-"
+#define TDM_MODEL_SUFFIX ".txt"
+#define TDM_MODEL_APP_MAX 64 /* bytes of an application's name kept */
+/* The file name of `app`'s models (NULL: the program's name), malloc'd
+ * into *out: TDM_OK or TDM_ERR_NO_MEMORY (logged; rt may be NULL). */
+tdm_status tdm__model_file(const tdm_runtime *rt, const char *app, char **out);
+/* Each record of m, oldest window entry first in seen[0..k); stops when
+ * fn returns false. */
+typedef bool (*tdm_model_record_fn)(void *data, const char *codelet, const char *cls,
+                                    uint64_t size, unsigned k, const double *seen);
+void tdm__model_each(const tdm_perfmodel *m, tdm_model_record_fn fn, void *data);
+/* The power law time = c * size^b fitted through the calibrated sizes of
+ * (codelet, cls); false when fewer than two sizes are calibrated. */
+bool tdm__model_law(const tdm_perfmodel *m, const char *codelet, const char *cls, double *c,
+                    double *b);
+/* Removes `codelet`'s records (NULL: all) from the file `name` in dirfd,
+ * under the writers' lock, counting them into *removed; the file goes
+ * when nothing is left. TDM_OK, or TDM_ERR_SYSTEM (logged). */
+tdm_status tdm__model_forget(int dirfd, const char *name, const char *codelet,
+                             const tdm_runtime *rt, unsigned *removed);
 /* The parser under tdm__model_load: the model from f, or what is wrong
  * with it (the model then left empty). */
 const char *tdm__model_parse(tdm_perfmodel *m, FILE *f);

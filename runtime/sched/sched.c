@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MODEL_FILE "perfmodel-v1.txt"
 
 /* CPU workers of one kind (hybrid chips): the tasks placed on them by a
  * thread that is not one of them. Its lock is a leaf. */
@@ -398,7 +397,7 @@ tdm_status tdm__sched_start(tdm_runtime *rt) {
   name_classes(rt, s);
   int dir = tdm__cache_fd(rt);
   if (dir >= 0)
-    tdm__model_load(s->model, dir, MODEL_FILE, rt); /* a bad file is logged and ignored */
+    tdm__model_load(s->model, dir, rt->model_file, rt); /* a bad file is logged and ignored */
   rt->sched = s;
   tdm__log(rt, TDM_LOG_INFO,
            "placement policy %s between %u CPU workers (%u %s) and %u devices",
@@ -413,7 +412,7 @@ void tdm__sched_stop(tdm_runtime *rt) {
     return;
   int dir = s->dirty ? tdm__cache_fd(rt) : -1;
   if (dir >= 0)
-    tdm__model_save(s->model, dir, MODEL_FILE, rt);
+    tdm__model_save(s->model, dir, rt->model_file, rt);
   free_sched((struct rt_sched *)s, s->ncpu > 1 ? s->ncpu : 0);
   rt->sched = NULL;
 }

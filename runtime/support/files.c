@@ -86,10 +86,8 @@ static const char *untrusted(int fd, mode_t type, char *why, size_t size) {
   return why;
 }
 
-/* The cache directory's path, malloc'd: tdm_config.cache_dir, else
- * $XDG_CACHE_HOME/tandem, else $HOME/.cache/tandem; NULL when none. */
-static char *cache_path(const tdm_runtime *rt) {
-  const char *dir = rt->cfg.cache_dir, *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+char *tdm__cache_path(const char *dir) {
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   const char *base = dir && *dir ? dir : xdg && xdg[0] == '/' ? xdg : home && *home ? home : NULL;
   const char *tail = dir && *dir ? "" : xdg && xdg[0] == '/' ? "/tandem" : "/.cache/tandem";
   if (!base)
@@ -114,7 +112,7 @@ static const char *shown(const char *path, char buf[TDM_SHOWN_PATH]) {
 }
 
 static int open_cache(const tdm_runtime *rt) {
-  char *path = cache_path(rt), buf[TDM_SHOWN_PATH];
+  char *path = tdm__cache_path(rt->cfg.cache_dir), buf[TDM_SHOWN_PATH];
   if (!path) {
     tdm__log(rt, TDM_LOG_INFO, "cache: no cache directory (HOME is not set)");
     return -1;
