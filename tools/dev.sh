@@ -12,9 +12,14 @@
 #   tools/dev.sh fuzz    build the parsers' libFuzzer harnesses with clang
 #                        (ASan+UBSan) and run each for FUZZ_SECONDS (30)
 #   tools/dev.sh info    build, then run tandem-info (arguments follow: --json)
+#   tools/dev.sh consumers
+#                        install Tandem into a prefix, then build and run a
+#                        program against it through pkg-config (shared and
+#                        static), CMake (find_package) and as a meson
+#                        subproject (test/consumer)
 #
 # Build folders: build/ (demo, test, bench), build-asan/, build-tsan/,
-# build-cpuonly/, build-fuzz/.
+# build-cpuonly/, build-fuzz/, build-consumers/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -67,6 +72,9 @@ case "${1:-}" in
   demo | test | asan | tsan | cpuonly) packages="$packages $test_packages" ;;
   # libFuzzer comes with clang's runtime libraries
   fuzz) packages="$packages clang libclang-rt-14-dev" ;;
+  # cmake for the CMake consumer; libudev-dev for `pkg-config --static`
+  # (hwloc lists libudev among its private libraries)
+  consumers) packages="$packages cmake libudev-dev" ;;
 esac
 install_missing
 case "${1:-}" in
@@ -117,8 +125,11 @@ case "${1:-}" in
     shift
     build/tools/tandem-info "$@"
     ;;
+  consumers)
+    bash tools/consumers.sh
+    ;;
   *)
-    sed -n '2,12p' "$0" >&2
+    sed -n '2,18p' "$0" >&2
     exit 2
     ;;
 esac
