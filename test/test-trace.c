@@ -369,8 +369,171 @@ static void test_trace_dag_stats_svg(void **state) {
     fail_msg("the SVG is not well-formed: %s", why);
   assert_int_equal(bars, NTASKS);
   free(chart);
+
+  /* the summary: every worker, each codelet with its count, and the
+   * critical path, the chain (12 tasks of one length against 3 for the
+   * fan) */
+  char *sum;
+  snprintf(cmd, sizeof cmd, "'%s' --summary", trace);
+  assert_int_equal(test_run(tool, cmd, &sum), 0);
+  assert_non_null(strstr(sum, "20 tasks, makespan"));
+  assert_non_null(strstr(sum, "CPU worker 0 (CPUs"));
+  assert_non_null(strstr(sum, "CPU worker 1 (CPUs"));
+  printf("%s", sum);
+  assert_non_null(strstr(sum, "chain   CPU workers      12"));
+  assert_non_null(strstr(sum, "node    CPU workers       8"));
+  if (!strstr(sum, "critical path: 12 tasks"))
+    fail_msg("summary: %s", sum);
+  free(sum);
   unlink(trace);
   unlink(dot);
+  unlink(svg);
+}
+
+/* A task of the stencil below: spins for args[1] microseconds. */
+static void spin_us(const tdm_buffer *b, const void *args, size_t size) {
+  (void)b;
+  (void)size;
+  double until = now_s() + 1e-6 * ((const int *)args)[1];
+  while (now_s() < until)
+    ;
+}
+
+static const tdm_codelet stencil_cl = {.name = "stencil",
+                                       .cpu_fn = spin_us,
+                                       .nbuffers = 3,
+                                       .modes = {TDM_RW, TDM_RW, TDM_R}};
+
+/* The graph of run `seed`: 60 tasks over 4 handles, task i writing
+ * handles i and i+1 and reading i+2 (mod 4), so that most predecessors
+ * come through two handles; their lengths random, so that a
+ * predecessor is running for one handle and finished for the next in
+ * some runs and not others. The DOT it writes (malloc'd). */
+static char *stencil_dag(unsigned seed) {
+  char dot[128];
+  snprintf(dot, sizeof dot, "%s/stencil.dot", dir);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.devices = "none";
+  cfg.nworkers = 2;
+  cfg.dag_path = dot;
+  tdm_runtime *rt;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  long v[4] = {0};
+  tdm_handle *h[4];
+  for (int k = 0; k < 4; k++)
+    assert_int_equal(tdm_register_vector(rt, &v[k], 1, sizeof v[k], &h[k]), TDM_OK);
+  srand(seed);
+  for (int i = 0; i < 60; i++) {
+    int args[2] = {i, rand() % 300};
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &stencil_cl,
+                                                      .handles = {h[i % 4], h[(i + 1) % 4],
+                                                                  h[(i + 2) % 4]},
+                                                      .args = args,
+                                                      .args_size = sizeof args}),
+                     TDM_OK);
+    if (rand() % 4 == 0) /* now and then, the predecessors all finish first */
+      usleep(200);
+  }
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  tdm_runtime_destroy(rt);
+  char *graph = slurp(dot);
+  unlink(dot);
+  return graph;
+}
+
+/* TANDEM_DAG writes every dependency edge once, the same file for every
+ * run of the same program, however its tasks' timings fell. */
+static void test_dag_same_every_run(void **state) {
+  (void)state;
+  char *first = stencil_dag(1);
+  unsigned edges = 0;
+  for (const char *p = first; (p = strstr(p, " -> ")); p++)
+    edges++;
+  /* each task after the one before (through two handles), the two before
+   * it (a handle it writes, the other read) and so on: at least 59 */
+  assert_true(edges >= 59);
+  for (const char *line = first; (line = strstr(line, " -> ")); line++) {
+    const char *start = line, *end = strchr(line, '\n');
+    while (start > first && start[-1] != '\n')
+      start--;
+    char arrow[64];
+    snprintf(arrow, sizeof arrow, "%.*s", (int)(end - start + 1), start);
+    if (strstr(end, arrow))
+      fail_msg("an edge written twice: %s", arrow);
+  }
+  for (unsigned seed = 2; seed <= 12; seed++) {
+    char *again = stencil_dag(seed);
+    if (strcmp(first, again))
+      fail_msg("run %u wrote another graph", seed);
+    free(again);
+  }
+  printf("the same %u edges in 12 runs\n", edges);
+  free(first);
+}
+
+/* The chart gives long row labels and legend entries the room they need:
+ * a right-aligned row label starts right of the chart's edge, legend
+ * entries on one line do not run into each other, and the chart is wide
+ * enough for both (at 6 px a character, less than sans-serif at 12 px
+ * takes on average). */
+static void test_svg_labels_fit(void **state) {
+  (void)state;
+  char trace[128], svg[128], cmd[512];
+  snprintf(trace, sizeof trace, "%s/long.json", dir);
+  snprintf(svg, sizeof svg, "%s/long.svg", dir);
+  const char *row = "device 0: Some Vendor Graphics Accelerator With A Very Long Marketing Name "
+                    "(Rev 7, 96 Compute Units)";
+  FILE *f = fopen(trace, "w");
+  assert_non_null(f);
+  fprintf(f, "{\"traceEvents\":[{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":0,"
+             "\"args\":{\"name\":\"%s\"}}", row);
+  for (int c = 0; c < 6; c++)
+    fprintf(f, ",{\"ph\":\"X\",\"cat\":\"task\",\"name\":\"codelet_%d_with_a_rather_long_descriptive_name\","
+               "\"pid\":1,\"tid\":0,\"ts\":%d,\"dur\":5,\"args\":{\"id\":%d}}",
+            c, 10 * c, c + 1);
+  fprintf(f, "]}\n");
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "'%s' '%s' -o '%s'", tool, trace, svg);
+  assert_int_equal(system(cmd), 0);
+  char *chart = slurp(svg);
+  int width = 0;
+  assert_int_equal(sscanf(strstr(chart, "<svg "), "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\"",
+                          &width), 1);
+  /* the row label */
+  char want[256];
+  snprintf(want, sizeof want, "text-anchor=\"end\">%s</text>", row);
+  const char *label = strstr(chart, want);
+  assert_non_null(label);
+  const char *open = label;
+  while (open > chart && strncmp(open, "<text x=\"", 9))
+    open--;
+  int x = atoi(open + 9);
+  if (x < 6 * (int)strlen(row))
+    fail_msg("the row label ends at x=%d: %zu characters do not fit", x, strlen(row));
+  /* the legend: entries on a line keep apart, and within the chart */
+  const char *p = strstr(chart, ">Legend</text>");
+  assert_non_null(p);
+  int prev_x = -1, prev_y = -1, prev_len = 0, entries = 0;
+  while ((p = strstr(p, "<text x=\""))) {
+    int ex, ey;
+    assert_int_equal(sscanf(p, "<text x=\"%d\" y=\"%d\">", &ex, &ey), 2);
+    const char *text = strchr(p, '>') + 1;
+    int len = (int)(strchr(text, '<') - text);
+    if (ey == prev_y && ex - prev_x < 6 * prev_len)
+      fail_msg("legend entries overlap: x=%d after x=%d (%d characters)", ex, prev_x, prev_len);
+    if (ex + 6 * len > width)
+      fail_msg("a legend entry runs past the chart's width %d", width);
+    prev_x = ex;
+    prev_y = ey;
+    prev_len = len;
+    entries++;
+    p = text;
+  }
+  assert_int_equal(entries, 6 + 3);
+  free(chart);
+  unlink(trace);
   unlink(svg);
 }
 
@@ -494,6 +657,8 @@ int main(int argc, char **argv) {
     return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_trace_dag_stats_svg),
+      cmocka_unit_test(test_dag_same_every_run),
+      cmocka_unit_test(test_svg_labels_fit),
       cmocka_unit_test(test_device_trace),
       cmocka_unit_test(test_flush_without_trace),
   };

@@ -4,8 +4,16 @@
  * worker, per device and per direction of each device's copies; tasks as
  * bars coloured by codelet, with a legend; copies shaded; idle and parked
  * periods as thin grey bars; a time axis. Hovering a bar shows what it is.
+ * Row labels and legend entries get the room their text needs.
  *
- *   tandem-trace trace.json [-o chart.svg] [--width PIXELS]
+ * With --summary, a summary on standard output instead (or besides, with
+ * -o): per worker, the share of the run it spent on tasks, looking for
+ * work, parked and otherwise; per codelet and class of worker, the tasks'
+ * count, total and mean time; the critical path (the longest chain of
+ * dependent tasks, by their measured times) and its length against the
+ * makespan.
+ *
+ *   tandem-trace trace.json [-o chart.svg] [--width PIXELS] [--summary]
  */
 #include <math.h>
 #include <stdbool.h>
@@ -27,10 +35,19 @@ typedef struct bar {
 typedef struct track {
   unsigned tid;
   long sort;
-  const char *name;
+  const char *name, *cls;
   unsigned row;
   bool used;
 } track;
+
+/* A dependency: the flow event at the start of the predecessor's task
+ * ("s") or the successor's ("f"). */
+typedef struct flow {
+  double id;
+  unsigned track;
+  double ts;
+  bool start;
+} flow;
 
 static char *read_file(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -97,16 +114,261 @@ static double tick_step(double span, int n) {
 }
 
 static void usage(FILE *to) {
-  fprintf(to, "usage: tandem-trace trace.json [-o chart.svg] [--width PIXELS]\n"
-              "Turns a Tandem trace (TANDEM_TRACE=trace.json) into an SVG Gantt chart.\n");
+  fprintf(to, "usage: tandem-trace trace.json [-o chart.svg] [--width PIXELS] [--summary]\n"
+              "Turns a Tandem trace (TANDEM_TRACE=trace.json) into an SVG Gantt chart, or\n"
+              "with --summary, a summary of it (utilisation, codelets, critical path).\n");
+}
+
+/* Pixels a label of n characters takes at 12 px sans-serif, generously
+ * (an average glyph is about 0.55 em). */
+static int text_px(size_t n) { return (int)(7.2 * (double)n) + 4; }
+
+/* "1.23 ms" */
+static const char *shown_time(double us, char *buf, size_t n) {
+  if (us >= 1e6)
+    snprintf(buf, n, "%.3g s", us / 1e6);
+  else if (us >= 1e3)
+    snprintf(buf, n, "%.3g ms", us / 1e3);
+  else
+    snprintf(buf, n, "%.3g us", us);
+  return buf;
+}
+
+static const bar *sorted_bars; /* for the comparisons below */
+
+static int by_track_time(const void *a, const void *b) {
+  const bar *x = &sorted_bars[*(const size_t *)a], *y = &sorted_bars[*(const size_t *)b];
+  if (x->track != y->track)
+    return x->track < y->track ? -1 : 1;
+  return (x->ts > y->ts) - (x->ts < y->ts);
+}
+
+static int by_start(const void *a, const void *b) {
+  const bar *x = &sorted_bars[*(const size_t *)a], *y = &sorted_bars[*(const size_t *)b];
+  if (x->ts != y->ts)
+    return x->ts < y->ts ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+typedef struct dep {
+  long succ, pred;
+} dep;
+
+static int by_succ(const void *a, const void *b) {
+  const dep *x = a, *y = b;
+  return (x->succ > y->succ) - (x->succ < y->succ);
+}
+
+static int by_flow(const void *a, const void *b) {
+  const flow *x = a, *y = b;
+  if (x->id != y->id)
+    return x->id < y->id ? -1 : 1;
+  return (int)y->start - (int)x->start; /* "s" first */
+}
+
+/* The task bar starting at ts on track k (tasks[] sorted by track and
+ * time, as indices into bars), or -1. */
+static long task_at(const bar *bars, const size_t *tasks, size_t ntasks, unsigned k, double ts) {
+  size_t lo = 0, hi = ntasks;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    const bar *b = &bars[tasks[mid]];
+    if (b->track < k || (b->track == k && b->ts < ts - 1e-6))
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo < ntasks && bars[tasks[lo]].track == k && fabs(bars[tasks[lo]].ts - ts) <= 1e-6)
+    return (long)tasks[lo];
+  return -1;
+}
+
+/* The summary (see the top of the file) on standard output. */
+static int summary(const char *in, const track *tracks, size_t ntracks, const bar *bars,
+                   size_t nbars, flow *flows, size_t nflows, double t_min, double t_max) {
+  double span = t_max - t_min;
+  size_t ntasks = 0;
+  for (size_t i = 0; i < nbars; i++)
+    ntasks += bars[i].kind == BAR_TASK;
+  size_t *tasks = calloc(ntasks + 1, sizeof *tasks);
+  double *cp = calloc(nbars + 1, sizeof *cp);
+  long *via = calloc(nbars + 1, sizeof *via), *best_pred = NULL;
+  if (!tasks || !cp || !via) {
+    fprintf(stderr, "tandem-trace: out of memory\n");
+    free(tasks);
+    free(cp);
+    free(via);
+    return 1;
+  }
+  ntasks = 0;
+  for (size_t i = 0; i < nbars; i++)
+    if (bars[i].kind == BAR_TASK)
+      tasks[ntasks++] = i;
+  char b1[32], b2[32], b3[32];
+  printf("%s: %zu tasks, makespan %s (first event to last)\n\n", in, ntasks,
+         shown_time(span, b1, sizeof b1));
+
+  /* workers */
+  size_t wname = 6;
+  for (size_t k = 0; k < ntracks; k++)
+    if (tracks[k].used && strlen(tracks[k].name) > wname)
+      wname = strlen(tracks[k].name);
+  printf("%-*s %7s %7s %8s %7s %7s\n", (int)wname, "worker", "tasks", "busy", "looking", "parked",
+         "other");
+  for (long row = 0; row < (long)ntracks; row++)
+    for (size_t k = 0; k < ntracks; k++) {
+      if (!tracks[k].used || (long)tracks[k].row != row)
+        continue;
+      double busy = 0, looking = 0, parked = 0;
+      size_t n = 0;
+      for (size_t i = 0; i < nbars; i++) {
+        if (bars[i].track != k)
+          continue;
+        if (bars[i].kind == BAR_TASK || bars[i].kind == BAR_COPY) {
+          busy += bars[i].dur;
+          n += bars[i].kind == BAR_TASK;
+        } else if (bars[i].kind == BAR_PARKED) {
+          parked += bars[i].dur;
+        } else {
+          looking += bars[i].dur;
+        }
+      }
+      double other = span - busy - looking - parked;
+      printf("%-*s %7zu %6.1f%% %7.1f%% %6.1f%% %6.1f%%\n", (int)wname, tracks[k].name, n,
+             100 * busy / span, 100 * looking / span, 100 * parked / span,
+             100 * (other > 0 ? other : 0) / span);
+    }
+
+  /* codelets, per class of worker */
+  size_t cname = 7, kname = 5;
+  for (size_t t = 0; t < ntasks; t++) {
+    const bar *b = &bars[tasks[t]];
+    if (strlen(b->name) > cname)
+      cname = strlen(b->name);
+    if (strlen(tracks[b->track].cls) > kname)
+      kname = strlen(tracks[b->track].cls);
+  }
+  printf("\n%-*s %-*s %7s %10s %10s\n", (int)cname, "codelet", (int)kname, "class", "count",
+         "total", "mean");
+  /* codelets in the order they first ran, each with its classes */
+  bool *done = calloc(ntasks + 1, sizeof *done);
+  for (size_t first = 0; done && first < ntasks; first++) {
+    const char *name = bars[tasks[first]].name;
+    for (size_t t = first; t < ntasks; t++) {
+      const bar *b = &bars[tasks[t]];
+      if (done[t] || strcmp(b->name, name))
+        continue;
+      const char *cls = tracks[b->track].cls;
+      double total = 0;
+      size_t n = 0;
+      for (size_t u = t; u < ntasks; u++) {
+        const bar *c = &bars[tasks[u]];
+        if (!done[u] && !strcmp(c->name, name) && !strcmp(tracks[c->track].cls, cls)) {
+          done[u] = true;
+          total += c->dur;
+          n++;
+        }
+      }
+      printf("%-*s %-*s %7zu %10s %10s\n", (int)cname, name, (int)kname, cls, n,
+             shown_time(total, b1, sizeof b1), shown_time(total / (double)n, b2, sizeof b2));
+    }
+  }
+  free(done);
+
+  /* the critical path: tasks in order of start (a successor starts after
+   * its predecessors end), each the longest chain ending with it */
+  sorted_bars = bars;
+  qsort(tasks, ntasks, sizeof *tasks, by_track_time);
+  qsort(flows, nflows, sizeof *flows, by_flow);
+  best_pred = malloc((nbars + 1) * sizeof *best_pred);
+  size_t *order = malloc((ntasks + 1) * sizeof *order);
+  size_t nedges = 0;
+  if (!best_pred || !order) {
+    fprintf(stderr, "tandem-trace: out of memory\n");
+    free(tasks);
+    free(cp);
+    free(via);
+    free(best_pred);
+    free(order);
+    return 1;
+  }
+  for (size_t i = 0; i < nbars; i++)
+    via[i] = -1;
+  /* the dependencies, as (successor, predecessor) bars sorted by
+   * successor */
+  dep *deps = malloc((nflows + 1) * sizeof *deps);
+  for (size_t i = 0; deps && i + 1 < nflows; i++) {
+    if (!flows[i].start || flows[i + 1].start || flows[i].id != flows[i + 1].id)
+      continue;
+    long p = task_at(bars, tasks, ntasks, flows[i].track, flows[i].ts);
+    long s = task_at(bars, tasks, ntasks, flows[i + 1].track, flows[i + 1].ts);
+    if (p >= 0 && s >= 0)
+      deps[nedges++] = (dep){s, p};
+  }
+  if (deps)
+    qsort(deps, nedges, sizeof *deps, by_succ);
+  memcpy(order, tasks, ntasks * sizeof *order);
+  qsort(order, ntasks, sizeof *order, by_start);
+  long last = -1;
+  for (size_t t = 0; t < ntasks; t++) {
+    size_t i = order[t];
+    double longest = 0;
+    best_pred[i] = -1;
+    size_t lo = 0, hi = nedges; /* the first dependency of i */
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      if (deps[mid].succ < (long)i)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    for (size_t e = lo; e < nedges && deps[e].succ == (long)i; e++)
+      if (cp[deps[e].pred] > longest) {
+        longest = cp[deps[e].pred];
+        best_pred[i] = deps[e].pred;
+      }
+    cp[i] = longest + bars[i].dur;
+    if (last < 0 || cp[i] > cp[last])
+      last = (long)i;
+  }
+  if (last < 0) {
+    printf("\ncritical path: no tasks\n");
+  } else {
+    size_t len = 0;
+    for (long i = last; i >= 0; i = best_pred[i])
+      via[len++] = i;
+    printf("\ncritical path: %zu task%s, %s of work = %.0f%% of the makespan (%s)%s\n", len,
+           len == 1 ? "" : "s", shown_time(cp[last], b1, sizeof b1), 100 * cp[last] / span,
+           shown_time(span, b2, sizeof b2),
+           nedges ? "" : "; the trace holds no dependencies");
+    for (size_t k = len; k-- > 0;) {
+      if (len > 20 && k == len - 10) { /* its first and last ten */
+        printf("  ... %zu more\n", len - 20);
+        k = 10;
+      }
+      const bar *b = &bars[via[k]];
+      printf("  %s #%lld on %s, %s\n", b->name, b->id, tracks[b->track].name,
+             shown_time(b->dur, b3, sizeof b3));
+    }
+  }
+  free(deps);
+  free(tasks);
+  free(cp);
+  free(via);
+  free(best_pred);
+  free(order);
+  return 0;
 }
 
 int main(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
   int width = 1100;
+  bool want_summary = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-o") && i + 1 < argc)
       out = argv[++i];
+    else if (!strcmp(argv[i], "--summary"))
+      want_summary = true;
     else if (!strcmp(argv[i], "--width") && i + 1 < argc)
       width = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -141,8 +403,9 @@ int main(int argc, char **argv) {
   track *tracks = calloc(events->n + 1, sizeof *tracks);
   bar *bars = calloc(events->n + 1, sizeof *bars);
   const char **codelets = calloc(events->n + 1, sizeof *codelets);
-  size_t ntracks = 0, nbars = 0, ncodelets = 0;
-  if (!tracks || !bars || !codelets) {
+  flow *flows = calloc(events->n + 1, sizeof *flows);
+  size_t ntracks = 0, nbars = 0, ncodelets = 0, nflows = 0;
+  if (!tracks || !bars || !codelets || !flows) {
     fprintf(stderr, "tandem-trace: out of memory\n");
     return 1;
   }
@@ -158,21 +421,29 @@ int main(int argc, char **argv) {
     if (k == ntracks) {
       tracks[ntracks].tid = (unsigned)tid->number;
       tracks[ntracks].sort = (long)tid->number;
+      tracks[ntracks].cls = NULL;
       tracks[ntracks++].name = "";
     }
     const json *args = member(e, "args", JSON_OBJECT);
     const json *nm = member(e, "name", JSON_STRING);
     if (!strcmp(ph->string, "M") && nm && args) {
       const json *v;
-      if (!strcmp(nm->string, "thread_name") && (v = member(args, "name", JSON_STRING)))
+      if (!strcmp(nm->string, "thread_name") && (v = member(args, "name", JSON_STRING))) {
         tracks[k].name = v->string;
+        if ((v = member(args, "class", JSON_STRING)))
+          tracks[k].cls = v->string;
+      }
       else if (!strcmp(nm->string, "thread_sort_index") &&
                (v = member(args, "sort_index", JSON_NUMBER)))
         tracks[k].sort = (long)v->number;
       continue;
     }
     const json *ts = member(e, "ts", JSON_NUMBER), *dur = member(e, "dur", JSON_NUMBER);
-    const json *cat = member(e, "cat", JSON_STRING);
+    const json *cat = member(e, "cat", JSON_STRING), *fid = member(e, "id", JSON_NUMBER);
+    if ((!strcmp(ph->string, "s") || !strcmp(ph->string, "f")) && ts && fid) {
+      flows[nflows++] = (flow){fid->number, (unsigned)k, ts->number, ph->string[0] == 's'};
+      continue;
+    }
     if (strcmp(ph->string, "X") || !ts || !dur || !cat || !nm)
       continue;
     bar *b = &bars[nbars++];
@@ -226,10 +497,43 @@ int main(int argc, char **argv) {
     want = next;
   }
 
-  const int label_w = 300, top = 50, row_h = 26, bar_h = 18, left = label_w + 10;
+  for (size_t k = 0; k < ntracks; k++) /* a trace without classes: a row is its class */
+    if (!tracks[k].cls)
+      tracks[k].cls = tracks[k].name[0] ? tracks[k].name : "(unnamed track)";
+  int rc = 0;
+  if (want_summary)
+    rc = summary(in, tracks, ntracks, bars, nbars, flows, nflows, t_min, t_max);
+  if (rc || (want_summary && !out)) {
+    free(tracks);
+    free(bars);
+    free(codelets);
+    free(flows);
+    json_free(doc);
+    return rc;
+  }
+
+  /* room for the longest row label and legend entry */
+  size_t longest = 0, longest_legend = strlen("copy between host and device");
+  for (size_t k = 0; k < ntracks; k++)
+    if (tracks[k].used && strlen(tracks[k].name) > longest)
+      longest = strlen(tracks[k].name);
+  for (size_t c = 0; c < ncodelets; c++)
+    if (strlen(codelets[c]) > longest_legend)
+      longest_legend = strlen(codelets[c]);
+  const int label_w = 10 + text_px(longest), top = 50, row_h = 26, bar_h = 18,
+            left = label_w + 10;
+  if (width < left + 200)
+    width = left + 200;
+  const int legend_col = 20 + 14 + 6 + text_px(longest_legend);
+  int legend_cols = (width - 80) / legend_col;
+  if (legend_cols < 1)
+    legend_cols = 1;
+  if (width < 80 + legend_col)
+    width = 80 + legend_col;
   const double plot_w = width - left - 20;
   const int legend_y = top + (int)nrows * row_h + 50;
-  const int height = legend_y + 30 + (int)((ncodelets + 3 + 3) / 4) * 22;
+  const int height =
+      legend_y + 30 + (int)((ncodelets + 3 + (size_t)legend_cols - 1) / (size_t)legend_cols) * 22;
   FILE *f = out ? fopen(out, "w") : stdout;
   if (!f) {
     fprintf(stderr, "tandem-trace: cannot write %s\n", out);
@@ -315,7 +619,8 @@ int main(int argc, char **argv) {
   fprintf(f, "<text x=\"10\" y=\"%d\" font-weight=\"bold\">Legend</text>\n", legend_y);
   size_t nitems = ncodelets + 3;
   for (size_t c = 0; c < nitems; c++) {
-    int x = 80 + (int)(c % 4) * 250, y = legend_y + 12 + (int)(c / 4) * 22;
+    int x = 80 + (int)(c % (size_t)legend_cols) * legend_col,
+        y = legend_y + 12 + (int)(c / (size_t)legend_cols) * 22;
     const char *fill, *label;
     if (c < ncodelets) {
       fill = palette[c % NPALETTE];
@@ -337,7 +642,6 @@ int main(int argc, char **argv) {
     fprintf(f, "</text>\n");
   }
   fprintf(f, "</svg>\n");
-  int rc = 0;
   if (ferror(f) || (out && fclose(f) != 0)) {
     fprintf(stderr, "tandem-trace: writing failed\n");
     rc = 1;
@@ -345,6 +649,7 @@ int main(int argc, char **argv) {
   free(tracks);
   free(bars);
   free(codelets);
+  free(flows);
   json_free(doc);
   return rc;
 }

@@ -117,6 +117,40 @@ static bool gather(tdm_runtime *rt, all_events *a) {
   return true;
 }
 
+static int by_edge(const void *a, const void *b) {
+  const tdm_trace_event *x = a, *y = b;
+  if (x->id != y->id)
+    return x->id < y->id ? -1 : 1;
+  return (x->id2 > y->id2) - (x->id2 < y->id2);
+}
+
+/* The dependency edges moved to the end of a's events, in the order of
+ * their successor then predecessor, each once: the graph written is then
+ * the same whatever thread recorded an edge, and whether a predecessor
+ * had finished when its successor was submitted (an edge recorded
+ * through two handles, once running and once finished, counts once). */
+static void sort_edges(all_events *a) {
+  size_t kept = 0, nedges = 0;
+  for (size_t i = 0; i < a->n; i++)
+    nedges += a->ev[i].kind == TDM_EV_EDGE;
+  tdm_trace_event *edges = nedges ? malloc(nedges * sizeof *edges) : NULL;
+  if (nedges && !edges) /* unsorted, then: still every edge */
+    return;
+  nedges = 0;
+  for (size_t i = 0; i < a->n; i++) {
+    if (a->ev[i].kind == TDM_EV_EDGE)
+      edges[nedges++] = a->ev[i];
+    else
+      a->ev[kept++] = a->ev[i];
+  }
+  qsort(edges, nedges, sizeof *edges, by_edge);
+  for (size_t i = 0; i < nedges; i++)
+    if (!i || by_edge(&edges[i], &edges[i - 1]))
+      a->ev[kept++] = edges[i];
+  a->n = kept;
+  free(edges);
+}
+
 /* The task event of each task id (NULL: not run yet), and its name. */
 typedef struct task_index {
   const tdm_trace_event **ran;
@@ -172,19 +206,31 @@ static double us(const tdm_runtime *rt, uint64_t t) {
 
 static void track_names(FILE *f, tdm_runtime *rt) {
   unsigned total = rt->nworkers + rt->ndevice_workers;
+  tdm_machine_info mi = {.struct_size = sizeof mi};
+  bool kinds = tdm_runtime_machine(rt, &mi) == TDM_OK && mi.cpu_kinds > 1;
   fprintf(f, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":1,\"args\":{\"name\":\"Tandem\"}}");
   for (unsigned w = 0; w < total; w++) {
     tdm_worker_info wi = {.struct_size = sizeof wi};
-    char name[256];
+    tdm_cpu_kind_info ki = {.struct_size = sizeof ki};
+    char name[256], cls[256];
     if (tdm_runtime_worker(rt, w, &wi))
       continue;
-    if (wi.type == TDM_WORKER_CPU)
+    /* its class: the kind of worker tandem-trace's summary adds up by */
+    if (wi.type == TDM_WORKER_CPU) {
       snprintf(name, sizeof name, "CPU worker %u (CPUs %s)", w, wi.cpus);
-    else
+      if (kinds && tdm_runtime_cpu_kind(rt, wi.cpu_kind, &ki) == TDM_OK)
+        snprintf(cls, sizeof cls, "CPU workers (%s)", ki.name && *ki.name ? ki.name : "a kind");
+      else
+        snprintf(cls, sizeof cls, "CPU workers");
+    } else {
       snprintf(name, sizeof name, "device %d: %s", wi.device, rt->devices[wi.device].name);
+      snprintf(cls, sizeof cls, "%s", name);
+    }
     fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":%u,\"args\":{\"name\":",
             w);
     json_str(f, name);
+    fprintf(f, ",\"class\":");
+    json_str(f, cls);
     fprintf(f, "}},\n{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":1,\"tid\":%u,"
                "\"args\":{\"sort_index\":%u}}",
             w, w);
@@ -323,6 +369,8 @@ tdm_status tdm__trace_write(tdm_runtime *rt) {
   all_events a;
   task_index x = {0};
   bool ok = gather(rt, &a);
+  if (ok)
+    sort_edges(&a);
   if (ok && !index_tasks(rt, &a, &x)) {
     tdm__log(rt, TDM_LOG_ERROR, "trace: out of memory");
     free(a.ev);
