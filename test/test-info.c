@@ -275,6 +275,73 @@ static void test_no_devices(void **state) {
   json_free(doc);
 }
 
+/* --verbose and --bandwidth: each OpenCL device's limits and extensions,
+ * and its copies measured, as documented; the same in the text. */
+static void test_verbose_and_bandwidth(void **state) {
+  (void)state;
+  setenv("TANDEM_OPENCL_CPU", "1", 1);
+  char *out;
+  assert_int_equal(run_tool("--json --verbose --bandwidth", &out), 0);
+  json *doc = json_parse(out);
+  assert_non_null(doc);
+  free(out);
+  const json *devs = member(doc, "devices", JSON_ARRAY);
+  if (devs->n == 0) {
+    json_free(doc);
+    skip(); /* no OpenCL device here */
+  }
+  for (size_t i = 0; i < devs->n; i++) {
+    const json *d = devs->items[i];
+    const json *x = json_get(d, "details"), *l = json_get(d, "link");
+    assert_non_null(x);
+    assert_non_null(l);
+    if (x->type == JSON_NULL) {
+      assert_true(strlen(str(d, "details_unavailable")) > 0);
+    } else {
+      assert_true(num(x, "max_work_group_size") >= 1);
+      assert_true(num(x, "max_work_item_dimensions") >= 3);
+      assert_true(num(x, "max_parameter_bytes") >= 256); /* OpenCL's minimum for full profile */
+      assert_true(num(x, "address_bits") == 32 || num(x, "address_bits") == 64);
+      assert_non_null(strstr(str(x, "opencl_c_version"), "OpenCL C"));
+      const json *ext = member(x, "extensions", JSON_ARRAY);
+      assert_true(ext->n > 0);
+      for (size_t e = 0; e < ext->n; e++)
+        assert_true(ext->items[e]->type == JSON_STRING && !strncmp(ext->items[e]->string, "cl_", 3));
+      assert_int_equal(member(x, "max_work_item_sizes", JSON_ARRAY)->n, 3);
+    }
+    if (l->type == JSON_NULL) {
+      assert_true(strlen(str(d, "link_unmeasured")) > 0);
+    } else {
+      assert_true(num(l, "latency_to_device_s") > 0 && num(l, "latency_to_host_s") > 0);
+      assert_true(num(l, "bandwidth_to_device_bytes_per_s") > 0 &&
+                  num(l, "bandwidth_to_host_bytes_per_s") > 0);
+      const json *s = member(l, "samples", JSON_ARRAY);
+      assert_true(s->n >= 2);
+      for (size_t k = 1; k < s->n; k++)
+        assert_true(num(s->items[k], "bytes") > num(s->items[k - 1], "bytes"));
+      assert_true(num(s->items[0], "bytes") == 64);
+    }
+  }
+  /* PoCL's CPU device, where it is: both read */
+  const json *d0 = devs->items[0];
+  if (!strcmp(str(d0, "class"), "cpu")) {
+    assert_true(json_get(d0, "details")->type == JSON_OBJECT);
+    assert_true(json_get(d0, "link")->type == JSON_OBJECT);
+  }
+  json_free(doc);
+  /* without the flags, neither member */
+  assert_int_equal(run_tool("--json", &out), 0);
+  doc = json_parse(out);
+  free(out);
+  assert_null(json_get(member(doc, "devices", JSON_ARRAY)->items[0], "details"));
+  assert_null(json_get(member(doc, "devices", JSON_ARRAY)->items[0], "link"));
+  json_free(doc);
+  assert_int_equal(run_tool("--verbose --bandwidth", &out), 0);
+  assert_non_null(strstr(out, "Extensions: cl_"));
+  assert_non_null(strstr(out, "Link:     host to device"));
+  free(out);
+}
+
 /* Emulated devices: devices of their own class, each with a worker; the
  * text lists them apart from OpenCL's. */
 static void test_emulated_devices(void **state) {
@@ -400,6 +467,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup(test_no_devices, clean_env),
       cmocka_unit_test_setup(test_no_loader, clean_env),
       cmocka_unit_test_setup(test_emulated_devices, clean_env),
+      cmocka_unit_test_setup(test_verbose_and_bandwidth, clean_env),
       cmocka_unit_test_setup(test_text_output, clean_env),
 #ifdef TDM_FAKE_OPENCL
       cmocka_unit_test_setup(test_fake_machine, clean_env),

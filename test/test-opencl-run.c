@@ -1192,6 +1192,50 @@ static void test_argument_hint(void **state) {
   tdm_free(y);
 }
 
+/* tdm_opencl_device: the device's id and the runtime's context, which a
+ * program can use for its own OpenCL calls; none for a device not used;
+ * bad numbers refused. */
+static void test_opencl_device(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  int d = the_device(rt);
+  cl_device_id id = NULL;
+  cl_context ctx = NULL;
+  assert_int_equal(tdm_opencl_device(rt, (unsigned)d, &id, &ctx), TDM_OK);
+  assert_non_null(id);
+  assert_non_null(ctx);
+  /* the program's own buffer in the runtime's context, written and read
+   * on a queue of its own */
+  cl_int err = CL_SUCCESS;
+  cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 64, NULL, &err);
+  assert_int_equal(err, CL_SUCCESS);
+  cl_command_queue q = clCreateCommandQueue(ctx, id, 0, &err);
+  assert_int_equal(err, CL_SUCCESS);
+  int in[16], out[16] = {0};
+  for (int i = 0; i < 16; i++)
+    in[i] = i * 7;
+  assert_int_equal(clEnqueueWriteBuffer(q, m, CL_TRUE, 0, sizeof in, in, 0, NULL, NULL),
+                   CL_SUCCESS);
+  assert_int_equal(clEnqueueReadBuffer(q, m, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL),
+                   CL_SUCCESS);
+  assert_memory_equal(in, out, sizeof in);
+  clReleaseCommandQueue(q);
+  clReleaseMemObject(m);
+  unsigned errors = test_log_errors(&log);
+  assert_int_equal(tdm_opencl_device(rt, 1000, &id, &ctx), TDM_ERR_INVALID_ARG);
+  assert_true(test_log_errors(&log) > errors);
+  assert_null(id);
+  assert_int_equal(tdm_opencl_device(NULL, 0, &id, NULL), TDM_ERR_INVALID_ARG);
+  tdm_runtime_destroy(rt);
+  /* the CPU device not admitted: its id, no context */
+  rt = device_runtime(&log, 0);
+  assert_int_equal(tdm_opencl_device(rt, (unsigned)d, &id, &ctx), TDM_OK);
+  assert_non_null(id);
+  assert_null(ctx);
+  tdm_runtime_destroy(rt);
+}
+
 static _Atomic int builds_done, build_status = 1;
 
 static void on_built(void *data, tdm_status st) {
@@ -1615,6 +1659,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_build_failure),
       cmocka_unit_test(test_kernel_name_hint),
       cmocka_unit_test(test_argument_hint),
+      cmocka_unit_test(test_opencl_device),
       cmocka_unit_test(test_no_device),
       cmocka_unit_test(test_callbacks_on_failures),
       cmocka_unit_test(test_failed_event_calls_back),

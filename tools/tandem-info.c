@@ -7,6 +7,9 @@
  *
  *   tandem-info          for people
  *   tandem-info --json   the same as a JSON document (docs/tandem-info.md)
+ *   --verbose            also each OpenCL device's limits and extensions
+ *   --bandwidth          also each OpenCL device's copies to and from the
+ *                        host, measured: latency and bandwidth each way
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -15,7 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "info-opencl.h"
 #include "tandem.h"
+#ifdef TDM_HAVE_OPENCL
+#include "tandem/opencl.h"
+#endif
 
 /* ---- the runtime's log, kept to be shown ------------------------------- */
 
@@ -132,7 +139,75 @@ typedef struct view {
   unsigned nworkers;
   tdm_platform_info *platforms;
   tdm_device_info *devices;
+  /* --verbose, --bandwidth: per device, what was measured, or why not */
+  bool verbose, bandwidth;
+  info_detail *details;
+  info_link *links;
+  bool *has_detail, *has_link;
+  char (*detail_why)[128], (*link_why)[128];
 } view;
+
+/* The OpenCL device behind device d, or NULL (why). */
+static void *cl_device_of(tdm_runtime *rt, unsigned d, char *why, size_t n) {
+#ifdef TDM_HAVE_OPENCL
+  cl_device_id id = NULL;
+  tdm_status st = tdm_opencl_device(rt, d, &id, NULL);
+  if (st)
+    snprintf(why, n, "%s", st == TDM_ERR_NOT_SUPPORTED ? "an emulated device" : tdm_strerror(st));
+  return id;
+#else
+  (void)rt;
+  (void)d;
+  snprintf(why, n, "Tandem was built without the OpenCL headers");
+  return NULL;
+#endif
+}
+
+/* --verbose and --bandwidth: the tool's own OpenCL queries. */
+static int gather_opencl(tdm_runtime *rt, view *v) {
+  unsigned nd = v->m.opencl_devices;
+  v->details = calloc(nd + 1, sizeof *v->details);
+  v->links = calloc(nd + 1, sizeof *v->links);
+  v->has_detail = calloc(nd + 1, sizeof *v->has_detail);
+  v->has_link = calloc(nd + 1, sizeof *v->has_link);
+  v->detail_why = calloc(nd + 1, sizeof *v->detail_why);
+  v->link_why = calloc(nd + 1, sizeof *v->link_why);
+  if (!v->details || !v->links || !v->has_detail || !v->has_link || !v->detail_why ||
+      !v->link_why)
+    return -1;
+  char why[128] = "";
+  bool open = nd && info_cl_open(getenv("TANDEM_OPENCL_LIBRARY"), why, sizeof why);
+  for (unsigned d = 0; d < nd; d++) {
+    void *id = open ? cl_device_of(rt, d, why, sizeof why) : NULL;
+    if (v->verbose) {
+      v->has_detail[d] = id && info_cl_details(id, &v->details[d], why, sizeof why);
+      if (!v->has_detail[d])
+        snprintf(v->detail_why[d], sizeof v->detail_why[d], "%s", why);
+    }
+    if (v->bandwidth) {
+      v->has_link[d] = id && info_cl_link(id, v->devices[d].max_alloc_bytes, &v->links[d], why,
+                                          sizeof why);
+      if (!v->has_link[d])
+        snprintf(v->link_why[d], sizeof v->link_why[d], "%s", why);
+    }
+  }
+  return 0;
+}
+
+static void free_view(view *v) {
+  for (unsigned d = 0; v->details && d < v->m.opencl_devices; d++)
+    free(v->details[d].extensions);
+  free(v->details);
+  free(v->links);
+  free(v->has_detail);
+  free(v->has_link);
+  free(v->detail_why);
+  free(v->link_why);
+  free(v->kinds);
+  free(v->workers);
+  free(v->platforms);
+  free(v->devices);
+}
 
 static int gather(tdm_runtime *rt, view *v) {
   v->m.struct_size = sizeof v->m;
@@ -165,7 +240,69 @@ static int gather(tdm_runtime *rt, view *v) {
     if (tdm_runtime_device(rt, d, &v->devices[d]))
       return -1;
   }
-  return 0;
+  return v->verbose || v->bandwidth ? gather_opencl(rt, v) : 0;
+}
+
+/* A rate in bytes per second, for people: "12.3 GB/s" */
+static const char *rate(double bps, char *buf, size_t size) {
+  if (bps >= 1e9)
+    snprintf(buf, size, "%.3g GB/s", bps / 1e9);
+  else if (bps >= 1e6)
+    snprintf(buf, size, "%.3g MB/s", bps / 1e6);
+  else
+    snprintf(buf, size, "%.3g kB/s", bps / 1e3);
+  return buf;
+}
+
+static const char *seconds(double s, char *buf, size_t size) {
+  if (s >= 1e-3)
+    snprintf(buf, size, "%.3g ms", s * 1e3);
+  else
+    snprintf(buf, size, "%.3g us", s * 1e6);
+  return buf;
+}
+
+/* The --verbose and --bandwidth lines of device d. */
+static void print_device_extras(const view *v, unsigned d) {
+  char b1[32], b2[32], b3[32], b4[32];
+  if (v->verbose && v->has_detail[d]) {
+    const info_detail *x = &v->details[d];
+    printf("      OpenCL C: %s\n", x->opencl_c_version);
+    printf("      Work:     groups of at most %" PRIu64 " items; %u dimensions, at most %" PRIu64
+           " x %" PRIu64 " x %" PRIu64 "\n",
+           x->max_work_group_size, x->max_work_item_dims, x->max_work_item_sizes[0],
+           x->max_work_item_sizes[1], x->max_work_item_sizes[2]);
+    printf("      Limits:   kernel arguments %s in all; constant memory %s in %u arguments; "
+           "%u-bit addresses; buffers aligned to %u bits\n",
+           bytes(x->max_parameter_bytes, b1, sizeof b1),
+           bytes(x->max_constant_buffer_bytes, b2, sizeof b2), x->max_constant_args,
+           x->address_bits, x->mem_base_addr_align_bits);
+    printf("      Caches:   %s of global memory cache, lines of %u bytes; images %s; vectors of "
+           "%u floats, %u doubles preferred; timer %" PRIu64 " ns\n",
+           bytes(x->global_mem_cache_bytes, b3, sizeof b3), x->global_mem_cacheline_bytes,
+           x->image_support ? "yes" : "no", x->preferred_vector_float,
+           x->preferred_vector_double, x->profiling_timer_resolution_ns);
+    printf("      Extensions: %s\n", x->extensions[0] ? x->extensions : "none");
+  } else if (v->verbose) {
+    printf("      Details:  not available (%s)\n", v->detail_why[d]);
+  }
+  if (v->bandwidth && v->has_link[d]) {
+    const info_link *l = &v->links[d];
+    printf("      Link:     host to device %s latency, %s; device to host %s latency, %s\n",
+           seconds(l->latency_to_device_s, b1, sizeof b1),
+           rate(l->bandwidth_to_device, b2, sizeof b2),
+           seconds(l->latency_to_host_s, b3, sizeof b3),
+           rate(l->bandwidth_to_host, b4, sizeof b4));
+    for (unsigned i = 0; i < l->nsamples; i++) {
+      const info_link_sample *s = &l->samples[i];
+      printf("        %10" PRIu64 " bytes: to device %s, to host %s\n", s->bytes,
+             seconds(s->to_device_s, b1, sizeof b1), seconds(s->to_host_s, b2, sizeof b2));
+    }
+    if (v->devices[d].shared_memory)
+      printf("        (the device shares the host's memory: the runtime makes no copies for it)\n");
+  } else if (v->bandwidth) {
+    printf("      Link:     not measured (%s)\n", v->link_why[d]);
+  }
 }
 
 /* ---- for people --------------------------------------------------------- */
@@ -281,6 +418,7 @@ static void print_text(const view *v, const log_store *log) {
         printf("      Used:     no (%s)\n", without(d->usage, "not used: "));
       if (d->quarantined)
         printf("      State:    quarantined: %s\n", d->quarantine_reason);
+      print_device_extras(v, i);
     }
   }
   bool header = false;
@@ -366,6 +504,84 @@ static void kv_opt(const char *k, long long v, int *first) {
 static void kv_bool(const char *k, int v, int *first) {
   key(k, first);
   fputs(v ? "true" : "false", stdout);
+}
+
+/* "details": --verbose's limits and extensions, or null and a reason */
+static void print_json_details(const view *v, unsigned n, int *i) {
+  key("details", i);
+  if (!v->has_detail[n]) {
+    fputs("null", stdout);
+    kv_str("details_unavailable", v->detail_why[n], i);
+    return;
+  }
+  const info_detail *x = &v->details[n];
+  int j = 1;
+  printf("{");
+  kv_str("opencl_c_version", x->opencl_c_version, &j);
+  kv_u64("max_work_group_size", x->max_work_group_size, &j);
+  kv_u64("max_work_item_dimensions", x->max_work_item_dims, &j);
+  key("max_work_item_sizes", &j);
+  printf("[%" PRIu64 ", %" PRIu64 ", %" PRIu64 "]", x->max_work_item_sizes[0],
+         x->max_work_item_sizes[1], x->max_work_item_sizes[2]);
+  kv_u64("max_parameter_bytes", x->max_parameter_bytes, &j);
+  kv_u64("max_constant_buffer_bytes", x->max_constant_buffer_bytes, &j);
+  kv_u64("max_constant_args", x->max_constant_args, &j);
+  kv_u64("mem_base_addr_align_bits", x->mem_base_addr_align_bits, &j);
+  kv_u64("address_bits", x->address_bits, &j);
+  kv_u64("global_mem_cache_bytes", x->global_mem_cache_bytes, &j);
+  kv_u64("global_mem_cacheline_bytes", x->global_mem_cacheline_bytes, &j);
+  kv_bool("image_support", x->image_support, &j);
+  kv_u64("preferred_vector_width_float", x->preferred_vector_float, &j);
+  kv_u64("preferred_vector_width_double", x->preferred_vector_double, &j);
+  kv_u64("profiling_timer_resolution_ns", x->profiling_timer_resolution_ns, &j);
+  key("extensions", &j);
+  printf("[");
+  const char *p = x->extensions;
+  for (int e = 0; *p;) {
+    size_t len = strcspn(p, " ");
+    if (len) {
+      char ext[256];
+      snprintf(ext, sizeof ext, "%.*s", (int)len, p);
+      printf("%s", e++ ? ", " : "");
+      json_string(ext);
+    }
+    p += len + (p[len] == ' ');
+  }
+  printf("]}");
+}
+
+/* "link": --bandwidth's measured copies, or null and a reason */
+static void print_json_link(const view *v, unsigned n, int *i) {
+  key("link", i);
+  if (!v->has_link[n]) {
+    fputs("null", stdout);
+    kv_str("link_unmeasured", v->link_why[n], i);
+    return;
+  }
+  const info_link *l = &v->links[n];
+  int j = 1;
+  printf("{");
+  key("latency_to_device_s", &j);
+  printf("%.9g", l->latency_to_device_s);
+  key("latency_to_host_s", &j);
+  printf("%.9g", l->latency_to_host_s);
+  key("bandwidth_to_device_bytes_per_s", &j);
+  printf("%.6g", l->bandwidth_to_device);
+  key("bandwidth_to_host_bytes_per_s", &j);
+  printf("%.6g", l->bandwidth_to_host);
+  key("samples", &j);
+  printf("[");
+  for (unsigned s = 0; s < l->nsamples; s++) {
+    int k = 1;
+    printf("%s{", s ? ", " : "");
+    kv_u64("bytes", l->samples[s].bytes, &k);
+    key("to_device_s", &k);
+    printf("%.9g", l->samples[s].to_device_s);
+    key("to_host_s", &k);
+    printf("%.9g", l->samples[s].to_host_s);
+    printf("}");
+  }
+  printf("]}");
 }
 
 static void print_json(const view *v, const log_store *log) {
@@ -515,6 +731,10 @@ static void print_json(const view *v, const log_store *log) {
     kv_opt("worker", d->worker, &i);
     kv_bool("quarantined", d->quarantined, &i);
     kv_str("quarantine_reason", d->quarantine_reason, &i);
+    if (v->verbose)
+      print_json_details(v, n, &i);
+    if (v->bandwidth)
+      print_json_link(v, n, &i);
     printf("}");
   }
   printf("]");
@@ -532,18 +752,27 @@ static void print_json(const view *v, const log_store *log) {
 }
 
 static void usage(FILE *to) {
-  fprintf(to, "usage: tandem-info [--json]\n"
+  fprintf(to, "usage: tandem-info [--json] [--verbose] [--bandwidth]\n"
               "Prints the machine as Tandem sees it: cores, kinds of cores, workers, OpenCL\n"
               "devices and which of them a runtime would use. TANDEM_* environment\n"
               "variables (TANDEM_DEVICES, TANDEM_OPENCL_CPU, TANDEM_NWORKERS...) apply.\n"
-              "  --json   print a JSON document instead (described in docs/tandem-info.md)\n");
+              "  --json       print a JSON document instead (described in docs/tandem-info.md)\n"
+              "  --verbose    also each OpenCL device's limits and extensions\n"
+              "  --bandwidth  also measure each OpenCL device's copies to and from the host\n"
+              "               (latency and bandwidth each way; a few seconds)\n");
 }
 
 int main(int argc, char **argv) {
   int json = 0;
+  view v;
+  memset(&v, 0, sizeof v);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) {
       json = 1;
+    } else if (!strcmp(argv[i], "--verbose")) {
+      v.verbose = true;
+    } else if (!strcmp(argv[i], "--bandwidth")) {
+      v.bandwidth = true;
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
       return 0;
@@ -562,8 +791,6 @@ int main(int argc, char **argv) {
   tdm_runtime *rt = NULL;
   tdm_status st = tdm_runtime_create(&cfg, &rt);
   int rc = 0;
-  view v;
-  memset(&v, 0, sizeof v);
   if (st) {
     fprintf(stderr, "tandem-info: no runtime could be created: %s (%s)\n", tdm_strerror(st),
             tdm_status_name(st));
@@ -582,10 +809,8 @@ int main(int argc, char **argv) {
     pthread_mutex_unlock(&log.lock);
   }
   tdm_runtime_destroy(rt);
-  free(v.kinds);
-  free(v.workers);
-  free(v.platforms);
-  free(v.devices);
+  info_cl_close();
+  free_view(&v);
   for (size_t i = 0; i < log.n; i++)
     free(log.items[i].text);
   free(log.items);

@@ -72,6 +72,24 @@ void tdm__opencl_close(tdm_runtime *rt) {
   (void)rt;
 }
 
+/* without the OpenCL headers: the same symbol, cl_* being pointers */
+TDM_API tdm_status tdm_opencl_device(const tdm_runtime *rt, unsigned device, void **id,
+                                     void **context);
+tdm_status tdm_opencl_device(const tdm_runtime *rt, unsigned device, void **id, void **context) {
+  if (id)
+    *id = NULL;
+  if (context)
+    *context = NULL;
+  if (!rt)
+    return TDM_ERR_INVALID_ARG;
+  if (device >= rt->ndevices) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_opencl_device: no device %u (%u devices)", device,
+             rt->ndevices);
+    return TDM_ERR_INVALID_ARG;
+  }
+  return TDM_ERR_NOT_SUPPORTED;
+}
+
 #else
 
 /* hwloc's OpenCL helpers (hwloc/opencl.h, inline functions) call
@@ -83,6 +101,8 @@ void tdm__opencl_close(tdm_runtime *rt) {
 
 #include <dlfcn.h>
 #include <hwloc/opencl.h>
+
+#include "tandem/opencl.h"
 
 /* The name of an OpenCL error code, as the headers spell it, for the log
  * (names from the Khronos headers; the numbers are theirs). */
@@ -512,6 +532,29 @@ bool tdm__opencl_activate(tdm_runtime *rt, unsigned i) {
            "not used: no OpenCL context could be created on it (%s, error %d)", CL_ERR(err));
   tdm__log(rt, TDM_LOG_WARNING, "OpenCL: device %u (%s): %s", i, d->name, d->usage);
   return false;
+}
+
+tdm_status tdm_opencl_device(const tdm_runtime *rt, unsigned device, cl_device_id *id,
+                             cl_context *context) {
+  if (id)
+    *id = NULL;
+  if (context)
+    *context = NULL;
+  if (!rt)
+    return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, "tdm_opencl_device");
+  if (device >= rt->ndevices) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_opencl_device: no device %u (%u devices)", device,
+             rt->ndevices);
+    return TDM_ERR_INVALID_ARG;
+  }
+  if (!rt->opencl || !rt->opencl->ids) /* emulated devices */
+    return TDM_ERR_NOT_SUPPORTED;
+  if (id)
+    *id = rt->opencl->ids[device];
+  if (context) /* set before the devices start, not changed until destroy */
+    *context = rt->opencl->contexts[device];
+  return TDM_OK;
 }
 
 void tdm__opencl_close(tdm_runtime *rt) {

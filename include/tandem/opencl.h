@@ -71,6 +71,18 @@ typedef struct tdm_opencl_variant {
                     const void *args, size_t args_size, cl_event *done);
 } tdm_opencl_variant;
 
+/** The OpenCL objects behind device `device` (numbered as
+ * tdm_runtime_device numbers devices), for a program's own OpenCL calls
+ * beside the runtime's: its cl_device_id in *id, and in *context the
+ * context the runtime runs its tasks in, or NULL where the runtime does
+ * not use the device (either pointer may be NULL). Both stay the
+ * runtime's: valid until tdm_runtime_destroy, not to be released. Any
+ * thread. TDM_ERR_INVALID_ARG for a NULL runtime or a number out of
+ * range (logged); TDM_ERR_NOT_SUPPORTED for an emulated device, or a
+ * Tandem built without OpenCL. */
+TDM_API tdm_status tdm_opencl_device(const tdm_runtime *rt, unsigned device, cl_device_id *id,
+                                     cl_context *context);
+
 #ifdef __cplusplus
 }
 #endif
