@@ -11,8 +11,10 @@
  *
  * Conventions that hold for every function below:
  *  - Errors are returned as a tdm_status (0 is success, errors are negative).
- *    The library never prints and never aborts on a user error; details go
- *    to the log callback of the runtime (tdm_config.log_fn).
+ *    The library never aborts on a user error; details go to the log
+ *    callback of the runtime (tdm_config.log_fn). It prints nothing, unless
+ *    the program installed no callback and a TANDEM_* variable is set
+ *    (then to standard error: see tdm_config.log_fn).
  *  - When a call that takes a callback fails, the callback is never called.
  *  - Destructors accept NULL.
  *  - There is no global state: every object belongs to one runtime, and a
@@ -723,8 +725,8 @@ typedef struct tdm_device_info {
   const char *usage;
   /** Its worker's id when used, else -1. */
   int worker;
-  /** 1: taken out of placement after failures (see "When things fail"
-   * in the README); quarantine_reason says why. 0 otherwise. */
+  /** 1: taken out of placement after failures (see docs/failures.md);
+   * quarantine_reason says why. 0 otherwise. */
   int quarantined;
   const char *quarantine_reason;
 } tdm_device_info;
@@ -883,6 +885,37 @@ TDM_API tdm_handle *tdm_matrix_tile(const tdm_handle *h, size_t i, size_t j);
  * TDM_ERR_STALE_HANDLE. Any thread.
  */
 TDM_API tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags);
+
+/**
+ * Splits a vector handle into pieces of `piece` elements (the last one
+ * shorter when `piece` does not divide the count), as tdm_matrix_partition
+ * splits a matrix into tiles, with the same semantics: non-blocking, each
+ * piece starting after the tasks already submitted on the vector; the
+ * vector itself refused to tasks while partitioned (TDM_ERR_PARTITIONED);
+ * pieces are vectors, and can be partitioned further; a device holding
+ * the vector copies only the pieces it is given. A kernel sees a piece as
+ * a vector of its own (its buffer and length). Errors: TDM_ERR_INVALID_ARG
+ * (not a vector, piece 0, flags not 0), TDM_ERR_PARTITIONED, TDM_ERR_BUSY
+ * (acquired by the host), TDM_ERR_STALE_HANDLE, TDM_ERR_NO_MEMORY. Any
+ * thread.
+ */
+TDM_API tdm_status tdm_vector_partition(tdm_handle *h, size_t piece, unsigned flags);
+
+/** Number of pieces of a partitioned vector; TDM_ERR_NOT_PARTITIONED
+ * otherwise. Any thread. */
+TDM_API tdm_status tdm_vector_pieces(const tdm_handle *h, size_t *count);
+
+/** Piece i of a partitioned vector, or NULL when h is not partitioned or
+ * i is out of range. Owned by h. Any thread. */
+TDM_API tdm_handle *tdm_vector_piece(const tdm_handle *h, size_t i);
+
+/**
+ * Joins the pieces back into the vector, as tdm_matrix_unpartition joins
+ * tiles: non-blocking, the pieces become stale. Errors: those of
+ * tdm_matrix_unpartition, and TDM_ERR_INVALID_ARG for a matrix. Any
+ * thread.
+ */
+TDM_API tdm_status tdm_vector_unpartition(tdm_handle *h, unsigned flags);
 
 /**
  * Gives the host access to a handle's memory: blocks until every task

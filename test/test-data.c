@@ -171,6 +171,76 @@ static void test_partition_keeps_order(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* A vector of 10 in pieces of 4: 4, 4 and 2 elements, each a vector over
+ * its part; tasks on the vector before, on the pieces (one cut again),
+ * on the vector after, in that order; the calls' errors. */
+static void test_vector_pieces(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(4, NULL);
+  int v[12] = {0}; /* v[10], v[11]: outside, must stay 0 */
+  tdm_handle *h, *m;
+  int mm[4] = {0};
+  assert_int_equal(tdm_register_vector(rt, v, 10, sizeof(int), &h), TDM_OK);
+  assert_int_equal(tdm_register_matrix(rt, mm, 2, 2, 2, sizeof(int), &m), TDM_OK);
+  submit(rt, &cl_fill, h, 60, 1); /* before the partition */
+  assert_int_equal(tdm_vector_partition(h, 4, 0), TDM_OK);
+  size_t n = 0;
+  assert_int_equal(tdm_vector_pieces(h, &n), TDM_OK);
+  assert_int_equal(n, 3);
+  static const size_t len[3] = {4, 4, 2};
+  for (size_t i = 0; i < n; i++) {
+    tdm_buffer b;
+    assert_int_equal(tdm_handle_buffer(tdm_vector_piece(h, i), &b), TDM_OK);
+    assert_ptr_equal(b.ptr, &v[4 * i]);
+    assert_int_equal(b.nx, len[i]);
+    assert_int_equal(b.ny, 1);
+    submit(rt, &cl_add, tdm_vector_piece(h, i), 20 * (unsigned)i, 10);
+  }
+  assert_null(tdm_vector_piece(h, 3));
+  /* the vector is the pieces' now; a piece is cut again */
+  fill_args a = {0, 5};
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_add, .handles = {h},
+                                                    .args = &a, .args_size = sizeof a}),
+                   TDM_ERR_PARTITIONED);
+  tdm_handle *p1 = tdm_vector_piece(h, 1);
+  assert_int_equal(tdm_vector_partition(p1, 3, 0), TDM_OK);
+  submit(rt, &cl_add, tdm_vector_piece(p1, 1), 30, 100); /* v[7] */
+  assert_int_equal(tdm_vector_unpartition(h, 0), TDM_ERR_BUSY); /* p1 partitioned */
+  assert_int_equal(tdm_vector_unpartition(p1, 0), TDM_OK);
+  /* errors: wrong kinds, zero, flags, twice */
+  assert_int_equal(tdm_vector_partition(h, 2, 0), TDM_ERR_PARTITIONED);
+  assert_int_equal(tdm_matrix_unpartition(h, 0), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_vector_partition(m, 1, 0), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_matrix_partition(h, 1, 1, 0), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_vector_pieces(m, &n), TDM_ERR_NOT_PARTITIONED);
+  assert_int_equal(tdm_vector_unpartition(m, 0), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_vector_unpartition(h, 1), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_vector_unpartition(h, 0), TDM_OK);
+  assert_int_equal(tdm_vector_unpartition(h, 0), TDM_ERR_NOT_PARTITIONED);
+  assert_int_equal(tdm_handle_buffer(p1, &(tdm_buffer){0}), TDM_ERR_STALE_HANDLE);
+  submit(rt, &cl_add, h, 0, 1000); /* after: waits for every piece */
+  tdm_handle *h2;
+  int w[3] = {0};
+  assert_int_equal(tdm_register_vector(rt, w, 3, sizeof(int), &h2), TDM_OK);
+  assert_int_equal(tdm_vector_partition(h2, 0, 0), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_vector_partition(h2, 3, 1), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_vector_partition(h2, 100, 0), TDM_OK); /* one piece, all of it */
+  assert_int_equal(tdm_vector_pieces(h2, &n), TDM_OK);
+  assert_int_equal(n, 1);
+  submit(rt, &cl_fill, tdm_vector_piece(h2, 0), 0, 9);
+  assert_int_equal(tdm_vector_unpartition(h2, 0), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h2), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(m), TDM_OK);
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(v[i], 1 + 10 + 1000 + (i == 7 ? 100 : 0));
+  assert_int_equal(v[10], 0);
+  assert_int_equal(v[11], 0);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(w[i], 9);
+  tdm_runtime_destroy(rt);
+}
+
 /* A tile can be acquired like any handle; its matrix cannot be joined
  * back meanwhile. */
 static void test_acquire_tile(void **state) {
@@ -416,6 +486,7 @@ int main(void) {
       cmocka_unit_test(test_unregister_waits),
       cmocka_unit_test(test_uneven_tiles),
       cmocka_unit_test(test_partition_keeps_order),
+      cmocka_unit_test(test_vector_pieces),
       cmocka_unit_test(test_acquire_tile),
       cmocka_unit_test(test_many_tiles),
       cmocka_unit_test(test_overlap_refused),

@@ -1192,6 +1192,67 @@ static void test_argument_hint(void **state) {
   tdm_free(y);
 }
 
+/* Vectors partitioned into pieces on a device: a kernel on each piece
+ * sees a vector of its own (its buffer and length), the pieces' results
+ * and the vector's before and after agree with the same arithmetic on
+ * the host, whichever worker ran each piece; a piece cut again too. */
+static void test_vector_pieces_on_device(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  float *x = array(1, 1), *y = array(2, 0.5f), *want = malloc(N * sizeof *want);
+  assert_non_null(want);
+  for (int i = 0; i < N; i++)
+    want[i] = y[i];
+  tdm_handle *hx, *hy;
+  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  /* the whole vectors, on the device: y there, and newer than the host */
+  saxpy(rt, &saxpy_gpu_only, hx, hy, 1);
+  for (int i = 0; i < N; i++)
+    want[i] += x[i];
+  const size_t piece = 1000; /* 5 pieces, the last of 96 */
+  assert_int_equal(tdm_vector_partition(hx, piece, 0), TDM_OK);
+  assert_int_equal(tdm_vector_partition(hy, piece, 0), TDM_OK);
+  size_t n = 0;
+  assert_int_equal(tdm_vector_pieces(hy, &n), TDM_OK);
+  assert_int_equal(n, 5);
+  for (size_t p = 0; p < n; p++) {
+    bool device = p % 2 == 0;
+    float a = device ? 2.0f : 3.0f;
+    saxpy(rt, device ? &saxpy_gpu_only : &saxpy_cpu_only, tdm_vector_piece(hx, p),
+          tdm_vector_piece(hy, p), a);
+    for (size_t i = p * piece; i < N && i < (p + 1) * piece; i++)
+      want[i] += a * x[i];
+  }
+  /* piece 0 of both, cut in pieces of 300: the second on the device */
+  tdm_handle *x0 = tdm_vector_piece(hx, 0), *y0 = tdm_vector_piece(hy, 0);
+  assert_int_equal(tdm_vector_partition(x0, 300, 0), TDM_OK);
+  assert_int_equal(tdm_vector_partition(y0, 300, 0), TDM_OK);
+  saxpy(rt, &saxpy_gpu_only, tdm_vector_piece(x0, 1), tdm_vector_piece(y0, 1), 5);
+  for (int i = 300; i < 600; i++)
+    want[i] += 5 * x[i];
+  assert_int_equal(tdm_vector_unpartition(x0, 0), TDM_OK);
+  assert_int_equal(tdm_vector_unpartition(y0, 0), TDM_OK);
+  assert_int_equal(tdm_vector_unpartition(hx, 0), TDM_OK);
+  assert_int_equal(tdm_vector_unpartition(hy, 0), TDM_OK);
+  /* the whole again, on the device: it gathers what the pieces made */
+  saxpy(rt, &saxpy_gpu_only, hx, hy, 1);
+  for (int i = 0; i < N; i++)
+    want[i] += x[i];
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
+  for (int i = 0; i < N; i++)
+    if (y[i] != want[i])
+      fail_msg("y[%d] = %g, expected %g", i, (double)y[i], (double)want[i]);
+  assert_int_equal(test_log_errors(&log), 0);
+  tdm_runtime_destroy(rt);
+  tdm_free(x);
+  tdm_free(y);
+  free(want);
+}
+
 /* tdm_opencl_device: the device's id and the runtime's context, which a
  * program can use for its own OpenCL calls; none for a device not used;
  * bad numbers refused. */
@@ -1660,6 +1721,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_kernel_name_hint),
       cmocka_unit_test(test_argument_hint),
       cmocka_unit_test(test_opencl_device),
+      cmocka_unit_test(test_vector_pieces_on_device),
       cmocka_unit_test(test_no_device),
       cmocka_unit_test(test_callbacks_on_failures),
       cmocka_unit_test(test_failed_event_calls_back),

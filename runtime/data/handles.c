@@ -297,9 +297,11 @@ static int copy_refs(tdm_runtime *rt, tdm_taskvec *dst, const tdm_taskvec *src) 
   return 0;
 }
 
-tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_cols,
-                                unsigned flags) {
-  static const char what[] = "tdm_matrix_partition";
+/* A matrix into tiles, or a vector into pieces (tiles of tile_rows
+ * elements and one column, as a vector's geometry is: nx elements of one
+ * column, ld 1): the same dependencies, coherence and device copies. */
+static tdm_status partition(tdm_handle *h, size_t tile_rows, size_t tile_cols, unsigned flags,
+                            uint8_t kind, const char *what) {
   tdm_runtime *rt = runtime_of(h);
   if (!rt)
     return TDM_ERR_INVALID_ARG;
@@ -307,9 +309,10 @@ tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_col
   tdm_status st = tdm__handle_check(rt, h, what);
   if (st)
     return st;
-  if (h->kind != TDM_HANDLE_MATRIX || !tile_rows || !tile_cols || flags)
+  if (h->kind != kind || !tile_rows || !tile_cols || flags)
     return hbad(rt, TDM_ERR_INVALID_ARG, what,
-                "needs a matrix, nonzero tile sizes and flags 0");
+                kind == TDM_HANDLE_MATRIX ? "needs a matrix, nonzero tile sizes and flags 0"
+                                          : "needs a vector, a nonzero piece size and flags 0");
   size_t ni = (h->buf.nx + tile_rows - 1) / tile_rows;
   size_t nj = (h->buf.ny + tile_cols - 1) / tile_cols;
   tdm_handle **tiles = tdm__calloc(rt, ni * nj, sizeof *tiles);
@@ -330,7 +333,7 @@ tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_col
       b.ptr = (char *)h->buf.ptr + (r0 * h->buf.ld + c0) * h->buf.elem_size;
       b.nx = h->buf.nx - r0 < tile_rows ? h->buf.nx - r0 : tile_rows;
       b.ny = h->buf.ny - c0 < tile_cols ? h->buf.ny - c0 : tile_cols;
-      tdm_handle *tile = handle_new(rt, TDM_HANDLE_MATRIX, &b, h, NULL);
+      tdm_handle *tile = handle_new(rt, kind, &b, h, NULL);
       if (!tile) {
         st = hbad(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
         break;
@@ -360,13 +363,23 @@ tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_col
   return st;
 }
 
-tdm_status tdm_matrix_tiles(const tdm_handle *h, size_t *tile_rows_out,
-                            size_t *tile_cols_out) {
+tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_cols,
+                                unsigned flags) {
+  return partition(h, tile_rows, tile_cols, flags, TDM_HANDLE_MATRIX, "tdm_matrix_partition");
+}
+
+tdm_status tdm_vector_partition(tdm_handle *h, size_t piece, unsigned flags) {
+  return partition(h, piece, 1, flags, TDM_HANDLE_VECTOR, "tdm_vector_partition");
+}
+
+/* The grid of a partitioned handle (a vector's: n x 1). */
+static tdm_status grid(const tdm_handle *h, size_t *tile_rows_out, size_t *tile_cols_out,
+                       const char *what) {
   tdm_runtime *rt = runtime_of(h);
   if (!rt || !tile_rows_out || !tile_cols_out)
     return TDM_ERR_INVALID_ARG;
-  TDM_FORK_GUARD(rt, "tdm_matrix_tiles");
-  tdm_status st = tdm__handle_check(rt, h, "tdm_matrix_tiles");
+  TDM_FORK_GUARD(rt, what);
+  tdm_status st = tdm__handle_check(rt, h, what);
   if (st)
     return st;
   tdm_handle *mh = (tdm_handle *)h; /* the lock is not part of the value */
@@ -376,14 +389,24 @@ tdm_status tdm_matrix_tiles(const tdm_handle *h, size_t *tile_rows_out,
   *tile_cols_out = h->tile_cols;
   tdm__spin_unlock(&mh->lock);
   if (!partitioned)
-    return hbad(rt, TDM_ERR_NOT_PARTITIONED, "tdm_matrix_tiles", "not partitioned");
+    return hbad(rt, TDM_ERR_NOT_PARTITIONED, what, "not partitioned");
   return TDM_OK;
 }
 
-tdm_handle *tdm_matrix_tile(const tdm_handle *h, size_t i, size_t j) {
+tdm_status tdm_matrix_tiles(const tdm_handle *h, size_t *tile_rows_out,
+                            size_t *tile_cols_out) {
+  return grid(h, tile_rows_out, tile_cols_out, "tdm_matrix_tiles");
+}
+
+tdm_status tdm_vector_pieces(const tdm_handle *h, size_t *count) {
+  size_t cols;
+  return grid(h, count, &cols, "tdm_vector_pieces");
+}
+
+/* Tile (i, j) of a partitioned handle, or NULL. */
+static tdm_handle *tile_at(const tdm_handle *h, size_t i, size_t j, const char *what) {
   tdm_runtime *rt = runtime_of(h);
-  if (!rt || (tdm__forked(rt) && tdm__forked_error(rt, "tdm_matrix_tile")) ||
-      tdm__handle_check(rt, h, "tdm_matrix_tile"))
+  if (!rt || (tdm__forked(rt) && tdm__forked_error(rt, what)) || tdm__handle_check(rt, h, what))
     return NULL;
   tdm_handle *mh = (tdm_handle *)h, *tile = NULL;
   tdm__spin_lock(&mh->lock);
@@ -393,13 +416,21 @@ tdm_handle *tdm_matrix_tile(const tdm_handle *h, size_t i, size_t j) {
   return tile;
 }
 
+tdm_handle *tdm_matrix_tile(const tdm_handle *h, size_t i, size_t j) {
+  return tile_at(h, i, j, "tdm_matrix_tile");
+}
+
+tdm_handle *tdm_vector_piece(const tdm_handle *h, size_t i) {
+  return tile_at(h, i, 0, "tdm_vector_piece");
+}
+
 static int cmp_address(const void *a, const void *b) {
   uintptr_t x = (uintptr_t)*(tdm_handle *const *)a, y = (uintptr_t)*(tdm_handle *const *)b;
   return (x > y) - (x < y);
 }
 
-tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
-  static const char what[] = "tdm_matrix_unpartition";
+/* Joins a matrix's tiles or a vector's pieces (kind) back. */
+static tdm_status unpartition(tdm_handle *h, unsigned flags, uint8_t kind, const char *what) {
   tdm_runtime *rt = runtime_of(h);
   if (!rt)
     return TDM_ERR_INVALID_ARG;
@@ -409,6 +440,12 @@ tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
     return st;
   if (flags)
     return hbad(rt, TDM_ERR_INVALID_ARG, what, "flags must be 0");
+  if (h->kind != kind)
+    return hbad(rt, TDM_ERR_INVALID_ARG, what,
+                kind == TDM_HANDLE_MATRIX ? "not a matrix (a vector's pieces join with "
+                                            "tdm_vector_unpartition)"
+                                          : "not a vector (a matrix's tiles join with "
+                                            "tdm_matrix_unpartition)");
   /* The tiles array cannot change under us without the parent's lock,
    * but we must lock the parent together with its tiles, in address
    * order: read the array under the parent's lock first. */
@@ -479,6 +516,14 @@ tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
   if (!keep)
     free(tiles);
   return TDM_OK;
+}
+
+tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
+  return unpartition(h, flags, TDM_HANDLE_MATRIX, "tdm_matrix_unpartition");
+}
+
+tdm_status tdm_vector_unpartition(tdm_handle *h, unsigned flags) {
+  return unpartition(h, flags, TDM_HANDLE_VECTOR, "tdm_vector_unpartition");
 }
 
 /* ---- host access --------------------------------------------------------- */
