@@ -15,6 +15,7 @@
  * the runtime is destroyed or tdm_trace_flush is called.
  */
 #include "../internal.h"
+#include "../sched/perfmodel.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -470,10 +471,14 @@ static void summary_by_codelet(tdm_runtime *rt) {
   }
   free(a.ev);
   for (unsigned j = 0; j < ns; j++)
-    tdm__log(rt, TDM_LOG_INFO, "stats: codelet %s on %s: %llu tasks, mean %.1f us (no performance "
-             "model yet: nothing predicted)",
+    tdm__log(rt, TDM_LOG_INFO, "stats: codelet %s on %s: %llu tasks, mean %.1f us",
              sums[j].name, sums[j].device ? "devices" : "CPU workers",
              (unsigned long long)sums[j].n, (double)sums[j].ns / 1000.0 / (double)sums[j].n);
+  if (ns && rt->ndevice_workers) /* placement's predictions, per size and kind of worker */
+    tdm__log(rt, TDM_LOG_INFO, "stats: what placement learnt of these codelets: "
+             "tandem-models show %.*s",
+             (int)(strlen(rt->model_file) - strlen(TDM_MODEL_PREFIX) - strlen(TDM_MODEL_SUFFIX)),
+             rt->model_file + strlen(TDM_MODEL_PREFIX));
 }
 
 static void stats_report(tdm_runtime *rt) {
