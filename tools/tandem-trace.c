@@ -503,14 +503,8 @@ int main(int argc, char **argv) {
   int rc = 0;
   if (want_summary)
     rc = summary(in, tracks, ntracks, bars, nbars, flows, nflows, t_min, t_max);
-  if (rc || (want_summary && !out)) {
-    free(tracks);
-    free(bars);
-    free(codelets);
-    free(flows);
-    json_free(doc);
-    return rc;
-  }
+  if (rc || (want_summary && !out))
+    goto done;
 
   /* room for the longest row label and legend entry */
   size_t longest = 0, longest_legend = strlen("copy between host and device");
@@ -646,6 +640,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "tandem-trace: writing failed\n");
     rc = 1;
   }
+done:
   free(tracks);
   free(bars);
   free(codelets);
