@@ -551,6 +551,38 @@ static void test_tile_taken_after_failed_copy(void **state) {
   teardown_world(&w);
 }
 
+/* A matrix only a device holds is partitioned; its copy home for the
+ * first tile fails, the tiles take their rectangles through memory
+ * aside, and are only read. After the unpartition the matrix is
+ * unchanged, and its host memory holds its version, assembled by the
+ * tiles: the gather makes it valid there. Copying it home again (as the
+ * first use of the matrix on another device did) would write into the
+ * memory the tiles' readers may still be reading, and a copy that failed
+ * there would leave them garbage (test-coherence-dag saw such reads). */
+static void test_unwritten_tiles_assemble_the_host(void **state) {
+  (void)state;
+  static world w;
+  setup_world_with(&w, &failing_ops);
+  begin(&w);
+  write_on(&w, w.m, 1);
+  partition(&w);
+  tdm_handle *hs[2] = {NULL, NULL};
+  assert_int_equal(handles(&w, hs), 2);
+  fail_at = 1;
+  assert_false(attempt(&w, hs[0], 0, TDM_R)); /* the matrix's copy home failed */
+  assert_int_equal(fail_at, 0);
+  read_on(&w, hs[0], 0);
+  read_on(&w, hs[1], 0);
+  assert_int_equal(tdm_matrix_unpartition(w.m, 0), TDM_OK);
+  w.parted = false;
+  unsigned before = copies;
+  read_on(&w, w.m, 2); /* the gather, then from the host to node 2 */
+  assert_int_equal(copies - before, 1);
+  assert_true(tdm__nodeset_has(&w.m->coh.valid, 0));
+  end(&w);
+  teardown_world(&w);
+}
+
 /* A reader of the matrix from before its partition runs after a tile
  * took its rectangle through a copy home that failed, and is tried
  * again: the matrix comes home aside, into the rectangles the tiles do
@@ -605,6 +637,7 @@ int main(void) {
       cmocka_unit_test(test_gather_copy_fails),
       cmocka_unit_test(test_tile_taken_after_failed_copy),
       cmocka_unit_test(test_reader_before_partition_retried),
+      cmocka_unit_test(test_unwritten_tiles_assemble_the_host),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -454,8 +454,24 @@ static bool gather(const tdm_nodes *nodes, tdm_handle *h) {
   }
   if (h->coh.lent == g->seq) /* the tiles gave its host memory back */
     h->coh.lent = 0;
-  tdm_token all = w.n && changed ? nodes->ops->join(nodes->ctx, w.v, w.n) : 0;
+  /* Unchanged, but no longer valid on the host (its copy there failed
+   * while the tiles held its memory): the tiles, each valid there, hold
+   * its version in its host memory, rectangle by rectangle. That memory
+   * is the version's, valid: a copy home into it (an eviction's, a
+   * reader's) would write under the tiles' readers, which may still be
+   * reading it, and a copy that failed would leave them garbage. */
+  bool assembled = !changed && !tdm__nodeset_has(&h->coh.valid, 0);
+  tdm_token all = w.n && (changed || assembled) ? nodes->ops->join(nodes->ctx, w.v, w.n) : 0;
   tdm__tokens_release(nodes, &w);
+  if (assembled) {
+    tdm__nodeset_add(&h->coh.valid, 0);
+    host_holds(nodes, h, h->coh.ver);
+    if (h->coh.rep) /* (it has: another node holds it) */
+      set_fill(nodes, h, 0, all);
+    else if (all)
+      nodes->ops->release(nodes->ctx, all);
+    all = 0; /* taken over */
+  }
   /* g may go from here */
   tdm_nodes *mn = (tdm_nodes *)nodes; /* the reap list is its one mutable part */
   g->older = atomic_load_explicit(&mn->reap, memory_order_relaxed);
