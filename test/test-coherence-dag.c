@@ -1,6 +1,7 @@
 /*
  * Differential test of data coherence: random tasks over matrices that are
- * partitioned and unpartitioned as the run goes, with host acquisitions
+ * partitioned into tiles and unpartitioned as the run goes (with emulated
+ * devices, one of them a vector partitioned into pieces), with host acquisitions
  * that read (and check) or modify the data, on devices with memory of
  * their own. Each task mixes every element it reads into every element it
  * writes with a function of its number, so one stale element anywhere
@@ -202,15 +203,30 @@ static void init_codelets(bool opencl) {
 
 /* ---- one run ------------------------------------------------------------- */
 
+/* With emulated devices (which run the CPU variant: no kernel's argument
+ * list to match), the last "matrix" is a vector of VEC elements,
+ * partitioned into pieces. */
+#define VEC (ROWS * COLS)
+static bool vectors;
+
 typedef struct {
   tdm_runtime *rt;
   uint64_t rng;
   uint64_t *data[NMAT], *ref[NMAT];
   tdm_handle *mat[NMAT];
   bool parted[NMAT];
-  size_t tr[NMAT], tc[NMAT]; /* tiles */
+  size_t tr[NMAT], tc[NMAT]; /* tiles (a vector's: pieces x 1) */
   unsigned checks;
 } run;
+
+static bool is_vector(unsigned m) {
+  return vectors && m == NMAT - 1;
+}
+
+/* Element e of handle m's memory, counting a matrix's row by row. */
+static size_t element(unsigned m, size_t e) {
+  return is_vector(m) ? e : e / COLS * LD + e % COLS;
+}
 
 static uint64_t next(run *r) {
   return r->rng = mix(r->rng);
@@ -229,7 +245,7 @@ static tdm_handle *pick(run *r, unsigned m) {
   if (!r->parted[m])
     return r->mat[m];
   size_t i = next(r) % r->tr[m], j = next(r) % r->tc[m];
-  return tdm_matrix_tile(r->mat[m], i, j);
+  return is_vector(m) ? tdm_vector_piece(r->mat[m], i) : tdm_matrix_tile(r->mat[m], i, j);
 }
 
 /* Handles to draw from: the tiles of partitioned matrices, the others. */
@@ -282,12 +298,13 @@ static void submit_task(run *r) {
 }
 
 static void compare(run *r, unsigned m, const char *when) {
-  for (int i = 0; i < ROWS; i++)
-    for (int j = 0; j < COLS; j++)
-      if (r->data[m][i * LD + j] != r->ref[m][i * LD + j])
-        fail_msg("%s: matrix %u element (%d, %d) is stale or wrong: %llx, expected %llx", when,
-                 m, i, j, (unsigned long long)r->data[m][i * LD + j],
-                 (unsigned long long)r->ref[m][i * LD + j]);
+  for (size_t e = 0; e < ROWS * COLS; e++) {
+    size_t k = element(m, e);
+    if (r->data[m][k] != r->ref[m][k])
+      fail_msg("%s: %s %u element %zu is stale or wrong: %llx, expected %llx", when,
+               is_vector(m) ? "vector" : "matrix", m, e, (unsigned long long)r->data[m][k],
+               (unsigned long long)r->ref[m][k]);
+  }
   r->checks++;
 }
 
@@ -299,7 +316,7 @@ static void host_access(run *r, unsigned m) {
   if (write) {
     uint64_t v = next(r);
     for (int k = 0; k < 5; k++) {
-      size_t e = (size_t)(next(r) % ROWS) * LD + next(r) % COLS;
+      size_t e = element(m, (size_t)(next(r) % (ROWS * COLS)));
       r->data[m][e] = r->ref[m][e] = v + (uint64_t)k;
     }
   }
@@ -308,6 +325,7 @@ static void host_access(run *r, unsigned m) {
 
 static void one_seed(tdm_runtime *rt, uint64_t seed, unsigned steps) {
   static const size_t tiles[][2] = {{4, 4}, {6, 12}, {12, 5}, {3, 7}, {5, 5}};
+  static const size_t pieces[] = {16, 50, 7, VEC, VEC / 5};
   run r = {.rt = rt, .rng = seed};
   for (unsigned m = 0; m < NMAT; m++) {
     r.data[m] = tdm_malloc(ROWS * LD * sizeof(uint64_t));
@@ -316,21 +334,34 @@ static void one_seed(tdm_runtime *rt, uint64_t seed, unsigned steps) {
     assert_non_null(r.ref[m]);
     for (int e = 0; e < ROWS * LD; e++)
       r.data[m][e] = r.ref[m][e] = mix(seed * 7919 + (uint64_t)(m * ROWS * LD + e));
-    assert_int_equal(tdm_register_matrix(rt, r.data[m], LD, ROWS, COLS, sizeof(uint64_t),
-                                         &r.mat[m]),
-                     TDM_OK);
+    if (is_vector(m))
+      assert_int_equal(tdm_register_vector(rt, r.data[m], VEC, sizeof(uint64_t), &r.mat[m]),
+                       TDM_OK);
+    else
+      assert_int_equal(tdm_register_matrix(rt, r.data[m], LD, ROWS, COLS, sizeof(uint64_t),
+                                           &r.mat[m]),
+                       TDM_OK);
   }
   for (unsigned n = 0; n < steps; n++) {
     unsigned m = (unsigned)(next(&r) % NMAT), what = (unsigned)(next(&r) % 20);
     if (what < 14) {
       submit_task(&r);
+    } else if (what < 16 && !r.parted[m] && is_vector(m)) {
+      size_t p = pieces[next(&r) % (sizeof pieces / sizeof pieces[0])];
+      assert_int_equal(tdm_vector_partition(r.mat[m], p, 0), TDM_OK);
+      assert_int_equal(tdm_vector_pieces(r.mat[m], &r.tr[m]), TDM_OK);
+      assert_int_equal(r.tr[m], (VEC + p - 1) / p);
+      r.tc[m] = 1;
+      r.parted[m] = true;
     } else if (what < 16 && !r.parted[m]) {
       const size_t *t = tiles[next(&r) % (sizeof tiles / sizeof tiles[0])];
       assert_int_equal(tdm_matrix_partition(r.mat[m], t[0], t[1], 0), TDM_OK);
       assert_int_equal(tdm_matrix_tiles(r.mat[m], &r.tr[m], &r.tc[m]), TDM_OK);
       r.parted[m] = true;
     } else if (what < 18 && r.parted[m]) {
-      assert_int_equal(tdm_matrix_unpartition(r.mat[m], 0), TDM_OK);
+      assert_int_equal(is_vector(m) ? tdm_vector_unpartition(r.mat[m], 0)
+                                    : tdm_matrix_unpartition(r.mat[m], 0),
+                       TDM_OK);
       r.parted[m] = false;
     } else if (!r.parted[m]) {
       host_access(&r, m);
@@ -338,7 +369,9 @@ static void one_seed(tdm_runtime *rt, uint64_t seed, unsigned steps) {
   }
   for (unsigned m = 0; m < NMAT; m++) {
     if (r.parted[m])
-      assert_int_equal(tdm_matrix_unpartition(r.mat[m], 0), TDM_OK);
+      assert_int_equal(is_vector(m) ? tdm_vector_unpartition(r.mat[m], 0)
+                                    : tdm_matrix_unpartition(r.mat[m], 0),
+                       TDM_OK);
     assert_int_equal(tdm_handle_unregister(r.mat[m]), TDM_OK);
     compare(&r, m, "unregistered");
     tdm_free(r.data[m]);
@@ -447,6 +480,7 @@ static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps
                  uint64_t totals[3]) {
   char dir[64];
   tdm_runtime *rt = make(s, dir, sizeof dir);
+  vectors = s->sim != NULL;
   wide_submitted = 0;
   atomic_store(&wide_on_cpu, 0);
   for (uint64_t seed = first; seed < first + nseeds; seed++)
