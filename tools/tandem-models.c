@@ -188,7 +188,8 @@ static int list(const tool *t) {
     n++;
   }
   closedir(d);
-  qsort(files, n, sizeof *files, cmp_str);
+  if (n)
+    qsort(files, n, sizeof *files, cmp_str);
   if (t->json) {
     printf("{\"cache_dir\": ");
     json_string(t->dir_path);
