@@ -76,7 +76,10 @@ typedef struct tdm_opencl_variant {
  * beside the runtime's: its cl_device_id in *id, and in *context the
  * context the runtime runs its tasks in, or NULL where the runtime does
  * not use the device (either pointer may be NULL). Both stay the
- * runtime's: valid until tdm_runtime_destroy, not to be released. Any
+ * runtime's: valid until tdm_runtime_destroy, not to be released. What
+ * the program enqueues on its own queues is not ordered with the
+ * runtime's tasks: it must not touch a registered handle's memory unless
+ * the handle is acquired (tdm_handle_acquire). Any
  * thread. TDM_ERR_INVALID_ARG for a NULL runtime or a number out of
  * range (logged); TDM_ERR_NOT_SUPPORTED for an emulated device, or a
  * Tandem built without OpenCL. */
