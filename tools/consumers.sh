@@ -68,8 +68,8 @@ run pkg-config-static
 env -u LD_LIBRARY_PATH "$prefix/bin/tandem-info" >/dev/null || fail "installed tandem-info"
 say "installed tandem-info runs from $prefix/bin"
 
-# CMake
-cmake -S test/consumer -B "$out/cmake" -DCMAKE_PREFIX_PATH="$prefix" >"$out/cmake.log" 2>&1 ||
+# CMake (with ninja, which building Tandem needs anyway: make may be absent)
+cmake -G Ninja -S test/consumer -B "$out/cmake" -DCMAKE_PREFIX_PATH="$prefix" >"$out/cmake.log" 2>&1 ||
   fail "cmake: $(tail -20 "$out/cmake.log")"
 cmake --build "$out/cmake" >>"$out/cmake.log" 2>&1 || fail "cmake --build: $(tail -20 "$out/cmake.log")"
 cp "$out/cmake/consumer" "$out/cmake-consumer"
