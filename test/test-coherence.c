@@ -520,6 +520,21 @@ static void test_gather_copy_fails(void **state) {
   teardown_world(&w);
 }
 
+/* A matrix only node `holder` holds is partitioned; the first access to
+ * tile `tile` (mode) fails, as the matrix's copy home for it fails; hs
+ * gets the two tiles. */
+static void home_failed_for_tile(world *w, unsigned holder, unsigned tile, unsigned mode,
+                                 tdm_handle *hs[2]) {
+  setup_world_with(w, &failing_ops);
+  begin(w);
+  write_on(w, w->m, holder);
+  partition(w);
+  assert_int_equal(handles(w, hs), 2);
+  fail_at = 1;
+  assert_false(attempt(w, hs[tile], 0, mode)); /* the matrix's copy home failed */
+  assert_int_equal(fail_at, 0);
+}
+
 /* A matrix only a device holds is partitioned; the copy home its first
  * tile's first use (a write in the host's memory) starts fails, and the
  * write is tried again. The other tile then takes its rectangle from the
@@ -529,15 +544,8 @@ static void test_gather_copy_fails(void **state) {
 static void test_tile_taken_after_failed_copy(void **state) {
   (void)state;
   static world w;
-  setup_world_with(&w, &failing_ops);
-  begin(&w);
-  write_on(&w, w.m, 1);
-  partition(&w);
   tdm_handle *hs[2] = {NULL, NULL};
-  assert_int_equal(handles(&w, hs), 2);
-  fail_at = 1;
-  assert_false(attempt(&w, hs[1], 0, TDM_W)); /* the matrix's copy home failed */
-  assert_int_equal(fail_at, 0);
+  home_failed_for_tile(&w, 1, 1, TDM_W, hs);
   write_on(&w, hs[1], 0);
   read_on(&w, hs[0], 0);
   read_on(&w, hs[1], 0);
@@ -562,15 +570,8 @@ static void test_tile_taken_after_failed_copy(void **state) {
 static void test_unwritten_tiles_assemble_the_host(void **state) {
   (void)state;
   static world w;
-  setup_world_with(&w, &failing_ops);
-  begin(&w);
-  write_on(&w, w.m, 1);
-  partition(&w);
   tdm_handle *hs[2] = {NULL, NULL};
-  assert_int_equal(handles(&w, hs), 2);
-  fail_at = 1;
-  assert_false(attempt(&w, hs[0], 0, TDM_R)); /* the matrix's copy home failed */
-  assert_int_equal(fail_at, 0);
+  home_failed_for_tile(&w, 1, 0, TDM_R, hs);
   read_on(&w, hs[0], 0);
   read_on(&w, hs[1], 0);
   assert_int_equal(tdm_matrix_unpartition(w.m, 0), TDM_OK);
@@ -591,14 +592,8 @@ static void test_unwritten_tiles_assemble_the_host(void **state) {
 static void test_reader_before_partition_retried(void **state) {
   (void)state;
   static world w;
-  setup_world_with(&w, &failing_ops);
-  begin(&w);
-  write_on(&w, w.m, 2);
-  partition(&w);
   tdm_handle *hs[2] = {NULL, NULL};
-  assert_int_equal(handles(&w, hs), 2);
-  fail_at = 1;
-  assert_false(attempt(&w, hs[0], 0, TDM_R));
+  home_failed_for_tile(&w, 2, 0, TDM_R, hs);
   assert_false(attempt(&w, w.m, 0, TDM_R)); /* the same failed copy */
   read_on(&w, w.m, 0);
   read_on(&w, hs[0], 0);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "info-opencl.h"
+#include "units.h"
 #include "tandem.h"
 #ifdef TDM_HAVE_OPENCL
 #include "tandem/opencl.h"
@@ -254,14 +255,6 @@ static const char *rate(double bps, char *buf, size_t size) {
   return buf;
 }
 
-static const char *seconds(double s, char *buf, size_t size) {
-  if (s >= 1e-3)
-    snprintf(buf, size, "%.3g ms", s * 1e3);
-  else
-    snprintf(buf, size, "%.3g us", s * 1e6);
-  return buf;
-}
-
 /* The --verbose and --bandwidth lines of device d. */
 static void print_device_extras(const view *v, unsigned d) {
   char b1[32], b2[32], b3[32], b4[32];
@@ -289,14 +282,15 @@ static void print_device_extras(const view *v, unsigned d) {
   if (v->bandwidth && v->has_link[d]) {
     const info_link *l = &v->links[d];
     printf("      Link:     host to device %s latency, %s; device to host %s latency, %s\n",
-           seconds(l->latency_to_device_s, b1, sizeof b1),
+           units_seconds(l->latency_to_device_s, b1, sizeof b1),
            rate(l->bandwidth_to_device, b2, sizeof b2),
-           seconds(l->latency_to_host_s, b3, sizeof b3),
+           units_seconds(l->latency_to_host_s, b3, sizeof b3),
            rate(l->bandwidth_to_host, b4, sizeof b4));
     for (unsigned i = 0; i < l->nsamples; i++) {
       const info_link_sample *s = &l->samples[i];
       printf("        %10" PRIu64 " bytes: to device %s, to host %s\n", s->bytes,
-             seconds(s->to_device_s, b1, sizeof b1), seconds(s->to_host_s, b2, sizeof b2));
+             units_seconds(s->to_device_s, b1, sizeof b1),
+             units_seconds(s->to_host_s, b2, sizeof b2));
     }
     if (v->devices[d].shared_memory)
       printf("        (the device shares the host's memory: the runtime makes no copies for it)\n");

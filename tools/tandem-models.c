@@ -16,6 +16,7 @@
  */
 #include "../runtime/internal.h"
 #include "../runtime/sched/perfmodel.h"
+#include "units.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -103,17 +104,6 @@ static void json_string(const char *s) {
       putchar(c);
   }
   putchar('"');
-}
-
-/* "1.23 ms" */
-static const char *duration(double s, char *buf, size_t n) {
-  if (s >= 1)
-    snprintf(buf, n, "%.3g s", s);
-  else if (s >= 1e-3)
-    snprintf(buf, n, "%.3g ms", s * 1e3);
-  else
-    snprintf(buf, n, "%.3g us", s * 1e6);
-  return buf;
 }
 
 typedef struct tool {
@@ -288,8 +278,9 @@ static int show(const tool *t, const char *app, const char *codelet) {
                  r->k >= TDM_MODEL_CALIBRATION ? "true" : "false");
         else
           printf("    %14llu %5u %10s %10s %10s%s\n", (unsigned long long)r->size, r->k,
-                 duration(r->median, b1, sizeof b1), duration(r->min, b2, sizeof b2),
-                 duration(r->max, b3, sizeof b3),
+                 units_seconds(r->median, b1, sizeof b1),
+                 units_seconds(r->min, b2, sizeof b2),
+                 units_seconds(r->max, b3, sizeof b3),
                  r->k >= TDM_MODEL_CALIBRATION ? "" : "  (calibrating)");
       }
       if (t->json) {

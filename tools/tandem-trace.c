@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "units.h"
 
 typedef struct bar {
   unsigned track;
@@ -123,15 +124,9 @@ static void usage(FILE *to) {
  * (an average glyph is about 0.55 em). */
 static int text_px(size_t n) { return (int)(7.2 * (double)n) + 4; }
 
-/* "1.23 ms" */
+/* a duration of `us` microseconds, for people */
 static const char *shown_time(double us, char *buf, size_t n) {
-  if (us >= 1e6)
-    snprintf(buf, n, "%.3g s", us / 1e6);
-  else if (us >= 1e3)
-    snprintf(buf, n, "%.3g ms", us / 1e3);
-  else
-    snprintf(buf, n, "%.3g us", us);
-  return buf;
+  return units_seconds(us * 1e-6, buf, n);
 }
 
 static const bar *sorted_bars; /* for the comparisons below */

@@ -494,10 +494,11 @@ static void default_work_size(const tdm_buffer *b, bool vector, unsigned *dims, 
 
 /* The arguments Tandem passes a codelet's kernel, as a C parameter list
  * (set_args' order), into out: for the hint when the kernel's own list
- * differs. */
-static void describe_args(const tdm_task *t, bool shared, char *out, size_t n) {
+ * differs. Returns how many there are. */
+static unsigned describe_args(const tdm_task *t, bool shared, char *out, size_t n) {
   tdm_handle *const *hs = tdm__task_handles(t);
   size_t at = 0;
+  unsigned count = t->args_size != 0;
 #define PUT(...)                                                               \
   do {                                                                         \
     int w = snprintf(out + at, at < n ? n - at : 0, __VA_ARGS__);              \
@@ -506,6 +507,7 @@ static void describe_args(const tdm_task *t, bool shared, char *out, size_t n) {
   PUT("(");
   for (unsigned i = 0; i < t->nbuf; i++) {
     const tdm_buffer *b = &hs[i]->buf;
+    count += hs[i]->kind == TDM_HANDLE_VECTOR ? 2 : 4;
     if (hs[i]->kind == TDM_HANDLE_VECTOR)
       PUT("%s__global T%u *v%u /* %zu elements of %zu bytes */, ulong n%u", i ? ", " : "", i,
           i, b->nx, b->elem_size, i);
@@ -520,6 +522,7 @@ static void describe_args(const tdm_task *t, bool shared, char *out, size_t n) {
 #undef PUT
   if (at >= n && n > 4)
     strcpy(out + n - 4, "...");
+  return count;
 }
 
 /* Logs why t could not be enqueued on g, with what Tandem passes the
@@ -534,11 +537,8 @@ static void log_launch_failure(cl_device *g, const tdm_task *t, cl_int err) {
               err == CL_INVALID_MEM_OBJECT;
   if (args && p && p->kernel && !t->codelet->opencl->enqueue) {
     cl_uint declared = 0;
-    unsigned passed = t->args_size != 0;
-    for (unsigned i = 0; i < t->nbuf; i++)
-      passed += tdm__task_handles(t)[i]->kind == TDM_HANDLE_VECTOR ? 2 : 4;
     char list[640];
-    describe_args(t, g->shared, list, sizeof list);
+    unsigned passed = describe_args(t, g->shared, list, sizeof list);
     if (api_of(rt)->GetKernelInfo(p->kernel, CL_KERNEL_NUM_ARGS, sizeof declared, &declared,
                                   NULL) == CL_SUCCESS)
       snprintf(hint, sizeof hint, "; kernel %s declares %u arguments, Tandem passes %u: %s",

@@ -45,25 +45,25 @@ static void log_build_failure(cl_device *g, const program *p, const char *name, 
   if (kernels) /* ";"-separated */
     for (char *c = strchr(kernels, ';'); c; c = strchr(c, ';'))
       *c = ',';
-  const char *hint = err == CL_INVALID_VALUE && !p->variant->source
-                         ? "the variant has no source"
-                     : err == CL_INVALID_VALUE && !p->variant->kernel
-                         ? "the variant names no kernel"
-                         : NULL;
-  if (kernels)
-    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: building kernel %s on device %u (%s) failed "
-             "(%s, error %d): the program defines no kernel %s; it defines %s",
-             name, kernel, g->device, rt->devices[g->device].name, CL_ERR(err), kernel,
-             kernels[0] ? kernels : "none");
-  else if (hint || !log || !log[strspn(log, " \n\r\t")]) /* a blank log says nothing */
-    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: building kernel %s on device %u (%s) failed "
-             "(%s, error %d)%s%s",
-             name, kernel, g->device, rt->devices[g->device].name, CL_ERR(err),
-             hint ? ": " : "", hint ? hint : "");
-  else
-    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: building kernel %s on device %u (%s) failed "
-             "(%s, error %d); build log:\n%s",
-             name, kernel, g->device, rt->devices[g->device].name, CL_ERR(err), log);
+  /* what follows the error: the kernels defined, why the variant cannot
+   * build, or the build log (a blank one says nothing) */
+  const char *what = "", *detail = "", *more = "", *rest = "";
+  if (kernels) {
+    what = ": the program defines no kernel ";
+    detail = kernel;
+    more = "; it defines ";
+    rest = kernels[0] ? kernels : "none";
+  } else if (err == CL_INVALID_VALUE && (!p->variant->source || !p->variant->kernel)) {
+    what = ": ";
+    detail = !p->variant->source ? "the variant has no source" : "the variant names no kernel";
+  } else if (log && log[strspn(log, " \n\r\t")]) {
+    what = "; build log:\n";
+    detail = log;
+  }
+  tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: building kernel %s on device %u (%s) failed "
+           "(%s, error %d)%s%s%s%s",
+           name, kernel, g->device, rt->devices[g->device].name, CL_ERR(err), what, detail, more,
+           rest);
   free(log);
   free(kernels);
 }

@@ -88,7 +88,7 @@ bool tdm__parse_bytes(const char *s, uint64_t max, uint64_t *out) {
 /* Every TANDEM_* variable Tandem reads: the one list, which env() checks
  * (a variable read but missing here would be warned about as unknown) and
  * the unknown-variable check compares against. docs/environment.md
- * describes each (test-config checks that the two agree). */
+ * describes each (test-errors checks that the two agree). */
 static const char *const env_names[] = {
     "TANDEM_APP",           "TANDEM_BIND",         "TANDEM_CACHE_DIR",
     "TANDEM_DAG",           "TANDEM_DEVICES",      "TANDEM_DEVICE_MEMORY",

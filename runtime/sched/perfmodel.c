@@ -46,13 +46,17 @@ tdm_perfmodel *tdm__model_new(void) {
   return calloc(1, sizeof(tdm_perfmodel));
 }
 
+static void entry_free(entry *e) {
+  free(e->codelet);
+  free(e->cls);
+  free(e->sizes);
+  free(e);
+}
+
 static void clear(tdm_perfmodel *m) {
   for (entry *e = m->entries, *next; e; e = next) {
     next = e->next;
-    free(e->codelet);
-    free(e->cls);
-    free(e->sizes);
-    free(e);
+    entry_free(e);
   }
   m->entries = NULL;
 }
@@ -339,10 +343,7 @@ tdm_status tdm__model_forget(int dirfd, const char *name, const char *codelet,
     }
     *removed += e->nsizes;
     *link = e->next;
-    free(e->codelet);
-    free(e->cls);
-    free(e->sizes);
-    free(e);
+    entry_free(e);
   }
   if (m && (loaded == TDM_ERR_INVALID_ARG || (!m->entries && *removed))) {
     if (unlinkat(dirfd, name, 0) != 0 && errno != ENOENT) {
