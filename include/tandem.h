@@ -337,10 +337,8 @@ typedef struct tdm_config {
    * made again, should that device fail, by its lineage (see `lineage`);
    * where lineage cannot, a run that fails after replacing such a
    * version ends failed, and a handle whose only copy was on a lost
-   * device reports TDM_ERR_LOST; a write on the host (or a device in host
-   * memory) that replaces, without reading it, a version only another
-   * device holds, and fails for good, leaves the host's memory with an
-   * older version. Environment: TANDEM_WRITEBACK (0 or 1). */
+   * device reports TDM_ERR_LOST. Environment: TANDEM_WRITEBACK (0 or
+   * 1). */
   int writeback;
   /** Device faults to inject, to test what an application does when a
    * device fails: ';'-separated terms, KIND:p=X (each operation of that

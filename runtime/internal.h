@@ -1058,11 +1058,11 @@ void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node, void *b
  * the copies that did start are already bringing the new versions over
  * the ones a retry would need. */
 void tdm__task_write_back(tdm_runtime *rt, tdm_task *t, unsigned node);
-/* A try of t failed (any reason): the copies of t's handles whose copy
- * failed, on any node, no longer count as versions
- * (tdm__coh_drop_failed), so that the next use fetches them again; a try
- * on a device working in host memory (in_host) did not change the
- * versions it read and wrote there (not run, or undone). Cold path. */
+/* A try of t failed (any reason): tdm__coh_try_failed for each of its
+ * handles (the copies whose copy failed no longer count as versions, its
+ * writes' preparations are over); a try on a device working in host
+ * memory (in_host) did not change what it read and wrote there (not run,
+ * or undone). Cold path. */
 void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t, bool in_host);
 /* For a device working in host memory: a copy of the buffers t writes,
  * from which tdm__task_write_failed undoes a run that failed; NULL when t

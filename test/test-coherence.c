@@ -220,7 +220,8 @@ static size_t offset(world *w, tdm_handle *h) {
 
 /* One try of an access: false when it could not be made or a copy it
  * waited for failed (then, as a task's try that failed, the copies that
- * failed are forgotten where another node holds h). */
+ * failed are forgotten where another node holds h, and a write prepared
+ * is over). */
 static bool attempt(world *w, tdm_handle *h, unsigned node, unsigned mode) {
   tdm_tokens ts;
   tdm__tokens_init(&ts);
@@ -233,8 +234,8 @@ static bool attempt(world *w, tdm_handle *h, unsigned node, unsigned mode) {
     ok &= !ops_of[ts.v[i]].failed;
   tdm__tokens_release(&w->nodes, &ts);
   tdm__coh_lock(&h->coh);
-  for (int n = 0; !ok && n >= 0; n = tdm__nodeset_next(&h->coh.valid, (unsigned)n + 1))
-    tdm__coh_drop_failed(&w->nodes, h, (unsigned)n);
+  if (!ok)
+    tdm__coh_try_failed(&w->nodes, h, mode, node == 0);
   tdm__coh_unlock(&h->coh);
   tdm__coh_reap(&w->nodes);
   return ok;
@@ -254,8 +255,8 @@ static void read_on(world *w, tdm_handle *h, unsigned node) {
                  h->buf.nx, h->buf.ny);
 }
 
-static void write_on(world *w, tdm_handle *h, unsigned node) {
-  prepare(w, h, node, TDM_W);
+/* A write prepared on node runs: new contents, recorded. */
+static void written_on(world *w, tdm_handle *h, unsigned node) {
   size_t off = offset(w, h);
   w->version++;
   for (size_t r = 0; r < h->buf.nx; r++)
@@ -264,6 +265,11 @@ static void write_on(world *w, tdm_handle *h, unsigned node) {
   tdm__coh_lock(&h->coh);
   tdm__coh_written(&w->nodes, h, node, node ? new_token() : 0, NULL, true);
   tdm__coh_unlock(&h->coh);
+}
+
+static void write_on(world *w, tdm_handle *h, unsigned node) {
+  prepare(w, h, node, TDM_W);
+  written_on(w, h, node);
 }
 
 /* Drops every copy on a device node, as the memory manager would. */
@@ -605,6 +611,48 @@ static void test_reader_before_partition_retried(void **state) {
   teardown_world(&w);
 }
 
+/* A write in the host's memory that does not read the handle replaces a
+ * version only a device holds, and its try fails (another of its inputs
+ * did not arrive): the device still holds the version, and the host reads
+ * it, whatever the try left in the host's memory. While the write is
+ * under way, an eviction does not copy the device's copy home over it.
+ * (The write dropped the device's copy when it was prepared: a write that
+ * failed for good left the host's older contents as the handle's, which
+ * tdm_handle_unregister reported as the last version produced.) A CPU
+ * task's write is announced only when it surely runs (TDM_HOST_LATER):
+ * an eviction in between copies the version home, and the write waits
+ * for that copy to land before it writes. */
+static void test_failed_host_write_keeps_device_version(void **state) {
+  (void)state;
+  static world w;
+  setup_world_with(&w, &failing_ops);
+  begin(&w);
+  tdm_handle *h = w.m;
+  write_on(&w, h, 1); /* node 1 holds the only copy */
+  prepare(&w, h, 0, TDM_W);
+  tdm__coh_lock(&h->coh);
+  assert_int_equal(tdm__coh_evict(&w.nodes, h, 1), TDM_EVICT_NOT);
+  for (size_t r = 0; r < h->buf.nx; r++) /* a run that failed halfway, not undone */
+    for (size_t c = 0; c < h->buf.ny; c++)
+      *at(h, 0, r, c) = 0xbad;
+  tdm__coh_try_failed(&w.nodes, h, TDM_W, false);
+  tdm__coh_unlock(&h->coh);
+  read_on(&w, h, 0); /* node 1's version */
+
+  write_on(&w, h, 2); /* node 2 holds the only copy */
+  prepare(&w, h, 0, TDM_W | TDM_HOST_LATER);
+  tdm__coh_lock(&h->coh);
+  assert_int_equal(tdm__coh_evict(&w.nodes, h, 2), TDM_EVICT_LATER); /* a copy home starts */
+  tdm_token landing = tdm__coh_host_writing(&w.nodes, h);
+  tdm__coh_unlock(&h->coh);
+  assert_true(landing != 0);
+  ops.wait(NULL, &landing, 1);
+  ops.release(NULL, landing);
+  written_on(&w, h, 0); /* had the copy landed later, end() would see it */
+  end(&w);
+  teardown_world(&w);
+}
+
 static void test_nodeset_past_64(void **state) {
   (void)state;
   tdm_nodeset s = tdm__nodeset_of(0);
@@ -633,6 +681,7 @@ int main(void) {
       cmocka_unit_test(test_tile_taken_after_failed_copy),
       cmocka_unit_test(test_reader_before_partition_retried),
       cmocka_unit_test(test_unwritten_tiles_assemble_the_host),
+      cmocka_unit_test(test_failed_host_write_keeps_device_version),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -231,22 +231,17 @@ void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node, void *b
 }
 
 void tdm__task_drop_failed(tdm_runtime *rt, tdm_task *t, bool in_host) {
-  if (!rt->nodes.n || !rt->nodes.ops->failed)
+  if (!rt->nodes.n)
     return;
   tdm_handle *const *hs = tdm__task_handles(t);
   const uint8_t *modes = tdm__task_modes(t);
   for (unsigned i = 0; i < t->nbuf; i++) {
-    bool rw = (modes[i] & TDM_W) && tdm__slots_have(hs, modes, t->nbuf, i, TDM_R);
+    unsigned mode = 0; /* a handle named twice: in both modes */
+    for (unsigned j = 0; j < t->nbuf; j++)
+      if (hs[j] == hs[i])
+        mode |= modes[j];
     tdm__coh_lock(&hs[i]->coh);
-    /* a copy into the node it ran on, home on its way there, or into the
-     * node it came from */
-    for (int n = 0; n >= 0; n = tdm__nodeset_next(&hs[i]->coh.valid, (unsigned)n + 1))
-      tdm__coh_drop_failed(&rt->nodes, hs[i], (unsigned)n);
-    /* A try in the host's memory (a device working there) that read and
-     * wrote h: it did not run, or what it wrote was put back; the host's
-     * memory holds the version it read again. */
-    if (rw && in_host)
-      tdm__coh_host_undone(&rt->nodes, hs[i]);
+    tdm__coh_try_failed(&rt->nodes, hs[i], mode, in_host);
     tdm__coh_unlock(&hs[i]->coh);
   }
 }
@@ -353,8 +348,12 @@ bool tdm__host_ready(tdm_task *t) {
       if (!(modes[i] & TDM_W))
         continue;
       tdm__coh_lock(&hs[i]->coh);
-      tdm__coh_host_writing(nodes, hs[i]);
+      tdm_token landing = tdm__coh_host_writing(nodes, hs[i]);
       tdm__coh_unlock(&hs[i]->coh);
+      if (landing) { /* rare: an eviction's copy home started meanwhile */
+        nodes->ops->wait(nodes->ctx, &landing, 1);
+        nodes->ops->release(nodes->ctx, landing);
+      }
     }
   }
   return ready;

@@ -32,7 +32,7 @@ void tdm__coh_init(tdm_coh *c, bool on_host, tdm_coh *parent) {
   c->chain_base = 0;
   c->chain_fresh = false;
   c->nchain = 0;
-  c->damaged = c->writing = false;
+  c->damaged = c->writing = c->host_writing = false;
   c->chain = NULL;
   c->pins = NULL;
   c->npins = c->pins_cap = 0;
@@ -147,6 +147,13 @@ static void host_holds(const tdm_nodes *nodes, tdm_handle *h, uint32_t v) {
   h->coh.host_ver = v;
   for (tdm_handle *p = h->parent; p; p = p->parent)
     p->coh.host_ver = TDM_NO_VERSION;
+}
+
+/* A write in the host's memory is under way: it holds no version until
+ * the write is recorded, and no copy lands there (host_writing). */
+static void host_writes(const tdm_nodes *nodes, tdm_handle *h) {
+  host_holds(nodes, h, TDM_NO_VERSION);
+  h->coh.host_writing = true;
 }
 
 /* The handle make_valid found unreadable where it is, which its lineage
@@ -676,18 +683,15 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
   /* A write makes its node the only valid one when it is done
    * (tdm__coh_written), not before: a try that fails, before it runs or
    * while, leaves the version it was given where it was (its node's copy
-   * intact when it did not run, the host's kept as above when it did).
-   * Meanwhile no copy is written back over what is being written: the
-   * task graph has finished the other users, the node written is pinned,
-   * and no other node is the only valid one (an eviction writes back only
-   * the only copy). Except a write on the host that keeps nothing: the
-   * copies elsewhere are stale from here, so that evicting one of them
-   * does not write it back over the host's memory being written. */
-  if ((mode & TDM_W) && node == 0 && !(mode & TDM_R) && !keep)
-    only_on(h, node);
-  /* the host's memory, written from here, holds no version until then */
+   * intact when it did not run, the host's kept as above when it did, the
+   * devices' copies when a write on the host replaced without reading a
+   * version only they hold). Meanwhile no copy is written back over what
+   * is being written: the task graph has finished the other users, a
+   * device node written is pinned, and no other node is the only valid
+   * one (an eviction writes back only the only copy), or the host is
+   * written (host_writing: an eviction keeps the only copy). */
   if ((mode & TDM_W) && node == 0 && !(mode & TDM_HOST_LATER))
-    host_holds(nodes, h, TDM_NO_VERSION);
+    host_writes(nodes, h);
   return true;
 }
 
@@ -708,7 +712,7 @@ void tdm__coh_written(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_
     done = 0;
   }
   h->coh.ver++;
-  h->coh.damaged = h->coh.writing = false;
+  h->coh.damaged = h->coh.writing = h->coh.host_writing = false;
   if (node == 0) {
     host_holds(nodes, h, h->coh.ver);
     tdm__lineage_drop(nodes, h, true);
@@ -796,9 +800,11 @@ int tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
     if (!landed && !landing) { /* the only copy: home first */
       /* not this time: the copy home failed; nor from a fill that failed
        * (no version; some implementations never run a copy after it); nor
-       * over the rectangles of tiles holding the host's memory. A failed
-       * copy still writing the host is not waited for (fills_of) */
-      if (failed || tdm__coh_fill_failed(nodes, h, node) || h->coh.lent)
+       * over the rectangles of tiles holding the host's memory, nor over
+       * that memory while a write there is under way (the version stays
+       * here until it succeeded). A failed copy still writing the host is
+       * not waited for (fills_of) */
+      if (failed || tdm__coh_fill_failed(nodes, h, node) || h->coh.lent || h->coh.host_writing)
         return TDM_EVICT_NOT;
       tdm_token e = 0, after[2];
       unsigned n = fills_of(nodes, h, node, 0, after);
@@ -933,8 +939,10 @@ bool tdm__coh_host_install(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, co
    * another thread (and maybe written since through a tile: a matrix's
    * memory is its tiles'). */
   bool ok = h->coh.ver == v;
-  if (ok && !tdm__nodeset_has(&h->coh.valid, 0) && h->coh.lent)
-    ok = false; /* not over the rectangles of tiles holding that memory */
+  /* not over the rectangles of tiles holding that memory, nor over a
+   * write under way there */
+  if (ok && !tdm__nodeset_has(&h->coh.valid, 0) && (h->coh.lent || h->coh.host_writing))
+    ok = false;
   if (ok && !tdm__nodeset_has(&h->coh.valid, 0) && (ok = tdm__coh_replicas(nodes, h))) {
     host_holds(nodes, h, v);
     tdm__coh_host_rows(h, (void *)in, true);
@@ -969,13 +977,27 @@ static void keep_version(const tdm_nodes *nodes, tdm_handle *h, uint32_t v) {
   tdm__coh_host_rows(h, p->copy, false);
 }
 
-void tdm__coh_host_undone(const tdm_nodes *nodes, tdm_handle *h) {
-  if (tdm__nodeset_has(&h->coh.valid, 0) && !tdm__coh_fill_failed(nodes, h, 0))
+void tdm__coh_try_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned mode, bool in_host) {
+  /* a copy into the node it ran on, home on its way there, or into the
+   * node it came from */
+  for (int n = 0; n >= 0; n = tdm__nodeset_next(&h->coh.valid, (unsigned)n + 1))
+    tdm__coh_drop_failed(nodes, h, (unsigned)n);
+  if (!(mode & TDM_W))
+    return;
+  h->coh.writing = h->coh.host_writing = false;
+  /* In the host's memory, it did not run, or what it wrote was put back:
+   * that memory holds what it held before, the version if the host held
+   * it (valid there, its copy landed). */
+  if (in_host && tdm__nodeset_has(&h->coh.valid, 0) && !tdm__coh_fill_failed(nodes, h, 0))
     h->coh.host_ver = h->coh.ver;
 }
 
-void tdm__coh_host_writing(const tdm_nodes *nodes, tdm_handle *h) {
-  host_holds(nodes, h, TDM_NO_VERSION);
+tdm_token tdm__coh_host_writing(const tdm_nodes *nodes, tdm_handle *h) {
+  host_writes(nodes, h);
+  /* A copy home that started after the write's access (an eviction's,
+   * before host_writing) lands first. */
+  tdm_token f = fill_of(h, 0);
+  return f && !nodes->ops->test(nodes->ctx, f) ? tdm__token_hold(nodes, f) : 0;
 }
 
 void tdm__lineage_keep(const tdm_nodes *nodes, tdm_handle *h) {

@@ -220,6 +220,13 @@ typedef struct tdm_coh {
    * (tdm__coh_written) or undone yet: that device's copy may be changing
    * (a replay does not read it). */
   bool writing;
+  /* The same for a write in the host's memory (tdm__coh_host_writing,
+   * or an access there without TDM_HOST_LATER), until it is recorded or
+   * its try failed (tdm__coh_try_failed): the other nodes' copies stay
+   * the version until then, and none is copied home over what is being
+   * written (an eviction keeps the only one; a replay neither reads the
+   * version nor installs it). */
+  bool host_writing;
   tdm_lrec **chain;
   /* Versions of it that lineage records read (npins of them, the
    * records counted): one the host's memory holds is copied aside before
@@ -289,11 +296,17 @@ tdm_handle *tdm__coh_take_replay(void);
  * device. Without it, from this access. */
 #define TDM_HOST_LATER 0x400u
 /* The family's lock held: the host's memory of h is about to be written
- * (it holds no version until the write is done). */
-void tdm__coh_host_writing(const tdm_nodes *nodes, tdm_handle *h);
-/* The host's memory of h holds its version again: a write there failed,
- * and was undone. */
-void tdm__coh_host_undone(const tdm_nodes *nodes, tdm_handle *h);
+ * (it holds no version until the write is done, and no copy lands there
+ * meanwhile). Returns a copy still landing there that the write must
+ * wait for first (a reference, to release), or 0. */
+tdm_token tdm__coh_host_writing(const tdm_nodes *nodes, tdm_handle *h);
+/* A try that used h in `mode` failed (before it ran, or it ran and what
+ * it wrote was undone): the copies of h whose copy failed, on any node,
+ * no longer count as versions (tdm__coh_drop_failed), so that the next
+ * use fetches them again; a write's preparation is over (the version it
+ * was to replace is where it was); a try on the host's memory (in_host:
+ * a device working there) left the version it read there, if any. */
+void tdm__coh_try_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned mode, bool in_host);
 /* A write on `node`, complete at token `done` (taken over; 0 when done
  * already): node becomes the only valid one. On a device node, `rec`
  * (may be NULL: the lineage breaks) is the writing task's lineage record,

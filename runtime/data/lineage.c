@@ -273,10 +273,11 @@ static bool fetch(tdm_runtime *rt, tdm_handle *h, uint32_t v, void *out, unsigne
      * else: as it is (a matrix's tiles still to gather stay so: the gather
      * belongs to its next user, after the tiles' writers), not a tile not
      * yet taken from its matrix (which could gather the matrix's older
-     * tiles), nor while a device writes it (its copy there may be
-     * half-written). */
+     * tiles), nor while a device or the host writes it (a copy there may
+     * be half-written; one home would land over the host's write). */
     bool kept = p && p->copy,
-         current = h->coh.ver == v && !tdm__nodeset_empty(&h->coh.valid) && !h->coh.writing;
+         current = h->coh.ver == v && !tdm__nodeset_empty(&h->coh.valid) &&
+                   !h->coh.writing && !h->coh.host_writing;
     if (kept) /* copied aside when the host's memory changed */
       memcpy(out, p->copy, tdm__coh_bytes(h));
     tdm__coh_unlock(&h->coh);
