@@ -46,6 +46,8 @@ static pending_op ops_of[MAXTOK];
 /* With failing_ops: the copy that fails, counting from 1 as they start
  * (0: none). */
 static unsigned fail_at;
+/* Copies land as soon as they start, as an emulated device's do. */
+static bool land_at_once;
 static char seq_text[256]; /* the events of the sequence, for messages */
 /* Memory freed while a copy may still use it: freed at the end. */
 static void *freed[4096];
@@ -124,6 +126,8 @@ static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
   o->host = *c->host;
   o->mem = c->mem;
   o->pitch = c->pitch;
+  if (land_at_once)
+    land(*done);
   return true;
 }
 
@@ -653,6 +657,44 @@ static void test_failed_host_write_keeps_device_version(void **state) {
   teardown_world(&w);
 }
 
+/* A write on the host that does not read the handle, whose version a
+ * lineage record reads (pinned here by hand) and only a device holds:
+ * the version comes home first, and that copy fails, complete at once
+ * (as an emulated device's copies). The try fails, and the device still
+ * holds the version: the host is not valid. (The write's preparation
+ * forgot the failed copy, so that the host stayed valid with what the
+ * copy wrote, which the next read took as the version, and which
+ * tdm_handle_unregister left as the last version produced.) */
+static void test_pinned_version_home_fails(void **state) {
+  (void)state;
+  static world w;
+  setup_world_with(&w, &failing_ops);
+  begin(&w);
+  tdm_handle *h = w.m;
+  write_on(&w, h, 1); /* node 1 holds the only copy */
+  tdm__coh_lock(&h->coh);
+  h->coh.pins = calloc(1, sizeof *h->coh.pins);
+  assert_non_null(h->coh.pins);
+  h->coh.pins[0] = (tdm_pin){.ver = h->coh.ver, .count = 1};
+  h->coh.npins = h->coh.pins_cap = 1;
+  tdm__coh_unlock(&h->coh);
+  land_at_once = true;
+  fail_at = 1;
+  assert_false(attempt(&w, h, 0, TDM_W));
+  land_at_once = false;
+  assert_int_equal(fail_at, 0); /* the copy home failed */
+  assert_false(tdm__nodeset_has(&h->coh.valid, 0));
+  read_on(&w, h, 0); /* node 1's version */
+  tdm__coh_lock(&h->coh);
+  free(h->coh.pins[0].copy);
+  free(h->coh.pins);
+  h->coh.pins = NULL;
+  h->coh.npins = h->coh.pins_cap = 0;
+  tdm__coh_unlock(&h->coh);
+  end(&w);
+  teardown_world(&w);
+}
+
 static void test_nodeset_past_64(void **state) {
   (void)state;
   tdm_nodeset s = tdm__nodeset_of(0);
@@ -682,6 +724,7 @@ int main(void) {
       cmocka_unit_test(test_reader_before_partition_retried),
       cmocka_unit_test(test_unwritten_tiles_assemble_the_host),
       cmocka_unit_test(test_failed_host_write_keeps_device_version),
+      cmocka_unit_test(test_pinned_version_home_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -186,12 +186,15 @@ static bool gone(const tdm_nodes *nodes, unsigned n) {
 
 /* What a write into node n's memory comes after: the copy still writing
  * it, if any. A copy that failed is forgotten instead (complete, and
- * what it wrote is no version: waiting for it would fail the write).
- * Where n still holds that failed copy as a version (tdm__coh_access
- * dropped it where another node holds the version), that version is
- * lost: the write replaces it (if the write fails, its readers are
- * cancelled and the handle reports TDM_ERR_LOST). */
+ * what it wrote is no version: waiting for it would fail the write), and
+ * n no longer counts as holding the version where another node holds it
+ * (the copy may have failed during this very access: one bringing home a
+ * version a lineage record reads, before a write on the host). Where n
+ * was the only holder, that version is lost: the write replaces it (if
+ * the write fails, its readers are cancelled and the handle reports
+ * TDM_ERR_LOST). */
 static tdm_token before_write(const tdm_nodes *nodes, tdm_handle *h, unsigned n) {
+  tdm__coh_drop_failed(nodes, h, n);
   if (tdm__coh_fill_failed(nodes, h, n))
     set_fill(nodes, h, n, 0);
   return fill_of(h, n);
