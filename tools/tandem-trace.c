@@ -203,16 +203,24 @@ static int summary(const char *in, const track *tracks, size_t ntracks, const ba
   printf("%s: %zu tasks, makespan %s (first event to last)\n\n", in, ntasks,
          shown_time(span, b1, sizeof b1));
 
-  /* workers */
+  /* workers: every track with something on it or a name, in the
+   * trace's order (a worker that ran nothing is listed too) */
   size_t wname = 6;
   for (size_t k = 0; k < ntracks; k++)
-    if (tracks[k].used && strlen(tracks[k].name) > wname)
+    if ((tracks[k].used || tracks[k].name[0]) && strlen(tracks[k].name) > wname)
       wname = strlen(tracks[k].name);
   printf("%-*s %7s %7s %8s %7s %7s\n", (int)wname, "worker", "tasks", "busy", "looking", "parked",
          "other");
-  for (long row = 0; row < (long)ntracks; row++)
+  for (long want = 0, sort;; want = sort + 1) {
+    sort = -1;
+    for (size_t k = 0; k < ntracks; k++)
+      if ((tracks[k].used || tracks[k].name[0]) && tracks[k].sort >= want &&
+          (sort < 0 || tracks[k].sort < sort))
+        sort = tracks[k].sort;
+    if (sort < 0)
+      break;
     for (size_t k = 0; k < ntracks; k++) {
-      if (!tracks[k].used || (long)tracks[k].row != row)
+      if (!(tracks[k].used || tracks[k].name[0]) || tracks[k].sort != sort)
         continue;
       double busy = 0, looking = 0, parked = 0;
       size_t n = 0;
@@ -233,6 +241,7 @@ static int summary(const char *in, const track *tracks, size_t ntracks, const ba
              100 * busy / span, 100 * looking / span, 100 * parked / span,
              100 * (other > 0 ? other : 0) / span);
     }
+  }
 
   /* codelets, per class of worker */
   size_t cname = 7, kname = 5;
