@@ -140,11 +140,18 @@ static double median(const size_entry *s) {
   return tdm__median(v, k);
 }
 
-/* log(time) = a + b log(size), least squares over e's calibrated sizes;
- * false with fewer than two. */
-static bool fit(const entry *e, double *a, double *b) {
+/* The calibrated sizes of e: their span and the range of their medians. */
+typedef struct span {
+  uint64_t lo, hi; /* sizes */
+  double fast, slow; /* seconds */
+} span;
+
+/* log(time) = a + b log(size), least squares over e's calibrated sizes
+ * (their span in *sp when not NULL); false with fewer than two. */
+static bool fit(const entry *e, double *a, double *b, span *sp) {
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   unsigned k = 0;
+  span r = {UINT64_MAX, 0, INFINITY, 0};
   for (unsigned i = 0; i < e->nsizes; i++) {
     const size_entry *s = &e->sizes[i];
     double t = s->n >= TDM_MODEL_CALIBRATION ? median(s) : 0;
@@ -156,11 +163,17 @@ static bool fit(const entry *e, double *a, double *b) {
     sxx += x * x;
     sxy += x * y;
     k++;
+    r.lo = s->size < r.lo ? s->size : r.lo;
+    r.hi = s->size > r.hi ? s->size : r.hi;
+    r.fast = t < r.fast ? t : r.fast;
+    r.slow = t > r.slow ? t : r.slow;
   }
   if (k < 2 || fabs(k * sxx - sx * sx) < 1e-12)
     return false;
   *b = (k * sxy - sx * sy) / (k * sxx - sx * sx);
   *a = (sy - *b * sx) / k;
+  if (sp)
+    *sp = r;
   return true;
 }
 
@@ -181,19 +194,27 @@ double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t 
       *calibrated = e->sizes[i].n >= TDM_MODEL_CALIBRATION;
       return median(&e->sizes[i]);
     }
-  /* a size not seen: the law fitted through the calibrated sizes */
+  /* A size not seen: the law fitted through the calibrated sizes, between
+   * them only, and within the times seen there. Outside, a law fitted on
+   * noise (two sizes close together, times from a loaded machine) can be
+   * off by any factor: fitted on 96 and 104 bytes at 0.1 and 10 ms, its
+   * exponent is 58 and it predicts 1e55 s for 1 KiB. Such a size is
+   * calibrated as a new one (StarPU's regression models likewise predict
+   * only near the sizes they were fitted on: perfmodel_history.c). */
   double a, b;
-  if (size == 0 || !fit(e, &a, &b))
+  span sp;
+  if (size == 0 || !fit(e, &a, &b, &sp) || size < sp.lo || size > sp.hi)
     return -1;
   *calibrated = true;
-  return exp(a + b * log((double)size));
+  double p = exp(a + b * log((double)size));
+  return p < sp.fast ? sp.fast : p > sp.slow ? sp.slow : p;
 }
 
 bool tdm__model_law(const tdm_perfmodel *m, const char *codelet, const char *cls, double *c,
                     double *b) {
   const entry *e = find(m, codelet, cls);
   double a;
-  if (!e || !fit(e, &a, b))
+  if (!e || !fit(e, &a, b, NULL))
     return false;
   *c = exp(a);
   return true;

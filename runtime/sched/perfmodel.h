@@ -5,11 +5,12 @@
  * Per (codelet, worker class) the model keeps, for each data size seen,
  * the last observations; its estimate at that size is their median, so a
  * single spike (a page fault storm, a preempted thread) moves it by one
- * rank and never poisons it. For a size not yet seen it fits a power law
- * time = a * size^b through the sizes it has (least squares on the
- * logarithms, as StarPU's non-linear regression models do). A model is
- * "calibrated" for a size once it has seen it CALIBRATION times, or, by
- * the regression, once two sizes are.
+ * rank and never poisons it. For a size not yet seen, between sizes it
+ * has, it fits a power law time = a * size^b through them (least squares
+ * on the logarithms, as StarPU's non-linear regression models do), its
+ * estimate kept within the times seen at them. A model is "calibrated"
+ * for a size once it has seen it CALIBRATION times, or, by the
+ * regression, once two sizes around it are.
  *
  * Models persist as text files, written whole to a temporary file and
  * renamed (atomic); a file that is truncated, corrupt (checksum), of
