@@ -265,6 +265,11 @@ static unsigned device_tasks(tdm_runtime *rt) {
   return n;
 }
 
+/* Whether the devices took part and, with faults, met some. */
+static bool devices_met(tdm_runtime *rt, const rates *faults) {
+  return device_tasks(rt) > 0 && (!faults || atomic_load(&rt->faults_injected) > 0);
+}
+
 /* With the devices of devices_config, under each placement policy: data
  * moves between the nodes and the results are still those of the
  * sequential run. retries, writeback: tdm_config's. Without retries,
@@ -291,13 +296,15 @@ static unsigned with_devices_faults(const char *policy, const rates *faults, uns
    * tdm_config.writeback): its data is then not checked. */
   bool ran_after_failing = faults && faults->p[TDM_FAULT_COMPLETE] > 0;
   bool undone = writeback || cfg.lineage;
+  bool kept = !ran_after_failing || writeback;
   for (uint64_t seed = 200; seed < 203; seed++)
-    failed += one_seed(rt, seed, faults, !ran_after_failing || writeback);
+    failed += one_seed(rt, seed, faults, kept);
   /* ws leaves a task to whichever worker steals it: the CPU workers, fed
-   * first, may take them all for a while (seen in 1 run in 40): more
-   * seeds, until the devices took part */
-  for (uint64_t seed = 203; !faults && !device_tasks(rt) && seed < 213; seed++)
-    one_seed(rt, seed, NULL, true);
+   * first, may take them all for a while (seen in 1 run in 40; and under
+   * ASan, with faults: one task on the devices in three seeds, no fault
+   * met): more seeds, until the devices took part and met the faults */
+  for (uint64_t seed = 203; seed < 263 && !devices_met(rt, faults); seed++)
+    failed += one_seed(rt, seed, faults, kept);
   unsigned on_devices = device_tasks(rt);
   uint64_t injected = atomic_load(&rt->faults_injected);
   print_message("%s: %u tasks on the devices, %llu faults injected, %llu tries again\n", policy,
