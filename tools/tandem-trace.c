@@ -178,6 +178,23 @@ static long task_at(const bar *bars, const size_t *tasks, size_t ntasks, unsigne
   return -1;
 }
 
+/* Whether a track is listed: one with something on it; with named_too
+ * (the summary) also one the trace names (a worker that ran nothing). */
+static bool listed(const track *t, bool named_too) {
+  return t->used || (named_too && t->name[0]);
+}
+
+/* The smallest sort index at least `want` among the listed tracks; -1
+ * when none is left (the trace's order, a sort index at a time). */
+static long next_sort(const track *tracks, size_t ntracks, long want, bool named_too) {
+  long next = -1;
+  for (size_t k = 0; k < ntracks; k++)
+    if (listed(&tracks[k], named_too) && tracks[k].sort >= want &&
+        (next < 0 || tracks[k].sort < next))
+      next = tracks[k].sort;
+  return next;
+}
+
 /* The summary (see the top of the file) on standard output. */
 static int summary(const char *in, const track *tracks, size_t ntracks, const bar *bars,
                    size_t nbars, flow *flows, size_t nflows, double t_min, double t_max) {
@@ -207,20 +224,14 @@ static int summary(const char *in, const track *tracks, size_t ntracks, const ba
    * trace's order (a worker that ran nothing is listed too) */
   size_t wname = 6;
   for (size_t k = 0; k < ntracks; k++)
-    if ((tracks[k].used || tracks[k].name[0]) && strlen(tracks[k].name) > wname)
+    if (listed(&tracks[k], true) && strlen(tracks[k].name) > wname)
       wname = strlen(tracks[k].name);
   printf("%-*s %7s %7s %8s %7s %7s\n", (int)wname, "worker", "tasks", "busy", "looking", "parked",
          "other");
-  for (long want = 0, sort;; want = sort + 1) {
-    sort = -1;
-    for (size_t k = 0; k < ntracks; k++)
-      if ((tracks[k].used || tracks[k].name[0]) && tracks[k].sort >= want &&
-          (sort < 0 || tracks[k].sort < sort))
-        sort = tracks[k].sort;
-    if (sort < 0)
-      break;
+  for (long want = 0, sort; (sort = next_sort(tracks, ntracks, want, true)) >= 0;
+       want = sort + 1) {
     for (size_t k = 0; k < ntracks; k++) {
-      if (!(tracks[k].used || tracks[k].name[0]) || tracks[k].sort != sort)
+      if (!listed(&tracks[k], true) || tracks[k].sort != sort)
         continue;
       double busy = 0, looking = 0, parked = 0;
       size_t n = 0;
@@ -488,18 +499,11 @@ int main(int argc, char **argv) {
     t_max = t_min + 1;
   /* rows: the tracks with something on them, in the trace's order */
   unsigned nrows = 0;
-  for (long want = 0; nrows < ntracks; want++) {
-    long next = -1;
+  for (long want = 0, next; (next = next_sort(tracks, ntracks, want, false)) >= 0;
+       want = next + 1)
     for (size_t k = 0; k < ntracks; k++)
-      if (tracks[k].used && tracks[k].sort >= want && (next < 0 || tracks[k].sort < next))
-        next = tracks[k].sort;
-    if (next < 0)
-      break;
-    for (size_t k = 0; k < ntracks; k++)
-      if (tracks[k].used && tracks[k].sort == next)
+      if (listed(&tracks[k], false) && tracks[k].sort == next)
         tracks[k].row = nrows++;
-    want = next;
-  }
 
   for (size_t k = 0; k < ntracks; k++) /* a trace without classes: a row is its class */
     if (!tracks[k].cls)
