@@ -111,7 +111,8 @@ extern "C" {
   XX(ERR_LOST, -26, "the handle's latest version was never produced (a task writing it failed or was cancelled); its data is the last version produced") \
   XX(ERR_TASK_FAILED, -27, "tasks failed or were cancelled since the last report (see the log)") \
   XX(ERR_DEVICE_LOST, -28, "the device stopped working (see the log)") \
-  XX(ERR_WOULD_BLOCK, -29, "as many tasks as tdm_config.max_pending allows are unfinished: try again later")
+  XX(ERR_WOULD_BLOCK, -29, "as many tasks as tdm_config.max_pending allows are unfinished: try again later") \
+  XX(ERR_MISMATCH, -30, "a device's results differed from the CPU variant's (verification): the CPU's were kept (see the log)")
 
 typedef enum tdm_status {
 #define TDM__STATUS_ENUM(name, value, msg) TDM_##name = (value),
@@ -380,16 +381,23 @@ typedef struct tdm_config {
    * reason says "hung"), every try in flight there is abandoned (a
    * completion that comes later is ignored) and tried again elsewhere as
    * after a failed run (see retries), and nothing more is started or
-   * copied there, as for a device lost (TDM_ERR_DEVICE_LOST). So
-   * tdm_wait_all never waits forever on a device that stopped
-   * answering. Defaults: factor 50, minimum 1 s; factor 0: off. A try of
-   * a codelet the model cannot predict yet (not calibrated) is watched
-   * only when watchdog_uncalibrated is set: its limit in seconds
-   * (default 0: not watched). At most 1e6 each. Environment:
-   * TANDEM_WATCHDOG="off" or "F[,MIN[,UNCALIBRATED]]", times with a unit
-   * (s, ms, us), e.g. "50,1s" or "20,100ms,2s". A device that shares
-   * the host's memory may still write the buffers of a try it abandoned
-   * if that try ever runs on: Tandem cannot stop a device's kernel. */
+   * copied there, as for a device lost (TDM_ERR_DEVICE_LOST). A copy
+   * between a device and the host that has not completed within
+   * watchdog_factor times the link model's time for it (at least
+   * watchdog_min), once what it waits for has completed, makes its
+   * device hung too. So tdm_wait_all, tdm_handle_acquire,
+   * tdm_handle_unregister and tdm_runtime_destroy never wait forever on
+   * a device that stopped answering. Defaults: factor 50, minimum 1 s;
+   * factor 0: off. A try of a codelet the model has not calibrated on
+   * that device takes its prediction from another class where it is
+   * calibrated (its CPU variant's, most often), else its limit is
+   * watchdog_uncalibrated seconds (default 10; 0: not watched). At most
+   * 1e6 each. Environment: TANDEM_WATCHDOG="off" or
+   * "F[,MIN[,UNCALIBRATED]]", times with a unit (s, ms, us), e.g.
+   * "50,1s" or "20,100ms,2s". A device that shares the host's memory may
+   * still write the buffers of a try it abandoned if that try ever runs
+   * on, and a copy home from a hung device may still land: Tandem cannot
+   * stop a device's command. */
   double watchdog_factor;
   double watchdog_min;
   double watchdog_uncalibrated;
@@ -399,7 +407,11 @@ typedef struct tdm_config {
    * compared within the codelet's tolerance (tdm_codelet.tolerance). A
    * difference is logged (error level) with the codelet, the device, how
    * many elements differ and the largest difference, and counted
-   * (tdm_runtime_verify_counts, and the TANDEM_STATS summary). The usual
+   * (tdm_runtime_verify_counts, and the TANDEM_STATS summary); the CPU
+   * variant's results replace the device's before any later task reads
+   * them, tdm_wait_all returns TDM_ERR_MISMATCH for it once, and after
+   * two mismatches of a codelet on a device its OpenCL variant is no
+   * longer used on that device. The usual
    * cause of a difference is floating-point contraction: a device may
    * compute a * b + c in one fused operation, rounded once, where C
    * rounds twice; `#pragma OPENCL FP_CONTRACT OFF` in the kernel (and
@@ -408,8 +420,9 @@ typedef struct tdm_config {
    * every codelet) and the fraction of its tasks sampled (above 0, at
    * most 1), spread evenly: "gemm:0.1,potrf:1" or "*:0.05". A sampled
    * task costs a second run, the copies of its outputs and read-write
-   * inputs to the host, and holds back the writers after it until the
-   * comparison is done; while the mode is on, submissions take one lock.
+   * inputs to the host, and holds back the tasks after it that use its
+   * outputs until the comparison is done; while the mode is on,
+   * submissions take one lock.
    * Codelets without a CPU variant are not verified. A malformed term
    * makes tdm_runtime_create fail with TDM_ERR_INVALID_ARG. NULL
    * (default): off. Environment: TANDEM_VERIFY. */
@@ -510,11 +523,18 @@ TDM_API tdm_status tdm_runtime_create(const tdm_config *config,
  * task. Pointers to tasks and handles of the runtime must not be used
  * afterwards. NULL is accepted (TDM_OK). Must not be called twice or
  * concurrently with itself.
- * Returns TDM_OK, or, without destroying anything (logged):
- * TDM_ERR_IN_TASK when called from a task of the same runtime (destroy
- * would wait for that task), TDM_ERR_FORKED in a fork()ed child (the
+ * Returns TDM_OK; TDM_ERR_DEVICE_LOST when the runtime was destroyed but
+ * a device had been found hung (tdm_config.watchdog_factor): the commands
+ * it never completed, its queues and their records are left behind
+ * (logged), as the driver may still hold them; or, without destroying
+ * anything (logged): TDM_ERR_IN_TASK when called from a task of the same
+ * runtime (destroy would wait for that task), or from any task, callback
+ * or pinned task that a runtime runs on this thread (tdm_dispatch's
+ * included: destroy would free what that call still uses; call it once
+ * the callback has returned), TDM_ERR_FORKED in a fork()ed child (the
  * runtime is the parent's; the child's copy of its memory goes with the
- * child).
+ * child). It returns in bounded time on a hung device as long as the
+ * watchdog is on.
  */
 TDM_API tdm_status tdm_runtime_destroy(tdm_runtime *rt);
 
@@ -1158,7 +1178,8 @@ TDM_API tdm_status tdm_task_submit(tdm_task *task);
 /** Blocks until the submitted task has ended (its callback included), and
  * returns its outcome: TDM_OK, its failure status, or TDM_ERR_CANCELLED.
  * TDM_ERR_INVALID_ARG if it was never submitted. Blocking; not from a task
- * of the same runtime. */
+ * of the same runtime, nor from what its tdm_dispatch runs
+ * (TDM_ERR_IN_TASK). */
 TDM_API tdm_status tdm_task_wait(tdm_task *task);
 
 /** In a completion callback (tdm_task_desc.callback): the outcome of the
@@ -1176,8 +1197,11 @@ TDM_API void tdm_task_release(tdm_task *task);
  * failed or were cancelled since the previous call returned (or since the
  * runtime was created): the log then says how many and names the first of
  * each. Each call reports a failure once: the next call returns TDM_OK
- * unless more tasks failed meanwhile. Blocking; not from a task of the
- * same runtime. */
+ * unless more tasks failed meanwhile. When nothing failed:
+ * TDM_ERR_MISMATCH, once, for the tasks whose device results the
+ * verification mode replaced by the CPU variant's (tdm_config.verify:
+ * every handle is right). Blocking; not from a task of the same runtime,
+ * nor from what its tdm_dispatch runs (TDM_ERR_IN_TASK). */
 TDM_API tdm_status tdm_wait_all(tdm_runtime *rt);
 
 /** Called once a codelet's programs are built (tdm_codelet_build). */
@@ -1319,18 +1343,22 @@ TDM_API tdm_status tdm_group_get_progress(const tdm_group *group, tdm_group_prog
 TDM_API tdm_status tdm_group_cancel(tdm_group *group);
 
 /** Blocks until every task submitted into the group (and those they
- * submitted into it) has ended. Returns TDM_OK, TDM_ERR_CANCELLED when
+ * submitted into it) has ended, and their progress calls (not those on
+ * dispatch) have returned: none comes after it returns, until more tasks
+ * are submitted into the group. Returns TDM_OK, TDM_ERR_CANCELLED when
  * the group was cancelled, TDM_ERR_TASK_FAILED when one of its tasks
  * failed or was cancelled, TDM_ERR_INVALID_ARG, or TDM_ERR_IN_TASK from a
- * task of the same runtime. */
+ * task of the same runtime or from what its tdm_dispatch runs (a task
+ * pinned to the application's thread, a callback on dispatch: it would
+ * wait for the thread it runs on). */
 TDM_API tdm_status tdm_group_wait(tdm_group *group);
 
 /** Gives back the group: it goes once its tasks have ended (they keep it
  * meanwhile). It must not be used afterwards, nor named by new tasks.
  * Its progress calls go on while its tasks end: progress_data must stay
- * valid until tdm_group_wait has returned and, with progress_on_dispatch,
- * until a tdm_dispatch after that (or until tdm_runtime_destroy, which
- * runs what is left). Groups not released are freed by
+ * valid until tdm_group_wait has returned (no call comes after that)
+ * and, with progress_on_dispatch, until a tdm_dispatch after that (or
+ * until tdm_runtime_destroy, which runs what is left). Groups not released are freed by
  * tdm_runtime_destroy. NULL is accepted. Any thread. */
 TDM_API void tdm_group_release(tdm_group *group);
 

@@ -517,6 +517,10 @@ struct tdm_group {
   _Atomic double cost_submitted, cost_ended;
   _Atomic bool cancel;
   _Atomic int waiters; /* threads in tdm_group_wait */
+  /* Threads between a task's end and the end of its progress call: the
+   * group is not idle for tdm_group_wait until they are done, so that no
+   * progress call comes after it returned. */
+  _Atomic int ending;
   int priority;
   /* Progress: calls at most every interval_ns (last_ns: the last one);
    * `want` counts requests, `calling` is held by the thread calling (or
@@ -906,6 +910,9 @@ void tdm__device_quarantine(tdm_runtime *rt, unsigned k, const char *why);
 /* The model's prediction for t on device worker k (seconds, < 0: none),
  * and whether it is calibrated. */
 double tdm__sched_predict_on(tdm_runtime *rt, const tdm_task *t, unsigned k, bool *calibrated);
+/* The longest calibrated prediction for t on the classes other than
+ * device worker k's (seconds; < 0: none). */
+double tdm__sched_predict_elsewhere(tdm_runtime *rt, const tdm_task *t, unsigned k);
 
 /* The watchdog for hung devices (watchdog.c, tdm_config.watchdog_*).
  * Started with the devices when it watches anything, stopped before
@@ -917,6 +924,10 @@ double tdm__sched_predict_on(tdm_runtime *rt, const tdm_task *t, unsigned k, boo
 tdm_status tdm__watchdog_start(tdm_runtime *rt);
 void tdm__watchdog_stop(tdm_runtime *rt);
 bool tdm__watch(tdm_runtime *rt, unsigned k, const tdm_task *t, uint64_t since);
+/* Device worker k is hung (said `why`): rt->hung has it, it is
+ * quarantined, and its backend abandons its tries (once; any thread
+ * holding no runtime lock). */
+void tdm__device_hung(tdm_runtime *rt, unsigned k, const char *why);
 /* Records that t ended with `status` (failed, or cancelled) for
  * tdm_wait_all's report, and logs it. */
 void tdm__task_ended_badly(tdm_task *t, tdm_status status);
@@ -928,6 +939,9 @@ void tdm__task_ended_badly(tdm_task *t, tdm_status status);
  * a device event callback): a submission there never waits for room.
  * TDM_USER_CODE brackets such a call. */
 extern _Thread_local unsigned tdm__in_user_code TDM_TLS_MODEL;
+/* The runtime whose tdm_dispatch runs on this thread now (its pinned
+ * tasks and callbacks), or NULL. */
+extern _Thread_local const tdm_runtime *tdm__dispatch_of TDM_TLS_MODEL;
 #define TDM_USER_CODE(call)                                                    \
   do {                                                                         \
     tdm__in_user_code++;                                                       \
@@ -954,6 +968,12 @@ void tdm__verify_after(tdm_runtime *rt, void *rec, tdm_task *t, bool submitted);
 bool tdm__verify_internal(const tdm_task *t);
 /* Logs its counts (TANDEM_STATS). */
 void tdm__verify_report(tdm_runtime *rt);
+/* Whether devices' results were replaced by the CPU variant's since the
+ * last report (logged, saying where, for `what`). */
+bool tdm__verify_report_mismatches(tdm_runtime *rt, const char *what);
+/* The devices whose variant of t's codelet the verification mode took
+ * out (repeated mismatches) no longer run t: t->dev_mask. */
+void tdm__verify_mask(tdm_runtime *rt, tdm_task *t);
 /* TDM_ERR_TASK_FAILED, with a message naming what, when codelet tasks
  * failed or were cancelled since the last report; resets the counts. */
 tdm_status tdm__report_failures(tdm_runtime *rt, const char *what);

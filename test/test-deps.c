@@ -362,6 +362,10 @@ static void cycle_check_random(uint64_t gap) {
       refused += cycle;
     }
     assert_true(refused > 0); /* the graphs are dense enough to try cycles */
+    /* the labels the check keeps follow its order (those given again
+     * around a gap too small included) */
+    for (tdm_links *l = rt->graph.head; l && l->next; l = l->next)
+      assert_true(l->label < l->next->label);
     /* submit in waves: a task whose alive dependencies are all submitted */
     for (int done = 0, progress = 1; progress;) {
       progress = 0;

@@ -353,6 +353,78 @@ static void test_blocking_calls_in_task(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* Blocking calls from what tdm_dispatch runs on the application's thread
+ * (a task pinned there, a callback on dispatch) are refused too: they
+ * would wait for the thread they run on; destroy would free the runtime
+ * under the tdm_dispatch that called them. */
+typedef struct {
+  tdm_runtime *rt;
+  tdm_task *other;
+  tdm_group *group;
+  _Atomic int ran, wait_all, task_wait, group_wait, destroy, callback_destroy;
+} on_main;
+
+static void pinned_body(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b; (void)n;
+  on_main *s = *(on_main *const *)args;
+  atomic_store(&s->wait_all, tdm_wait_all(s->rt));
+  atomic_store(&s->task_wait, tdm_task_wait(s->other));
+  atomic_store(&s->group_wait, tdm_group_wait(s->group));
+  atomic_store(&s->destroy, tdm_runtime_destroy(s->rt));
+  atomic_store(&s->ran, 1);
+}
+
+static void destroy_on_dispatch(void *data) {
+  on_main *s = data;
+  atomic_store(&s->callback_destroy, tdm_runtime_destroy(s->rt));
+}
+
+static void test_blocking_calls_on_dispatch(void **state) {
+  (void)state;
+  test_log log;
+  on_main s = {.rt = test_runtime(2, &log)};
+  on_main *ps = &s;
+  assert_int_equal(tdm_group_create(s.rt, NULL, &s.group), TDM_OK);
+  /* a task the pinned one would wait for: it waits for the pinned one */
+  static const tdm_codelet cl = {.name = "pinned", .cpu_fn = pinned_body};
+  tdm_task *pinned;
+  assert_int_equal(tdm_task_create(s.rt, &(tdm_task_desc){.codelet = &cl, .args = &ps,
+                                                          .args_size = sizeof ps,
+                                                          .flags = TDM_TASK_MAIN_THREAD,
+                                                          .group = s.group},
+                                   &pinned),
+                   TDM_OK);
+  assert_int_equal(tdm_task_create(s.rt, &(tdm_task_desc){.codelet = &cl_none, .group = s.group,
+                                                          .callback = destroy_on_dispatch,
+                                                          .callback_data = &s,
+                                                          .flags = TDM_TASK_CALLBACK_ON_DISPATCH},
+                                   &s.other),
+                   TDM_OK);
+  assert_int_equal(tdm_task_depends_on(s.other, pinned), TDM_OK);
+  assert_int_equal(tdm_task_submit(pinned), TDM_OK);
+  assert_int_equal(tdm_task_submit(s.other), TDM_OK);
+  double end = now_s() + 30;
+  while (!atomic_load(&s.callback_destroy) && now_s() < end)
+    if (tdm_dispatch(s.rt) <= 0)
+      sleep_ms(1);
+  assert_int_equal(atomic_load(&s.ran), 1);
+  assert_int_equal(atomic_load(&s.wait_all), TDM_ERR_IN_TASK);
+  assert_int_equal(atomic_load(&s.task_wait), TDM_ERR_IN_TASK);
+  assert_int_equal(atomic_load(&s.group_wait), TDM_ERR_IN_TASK);
+  assert_int_equal(atomic_load(&s.destroy), TDM_ERR_IN_TASK);
+  assert_int_equal(atomic_load(&s.callback_destroy), TDM_ERR_IN_TASK);
+  assert_true(test_log_has(&log, "tdm_dispatch runs"));
+  /* the runtime is whole: it runs more, and goes when asked from outside */
+  assert_int_equal(tdm_task_wait(s.other), TDM_OK);
+  assert_int_equal(tdm_submit(s.rt, &(tdm_task_desc){.codelet = &cl_none}), TDM_OK);
+  assert_int_equal(tdm_group_wait(s.group), TDM_OK);
+  assert_int_equal(tdm_wait_all(s.rt), TDM_OK);
+  tdm_task_release(pinned);
+  tdm_task_release(s.other);
+  tdm_group_release(s.group);
+  assert_int_equal(tdm_runtime_destroy(s.rt), TDM_OK);
+}
+
 /* Submissions from other threads are refused once destroy has begun;
  * tasks already running may still submit, and their children run. */
 typedef struct {
@@ -483,7 +555,7 @@ static void test_environment_values(void **state) {
     assert_int_equal(rt->cfg.device_memory_limit, 0);
     assert_true(rt->cfg.sim_time_scale == 0);
     assert_true(rt->cfg.watchdog_factor == 50 && rt->cfg.watchdog_min == 1 &&
-                rt->cfg.watchdog_uncalibrated == 0);
+                rt->cfg.watchdog_uncalibrated == 10);
     assert_int_equal(rt->cfg.lineage, 16);
     assert_int_equal(rt->cfg.worker_nice, 0);
     assert_int_equal(rt->cfg.max_pending, 1u << 16);
@@ -772,6 +844,7 @@ int main(void) {
       cmocka_unit_test(test_unregister_busy_handle),
       cmocka_unit_test(test_cycles_refused),
       cmocka_unit_test(test_blocking_calls_in_task),
+      cmocka_unit_test(test_blocking_calls_on_dispatch),
       cmocka_unit_test(test_submit_after_destroy_began),
       cmocka_unit_test(test_unknown_environment),
       cmocka_unit_test(test_messages_on_stderr),

@@ -104,8 +104,10 @@ static void count_outcome(void *data) {
 }
 
 /* ROUNDS rounds of y = 2x, y = 3y + 1 on NH pairs of vectors, checked
- * against the same computed here (exact unless off_by_one). */
-static void run(tdm_runtime *rt) {
+ * against the same computed here: exact unless off_by_one, and exact
+ * again when tdm_wait_all says the devices' results that differed were
+ * replaced by the CPU's. Returns what tdm_wait_all did. */
+static tdm_status run(tdm_runtime *rt) {
   static double x[NH][N], y[NH][N];
   tdm_handle *hx[NH], *hy[NH];
   for (unsigned h = 0; h < NH; h++) {
@@ -136,10 +138,11 @@ static void run(tdm_runtime *rt) {
     assert_int_equal(tdm_handle_unregister(hx[h]), TDM_OK);
     tdm_handle_unregister(hy[h]); /* TDM_ERR_LOST after a failure */
   }
-  if (st == TDM_OK && !atomic_load(&off_by_one))
+  if ((st == TDM_OK && !atomic_load(&off_by_one)) || st == TDM_ERR_MISMATCH)
     for (unsigned h = 0; h < NH; h++)
       for (unsigned i = 0; i < N; i++)
         assert_true(y[h][i] == 3 * (2 * x[h][i]) + 1);
+  return st;
 }
 
 static tdm_verify_counts counts(tdm_runtime *rt) {
@@ -191,20 +194,34 @@ static void test_rate(void **state) {
 }
 
 /* A device one ulp off: with an exact tolerance every comparison of
- * `twice` differs, said with the codelet, the device and the cause; with
- * one ulp allowed, or a relative 1e-15, none; a relative 1e-17 does not
- * cover one ulp of these values. */
+ * `twice` differs, said with the codelet, the device and the cause; the
+ * CPU's results are kept (the run ends exact), tdm_wait_all says so, and
+ * after two mismatches `twice` no longer runs on that device; with one
+ * ulp allowed, or a relative 1e-15, none differs; a relative 1e-17 does
+ * not cover one ulp of these values. */
 static void off_by_one_ulp(tdm_tolerance tol, bool differs) {
   atomic_store(&off_by_one, true);
   twice_cl.tolerance = tol;
   test_log log;
   char dir[64];
   tdm_runtime *rt = make("twice:1", NULL, &log, dir, sizeof dir);
-  run(rt);
+  tdm_status st = run(rt);
   tdm_verify_counts c = counts(rt);
   assert_true(c.compared > 0);
   assert_int_equal(c.mismatched, differs ? c.compared : 0);
+  assert_int_equal(st, differs ? TDM_ERR_MISMATCH : TDM_OK);
+  assert_true(!differs || c.mismatched >= 2);
   if (differs) {
+    assert_true(test_log_has(&log, "codelet twice: its OpenCL variant is no longer used on "
+                                   "device 0 (gpu)"));
+    assert_true(test_log_has(&log, "which were kept (the first: codelet twice)"));
+    /* reported once */
+    assert_int_equal(tdm_wait_all(rt), TDM_OK);
+    /* its variant is out there: no task of `twice` runs on the device now */
+    assert_int_equal(run(rt), TDM_OK);
+    tdm_verify_counts again = counts(rt);
+    assert_int_equal(again.compared, c.compared);
+    assert_int_equal(again.mismatched, c.mismatched);
     printf("%.*s\n", (int)strcspn(strstr(log.all, "verify: codelet"), "\n"),
            strstr(log.all, "verify: codelet"));
     assert_true(test_log_has(&log, "verify: codelet twice: device 0 (gpu)"));
@@ -357,9 +374,13 @@ static unsigned opencl_mismatches(tdm_tolerance tol, bool *ran) {
                        TDM_OK);
       assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
       assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
+      /* what the task left: the CPU's results where the device's differed */
+      for (unsigned i = 0; tol.kind == TDM_TOL_EXACT && i < 256; i++)
+        assert_true(y[h][i] == 2 * x[h][i]);
     }
-  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  tdm_status st = tdm_wait_all(rt);
   tdm_verify_counts c = counts(rt);
+  assert_int_equal(st, c.mismatched ? TDM_ERR_MISMATCH : TDM_OK);
   if (*ran)
     assert_true(c.compared > 0);
   if (c.mismatched)

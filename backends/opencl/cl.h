@@ -88,6 +88,7 @@ struct tdm_opencl {
   cl_context *contexts;
   struct cl_watch *watch; /* watch.c, while devices run */
   struct cl_builder *builder; /* programs.c, while devices run */
+  struct cl_toks *toks; /* tokens.c, while devices run */
 };
 
 /* probe.c: "CL_INVALID_ARG_SIZE" for -51; CL_ERR(e) gives a "%s, error

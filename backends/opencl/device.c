@@ -61,16 +61,17 @@ typedef struct exec {
    * device was found hung and the watchdog ended it (cl_abandon), so a
    * completion that comes later is ignored. */
   _Atomic int state;
-  /* Freed when both are done with it: its completion callback, and its
-   * end in cl_progress (one when no callback was registered). */
+  /* Freed when both are done with it: its token's waiter, and its end
+   * in cl_progress (one when no waiter was registered). */
   _Atomic int refs;
   /* The watchdog watches it (it is the first in flight); then the
    * `hang` fault may take its completion as never coming. */
   _Atomic bool watched;
-  cl_event done;     /* the last command */
+  cl_tok *done;      /* the last command's token: settled once it and the
+                        inputs' copies have, failed if any of them failed */
   cl_event kernel;   /* while recording: the kernel itself */
   uint64_t launched; /* when its commands were enqueued */
-  _Atomic cl_int status;
+  _Atomic cl_int status; /* a failure of its own (a hand-over not enqueued) */
   /* On a device working in host memory: what the task writes, as it
    * was, to undo a run that fails (tdm__task_snapshot). */
   void *before;
@@ -222,7 +223,9 @@ static tdm_status cl_start(tdm_runtime *rt) {
     if (rt->recording)
       sync_clocks(g);
   }
-  tdm_status st = tdm__cl_watch_start(rt);
+  tdm_status st = tdm__tok_init(rt);
+  if (!st)
+    st = tdm__cl_watch_start(rt);
   if (!st)
     st = tdm__cl_builder_init(rt);
   if (st)
@@ -234,7 +237,13 @@ static tdm_status cl_start(tdm_runtime *rt) {
   return tdm__nodes_init(&rt->nodes, rt, &tdm__cl_node_ops, rt, 1 + rt->ndevice_workers, limits);
 }
 
-/* Waits for every command and callback (the handles go next). */
+static bool is_hung(const tdm_runtime *rt, unsigned k) {
+  return atomic_load(&((tdm_runtime *)rt)->hung) >> k & 1;
+}
+
+/* Waits for every command and callback (the handles go next), except on
+ * a device found hung: what it never completes is given up (a copy that
+ * stalls now makes its device hung: tokens.c). */
 static void cl_stop(tdm_runtime *rt) {
   if (!gpus(rt))
     return;
@@ -242,13 +251,19 @@ static void cl_stop(tdm_runtime *rt) {
   const cl_api *api = api_of(rt);
   for (unsigned k = 0; k < rt->ndevice_workers; k++) {
     cl_device *g = gpus(rt)[k];
-    if (g && g->compute)
-      CL_CHECK(rt, api->Finish(g->compute), "clFinish");
-    if (g && g->transfer)
-      CL_CHECK(rt, api->Finish(g->transfer), "clFinish");
-    /* callbacks of completed copies may still be on their way */
-    while (g && atomic_load(&g->timing_copies))
+    if (!g || !g->compute || !g->transfer)
+      continue;
+    if (!is_hung(rt, k)) {
+      CL_CHECK(rt, api->Flush(g->compute), "clFlush");
+      CL_CHECK(rt, api->Flush(g->transfer), "clFlush");
+    }
+    /* the callbacks of its commands: each settles a token */
+    while (atomic_load(&g->events_pending) && !is_hung(rt, k))
       tdm__sleep_until(tdm__now_ns() + 100000);
+    if (!is_hung(rt, k)) { /* all completed: these return at once */
+      CL_CHECK(rt, api->Finish(g->compute), "clFinish");
+      CL_CHECK(rt, api->Finish(g->transfer), "clFinish");
+    }
   }
   tdm__cl_watch_stop(rt);
 }
@@ -269,10 +284,16 @@ static void cl_release(tdm_runtime *rt) {
         api->ReleaseProgram(p->program);
       free(p);
     }
-    if (g->compute)
-      api->ReleaseCommandQueue(g->compute);
-    if (g->transfer)
-      api->ReleaseCommandQueue(g->transfer);
+    if (is_hung(rt, k) && atomic_load(&g->events_pending)) {
+      /* a driver may block releasing a queue whose commands never end */
+      tdm__log(rt, TDM_LOG_WARNING, "OpenCL: device %u is hung: its queues and the "
+               "commands that never completed are left behind", g->device);
+    } else {
+      if (g->compute)
+        api->ReleaseCommandQueue(g->compute);
+      if (g->transfer)
+        api->ReleaseCommandQueue(g->transfer);
+    }
     double lat, bw;
     if (tdm__link_estimate(&g->link, &lat, &bw))
       tdm__log(rt, TDM_LOG_INFO, "OpenCL: device %u: link learnt from %u copies timed: "
@@ -291,6 +312,7 @@ static void cl_release(tdm_runtime *rt) {
   }
   free(gpus(rt));
   rt->backend = NULL;
+  tdm__tok_fini(rt);
   tdm__opencl_close(rt);
 }
 
@@ -310,8 +332,9 @@ static void exec_unref(exec *x) {
     free(x);
 }
 
-static void CL_CALLBACK on_complete(cl_event e, cl_int status, void *data) {
-  (void)e;
+/* x's token settled: its commands completed, and its inputs' copies;
+ * status < 0 if any of them failed, however the driver said so. */
+static void exec_settled(void *data, cl_int status) {
   exec *x = data;
   tdm_runtime *rt = x->gpu->rt;
   if (status < 0)
@@ -329,6 +352,8 @@ static void CL_CALLBACK on_complete(cl_event e, cl_int status, void *data) {
  * them); completions that come later are ignored (on_complete). */
 static void cl_abandon(tdm_runtime *rt, unsigned k) {
   cl_device *g = gpus(rt)[k];
+  /* first: a thread may wait for one of them under g->lock */
+  tdm__tok_fail_device(rt, k);
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   /* under the lock: an exec leaves the list (and may be freed) under it */
   for (exec *x = g->flight; x; x = x->next) {
@@ -415,7 +440,7 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
     tdm__task_write_back(rt, t, node_of(g));
   }
   free(x->before);
-  api->ReleaseEvent(x->done);
+  tdm__tok_release(x->done);
   tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
   atomic_fetch_add_explicit(&g->tasks, 1, memory_order_relaxed);
   uint64_t now = tdm__now_ns(), t0, t1;
@@ -557,12 +582,24 @@ static void log_launch_failure(cl_device *g, const tdm_task *t, cl_int err) {
  * elsewhere). */
 enum { LAUNCHED, RETRY, FAILED, UNBUILT, NOT_HERE };
 
+/* Waits for the tokens of ts to settle; whether one failed. */
+static bool settle_all(const tdm_tokens *ts) {
+  bool failed = false;
+  for (unsigned i = 0; i < ts->n; i++) {
+    cl_tok *tok = tdm__tok_of(ts->v[i]);
+    tdm__tok_wait(tok);
+    failed |= tok && tdm__tok_status(tok) < 0;
+  }
+  return failed;
+}
+
 /* Makes t's buffers on g (pinned) and starts the copies of its inputs,
- * into mems, bufs (as the kernel sees them) and w (what the kernel waits
- * for). RETRY, nothing done, when they do not fit until tasks in flight
+ * into mems, bufs (as the kernel sees them), ts (their tokens: what the
+ * kernel comes after) and w (what the kernel's command waits for).
+ * RETRY, nothing done, when they do not fit until tasks in flight
  * finish. */
-static int stage(cl_device *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, waitlist *w,
-                 tdm_status *why) {
+static int stage(cl_device *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, tdm_tokens *ts,
+                 waitlist *w, tdm_status *why) {
   tdm_runtime *rt = g->rt;
   const char *name = t->codelet->name ? t->codelet->name : "(unnamed)";
   *why = TDM_ERR_SYSTEM;
@@ -582,15 +619,15 @@ static int stage(cl_device *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, wait
     if (!g->shared) /* the device holds the elements packed */
       bufs[i].ld = bufs[i].ny;
   }
-  tdm_tokens ts;
-  tdm__tokens_init(&ts);
-  bool ok = tdm__task_access(rt, t, node_of(g), &ts, false);
-  tdm__cl_waitlist_of(rt, g->ctx, w, ts.v, ts.n);
-  tdm__tokens_release(&rt->nodes, &ts);
+  bool ok = tdm__task_access(rt, t, node_of(g), ts, false);
+  if (ok && !tdm__cl_waitlist_of(rt, g->ctx, w, ts->v, ts->n)) {
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u: a copy of its inputs failed",
+             name, g->device);
+    ok = false;
+  }
   if (!ok) { /* the copies it started read memory that a retry may write */
-    if (w->n && api_of(rt)->WaitForEvents(w->n, w->ev) != CL_SUCCESS)
-      tdm__log(rt, TDM_LOG_DEBUG, "OpenCL: codelet %s: a copy of its inputs failed too", name);
-    tdm__cl_release_all(api_of(rt), w);
+    settle_all(ts);
+    tdm__tokens_release(&rt->nodes, ts);
     tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
     return FAILED;
   }
@@ -635,30 +672,55 @@ static cl_int enqueue(cl_device *g, tdm_task *t, const cl_mem *mems, const tdm_b
 }
 
 /* On a device working in host memory, a map/unmap of each written buffer
- * after the kernel hands its writes to the host where an implementation
- * caches; *done becomes the last of them. */
-static void hand_over(cl_device *g, tdm_task *t, const cl_mem *mems, cl_event *done) {
-  const cl_api *api = api_of(g->rt);
+ * after the kernel (event *last) hands its writes to the host where an
+ * implementation caches; *done becomes the last one's token, *last its
+ * event. False when one of them could not be enqueued (logged): the try
+ * fails. */
+static bool hand_over(cl_device *g, tdm_task *t, const cl_mem *mems, cl_tok **done,
+                      cl_event *last) {
+  tdm_runtime *rt = g->rt;
+  const cl_api *api = api_of(rt);
   tdm_handle *const *hs = tdm__task_handles(t);
   const uint8_t *modes = tdm__task_modes(t);
   for (unsigned i = 0; i < t->nbuf && g->shared; i++) {
     if (!(modes[i] & TDM_W))
       continue;
-    cl_int merr = CL_SUCCESS;
+    cl_int merr = CL_SUCCESS, uerr = CL_SUCCESS;
     cl_event mapped = NULL, unmapped = NULL;
-    void *ptr = api->EnqueueMapBuffer(g->compute, mems[i], CL_FALSE, CL_MAP_READ | CL_MAP_WRITE,
-                                      0, tdm__coh_span(hs[i]), 1, done, &mapped, &merr);
-    if (ptr && api->EnqueueUnmapMemObject(g->compute, mems[i], ptr, 1, &mapped, &unmapped) ==
-                   CL_SUCCESS) {
-      api->ReleaseEvent(*done);
-      *done = unmapped;
-    } else {
-      tdm__log(g->rt, TDM_LOG_ERROR, "OpenCL: map of a written buffer failed (%s, error %d)",
-               CL_ERR(merr));
+    cl_tok *tm = tdm__tok_alloc(rt), *tu = tm ? tdm__tok_alloc(rt) : NULL;
+    void *ptr = tu ? api->EnqueueMapBuffer(g->compute, mems[i], CL_FALSE,
+                                           CL_MAP_READ | CL_MAP_WRITE, 0, tdm__coh_span(hs[i]),
+                                           1, last, &mapped, &merr)
+                   : NULL;
+    if (ptr && mapped)
+      uerr = api->EnqueueUnmapMemObject(g->compute, mems[i], ptr, 1, &mapped, &unmapped);
+    if (mapped) { /* its token, so that its failure counts */
+      tdm_token before = tdm__tok_token(*done);
+      tdm__tok_start(tm, mapped, g->ctx, (int)g->k, false, 0, &before, 1);
+      tdm__tok_release(*done);
+      *done = tm;
+      tm = NULL;
     }
-    if (mapped)
-      api->ReleaseEvent(mapped);
+    if (unmapped) {
+      tdm_token before = tdm__tok_token(*done);
+      if (api->RetainEvent(unmapped) == CL_SUCCESS) {
+        api->ReleaseEvent(*last);
+        *last = unmapped;
+      }
+      tdm__tok_start(tu, unmapped, g->ctx, (int)g->k, false, 0, &before, 1);
+      tdm__tok_release(*done);
+      *done = tu;
+      tu = NULL;
+    }
+    tdm__tok_release(tm);
+    tdm__tok_release(tu);
+    if (!ptr || !mapped || uerr != CL_SUCCESS || !unmapped) {
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: the map of a written buffer failed (%s, error %d)",
+               CL_ERR(ptr && mapped ? uerr : merr ? merr : CL_OUT_OF_HOST_MEMORY));
+      return false;
+    }
   }
+  return true;
 }
 
 /* t, which g did not launch, ends with `why` from cl_progress: its
@@ -692,50 +754,64 @@ static int launch(cl_device *g, tdm_task *t) {
   cl_mem mems_room[TDM_MAX_BUFFERS], *mems = t->more ? (cl_mem *)t->more->mems : mems_room;
   tdm_buffer bufs_room[TDM_MAX_BUFFERS], *bufs = tdm__task_views(t, bufs_room);
   waitlist w = {.n = 0};
+  tdm_tokens ts;
+  tdm__tokens_init(&ts);
   exec *x = tdm__calloc(rt, 1, sizeof *x);
+  /* the kernel's token, before anything is enqueued */
+  cl_tok *done = x ? tdm__tok_alloc(rt) : NULL;
   if (x)
     atomic_init(&x->refs, 1);
   tdm_status why = TDM_ERR_NO_MEMORY;
   int st = FAILED;
   tdm_status cancelled = tdm__task_outcome_at_start(t);
   if (cancelled && x) { /* cancelled, or taken from a CPU worker's deque: it ends */
+    tdm__tok_release(done);
     unlaunched(g, t, x, cancelled);
     return LAUNCHED;
   }
-  if (!x)
+  if (!x || !done)
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: out of memory launching codelet %s", name);
   else if ((why = tdm__fault(rt, TDM_FAULT_LAUNCH, g->k)))
     ; /* as an enqueue that failed before staging */
   else
-    st = stage(g, t, mems, bufs, &w, &why);
+    st = stage(g, t, mems, bufs, &ts, &w, &why);
   if (st == RETRY) {
+    tdm__tok_release(done);
     free(x);
     return RETRY;
   }
-  cl_event done = NULL;
   if (st == LAUNCHED && g->shared) { /* its writes land in host memory */
     bool kept = true;
-    /* what the host has is not what it will run on until its inputs land */
-    cl_int werr = w.n ? api->WaitForEvents(w.n, w.ev) : CL_SUCCESS;
-    if (werr != CL_SUCCESS)
-      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: its inputs did not arrive (%s, error %d)",
-               name, CL_ERR(werr));
+    /* what the host has is not what it will run on until its inputs land
+     * (they come from other devices: their tokens, never an event wait
+     * that a failed command would make endless) */
+    bool failed = settle_all(&ts);
+    if (failed)
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: its inputs did not arrive", name);
     else
       x->before = tdm__task_snapshot(rt, t, &kept);
-    if (!kept || werr != CL_SUCCESS) {
+    if (!kept || failed) {
       tdm__cl_release_all(api, &w);
+      tdm__tokens_release(&rt->nodes, &ts);
       tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
       why = kept ? TDM_ERR_SYSTEM : TDM_ERR_NO_MEMORY;
       st = FAILED;
     }
   }
+  cl_event ev = NULL;
   if (st == LAUNCHED) {
-    cl_int err = enqueue(g, t, mems, bufs, &w, &done);
+    cl_int err = enqueue(g, t, mems, bufs, &w, &ev);
     tdm__cl_release_all(api, &w);
+    if (err == CL_SUCCESS && !ev) {
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: its enqueue function gave no event",
+               name);
+      err = CL_INVALID_EVENT;
+    }
     if (err != CL_SUCCESS) {
       log_launch_failure(g, t, err);
-      if (done)
-        api->ReleaseEvent(done);
+      if (ev)
+        api->ReleaseEvent(ev);
+      tdm__tokens_release(&rt->nodes, &ts);
       tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
       why = err == CL_BUILD_PROGRAM_FAILURE ? TDM_ERR_BUILD : status_of(err);
       st = FAILED;
@@ -744,6 +820,7 @@ static int launch(cl_device *g, tdm_task *t) {
   if (st == FAILED) { /* it ends, so that the graph goes on */
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s did not run; its outputs are unchanged",
              name);
+    tdm__tok_release(done);
     if (x) {
       free(x->before); /* it did not run */
       x->before = NULL;
@@ -756,24 +833,33 @@ static int launch(cl_device *g, tdm_task *t) {
     return LAUNCHED;
   }
   x->launched = tdm__now_ns();
-  if (rt->recording && done && api->RetainEvent(done) == CL_SUCCESS)
-    x->kernel = done; /* before a map/unmap follows it */
-  hand_over(g, t, mems, &done);
+  if (rt->recording && api->RetainEvent(ev) == CL_SUCCESS)
+    x->kernel = ev; /* before a map/unmap follows it */
+  /* the kernel comes after its inputs' copies: their failure is its */
+  cl_event last = api->RetainEvent(ev) == CL_SUCCESS ? ev : NULL;
+  tdm__tok_start(done, ev, g->ctx, (int)g->k, false, 0, ts.v, ts.n);
+  tdm__tokens_release(&rt->nodes, &ts);
+  if (last && !hand_over(g, t, mems, &done, &last))
+    atomic_store(&x->status, CL_MAP_FAILURE);
+  else if (!last && g->shared)
+    atomic_store(&x->status, CL_OUT_OF_HOST_MEMORY); /* no map can follow it */
+  if (last)
+    api->ReleaseEvent(last);
   /* the new state: written buffers live on this node only */
-  tdm__task_written(rt, t, node_of(g), token_of(done));
+  tdm__task_written(rt, t, node_of(g), tdm__tok_token(done));
   x->gpu = g;
   x->t = t;
   x->done = done;
   t->dx = x;
   g->inflight++;
   fly(g, x);
-  atomic_store(&x->refs, 2); /* and the callback's */
-  if (!tdm__cl_when_complete(rt, done, on_complete, x)) {
-    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: clSetEventCallback failed: waiting here instead");
-    api->WaitForEvents(1, &done);
-    on_complete(done, CL_COMPLETE, x);
+  atomic_store(&x->refs, 2); /* and the token's waiter */
+  if (!tdm__tok_when(done, exec_settled, x)) {
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: out of memory: waiting here for codelet %s", name);
+    tdm__tok_wait(done);
+    exec_settled(x, tdm__tok_status(done));
   }
-  api->Flush(g->compute);
+  CL_CHECK(rt, api->Flush(g->compute), "clFlush");
   return LAUNCHED;
 }
 

@@ -59,9 +59,9 @@ struct cl_device {
    * times are not read yet (under trace_lock), and those read. */
   int64_t clock_offset;
   /* The link, learnt from the copies' profiled times (under trace_lock),
-   * and the copies whose times are still to come (callbacks pending). */
+   * and how many of its commands' callbacks are still to come (tokens.c). */
   tdm_link_model link;
-  _Atomic unsigned timing_copies;
+  _Atomic unsigned events_pending; /* commands whose callback is still to come */
   pthread_mutex_t trace_lock; /* a leaf lock: guards the two below */
   struct pending_copy {
     cl_event ev;
@@ -124,23 +124,63 @@ void tdm__cl_watch_stop(tdm_runtime *rt);
 
 /* ---- memnode.c ---- */
 
-/* Completion tokens are events. */
-static inline cl_event ev_of(tdm_token t) {
-  return (cl_event)(uintptr_t)t;
-}
-static inline tdm_token token_of(cl_event e) {
-  return (tdm_token)(uintptr_t)e;
-}
+/* A copy completed: its profiled time teaches g's link model. */
+void tdm__cl_copy_timed(cl_device *g, cl_event e, uint64_t bytes);
 
-/* What a command waits for, retained; folded into one joined event when
- * full. */
+/* ---- tokens.c ---- */
+
+/* A completion token: a command, and the tokens it was ordered after.
+ * Settled once its event's callback came (or the watcher's, watch.c) and
+ * those tokens settled; failed if any of them failed, however the driver
+ * said so; settled as failed at once when its device is found hung. */
+typedef struct cl_tok cl_tok;
+cl_tok *tdm__tok_of(tdm_token t);
+tdm_token tdm__tok_token(cl_tok *t);
+tdm_status tdm__tok_init(tdm_runtime *rt);
+void tdm__tok_fini(tdm_runtime *rt);
+/* A token not started yet (one reference, the caller's), made before
+ * its command is enqueued so that no command goes without one; NULL
+ * when out of memory (logged). Released unstarted, it is freed. */
+cl_tok *tdm__tok_alloc(tdm_runtime *rt);
+/* t stands for command e (its reference taken over) of context ctx on
+ * device worker k's queues (-1: none), a copy of `bytes` or not, ordered
+ * after the tokens before[0 .. n-1]. */
+void tdm__tok_start(cl_tok *t, cl_event e, cl_context ctx, int k, bool copy, uint64_t bytes,
+                    const tdm_token *before, unsigned n);
+/* A token settled when all of ts are (a reference), or 0 after waiting
+ * for them here when none can be made. */
+tdm_token tdm__tok_join(tdm_runtime *rt, const tdm_token *ts, unsigned n);
+void tdm__tok_retain(cl_tok *t);
+void tdm__tok_release(cl_tok *t);
+/* Settled; its status: CL_COMPLETE, or the first failure seen (which
+ * may show before it is settled). */
+bool tdm__tok_done(cl_tok *t);
+cl_int tdm__tok_status(const cl_tok *t);
+/* Blocks until t settles (a hung device settles its tokens). */
+void tdm__tok_wait(cl_tok *t);
+/* Calls fn(arg, status) once t settles: at once, on this thread, if it
+ * has; else on the thread that settles it. False: no memory. */
+bool tdm__tok_when(cl_tok *t, void (*fn)(void *, cl_int), void *arg);
+/* Device worker k is hung: its tokens not settled settle as failed. */
+void tdm__tok_fail_device(tdm_runtime *rt, unsigned k);
+/* A copy that has not completed within its ceiling after it could
+ * start makes its device hung (on the watcher's thread). */
+void tdm__tok_check(tdm_runtime *rt);
+
+/* What a command waits for, retained. */
 typedef struct waitlist {
   cl_event ev[2 * TDM_MAX_BUFFERS];
   unsigned n;
 } waitlist;
 void tdm__cl_release_all(const cl_api *api, waitlist *w);
-/* w becomes tokens ts as events of context ctx (others bridged). */
-void tdm__cl_waitlist_of(tdm_runtime *rt, cl_context ctx, waitlist *w, const tdm_token *ts,
+/* w becomes what a command of context ctx waits for tokens ts by: their
+ * events, bridges for tokens of another context or with no event of
+ * their own (user events that always complete, once the token settles),
+ * nothing for a settled one; past w's room, the rest joined into one.
+ * Never blocks. False (w empty) when one of them failed already (the
+ * command would run on what a failed one left, and a driver may never
+ * run it), or a wait could not be made (logged). */
+bool tdm__cl_waitlist_of(tdm_runtime *rt, cl_context ctx, waitlist *w, const tdm_token *ts,
                          unsigned n);
 
 extern const tdm_node_ops tdm__cl_node_ops;

@@ -1,10 +1,9 @@
 /*
  * The OpenCL backend's memory-node operations (backends/backend.h), what
  * runtime/data/coherence.c asks of OpenCL: buffers on a device, copies
- * between a device's buffer and the host, and events as completion
- * tokens. A command can only wait for events of its own context, and
- * each device has a context of its own: events of another context, or
- * several at once, are joined into a user event of the right context.
+ * between a device's buffer and the host, and completion tokens
+ * (tokens.c) that settle as their commands' events do and fail however
+ * the driver reports a failure.
  */
 #include "device.h"
 
@@ -14,118 +13,6 @@
 
 static cl_device *gpu_of_node(const tdm_runtime *rt, unsigned node) {
   return gpus(rt)[node - 1];
-}
-
-void tdm__cl_release_all(const cl_api *api, waitlist *w) {
-  for (unsigned i = 0; i < w->n; i++)
-    api->ReleaseEvent(w->ev[i]);
-  w->n = 0;
-}
-
-/* ---- joining events ------------------------------------------------------
- * A command can only wait for events of its own context, and each device
- * has a context of its own. An event of another context, or several events
- * at once, are turned into a user event of the right context that a
- * callback completes when they all have. */
-
-typedef struct join {
-  _Atomic int left;
-  _Atomic cl_int status;
-  cl_event user; /* NULL: call fn instead */
-  void (*fn)(void *, int);
-  void *arg;
-  /* copies: a late callback must not reach into a runtime being freed */
-  cl_int (*SetUserEventStatus)(cl_event, cl_int);
-  cl_int (*ReleaseEvent)(cl_event);
-} join;
-
-static void CL_CALLBACK join_one(cl_event e, cl_int status, void *data) {
-  (void)e;
-  join *j = data;
-  if (status < 0)
-    atomic_store(&j->status, status);
-  if (atomic_fetch_sub(&j->left, 1) != 1)
-    return;
-  cl_int st = atomic_load(&j->status);
-  if (j->user) {
-    j->SetUserEventStatus(j->user, st < 0 ? st : CL_COMPLETE);
-    j->ReleaseEvent(j->user);
-  } else {
-    j->fn(j->arg, st < 0 ? (int)st : 0);
-  }
-  free(j);
-}
-
-/* Registers j's callback on each of evs (j->left set to n first). */
-static void join_all(tdm_runtime *rt, join *j, const cl_event *evs, unsigned n) {
-  const cl_api *api = api_of(rt);
-  atomic_init(&j->left, (int)n);
-  atomic_init(&j->status, CL_COMPLETE);
-  j->SetUserEventStatus = api->SetUserEventStatus;
-  j->ReleaseEvent = api->ReleaseEvent;
-  for (unsigned i = 0; i < n; i++)
-    if (!tdm__cl_when_complete(rt, evs[i], join_one, j)) {
-      CL_CHECK(rt, api->WaitForEvents(1, &evs[i]), "clWaitForEvents");
-      join_one(evs[i], CL_COMPLETE, j);
-    }
-}
-
-/* A new event of context ctx that completes when all of evs have (NULL
- * when none is given, or on failure, after waiting for them here). */
-static cl_event join_events(tdm_runtime *rt, cl_context ctx, const cl_event *evs, unsigned n) {
-  const cl_api *api = api_of(rt);
-  if (!n)
-    return NULL;
-  cl_int err = CL_SUCCESS;
-  join *j = tdm__calloc(rt, 1, sizeof *j);
-  cl_event user = j ? api->CreateUserEvent(ctx, &err) : NULL;
-  if (!user || api->RetainEvent(user) != CL_SUCCESS) {
-    tdm__log(rt, TDM_LOG_WARNING, "OpenCL: cannot join events (%s, error %d): waiting for them",
-             CL_ERR(err));
-    for (unsigned i = 0; i < n; i++)
-      CL_CHECK(rt, api->WaitForEvents(1, &evs[i]), "clWaitForEvents");
-    if (user)
-      api->SetUserEventStatus(user, CL_COMPLETE);
-    free(j);
-    return user;
-  }
-  j->user = user;
-  join_all(rt, j, evs, n);
-  return user;
-}
-
-static cl_context context_of(const cl_api *api, cl_event e) {
-  cl_context c = NULL;
-  if (api->GetEventInfo(e, CL_EVENT_CONTEXT, sizeof c, &c, NULL) != CL_SUCCESS)
-    return NULL;
-  return c;
-}
-
-/* Adds e to w, for a command of context ctx. */
-static void wait_for(tdm_runtime *rt, cl_context ctx, waitlist *w, cl_event e) {
-  const cl_api *api = api_of(rt);
-  if (!e)
-    return;
-  if (w->n == sizeof w->ev / sizeof w->ev[0]) { /* full: fold it into one */
-    cl_event all = join_events(rt, ctx, w->ev, w->n);
-    tdm__cl_release_all(api, w);
-    if (all)
-      w->ev[w->n++] = all;
-  }
-  if (context_of(api, e) != ctx) {
-    cl_event bridged = join_events(rt, ctx, &e, 1);
-    if (bridged)
-      w->ev[w->n++] = bridged;
-  } else if (api->RetainEvent(e) == CL_SUCCESS) {
-    w->ev[w->n++] = e;
-  }
-}
-
-void tdm__cl_waitlist_of(tdm_runtime *rt, cl_context ctx, waitlist *w, const tdm_token *ts,
-                         unsigned n) {
-  w->n = 0;
-  for (unsigned i = 0; i < n; i++)
-    wait_for(rt, ctx, w, ev_of(ts[i]));
 }
 
 /* Copies between the host and buffer m as c says. */
@@ -148,29 +35,19 @@ static cl_int copy_rect(const cl_api *api, cl_command_queue q, bool to_device, c
                                           host_pitch, 0, b->ptr, w->n, w->n ? w->ev : NULL, e);
 }
 
-typedef struct timed_copy {
-  cl_device *g;
-  uint64_t bytes;
-} timed_copy;
-
 /* A copy completed: its profiled time teaches the link model. */
-static void CL_CALLBACK copy_timed(cl_event e, cl_int status, void *data) {
-  timed_copy *c = data;
-  cl_device *g = c->g;
+void tdm__cl_copy_timed(cl_device *g, cl_event e, uint64_t bytes) {
   const cl_api *api = api_of(g->rt);
   cl_ulong t0 = 0, t1 = 0;
-  if (status == CL_COMPLETE &&
-      api->GetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) ==
+  if (api->GetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) ==
           CL_SUCCESS &&
       api->GetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) ==
           CL_SUCCESS &&
       t1 > t0) {
     TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
-    tdm__link_observe(&g->link, c->bytes, 1e-9 * (double)(t1 - t0));
+    tdm__link_observe(&g->link, bytes, 1e-9 * (double)(t1 - t0));
     TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->trace_lock));
   }
-  free(c);
-  atomic_fetch_sub(&g->timing_copies, 1); /* last: g may go once it is 0 */
 }
 
 static void count_copy(cl_device *g, bool to_device, size_t bytes, cl_event e) {
@@ -178,15 +55,6 @@ static void count_copy(cl_device *g, bool to_device, size_t bytes, cl_event e) {
                             memory_order_relaxed);
   atomic_fetch_add_explicit(to_device ? &g->copies_to_device : &g->copies_to_host, 1,
                             memory_order_relaxed);
-  timed_copy *c = e ? tdm__malloc(g->rt, sizeof *c) : NULL;
-  if (c) {
-    *c = (timed_copy){g, bytes};
-    atomic_fetch_add(&g->timing_copies, 1);
-    if (!tdm__cl_when_complete(g->rt, e, copy_timed, c)) {
-      atomic_fetch_sub(&g->timing_copies, 1);
-      free(c);
-    }
-  }
   if (!g->rt->trace_path || !e)
     return;
   const cl_api *api = api_of(g->rt);
@@ -243,85 +111,97 @@ static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
              to_node ? "host to" : "to host from", g->device, bytes, tdm_status_name(fault));
     return false;
   }
+  cl_tok *tok = tdm__tok_alloc(rt);
+  if (!tok)
+    return false;
   waitlist w;
-  tdm__cl_waitlist_of(rt, g->ctx, &w, after, nafter);
+  if (!tdm__cl_waitlist_of(rt, g->ctx, &w, after, nafter)) {
+    /* what it would copy is not there: a command after a failed one may
+     * never run (PoCL stalls its queue) */
+    tdm__cl_release_all(api, &w);
+    tdm__tok_release(tok);
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: %s device %u, %zu bytes: not started, what it "
+             "waits for failed", to_node ? "host to" : "to host from", g->device, bytes);
+    return false;
+  }
   cl_event e = NULL;
   cl_int err = copy_rect(api, g->transfer, to_node, (cl_mem)c->mem, c, &w, &e);
   tdm__cl_release_all(api, &w);
-  if (err != CL_SUCCESS) {
+  if (err != CL_SUCCESS || !e) {
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: %s device %u, %zu bytes: %s, error %d",
              to_node ? "host to" : "to host from", g->device, bytes, CL_ERR(err));
+    tdm__tok_release(tok);
     return false;
   }
-  api->Flush(g->transfer);
+  CL_CHECK(rt, api->Flush(g->transfer), "clFlush");
   count_copy(g, to_node, bytes, e);
-  *done = token_of(e);
+  tdm__tok_start(tok, e, g->ctx, (int)g->k, true, bytes, after, nafter);
+  *done = tdm__tok_token(tok);
   return true;
 }
 
 static tdm_token node_join(void *ctx, const tdm_token *ts, unsigned n) {
-  tdm_runtime *rt = ctx;
-  const cl_api *api = api_of(rt);
-  if (!n)
-    return 0;
-  if (n == 1)
-    return api->RetainEvent(ev_of(ts[0])) == CL_SUCCESS ? ts[0] : 0;
-  cl_event *evs = tdm__malloc(rt, n * sizeof *evs);
-  if (!evs) {
-    for (unsigned i = 0; i < n; i++)
-      CL_CHECK(rt, api->WaitForEvents(1, &(cl_event){ev_of(ts[i])}), "clWaitForEvents");
-    return 0;
-  }
-  for (unsigned i = 0; i < n; i++)
-    evs[i] = ev_of(ts[i]);
-  cl_event all = join_events(rt, context_of(api, evs[0]), evs, n);
-  free(evs);
-  return token_of(all);
+  return n ? tdm__tok_join(ctx, ts, n) : 0;
 }
 
 static bool node_retain(void *ctx, tdm_token t) {
-  return api_of(ctx)->RetainEvent(ev_of(t)) == CL_SUCCESS;
+  (void)ctx;
+  tdm__tok_retain(tdm__tok_of(t));
+  return true;
 }
 
 static void node_release(void *ctx, tdm_token t) {
-  api_of(ctx)->ReleaseEvent(ev_of(t));
+  (void)ctx;
+  tdm__tok_release(tdm__tok_of(t));
 }
 
 static bool node_test(void *ctx, tdm_token t) {
-  cl_int st = CL_QUEUED;
-  return api_of(ctx)->GetEventInfo(ev_of(t), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st,
-                                   NULL) == CL_SUCCESS &&
-         (st == CL_COMPLETE || st < 0);
+  (void)ctx;
+  return tdm__tok_done(tdm__tok_of(t));
 }
 
+/* Failed, however the driver said so: see tokens.c. */
 static bool node_failed(void *ctx, tdm_token t) {
-  cl_int st = CL_QUEUED;
-  return api_of(ctx)->GetEventInfo(ev_of(t), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st,
-                                   NULL) == CL_SUCCESS &&
-         st < 0;
+  (void)ctx;
+  cl_tok *tok = tdm__tok_of(t);
+  return tdm__tok_done(tok) && tdm__tok_status(tok) < 0;
 }
 
 static void node_wait(void *ctx, const tdm_token *ts, unsigned n) {
-  for (unsigned i = 0; i < n; i++) /* one at a time: their contexts differ */
-    CL_CHECK((tdm_runtime *)ctx,
-             api_of(ctx)->WaitForEvents(1, &(cl_event){ev_of(ts[i])}), "clWaitForEvents");
+  (void)ctx;
+  for (unsigned i = 0; i < n; i++)
+    tdm__tok_wait(tdm__tok_of(ts[i]));
+}
+
+typedef struct when {
+  void (*fn)(void *, int);
+  void *arg;
+  cl_tok *all;
+} when;
+
+static void when_settled(void *data, cl_int status) {
+  when *w = data;
+  cl_tok *all = w->all;
+  w->fn(w->arg, status < 0 ? (int)status : 0);
+  free(w);
+  tdm__tok_release(all);
 }
 
 static bool node_when_done(void *ctx, const tdm_token *ts, unsigned n, void (*fn)(void *, int),
                            void *arg) {
   tdm_runtime *rt = ctx;
-  join *j = tdm__calloc(rt, 1, sizeof *j);
-  cl_event *evs = j ? tdm__malloc(rt, n * sizeof *evs) : NULL;
-  if (!evs) {
-    free(j);
+  when *w = tdm__malloc(rt, sizeof *w);
+  cl_tok *all = w ? tdm__tok_of(tdm__tok_join(rt, ts, n)) : NULL;
+  if (!all) {
+    free(w);
     return false;
   }
-  for (unsigned i = 0; i < n; i++)
-    evs[i] = ev_of(ts[i]);
-  j->fn = fn;
-  j->arg = arg;
-  join_all(rt, j, evs, n);
-  free(evs);
+  *w = (when){fn, arg, all};
+  if (!tdm__tok_when(all, when_settled, w)) {
+    free(w);
+    tdm__tok_release(all);
+    return false;
+  }
   return true;
 }
 

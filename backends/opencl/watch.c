@@ -97,6 +97,7 @@ static void *watch_main(void *arg) {
     watched *failed = NULL;
     sweep(cw, &failed);
     TDM_PTHREAD(rt, pthread_mutex_unlock(&cw->lock));
+    tdm__tok_check(rt); /* copies that stall */
     for (watched *w = failed; w; w = w->next) {
       cl_int st = CL_QUEUED;
       api->GetEventInfo(w->e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
@@ -175,15 +176,26 @@ void tdm__cl_watch_stop(tdm_runtime *rt) {
   int err = pthread_join(cw->thread, NULL);
   if (err)
     tdm__log(rt, TDM_LOG_ERROR, "pthread_join(OpenCL watcher): %s", strerror(err));
-  /* Every command has finished (cl_stop): a callback still to come is
-   * one the implementation does not make, or makes late; a little
-   * while for the late ones, then they are given up. */
+  /* Every command has finished (cl_stop), but on a hung device: a
+   * callback still to come is one the implementation does not make, or
+   * makes late; a little while for the late ones, then they are given
+   * up: claimed, so that a callback that comes after the runtime is
+   * gone calls nothing, and left behind (the implementation holds it). */
   const cl_api *api = api_of(rt);
   uint64_t deadline = tdm__now_ns() + 50000000;
   for (unsigned l = 0; l < 2; l++)
     for (watched *w = l ? cw->given : cw->head, *next; w; w = next) {
       next = w->next;
       while (!atomic_load_explicit(&w->came, memory_order_acquire) && tdm__now_ns() < deadline)
+        tdm__sleep_until(tdm__now_ns() + 100000);
+      /* the watcher's own (l = 1) were called already; the others are
+       * claimed here unless the implementation is calling them now */
+      if (!atomic_load_explicit(&w->came, memory_order_acquire) &&
+          (l || !atomic_exchange(&w->claimed, 1))) {
+        tdm__log(rt, TDM_LOG_DEBUG, "OpenCL: a command never completed: given up");
+        continue; /* its callback may still come: it finds w claimed */
+      }
+      while (!atomic_load_explicit(&w->came, memory_order_acquire)) /* being called */
         tdm__sleep_until(tdm__now_ns() + 100000);
       api->ReleaseEvent(w->e);
       free(w);

@@ -30,9 +30,16 @@
  * visits (an epoch per search), so no task is visited twice.
  *
  * Labels: spaced tdm_graph.gap (2^32) apart as tasks are appended; a block
- * moved into a gap takes evenly spaced labels in it, and when a gap is too
- * small every label is given again, in order (rare: each such pass leaves
- * gaps of 2^32 everywhere; tests make the gap tiny to exercise it).
+ * moved into a gap takes evenly spaced labels in it. When a gap is too
+ * small, the tasks around it get labels again, evenly spread over the
+ * smallest aligned range of labels around it that is sparse enough (2^i
+ * labels holding at most (4/3)^i tasks), after Bender, Cole, Demaine,
+ * Farach-Colton and Zito, "Two simplified algorithms for maintaining
+ * order in a list", ESA 2002: O(log n) labels given per move, amortized,
+ * however the moves fall (a chain whose edges go against creation
+ * order moves one task into the same place each time: relabelling the
+ * whole list then made it quadratic). Tests make the gap tiny to
+ * exercise it.
  *
  * Everything here runs under rt->deps_lock, which only the calls on
  * created tasks take (tdm_task_create, tdm_task_depends_on, the submit or
@@ -76,6 +83,44 @@ static void link_after(tdm_graph *g, tdm_links *after, tdm_links *l) {
     g->head = l;
 }
 
+/* Labels the tasks from `first` on, `count` of them, evenly within the
+ * labels (base, base + span) (span 0: 2^64). */
+static void spread(tdm_links *first, uint64_t count, uint64_t base, uint64_t span) {
+  uint64_t step = span ? span / (count + 1) : UINT64_MAX / (count + 1);
+  tdm_links *l = first;
+  for (uint64_t i = 0; i < count; i++, l = l->next)
+    l->label = base + step * (i + 1);
+}
+
+/* The k tasks that follow `after` (NULL: the first k; `end` the task
+ * after them) found no room in their gap: the tasks around them get
+ * labels again, over the smallest aligned range about `after`'s label
+ * that is sparse enough (Bender et al.: see above). */
+static void make_room(tdm_graph *g, tdm_links *after, unsigned k, tdm_links *end) {
+  uint64_t anchor = after ? after->label : 0;
+  double most = 1; /* (4/3)^i */
+  for (unsigned i = 1; i < 64; i++) {
+    most *= 4.0 / 3.0;
+    uint64_t span = UINT64_C(1) << i, base = anchor & ~(span - 1);
+    if ((double)k + 1 > most)
+      continue;
+    uint64_t count = k;
+    tdm_links *first = after ? after->next : g->head;
+    /* those before it in the range, `after` included */
+    for (tdm_links *l = after; l && l->label >= base && (double)count < most; l = l->prev) {
+      count++;
+      first = l;
+    }
+    for (tdm_links *l = end; l && l->label - base < span && (double)count < most; l = l->next)
+      count++;
+    if ((double)count + 1 > most)
+      continue; /* too dense: a larger range */
+    spread(first, count, base, span);
+    return;
+  }
+  relabel_all(g); /* the whole space is dense: evenly, gap apart */
+}
+
 /* Labels the k tasks that now follow `after` (NULL: the first k), within
  * the gap up to the task after them. */
 static void label_block(tdm_graph *g, tdm_links *after, unsigned k) {
@@ -90,7 +135,7 @@ static void label_block(tdm_graph *g, tdm_links *after, unsigned k) {
   else if (!after && small && hi > gap * ((uint64_t)k + 1))
     lo = hi - gap * ((uint64_t)k + 1), step = gap; /* at the start: likewise */
   if (step == 0 || hi - lo <= k) {
-    relabel_all(g);
+    make_room(g, after, k, end);
     return;
   }
   tdm_links *l = first;

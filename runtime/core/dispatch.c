@@ -88,6 +88,8 @@ int tdm_runtime_event_fd(tdm_runtime *rt) {
   return fd;
 }
 
+_Thread_local const tdm_runtime *tdm__dispatch_of TDM_TLS_MODEL;
+
 int tdm_dispatch(tdm_runtime *rt) {
   if (!rt)
     return TDM_ERR_INVALID_ARG;
@@ -118,6 +120,8 @@ int tdm_dispatch(tdm_runtime *rt) {
   for (tdm_group *g = groups; g; g = g->dnext)
     g->dposted = false; /* a later post shows later counts */
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->dispatch_lock));
+  const tdm_runtime *outer = tdm__dispatch_of; /* another runtime's, maybe */
+  tdm__dispatch_of = rt;
   int ran = 0;
   while (tasks) {
     tdm_task *t = tasks;
@@ -140,6 +144,7 @@ int tdm_dispatch(tdm_runtime *rt) {
     tdm__group_unref(g);
     ran++;
   }
+  tdm__dispatch_of = outer;
   atomic_store(&rt->dispatching, false);
   return ran;
 }

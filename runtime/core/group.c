@@ -168,11 +168,15 @@ void tdm__group_ended(tdm_task *t) {
     atomic_fetch_add_explicit(&g->failed, 1, memory_order_relaxed);
   add_cost(&g->cost_ended, tdm__cost_of(t));
   atomic_fetch_add(&g->ended, 1);
-  /* seq_cst: pairs with tdm_group_wait's increment of waiters */
+  /* seq_cst, all three: a waiter that sees pending at 0 sees `ending`
+   * counted until the progress call below has returned; pairs with
+   * tdm_group_wait's increment of waiters */
+  atomic_fetch_add(&g->ending, 1);
   bool idle = atomic_fetch_sub(&g->pending, 1) == 1;
   if (g->progress_fn)
     progress(g, idle);
-  if (idle && atomic_load(&g->waiters)) {
+  bool last = atomic_fetch_sub(&g->ending, 1) == 1;
+  if (last && !atomic_load(&g->pending) && atomic_load(&g->waiters)) {
     tdm_runtime *rt = g->rt;
     TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
     TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
@@ -189,6 +193,11 @@ tdm_status tdm_group_cancel(tdm_group *g) {
   return TDM_OK;
 }
 
+/* Tasks of g not ended, or a progress call of an ended one not returned. */
+static bool busy(tdm_group *g) {
+  return atomic_load(&g->pending) || atomic_load(&g->ending);
+}
+
 tdm_status tdm_group_wait(tdm_group *g) {
   if (!g)
     return TDM_ERR_INVALID_ARG;
@@ -198,13 +207,12 @@ tdm_status tdm_group_wait(tdm_group *g) {
   if (st)
     return st;
   uint64_t deadline = 0;
-  for (unsigned i = 0; atomic_load(&g->pending) && tdm__idle_step(i, &deadline, rt->cfg.spin_us);
-       i++)
+  for (unsigned i = 0; busy(g) && tdm__idle_step(i, &deadline, rt->cfg.spin_us); i++)
     ;
-  if (atomic_load(&g->pending)) {
+  if (busy(g)) {
     TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
     atomic_fetch_add(&g->waiters, 1);
-    while (atomic_load(&g->pending))
+    while (busy(g))
       TDM_PTHREAD(rt, pthread_cond_wait(&rt->wait_cond, &rt->wait_lock));
     atomic_fetch_sub(&g->waiters, 1);
     TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));

@@ -46,6 +46,7 @@ void tdm_config_init(tdm_config *config) {
   config->quarantine_failures = 3;
   config->watchdog_factor = 50;
   config->watchdog_min = 1;
+  config->watchdog_uncalibrated = 10;
   config->lineage = 16;
 }
 
@@ -570,7 +571,9 @@ static void destroy_sync(tdm_runtime *rt) {
 }
 
 /* Stops and joins the workers that were started, frees everything. */
-static void teardown(tdm_runtime *rt) {
+/* Stops and frees rt; whether a device was found hung (what it never
+ * completed is left behind: see the backends' stop and release). */
+static bool teardown(tdm_runtime *rt) {
   if (rt->workers) {
     atomic_store(&rt->stop, true);
     tdm__wake_all(rt);
@@ -616,7 +619,9 @@ static void teardown(tdm_runtime *rt) {
   destroy_sync(rt);
   tdm__verify_free(rt);
   free_strings(rt);
+  bool hung = atomic_load(&rt->hung) != 0;
   free(rt);
+  return hung;
 }
 
 static tdm_status start_workers(tdm_runtime *rt) {
@@ -748,6 +753,12 @@ tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what) {
              "%s called from a task of the same runtime: it could deadlock", what);
     return TDM_ERR_IN_TASK;
   }
+  if (TDM_UNLIKELY(tdm__dispatch_of == rt)) {
+    tdm__log(rt, TDM_LOG_ERROR,
+             "%s called from a task or callback that tdm_dispatch runs: it would wait for "
+             "the thread it runs on", what);
+    return TDM_ERR_IN_TASK;
+  }
   return TDM_OK;
 }
 
@@ -786,6 +797,12 @@ tdm_status tdm_runtime_destroy(tdm_runtime *rt) {
   tdm_status st = tdm__check_blocking(rt, "tdm_runtime_destroy");
   if (st)
     return st;
+  if (tdm__in_user_code || tdm__dispatch_of) {
+    /* it would free what the runtime that called this code still uses */
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_destroy called from a task or a callback: call "
+             "it once that code has returned (from the event loop, say)");
+    return TDM_ERR_IN_TASK;
+  }
   atomic_store(&rt->closing, true);
   tdm_runtime_resume(rt); /* the tasks queued run */
   tdm__release_acquisitions(rt); /* tasks may wait for them */
@@ -800,8 +817,7 @@ tdm_status tdm_runtime_destroy(tdm_runtime *rt) {
   tdm__trace_write(rt);
   tdm__trace_finish(rt);
   tdm__log(rt, TDM_LOG_INFO, "runtime stopping");
-  teardown(rt);
-  return TDM_OK;
+  return teardown(rt) ? TDM_ERR_DEVICE_LOST : TDM_OK;
 }
 
 unsigned tdm_runtime_nworkers(const tdm_runtime *rt) {

@@ -1017,7 +1017,9 @@ tdm_status tdm__report_failures(tdm_runtime *rt, const char *what) {
     rt->nfailed = rt->ncancelled = 0;
   }
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->fail_lock));
-  return failed || cancelled ? TDM_ERR_TASK_FAILED : TDM_OK;
+  if (failed || cancelled)
+    return TDM_ERR_TASK_FAILED;
+  return rt->verify && tdm__verify_report_mismatches(rt, what) ? TDM_ERR_MISMATCH : TDM_OK;
 }
 
 tdm_status tdm_callback_status(void) {

@@ -5,20 +5,26 @@
  * codelet's tolerance (tdm_codelet.tolerance). A device whose results
  * differ from the CPU's (floating-point contraction, a driver bug, a
  * kernel that reads out of bounds) is thus seen, with the codelet, the
- * device and the largest difference.
+ * device and the largest difference. The CPU variant's results are kept
+ * in its place (the comparison writes them over the device's), the
+ * application is told (tdm_wait_all returns TDM_ERR_MISMATCH), and
+ * after DISABLE_AFTER mismatches the codelet's OpenCL variant is no
+ * longer used on that device.
  *
  * A sampled task T is submitted as three tasks:
  *  - P, before T (only when T has read-write buffers): reads them and
  *    keeps a copy, the inputs T overwrites;
  *  - T itself, its callback wrapped to note where it ran and how it ended;
  *  - C, after T: reads every buffer of T (T's read-only inputs, which no
- *    writer can have changed yet, and T's outputs) and, when T ran on a
- *    device, runs T's CPU variant on the same inputs into buffers of its
- *    own and compares.
+ *    writer can have changed yet) and reads and writes T's outputs: when
+ *    T ran on a device, it runs T's CPU variant on the same inputs into
+ *    buffers of its own, compares, and on a mismatch writes the CPU's
+ *    results over T's.
  * P and C run on the CPU workers. While the mode is on, submissions take
  * one lock, so that no other thread's task comes between P, T and C.
  * What a sampled task costs: its outputs and read-write inputs come to
- * the host, writers after it wait for C too, and the second run.
+ * the host, the tasks after it that use its outputs wait for C too, and
+ * the second run.
  */
 #include "../internal.h"
 
@@ -28,6 +34,8 @@
 #include <string.h>
 
 #define MAX_SPECS 16
+#define MAX_OFF 32       /* codelets whose variant is out somewhere */
+#define DISABLE_AFTER 2  /* mismatches of a codelet on a device */
 
 typedef struct spec {
   char *name; /* "*": every codelet */
@@ -35,11 +43,26 @@ typedef struct spec {
   _Atomic uint64_t seen;
 } spec;
 
+/* A codelet's mismatches per device worker, and those where its OpenCL
+ * variant is out (bit k). */
+typedef struct off_entry {
+  char name[64];
+  uint8_t count[TDM_MAX_DEVICE_WORKERS];
+  uint64_t off;
+} off_entry;
+
 struct tdm_verify {
   pthread_mutex_t lock; /* held around each submission while verifying */
   spec specs[MAX_SPECS];
   unsigned n;
   _Atomic uint64_t sampled, compared, mismatched, skipped;
+  /* a leaf lock: guards what follows */
+  pthread_mutex_t off_lock;
+  off_entry off[MAX_OFF];
+  unsigned noff;
+  _Atomic unsigned any_off; /* noff, read without the lock */
+  uint64_t unreported;      /* mismatches replaced since the last report */
+  char first[64];           /* the first of those: its codelet */
 };
 
 /* One sampled task. Freed by the last of the submitter, P and C. */
@@ -55,7 +78,8 @@ typedef struct record {
   void *args;          /* T's arguments */
   size_t args_size;
   void **pre;          /* nbuf: P's copy of each read-write buffer, packed */
-  tdm_access *c_modes; /* nbuf of TDM_R: C's (and P's) buffers */
+  tdm_access *c_modes; /* nbuf: C's modes (T's outputs TDM_RW, else TDM_R) */
+  tdm_access *p_modes; /* nbuf of TDM_R: P's */
   tdm_codelet p_codelet, c_codelet;
   /* T's callback, and how and where T ended (set by note_end) */
   tdm_task_callback callback;
@@ -73,6 +97,8 @@ tdm_status tdm__verify_parse(tdm_runtime *rt, const char *text) {
   if (!v)
     return TDM_ERR_NO_MEMORY;
   int err = pthread_mutex_init(&v->lock, NULL);
+  if (!err && (err = pthread_mutex_init(&v->off_lock, NULL)))
+    pthread_mutex_destroy(&v->lock);
   if (err) {
     tdm__log(rt, TDM_LOG_ERROR, "pthread_mutex_init: %s", strerror(err));
     free(v);
@@ -121,6 +147,7 @@ void tdm__verify_free(tdm_runtime *rt) {
   for (unsigned i = 0; i < v->n; i++)
     free(v->specs[i].name);
   pthread_mutex_destroy(&v->lock);
+  pthread_mutex_destroy(&v->off_lock);
   free(v);
   rt->verify = NULL;
 }
@@ -220,6 +247,7 @@ static void record_unref(record *r) {
   free(r->modes);
   free(r->args);
   free(r->c_modes);
+  free(r->p_modes);
   free(r);
 }
 
@@ -308,8 +336,83 @@ static void report(const record *r, const tdm_buffer *b, void *const *mine, cons
            tol_text(&r->tol, tol, sizeof tol), where);
 }
 
+/* A mismatch of r on device worker k, whose results were replaced: to
+ * report; the codelet's variant goes out there at the DISABLE_AFTER'th. */
+static void mismatch_on(record *r, unsigned k) {
+  tdm_runtime *rt = r->rt;
+  struct tdm_verify *v = rt->verify;
+  bool out = false;
+  unsigned seen = 0;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&v->off_lock));
+  if (!v->unreported++)
+    snprintf(v->first, sizeof v->first, "%s", r->name);
+  off_entry *e = NULL;
+  for (unsigned i = 0; i < v->noff && !e; i++)
+    if (!strcmp(v->off[i].name, r->name))
+      e = &v->off[i];
+  if (!e && v->noff < MAX_OFF) {
+    e = &v->off[v->noff++];
+    snprintf(e->name, sizeof e->name, "%s", r->name);
+  }
+  if (e && k < TDM_MAX_DEVICE_WORKERS) {
+    seen = e->count[k] < UINT8_MAX ? ++e->count[k] : e->count[k];
+    if (seen >= DISABLE_AFTER && !(e->off >> k & 1)) {
+      e->off |= UINT64_C(1) << k;
+      out = true;
+    }
+  }
+  atomic_store(&v->any_off, v->noff);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&v->off_lock));
+  if (out)
+    tdm__log(rt, TDM_LOG_ERROR, "verify: codelet %s: its OpenCL variant is no longer used on "
+             "device %u (%s): its results differed from the CPU variant's %u times",
+             r->name, rt->device_of[k], rt->devices[rt->device_of[k]].name, seen);
+}
+
+void tdm__verify_mask(tdm_runtime *rt, tdm_task *t) {
+  struct tdm_verify *v = rt->verify;
+  const char *name = t->codelet->name;
+  if (!atomic_load_explicit(&v->any_off, memory_order_relaxed) || !name)
+    return;
+  uint64_t off = 0;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&v->off_lock));
+  for (unsigned i = 0; i < v->noff; i++)
+    if (!strcmp(v->off[i].name, name))
+      off = v->off[i].off;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&v->off_lock));
+  t->dev_mask &= ~off;
+  t->device_ok = t->dev_mask != 0;
+}
+
+bool tdm__verify_report_mismatches(tdm_runtime *rt, const char *what) {
+  struct tdm_verify *v = rt->verify;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&v->off_lock));
+  uint64_t n = v->unreported;
+  v->unreported = 0;
+  char first[64];
+  snprintf(first, sizeof first, "%s", v->first);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&v->off_lock));
+  if (n)
+    tdm__log(rt, TDM_LOG_ERROR, "%s: %llu task%s ran on a device whose results differed from "
+             "the CPU variant's, which were kept (the first: codelet %s)", what,
+             (unsigned long long)n, n == 1 ? "" : "s", first);
+  return n != 0;
+}
+
+/* Writes T's CPU results (mine, packed) over its device's (b). */
+static void keep_cpu_results(const record *r, const tdm_buffer *b, void *const *mine) {
+  for (unsigned i = 0; i < r->nbuf; i++) {
+    if (!(r->modes[i] & TDM_W))
+      continue;
+    for (size_t row = 0; row < b[i].nx; row++)
+      memcpy((char *)b[i].ptr + row * b[i].ld * b[i].elem_size,
+             (const char *)mine[i] + row * row_bytes(&b[i]), row_bytes(&b[i]));
+  }
+}
+
 /* C: T's CPU variant again, into buffers of its own, compared with what
- * T produced (b: T's buffers, on the host). */
+ * T produced (b: T's buffers, on the host); on a mismatch, the CPU's
+ * results replace T's. */
 static void compare(const tdm_buffer *b, const void *args, size_t n) {
   (void)n;
   record *r = *(record *const *)args;
@@ -347,6 +450,8 @@ static void compare(const tdm_buffer *b, const void *args, size_t n) {
     if (w.outside) {
       atomic_fetch_add_explicit(&v->mismatched, 1, memory_order_relaxed);
       report(r, b, mine, &w);
+      keep_cpu_results(r, b, mine);
+      mismatch_on(r, r->worker - r->rt->nworkers);
     }
   }
   for (unsigned i = 0; mine && i < r->nbuf; i++)
@@ -420,12 +525,13 @@ static tdm_status helper(record *r, tdm_codelet *cl, tdm_cpu_fn fn, const char *
   *cl = (tdm_codelet){.name = what, .cpu_fn = fn, .nbuffers = k};
   tdm_task_desc d = {.codelet = cl, .args = &r, .args_size = sizeof r,
                      .callback = fn == compare ? c_end : p_end, .callback_data = r};
+  /* P reads; C reads T's inputs and reads and writes its outputs */
   if (k <= TDM_MAX_BUFFERS) {
     for (unsigned i = 0; i < k; i++)
-      cl->modes[i] = TDM_R;
+      cl->modes[i] = fn == compare ? r->c_modes[i] : TDM_R;
     memcpy(d.handles, mine, k * sizeof *mine);
   } else {
-    cl->dyn_modes = r->c_modes;
+    cl->dyn_modes = fn == compare ? r->c_modes : r->p_modes;
     d.dyn_handles = mine;
   }
   tdm_task *t = NULL;
@@ -455,9 +561,10 @@ void *tdm__verify_before(tdm_task *t) {
     r->modes = tdm__malloc(rt, n + 1);
     r->pre = tdm__calloc(rt, n + 1, sizeof *r->pre);
     r->c_modes = tdm__malloc(rt, (n + 1) * sizeof *r->c_modes);
+    r->p_modes = tdm__malloc(rt, (n + 1) * sizeof *r->p_modes);
     r->args = tdm__malloc(rt, t->args_size + 1);
   }
-  if (!r || !r->modes || !r->pre || !r->c_modes || !r->args) {
+  if (!r || !r->modes || !r->pre || !r->c_modes || !r->p_modes || !r->args) {
     if (r)
       atomic_init(&r->refs, 1);
     if (r)
@@ -476,8 +583,10 @@ void *tdm__verify_before(tdm_task *t) {
                : cl->tolerance;
   r->nbuf = n;
   memcpy(r->modes, tdm__task_modes(t), n);
-  for (unsigned i = 0; i < n; i++)
-    r->c_modes[i] = TDM_R;
+  for (unsigned i = 0; i < n; i++) {
+    r->c_modes[i] = r->modes[i] & TDM_W ? TDM_RW : TDM_R;
+    r->p_modes[i] = TDM_R;
+  }
   r->args_size = t->args_size;
   if (t->args_size)
     memcpy(r->args, t->args, t->args_size);

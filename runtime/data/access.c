@@ -220,6 +220,15 @@ void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node, void *b
     if (before)
       copy_written(t, before, false);
     free(before);
+    tdm_handle *const *hs = tdm__task_handles(t);
+    const uint8_t *modes = tdm__task_modes(t);
+    for (unsigned i = 0; i < t->nbuf && rt->nodes.ops; i++) {
+      if (!first_write(hs, modes, i))
+        continue;
+      tdm__coh_lock(&hs[i]->coh);
+      tdm__coh_host_restored(&rt->nodes, hs[i]);
+      tdm__coh_unlock(&hs[i]->coh);
+    }
     return;
   }
   /* a version it replaced lived on devices only, and its lineage cannot

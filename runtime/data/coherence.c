@@ -737,6 +737,11 @@ bool tdm__coh_write_back(const tdm_nodes *nodes, tdm_handle *h) {
   return ok;
 }
 
+void tdm__coh_host_restored(const tdm_nodes *nodes, tdm_handle *h) {
+  if (tdm__coh_fill_failed(nodes, h, 0))
+    set_fill(nodes, h, 0, 0);
+}
+
 bool tdm__coh_fill_failed(const tdm_nodes *nodes, const tdm_handle *h, unsigned node) {
   tdm_token f = fill_of(h, node);
   return f && nodes->ops->failed && nodes->ops->failed(nodes->ctx, f);

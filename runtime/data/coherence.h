@@ -265,6 +265,11 @@ void tdm__coh_unlock(tdm_coh *c);
 
 /* The rest with the family's lock held. */
 
+/* A failed run in the host's memory (a device working there) was undone:
+ * the memory holds what it held before, and the run's token, failed,
+ * no longer stands for it. Family lock held. */
+void tdm__coh_host_restored(const tdm_nodes *nodes, tdm_handle *h);
+
 /* Prepares an access to h on `node` in `mode`: a read makes the node
  * valid (copies started); a write alone settles a tile still to take from
  * its matrix and a matrix still to gather (else those would later

@@ -57,8 +57,8 @@ static unsigned class_of(const tdm_runtime *rt, unsigned w) {
 /* ---- the driver ------------------------------------------------------------ */
 
 static bool rt_runs(const tdm_sched *s, unsigned c, const tdm_task *t) {
-  if (c < s->ncpu)
-    return t->codelet->cpu_fn != NULL;
+  if (c < s->ncpu) /* or it ends there without running (no device left) */
+    return t->codelet->cpu_fn != NULL || atomic_load_explicit(&t->outcome, memory_order_relaxed);
   uint64_t out = atomic_load_explicit(&rt_of(s)->quarantined, memory_order_relaxed);
   return ((t->dev_mask & ~out) >> (c - s->ncpu)) & 1;
 }
@@ -128,8 +128,19 @@ static void rt_share(tdm_sched *s, tdm_task *t, bool wake) {
     rt_kick_devices(s);
 }
 
+static void without_quarantined(tdm_runtime *rt, tdm_task *t, uint64_t out);
+
+/* A task from the shared queue; one whose devices were all taken out of
+ * placement meanwhile, and that the CPU cannot run, ends with
+ * TDM_ERR_NO_DEVICE on the CPU worker that took it (rather than going
+ * round the workers for ever). */
 static tdm_task *rt_take_shared(tdm_sched *s) {
-  return tdm__any_take(rt_of(s));
+  tdm_runtime *rt = rt_of(s);
+  tdm_task *t = tdm__any_take(rt);
+  uint64_t out = atomic_load_explicit(&rt->quarantined, memory_order_relaxed);
+  if (t && t->device_ok && TDM_UNLIKELY(t->dev_mask & out))
+    without_quarantined(rt, t, out);
+  return t;
 }
 
 static tdm_task *rt_take(tdm_sched *s, unsigned from, bool (*want)(tdm_task *, void *),
@@ -285,6 +296,23 @@ double tdm__sched_predict_on(tdm_runtime *rt, const tdm_task *t, unsigned k, boo
   return p;
 }
 
+double tdm__sched_predict_elsewhere(tdm_runtime *rt, const tdm_task *t, unsigned k) {
+  tdm_sched *s = rt->sched;
+  if (!s)
+    return -1;
+  unsigned mine = class_of(rt, rt->nworkers + k);
+  double most = -1;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&s->lock));
+  for (unsigned c = 0; c < s->nclasses; c++) {
+    bool calibrated = false;
+    double p = c != mine ? rt_predict(s, t, c, &calibrated) : -1;
+    if (calibrated && p > most)
+      most = p;
+  }
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&s->lock));
+  return most;
+}
+
 void tdm__place(tdm_runtime *rt, tdm_task *t) {
   if (TDM_UNLIKELY(t->main_thread)) { /* runs (or ends) in tdm_dispatch */
     tdm__dispatch_task(rt, t);
@@ -294,6 +322,8 @@ void tdm__place(tdm_runtime *rt, tdm_task *t) {
     uint64_t out = atomic_load_explicit(&rt->quarantined, memory_order_relaxed);
     if (TDM_UNLIKELY(t->dev_mask & out))
       without_quarantined(rt, t, out);
+    if (TDM_UNLIKELY(rt->verify)) /* devices whose variant gave wrong results */
+      tdm__verify_mask(rt, t);
   }
   /* the CPU workers' (no call through the tables); a cancelled task ends
    * on one of them without running */

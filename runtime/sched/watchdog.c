@@ -36,6 +36,7 @@ struct tdm_watchdog {
   struct watched {
     uint64_t since, deadline; /* ns; deadline 0: nothing watched */
     double limit, predicted;  /* s; predicted < 0: not calibrated */
+    const char *basis;        /* where the prediction comes from */
     char codelet[48];
   } dev[TDM_MAX_DEVICE_WORKERS];
 };
@@ -45,9 +46,17 @@ bool tdm__watch(tdm_runtime *rt, unsigned k, const tdm_task *t, uint64_t since) 
   if (!g)
     return false;
   double limit = 0, predicted = -1;
+  const char *basis = "";
   if (t) {
     bool calibrated;
     double p = tdm__sched_predict_on(rt, t, k, &calibrated);
+    if (!calibrated && rt->cfg.watchdog_factor > 0) {
+      /* not calibrated here: its time on another class, a CPU's most
+       * often, sets the ceiling, if one is calibrated */
+      p = tdm__sched_predict_elsewhere(rt, t, k);
+      calibrated = p >= 0;
+      basis = " on another class";
+    }
     if (calibrated && p >= 0 && rt->cfg.watchdog_factor > 0) {
       predicted = p;
       limit = rt->cfg.watchdog_factor * p;
@@ -57,7 +66,7 @@ bool tdm__watch(tdm_runtime *rt, unsigned k, const tdm_task *t, uint64_t since) 
       limit = rt->cfg.watchdog_uncalibrated;
     }
   }
-  struct watched w = {.since = since, .limit = limit, .predicted = predicted};
+  struct watched w = {.since = since, .limit = limit, .predicted = predicted, .basis = basis};
   if (limit > 0) {
     w.deadline = since + tdm__ns_of(limit);
     snprintf(w.codelet, sizeof w.codelet, "%s",
@@ -71,20 +80,25 @@ bool tdm__watch(tdm_runtime *rt, unsigned k, const tdm_task *t, uint64_t since) 
   return w.deadline != 0;
 }
 
+void tdm__device_hung(tdm_runtime *rt, unsigned k, const char *why) {
+  if (atomic_fetch_or(&rt->hung, UINT64_C(1) << k) >> k & 1)
+    return; /* once */
+  tdm__device_quarantine(rt, k, why);
+  if (rt->dev->abandon)
+    rt->dev->abandon(rt, k);
+}
+
 /* Device worker k ran w past its deadline: hung. */
 static void hung(tdm_runtime *rt, unsigned k, const struct watched *w) {
   char why[256];
   double ran = 1e-9 * (double)(tdm__now_ns() - w->since);
   if (w->predicted >= 0)
     snprintf(why, sizeof why, "hung: codelet %s ran %.3g s, over its limit of %.3g s "
-             "(predicted %.3g s)", w->codelet, ran, w->limit, w->predicted);
+             "(predicted %.3g s%s)", w->codelet, ran, w->limit, w->predicted, w->basis);
   else
     snprintf(why, sizeof why, "hung: codelet %s ran %.3g s, over its limit of %.3g s "
              "(not calibrated)", w->codelet, ran, w->limit);
-  atomic_fetch_or(&rt->hung, UINT64_C(1) << k);
-  tdm__device_quarantine(rt, k, why);
-  if (rt->dev->abandon)
-    rt->dev->abandon(rt, k);
+  tdm__device_hung(rt, k, why);
 }
 
 static void *watchdog_main(void *arg) {

@@ -8,7 +8,10 @@
  *      also both with the edges added from the sinks back to the sources
  *      (no search either: what counts is the order of creation), and both
  *      created sinks first (each edge then goes against the order kept:
- *      the check searches both ways and moves the smaller side);
+ *      the check searches both ways and moves the smaller side), with the
+ *      edges added from the sources or from the sinks (each edge then
+ *      moves one task into the same place: the labels around it are given
+ *      again, a few at a time);
  *      timed from the first create to the last depends_on, then to the
  *      end of the run.
  *  (b) the overlap check of registration: 100,000 disjoint vectors
@@ -46,7 +49,8 @@ static void nothing(const tdm_buffer *b, const void *args, size_t n) {
 
 static const tdm_codelet empty = {.name = "empty", .cpu_fn = nothing};
 
-enum { SOURCES_FIRST, SINKS_FIRST, CREATED_SINKS_FIRST };
+/* bits: edges added from the sinks back; tasks created sinks first */
+enum { SOURCES_FIRST = 0, SINKS_FIRST = 1, CREATED_SINKS_FIRST = 2 };
 
 /* Builds `layers` layers of `width` created tasks, each depending on every
  * task of the layer before, in the given order; *build: seconds to the
@@ -57,12 +61,12 @@ static double graph(tdm_runtime *rt, long layers, int width, int order, double *
   if (!t)
     exit(1);
   /* node k of the graph (layer k / width) is t[at(k)] */
-#define at(k) (order == CREATED_SINKS_FIRST ? n - 1 - (k) : (k))
+#define at(k) (order & CREATED_SINKS_FIRST ? n - 1 - (k) : (k))
   double t0 = bench_now();
   for (long i = 0; i < n; i++)
     check(tdm_task_create(rt, &(tdm_task_desc){.codelet = &empty}, &t[i]), "create");
   for (long l = 1; l < layers; l++) {
-    long layer = order == SINKS_FIRST ? layers - l : l;
+    long layer = order & SINKS_FIRST ? layers - l : l;
     for (int a = 0; a < width; a++)
       for (int b = 0; b < width; b++)
         check(tdm_task_depends_on(t[at(layer * width + a)], t[at((layer - 1) * width + b)]),
@@ -92,6 +96,8 @@ static void graphs(tdm_runtime *rt, long scale) {
       {"edges sinks first", 10000, 2, SINKS_FIRST},
       {"created sinks first", 100000, 1, CREATED_SINKS_FIRST},
       {"created sinks first", 10000, 2, CREATED_SINKS_FIRST},
+      {"both sinks first", 320000, 1, CREATED_SINKS_FIRST | SINKS_FIRST},
+      {"both sinks first", 10000, 2, CREATED_SINKS_FIRST | SINKS_FIRST},
   };
   printf("(a) cycle check (median of %d)                 build (s)   build+run (s)\n", REPS);
   for (unsigned s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
