@@ -809,6 +809,10 @@ struct tdm_runtime {
   struct tdm_watchdog *watchdog;
   _Atomic uint64_t hung;
   struct tdm_verify *verify; /* tdm_config.verify (verify.c); NULL: off */
+  /* A mutation for the tests (test-driver-faults): the OpenCL backend
+   * takes every command's event as successful, whatever its status, so
+   * that the tests show they catch what that would cost. */
+  bool blind_to_events;
 };
 
 /* A helper split out of a hot function for reading, kept inlined. */

@@ -29,6 +29,7 @@
 #include "tandem/opencl.h"
 
 #include "failing-opencl.h"
+#include "internal.h" /* rt->blind_to_events: the mutation check */
 
 #define NVEC 32 /* handles: the first half vectors, the rest matrices */
 #define STEPS 8
@@ -39,6 +40,7 @@
 #define CASE_LIMIT 30 /* s: past it, the case hung */
 
 static bool discrete;
+static bool blind; /* the mutation: Tandem blind to events' failures */
 static char cache_dir[128]; /* a fresh one per run of this program */
 static const char *only_mode, *only_entry;
 
@@ -115,6 +117,7 @@ static int run_case(const fault_case *c, int out) {
   tdm_runtime *rt = NULL;
   if (tdm_runtime_create(&cfg, &rt) != TDM_OK)
     return NODEV;
+  rt->blind_to_events = blind;
   tdm_machine_info mi = {.struct_size = sizeof mi};
   if (tdm_runtime_machine(rt, &mi) != TDM_OK || !mi.device_workers) {
     tdm_runtime_destroy(rt);
@@ -284,6 +287,34 @@ static void test_never_completes(void **state) {
   run_mode(FAILCL_NEVER);
 }
 
+/* The mutation check: with Tandem blind to the failures events report,
+ * the matrix finds wrong results reported as success (so it would catch
+ * a check that goes missing). */
+static void test_mutation_blind_to_events(void **state) {
+  (void)state;
+  if (only_mode || only_entry)
+    skip();
+  static const fault_case cases[] = {
+      {"clEnqueueNDRangeKernel", FAILCL_EVENT, 0, false},
+      {"clEnqueueNDRangeKernel", FAILCL_CALLBACK, 0, false},
+      {"clEnqueueWriteBuffer", FAILCL_EVENT, 0, false},
+      {"clEnqueueWriteBuffer", FAILCL_CALLBACK, 0, false},
+      {"clEnqueueReadBuffer", FAILCL_CALLBACK, 0, false},
+  };
+  blind = true;
+  unsigned wrong = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    double took;
+    unsigned failed;
+    int r = run_child(&cases[i], &took, &failed);
+    printf("blind: %-26s %-8s %-6s %u failed\n", cases[i].entry, mode_name[cases[i].mode],
+           outcome_name[r], failed);
+    wrong += r == WRONG;
+  }
+  blind = false;
+  assert_true(wrong > 0);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2 || (strcmp(argv[1], "integrated") && strcmp(argv[1], "discrete"))) {
     fprintf(stderr, "usage: test-driver-faults integrated|discrete [MODE [ENTRY]]\n");
@@ -295,7 +326,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_returned_error), cmocka_unit_test(test_event_fails),
       cmocka_unit_test(test_callback_only), cmocka_unit_test(test_dependents_stall),
-      cmocka_unit_test(test_never_completes),
+      cmocka_unit_test(test_never_completes), cmocka_unit_test(test_mutation_blind_to_events),
   };
   test_temp_dir(cache_dir, sizeof cache_dir);
   int failures = cmocka_run_group_tests(tests, NULL, NULL);

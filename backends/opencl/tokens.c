@@ -210,6 +210,8 @@ static void CL_CALLBACK event_settled(cl_event e, cl_int status, void *data) {
   cl_tok *t = data;
   tdm_runtime *rt = t->rt;
   int k = t->k;
+  if (TDM_UNLIKELY(rt->blind_to_events))
+    status = CL_COMPLETE; /* the tests' mutation */
   if (t->copy && status == CL_COMPLETE && k >= 0)
     tdm__cl_copy_timed(gpus(rt)[k], e, t->bytes);
   settle(t, status < 0 ? status : CL_COMPLETE, true);
