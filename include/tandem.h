@@ -22,7 +22,9 @@
  *  - "Any thread" means any thread of the process, including the runtime's
  *    own workers (that is, code running inside a task), unless said otherwise.
  *    Functions that block say so, and return TDM_ERR_IN_TASK when called from
- *    a task of the same runtime, where blocking could deadlock the runtime.
+ *    a task of the same runtime, or from what its tdm_dispatch runs on the
+ *    application's thread (a pinned task, a callback on dispatch), where
+ *    blocking could deadlock the runtime.
  *  - `flags` arguments must be 0 for now.
  *  - fork(): a runtime belongs to the process that created it. In a child
  *    of that process its worker threads do not exist, so every call on it
@@ -93,7 +95,7 @@ extern "C" {
   XX(ERR_SHUTTING_DOWN, -8, "runtime is being destroyed")                      \
   XX(ERR_CYCLE, -9, "dependency would form a cycle")                           \
   XX(ERR_BUSY, -10, "handle is still in use")                                  \
-  XX(ERR_IN_TASK, -11, "blocking call made from a task of the same runtime")   \
+  XX(ERR_IN_TASK, -11, "blocking call made from a task or callback of the same runtime") \
   XX(ERR_ALREADY_SUBMITTED, -12, "task was already submitted")                 \
   XX(ERR_DEP_NOT_SUBMITTED, -13, "task depends on a task not yet submitted")   \
   XX(ERR_PARTITIONED, -14, "handle is partitioned: use its tiles")             \
