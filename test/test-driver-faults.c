@@ -81,13 +81,75 @@ typedef struct fault_case {
   int mode;
   unsigned onset;
   bool device_only;
+  bool slow; /* the slow kernel instead (test_slow_kernel_taken_as_hung) */
 } fault_case;
+
+/* A kernel that runs for a while (loop iterations in args), then adds 1;
+ * its CPU twin adds 1 at once. */
+static const tdm_opencl_variant slow_cl = {
+    .source = "__kernel void slow(__global int *v, ulong n, uint iters) {\n"
+              "  size_t i = get_global_id(0);\n"
+              "  uint x = (uint)i;\n"
+              "  for (uint k = 0; k < iters; k++) x = x * 1664525u + 1013904223u;\n"
+              "  if (i < n) v[i] += 1 + (x == 0x9e3779b9u && iters == 7u);\n"
+              "}\n",
+    .kernel = "slow"};
+static const tdm_codelet slow_mixed = {.name = "slow", .nbuffers = 1, .modes = {TDM_RW},
+                                       .cpu_fn = inc_cpu, .opencl = &slow_cl};
+
+/* The slow kernel on the device, its watchdog limit far shorter: the
+ * device is taken as hung while the kernel still runs, and the kernel's
+ * write lands after Tandem has given the try up. WRONG if a handle said
+ * TDM_OK and does not hold one increment once the kernel had time to
+ * land; else TOLD or EXACT. */
+static int run_slow(void) {
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.opencl_cpu_devices = 1;
+  cfg.device_memory = discrete ? TDM_MEMORY_SEPARATE : TDM_MEMORY_SHARED;
+  cfg.scheduler = "eager";
+  cfg.cache_dir = cache_dir;
+  cfg.watchdog_uncalibrated = 0.05;
+  cfg.watchdog_min = 0.05;
+  test_log_if_asked(&cfg);
+  tdm_runtime *rt = NULL;
+  if (tdm_runtime_create(&cfg, &rt) != TDM_OK)
+    return NODEV;
+  tdm_codelet_build(rt, &slow_mixed, NULL, NULL);
+  static int v[N];
+  tdm_handle *h;
+  if (tdm_register_vector(rt, v, N, sizeof(int), &h) != TDM_OK)
+    return NODEV;
+  unsigned iters = 400000; /* about half a second on two cores */
+  bool told = false;
+  /* eager: the idle device takes the first task */
+  if (tdm_submit(rt, &(tdm_task_desc){.codelet = &slow_mixed, .handles = {h}, .args = &iters,
+                                      .args_size = sizeof iters}) != TDM_OK)
+    told = true;
+  told |= tdm_wait_all(rt) != TDM_OK;
+  told |= tdm_handle_unregister(h) != TDM_OK;
+  sleep_ms(2000); /* the kernel, still running on the device given up, lands */
+  int wrong = 0;
+  for (int j = 0; j < N; j++)
+    wrong += v[j] != 1;
+  tdm_status destroyed = tdm_runtime_destroy(rt);
+  if (destroyed != TDM_OK && destroyed != TDM_ERR_DEVICE_LOST)
+    return WRONG;
+  return told ? TOLD : wrong ? WRONG : EXACT;
+}
 
 static const char *const mode_name[] = {"", "return", "event", "callback", "stall", "never"};
 
 /* The child: runs the workload through the failing driver; exits with
  * its outcome, having written to `out` how many calls the driver failed. */
 static int run_case(const fault_case *c, int out) {
+  if (c->slow) {
+    unsigned none = 0;
+    return write(out, &none, sizeof none) == sizeof none ? run_slow() : WRONG;
+  }
   void *drv = dlopen(TDM_FAILING_OPENCL, RTLD_NOW | RTLD_LOCAL);
   if (!drv)
     return NODEV;
@@ -243,7 +305,7 @@ static void run_mode(int mode) {
     unsigned reached = 0;
     for (unsigned onset = 0; onset <= 10; onset += 10)
       for (int dev_only = 0; dev_only < 2; dev_only++) {
-        fault_case c = {entries[e], mode, onset, dev_only};
+        fault_case c = {.entry = entries[e], .mode = mode, .onset = onset, .device_only = dev_only};
         double took;
         unsigned failed;
         int r = run_child(&c, &took, &failed);
@@ -287,6 +349,23 @@ static void test_never_completes(void **state) {
   run_mode(FAILCL_NEVER);
 }
 
+/* A device taken as hung while its kernel still runs: the result is the
+ * CPU's, or the application is told; never a late write over a result
+ * reported right. */
+static void test_slow_kernel_taken_as_hung(void **state) {
+  (void)state;
+  if ((only_mode && strcmp(only_mode, "slow")) || only_entry)
+    skip();
+  const fault_case c = {.entry = "slow kernel", .slow = true};
+  double took;
+  unsigned failed;
+  int r = run_child(&c, &took, &failed);
+  if (r == NODEV)
+    skip();
+  printf("slow kernel taken as hung: %s (%.2f s)\n", outcome_name[r], took);
+  assert_true(r == EXACT || r == TOLD);
+}
+
 /* The mutation check: with Tandem blind to the failures events report,
  * the matrix finds wrong results reported as success (so it would catch
  * a check that goes missing). */
@@ -295,11 +374,11 @@ static void test_mutation_blind_to_events(void **state) {
   if (only_mode || only_entry)
     skip();
   static const fault_case cases[] = {
-      {"clEnqueueNDRangeKernel", FAILCL_EVENT, 0, false},
-      {"clEnqueueNDRangeKernel", FAILCL_CALLBACK, 0, false},
-      {"clEnqueueWriteBuffer", FAILCL_EVENT, 0, false},
-      {"clEnqueueWriteBuffer", FAILCL_CALLBACK, 0, false},
-      {"clEnqueueReadBuffer", FAILCL_CALLBACK, 0, false},
+      {.entry = "clEnqueueNDRangeKernel", .mode = FAILCL_EVENT},
+      {.entry = "clEnqueueNDRangeKernel", .mode = FAILCL_CALLBACK},
+      {.entry = "clEnqueueWriteBuffer", .mode = FAILCL_EVENT},
+      {.entry = "clEnqueueWriteBuffer", .mode = FAILCL_CALLBACK},
+      {.entry = "clEnqueueReadBuffer", .mode = FAILCL_CALLBACK},
   };
   blind = true;
   unsigned wrong = 0;
@@ -326,7 +405,8 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_returned_error), cmocka_unit_test(test_event_fails),
       cmocka_unit_test(test_callback_only), cmocka_unit_test(test_dependents_stall),
-      cmocka_unit_test(test_never_completes), cmocka_unit_test(test_mutation_blind_to_events),
+      cmocka_unit_test(test_never_completes), cmocka_unit_test(test_slow_kernel_taken_as_hung),
+      cmocka_unit_test(test_mutation_blind_to_events),
   };
   test_temp_dir(cache_dir, sizeof cache_dir);
   int failures = cmocka_run_group_tests(tests, NULL, NULL);

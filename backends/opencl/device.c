@@ -436,6 +436,11 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
              abandoned ? "abandoned: the device is hung" : "failed", CL_ERR(status));
     tdm__task_write_failed(rt, t, node_of(g), x->before);
     x->before = NULL;
+    /* its commands given up before they ended (a hung device): a kernel
+     * Tandem cannot stop may still write the host's memory, over a
+     * retry's results, so the task fails (told) */
+    if (g->shared && !tdm__tok_ran(x->done))
+      t->spoiled = true;
   } else {
     tdm__task_write_back(rt, t, node_of(g));
   }

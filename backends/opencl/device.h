@@ -156,6 +156,9 @@ void tdm__tok_release(cl_tok *t);
  * may show before it is settled). */
 bool tdm__tok_done(cl_tok *t);
 cl_int tdm__tok_status(const cl_tok *t);
+/* Its own command's event has completed (successfully or not), as its
+ * callback said: it will not run any more. */
+bool tdm__tok_ran(const cl_tok *t);
 /* Blocks until t settles (a hung device settles its tokens). */
 void tdm__tok_wait(cl_tok *t);
 /* Calls fn(arg, status) once t settles: at once, on this thread, if it

@@ -333,6 +333,10 @@ bool tdm__tok_done(cl_tok *t) {
   return done;
 }
 
+bool tdm__tok_ran(const cl_tok *t) {
+  return atomic_load(&((cl_tok *)t)->ran);
+}
+
 cl_int tdm__tok_status(const cl_tok *t) {
   return atomic_load(&((cl_tok *)t)->status);
 }

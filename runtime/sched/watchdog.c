@@ -50,20 +50,24 @@ bool tdm__watch(tdm_runtime *rt, unsigned k, const tdm_task *t, uint64_t since) 
   if (t) {
     bool calibrated;
     double p = tdm__sched_predict_on(rt, t, k, &calibrated);
-    if (!calibrated && rt->cfg.watchdog_factor > 0) {
-      /* not calibrated here: its time on another class, a CPU's most
-       * often, sets the ceiling, if one is calibrated */
-      p = tdm__sched_predict_elsewhere(rt, t, k);
-      calibrated = p >= 0;
-      basis = " on another class";
-    }
     if (calibrated && p >= 0 && rt->cfg.watchdog_factor > 0) {
       predicted = p;
       limit = rt->cfg.watchdog_factor * p;
       if (limit < rt->cfg.watchdog_min)
         limit = rt->cfg.watchdog_min;
-    } else if (!calibrated) {
+    } else if (!calibrated && rt->cfg.watchdog_uncalibrated > 0) {
+      /* not calibrated here (its first launches there may include a
+       * driver's compilation): the limit for uncalibrated tries, or more
+       * for a task that takes long on another class (a CPU's, most
+       * often) */
       limit = rt->cfg.watchdog_uncalibrated;
+      double elsewhere = rt->cfg.watchdog_factor > 0 ? tdm__sched_predict_elsewhere(rt, t, k)
+                                                     : -1;
+      if (elsewhere >= 0 && rt->cfg.watchdog_factor * elsewhere > limit) {
+        predicted = elsewhere;
+        limit = rt->cfg.watchdog_factor * elsewhere;
+        basis = " on another class";
+      }
     }
   }
   struct watched w = {.since = since, .limit = limit, .predicted = predicted, .basis = basis};
