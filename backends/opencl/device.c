@@ -816,6 +816,8 @@ static int launch(cl_device *g, tdm_task *t) {
       log_launch_failure(g, t, err);
       if (ev)
         api->ReleaseEvent(ev);
+      /* the copies it started read memory that a retry may write */
+      settle_all(&ts);
       tdm__tokens_release(&rt->nodes, &ts);
       tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
       why = err == CL_BUILD_PROGRAM_FAILURE ? TDM_ERR_BUILD : status_of(err);
