@@ -1,13 +1,15 @@
 /*
  * tandem.h - the public interface of Tandem, a task runtime for every core
- * (and, in later versions, every GPU) of a machine.
+ * and every GPU of a machine.
  *
  * An application registers its data (tdm_register_vector, tdm_register_matrix),
  * describes work as tasks that access that data in read (R), write (W) or
  * read-write (RW) mode, and submits them. Tandem infers the dependency graph
  * from the order of submission and the access modes, runs independent tasks
- * in parallel on worker threads (one per CPU core the process may use) and
- * balances them by work stealing.
+ * in parallel on worker threads (one per CPU core the process may use) and on
+ * the OpenCL devices it finds (tandem/opencl.h), placing each task where its
+ * performance models predict it ends first, and moves the data with the
+ * tasks.
  *
  * Conventions that hold for every function below:
  *  - Errors are returned as a tdm_status (0 is success, errors are negative).
