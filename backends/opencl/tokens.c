@@ -293,11 +293,16 @@ void tdm__tok_start(cl_tok *t, cl_event e, cl_context ctx, int k, bool copy, uin
     if (!tdm__cl_when_complete(t->rt, e, event_settled, t)) {
       tdm__log(t->rt, TDM_LOG_WARNING,
                "OpenCL: no completion callback for a command: waiting for it here");
-      cl_int st = CL_QUEUED;
-      cl_int err = api->WaitForEvents(1, &e);
-      if (err == CL_SUCCESS)
-        err = api->GetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
-      event_settled(e, err != CL_SUCCESS ? err : st < 0 ? st : CL_COMPLETE, t);
+      /* looked at, not waited for: a device found hung ends the wait */
+      cl_int st = CL_QUEUED, err;
+      while ((err = api->GetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st,
+                                      NULL)) == CL_SUCCESS &&
+             st != CL_COMPLETE && st >= 0 && !(k >= 0 && atomic_load(&t->rt->hung) >> k & 1))
+        tdm__sleep_until(tdm__now_ns() + 100000);
+      event_settled(e, err != CL_SUCCESS ? err : st < 0 ? st : st == CL_COMPLETE
+                                                              ? CL_COMPLETE
+                                                              : CL_DEVICE_NOT_AVAILABLE,
+                    t);
     }
   }
   settle(t, CL_COMPLETE, false); /* started */
