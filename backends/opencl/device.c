@@ -685,6 +685,15 @@ static cl_int enqueue(cl_device *g, tdm_task *t, const cl_mem *mems, const tdm_b
   return err;
 }
 
+/* Command e of g's compute queue (its reference taken over), after the
+ * one *done stands for, becomes *done through t, a token not started. */
+static void chain(cl_device *g, cl_tok *t, cl_event e, cl_tok **done) {
+  tdm_token before = tdm__tok_token(*done);
+  tdm__tok_start(t, e, g->ctx, (int)g->k, false, 0, &before, 1);
+  tdm__tok_release(*done);
+  *done = t;
+}
+
 /* On a device working in host memory, a map/unmap of each written buffer
  * after the kernel (event *last) hands its writes to the host where an
  * implementation caches; *done becomes the last one's token, *last its
@@ -709,21 +718,15 @@ static bool hand_over(cl_device *g, tdm_task *t, const cl_mem *mems, cl_tok **do
     if (ptr && mapped)
       uerr = api->EnqueueUnmapMemObject(g->compute, mems[i], ptr, 1, &mapped, &unmapped);
     if (mapped) { /* its token, so that its failure counts */
-      tdm_token before = tdm__tok_token(*done);
-      tdm__tok_start(tm, mapped, g->ctx, (int)g->k, false, 0, &before, 1);
-      tdm__tok_release(*done);
-      *done = tm;
+      chain(g, tm, mapped, done);
       tm = NULL;
     }
     if (unmapped) {
-      tdm_token before = tdm__tok_token(*done);
       if (api->RetainEvent(unmapped) == CL_SUCCESS) {
         api->ReleaseEvent(*last);
         *last = unmapped;
       }
-      tdm__tok_start(tu, unmapped, g->ctx, (int)g->k, false, 0, &before, 1);
-      tdm__tok_release(*done);
-      *done = tu;
+      chain(g, tu, unmapped, done);
       tu = NULL;
     }
     tdm__tok_release(tm);

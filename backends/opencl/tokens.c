@@ -29,11 +29,9 @@
  */
 #include "device.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct tok_waiter {
   void (*fn)(void *, cl_int);
@@ -58,9 +56,6 @@ struct cl_tok {
   uint64_t ready_at;  /* ns: when the tokens before it had settled */
   tok_waiter *waiters;
   cl_tok *prev, *next; /* the pending list, while not done */
-  /* a join's tokens (references): what a command waits for instead */
-  cl_tok **joined;
-  unsigned njoined;
 };
 
 struct cl_toks {
@@ -87,14 +82,7 @@ tdm_status tdm__tok_init(tdm_runtime *rt) {
   struct cl_toks *s = tdm__calloc(rt, 1, sizeof *s);
   if (!s)
     return TDM_ERR_NO_MEMORY;
-  pthread_condattr_t attr;
-  int err = pthread_condattr_init(&attr);
-  if (!err) {
-    err = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* tdm__now_ns's clock */
-    if (!err)
-      err = pthread_cond_init(&s->cond, &attr);
-    pthread_condattr_destroy(&attr);
-  }
+  int err = pthread_cond_init(&s->cond, NULL);
   if (!err && (err = pthread_mutex_init(&s->lock, NULL)))
     pthread_cond_destroy(&s->cond);
   if (err) {
@@ -144,9 +132,6 @@ void tdm__tok_release(cl_tok *t) {
   const cl_api *api = api_of(t->rt);
   if (t->ev)
     api->ReleaseEvent(t->ev);
-  for (unsigned i = 0; i < t->njoined; i++)
-    tdm__tok_release(t->joined[i]);
-  free(t->joined);
   free(t);
 }
 
@@ -310,23 +295,14 @@ void tdm__tok_start(cl_tok *t, cl_event e, cl_context ctx, int k, bool copy, uin
 
 tdm_token tdm__tok_join(tdm_runtime *rt, const tdm_token *ts, unsigned n) {
   cl_tok *t = tdm__tok_alloc(rt);
-  cl_tok **joined = t && n ? tdm__malloc(rt, n * sizeof *joined) : NULL;
-  if (!t || (n && !joined)) {
-    free(t);
+  if (!t) {
     for (unsigned i = 0; i < n; i++) /* no record: complete they are, then */
       tdm__tok_wait(tdm__tok_of(ts[i]));
     return 0;
   }
-  for (unsigned i = 0; i < n; i++) {
-    joined[i] = tdm__tok_of(ts[i]);
-    if (joined[i])
-      tdm__tok_retain(joined[i]);
-  }
-  t->joined = joined;
-  t->njoined = n;
-  start(t, n);
-  after_all(t, ts, n);
-  settle(t, CL_COMPLETE, false); /* started */
+  /* a record of no command of its own: each of ts, not yet settled,
+   * holds it through its waiter until it settles */
+  tdm__tok_start(t, NULL, NULL, -1, false, 0, ts, n);
   return tdm__tok_token(t);
 }
 
