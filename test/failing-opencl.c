@@ -308,39 +308,34 @@ static cl_int stand_in(cl_command_queue q, cl_uint n, const cl_event *wl, int mo
 
 /* ---- commands ----------------------------------------------------------- */
 
+/* What a command that does nothing when it fails does first: its wait
+ * list translated, then, when this call is to fail, the failure. */
+#define FAIL_AS_ASKED(q, n, wl, event)                                                      \
+  int mode = fails(__func__);                                                               \
+  TRANSLATE(n, wl);                                                                         \
+  if (mode == FAILCL_RETURN)                                                                \
+    return CL_OUT_OF_RESOURCES;                                                             \
+  if (mode)                                                                                 \
+    return stand_in(q, n, wl, mode, event)
+
 cl_int clEnqueueNDRangeKernel(cl_command_queue q, cl_kernel k, cl_uint dims, const size_t *off,
                               const size_t *global, const size_t *local, cl_uint n,
                               const cl_event *wl, cl_event *event) {
-  int mode = fails(__func__);
-  TRANSLATE(n, wl);
-  if (mode == FAILCL_RETURN)
-    return CL_OUT_OF_RESOURCES;
-  if (mode)
-    return stand_in(q, n, wl, mode, event);
+  FAIL_AS_ASKED(q, n, wl, event);
   return REAL(clEnqueueNDRangeKernel)(q, k, dims, off, global, local, n, wl, event);
 }
 
 cl_int clEnqueueWriteBuffer(cl_command_queue q, cl_mem m, cl_bool blocking, size_t off,
                             size_t size, const void *ptr, cl_uint n, const cl_event *wl,
                             cl_event *event) {
-  int mode = fails(__func__);
-  TRANSLATE(n, wl);
-  if (mode == FAILCL_RETURN)
-    return CL_OUT_OF_RESOURCES;
-  if (mode)
-    return stand_in(q, n, wl, mode, event);
+  FAIL_AS_ASKED(q, n, wl, event);
   return REAL(clEnqueueWriteBuffer)(q, m, blocking, off, size, ptr, n, wl, event);
 }
 
 cl_int clEnqueueReadBuffer(cl_command_queue q, cl_mem m, cl_bool blocking, size_t off,
                            size_t size, void *ptr, cl_uint n, const cl_event *wl,
                            cl_event *event) {
-  int mode = fails(__func__);
-  TRANSLATE(n, wl);
-  if (mode == FAILCL_RETURN)
-    return CL_OUT_OF_RESOURCES;
-  if (mode)
-    return stand_in(q, n, wl, mode, event);
+  FAIL_AS_ASKED(q, n, wl, event);
   return REAL(clEnqueueReadBuffer)(q, m, blocking, off, size, ptr, n, wl, event);
 }
 
@@ -348,12 +343,7 @@ cl_int clEnqueueWriteBufferRect(cl_command_queue q, cl_mem m, cl_bool blocking,
                                 const size_t *bo, const size_t *ho, const size_t *region,
                                 size_t brp, size_t bsp, size_t hrp, size_t hsp, const void *ptr,
                                 cl_uint n, const cl_event *wl, cl_event *event) {
-  int mode = fails(__func__);
-  TRANSLATE(n, wl);
-  if (mode == FAILCL_RETURN)
-    return CL_OUT_OF_RESOURCES;
-  if (mode)
-    return stand_in(q, n, wl, mode, event);
+  FAIL_AS_ASKED(q, n, wl, event);
   return REAL(clEnqueueWriteBufferRect)(q, m, blocking, bo, ho, region, brp, bsp, hrp, hsp, ptr,
                                         n, wl, event);
 }
@@ -362,24 +352,14 @@ cl_int clEnqueueReadBufferRect(cl_command_queue q, cl_mem m, cl_bool blocking, c
                                const size_t *ho, const size_t *region, size_t brp, size_t bsp,
                                size_t hrp, size_t hsp, void *ptr, cl_uint n, const cl_event *wl,
                                cl_event *event) {
-  int mode = fails(__func__);
-  TRANSLATE(n, wl);
-  if (mode == FAILCL_RETURN)
-    return CL_OUT_OF_RESOURCES;
-  if (mode)
-    return stand_in(q, n, wl, mode, event);
+  FAIL_AS_ASKED(q, n, wl, event);
   return REAL(clEnqueueReadBufferRect)(q, m, blocking, bo, ho, region, brp, bsp, hrp, hsp, ptr,
                                        n, wl, event);
 }
 
 cl_int clEnqueueMarkerWithWaitList(cl_command_queue q, cl_uint n, const cl_event *wl,
                                    cl_event *event) {
-  int mode = fails(__func__);
-  TRANSLATE(n, wl);
-  if (mode == FAILCL_RETURN)
-    return CL_OUT_OF_RESOURCES;
-  if (mode)
-    return stand_in(q, n, wl, mode, event);
+  FAIL_AS_ASKED(q, n, wl, event);
   return REAL(clEnqueueMarkerWithWaitList)(q, n, wl, event);
 }
 
