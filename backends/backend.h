@@ -1,32 +1,19 @@
 /*
- * The boundary between the runtime and its device backends, both ways.
+ * What a backend provides: a tdm_backend (below), listed in tdm__backends
+ * (backends/backends.c), which the runtime asks in order to discover
+ * devices; the first backend that claims the runtime drives its device
+ * workers. Its state lives behind rt->backend, opaque to the core.
  *
- * What a backend provides: a tdm_backend (below), registered in
- * tdm__backends (backends/backends.c), which the runtime asks in order to
- * discover devices; the first backend that claims the runtime drives its
- * device workers. Its state lives behind rt->backend, opaque to the core.
+ * The backend also provides memory-node operations (tdm_node_ops) used by
+ * the coherence module (runtime/data/coherence.h): allocate a buffer on a
+ * node, free it, copy between a node and the host returning a completion
+ * token, and test, wait for, retain and release tokens. A token is the
+ * backend's own (an OpenCL completion record, an emulated completion
+ * time); 0 is "nothing to wait for". The coherence module decides what is
+ * copied; backends only move bytes.
  *
- * What a backend may call in the core (and nothing else besides logging,
- * allocation through the fault seam tdm__malloc & co., and the device
- * records of runtime/platform/devices.h):
- *   - tdm__devq_put/put_first/pop/take and tdm__devq_next: its queue of
- *     placed tasks, and the next task for device k (which may come from the
- *     shared queue or another device);
- *   - tdm__task_pin / tdm__task_unpin / tdm__task_access /
- *     tdm__task_written (runtime/data/access.c): a task's buffers on its
- *     node, copies started by the coherence module;
- *   - tdm__task_done: the one way a task ends (trace, model, callback,
- *     successors), with its status;
- *   - tdm__wake_for_completion: a CPU worker should call `progress`;
- *   - tdm__nodes_init / tdm__nodes_fini: its memory nodes.
- *
- * The backend also provides memory-node operations (tdm_node_ops) used by the coherence
- * module (runtime/data/coherence.h): allocate a buffer on a node, free it,
- * copy between a node and the host returning a completion token, and
- * test, wait for, retain and release tokens. A token is the backend's own
- * (an OpenCL event, an emulated completion time); 0 is "nothing to wait
- * for". The coherence module decides what is copied; backends only move
- * bytes.
+ * What a backend may call in the runtime is backends/driver.h, the one
+ * runtime header a backend includes.
  */
 #ifndef TDM_BACKEND_H
 #define TDM_BACKEND_H
@@ -142,9 +129,8 @@ typedef struct tdm_backend {
   void (*build)(tdm_runtime *rt, const tdm_codelet *cl, tdm_build_fn done, void *data);
 } tdm_backend;
 
-/* The backends, in the order they are asked; NULL-terminated. */
+/* The backends, in the order they are asked; NULL-terminated
+ * (backends/backends.c). */
 extern const tdm_backend *const tdm__backends[];
-extern const tdm_backend tdm__sim_backend;    /* backends/sim */
-extern const tdm_backend tdm__opencl_backend; /* backends/opencl */
 
 #endif

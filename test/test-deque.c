@@ -2,7 +2,7 @@
  * thieves lose and duplicate no item; the ring grows. */
 #include "common.h"
 
-#include "core/deque.h"
+#include "support/deque.h"
 
 #include <stdlib.h>
 

@@ -105,7 +105,7 @@ static int scenario(long k) {
     expect[2] += 1000;
     assert_int_equal(tdm_handle_release(h[2]), TDM_OK);
   }
-  int injected = atomic_load(&rt->alloc_countdown) < 0;
+  int injected = atomic_load(&rt->faults.alloc_countdown) < 0;
   tdm__fail_allocation(rt, -1);
 
   /* exactly the injected failure surfaced, and it was logged */

@@ -267,7 +267,7 @@ static unsigned device_tasks(tdm_runtime *rt) {
 
 /* Whether the devices took part and, with faults, met some. */
 static bool devices_met(tdm_runtime *rt, const rates *faults) {
-  return device_tasks(rt) > 0 && (!faults || atomic_load(&rt->faults_injected) > 0);
+  return device_tasks(rt) > 0 && (!faults || atomic_load(&rt->faults.injected) > 0);
 }
 
 /* With the devices of devices_config, under each placement policy: data
@@ -306,7 +306,7 @@ static unsigned with_devices_faults(const char *policy, const rates *faults, uns
   for (uint64_t seed = 203; seed < 263 && !devices_met(rt, faults); seed++)
     failed += one_seed(rt, seed, faults, kept);
   unsigned on_devices = device_tasks(rt);
-  uint64_t injected = atomic_load(&rt->faults_injected);
+  uint64_t injected = atomic_load(&rt->faults.injected);
   print_message("%s: %u tasks on the devices, %llu faults injected, %llu tries again\n", policy,
                 on_devices, (unsigned long long)injected,
                 (unsigned long long)atomic_load(&rt->nretries));

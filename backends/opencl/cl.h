@@ -11,7 +11,8 @@
 #include <CL/cl.h>
 #include <CL/cl_ext.h>
 
-#include "../../runtime/internal.h"
+#include "../driver.h"
+#include "opencl.h"
 
 typedef cl_int (*get_device_info_fn)(cl_device_id, cl_device_info, size_t, void *, size_t *);
 typedef void(CL_CALLBACK *event_callback_fn)(cl_event, cl_int, void *);

@@ -31,13 +31,15 @@
  * they complete. Programs and which devices may run a task: programs.c.
  * This file: the devices' lifecycle, clocks and trace, and running tasks.
  */
+#include "../driver.h"
+#include "opencl.h"
+
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #ifndef TDM_HAVE_OPENCL
-#include "../../runtime/internal.h"
 
 /* Built without the OpenCL headers: no device is ever found, so this
  * table is never used. */
@@ -887,20 +889,20 @@ static void pump(cl_device *g) {
   tdm_task *away = NULL;
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   while (g->inflight < g->cap) {
-    tdm_task *t = tdm__devq_next(rt, g->k, &g->q, &g->lock);
+    tdm_task *t = tdm__taskq_next(rt, g->k, &g->q, &g->lock);
     if (!t)
       break;
     if (g->inflight >= g->cap) { /* filled while the lock was dropped */
-      tdm__devq_put(&g->q, t);
+      tdm__taskq_put(&g->q, t);
       break;
     }
     int st = launch(g, t);
     if (st == RETRY) { /* first in line once room comes back */
-      tdm__devq_put_first(&g->q, t);
+      tdm__taskq_put_first(&g->q, t);
       break;
     }
     if (st == UNBUILT) { /* the builder puts it back in line (programs.c) */
-      tdm__devq_put(&g->unbuilt, t);
+      tdm__taskq_put(&g->unbuilt, t);
     } else if (st == NOT_HERE) {
       t->pool_next = away;
       away = t;
@@ -925,7 +927,7 @@ void tdm__cl_unbuildable(cl_device *g, tdm_task *t) {
 static void cl_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
   cl_device *g = gpus(rt)[k];
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
-  tdm__devq_put(&g->q, t);
+  tdm__taskq_put(&g->q, t);
   TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
   pump(g);
 }
@@ -933,7 +935,7 @@ static void cl_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
 static tdm_task *cl_take(tdm_runtime *rt, unsigned k, bool (*want)(tdm_task *, void *),
                          void *data) {
   cl_device *g = gpus(rt)[k];
-  return tdm__devq_take(rt, &g->q, &g->lock, want, data);
+  return tdm__taskq_take(rt, &g->q, &g->lock, want, data);
 }
 
 static void cl_kick(tdm_runtime *rt, unsigned k) {

@@ -9,7 +9,6 @@
 #define TDM_BACKEND_OPENCL_DEVICE_H
 
 #include "cl.h"
-#include "../../runtime/sched/perfmodel.h"
 
 #include "tandem/opencl.h"
 
@@ -40,8 +39,8 @@ struct cl_device {
   cl_device_id id;
   cl_command_queue compute, transfer;
   pthread_mutex_t lock; /* guards all below */
-  tdm_devq q; /* tasks placed here, not yet launched */
-  tdm_devq unbuilt; /* tasks placed here whose program is being built */
+  tdm_taskq q; /* tasks placed here, not yet launched */
+  tdm_taskq unbuilt; /* tasks placed here whose program is being built */
   unsigned inflight, cap;
   /* Launched tasks whose completion was not taken yet, in launch order
    * (the compute queue's: the first runs, the others wait behind it);

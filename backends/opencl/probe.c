@@ -8,7 +8,9 @@
  * loader stays loaded for the rest of the process once it was opened:
  * unloading an ICD (PoCL and its LLVM among them) is not safe.
  */
-#include "../../runtime/internal.h"
+
+#include "../driver.h"
+#include "opencl.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -249,10 +249,10 @@ static void built(cl_device *g, program *p) {
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   p->building = false;
   /* the tasks of this program waiting here, in their order */
-  tdm_devq keep = {0};
-  for (tdm_task *t; (t = tdm__devq_pop(&g->unbuilt));) {
+  tdm_taskq keep = {0};
+  for (tdm_task *t; (t = tdm__taskq_pop(&g->unbuilt));) {
     if (t->codelet->opencl != p->variant) {
-      tdm__devq_put(&keep, t);
+      tdm__taskq_put(&keep, t);
     } else if (p->status) {
       t->pool_next = away;
       away = t;
@@ -267,7 +267,7 @@ static void built(cl_device *g, program *p) {
   bool out = atomic_load(&rt->quarantined) & (UINT64_C(1) << g->k);
   for (tdm_task *t = back, *next; t && !out; t = next) {
     next = t->pool_next;
-    tdm__devq_put(&g->q, t);
+    tdm__taskq_put(&g->q, t);
   }
   TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
   atomic_store(&p->built, true);

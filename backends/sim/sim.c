@@ -28,7 +28,8 @@
  * its own worker (a real device's copies would not hold a CPU worker up:
  * this is pessimistic for CPU tasks that follow device tasks).
  */
-#include "../../runtime/internal.h"
+#include "../driver.h"
+#include "sim.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -51,7 +52,7 @@ typedef struct sim_dev {
    * locks (a leaf). */
   pthread_mutex_t lock; /* guards the queue, stop, idle */
   pthread_cond_t cond;
-  tdm_devq q;
+  tdm_taskq q;
   bool stop, idle;
   /* A try that hangs (the `hang` fault) until the watchdog abandons it
    * (sim_abandon takes it), with its undo snapshot; abandoned: taken. */
@@ -77,26 +78,7 @@ struct tdm_sim {
 
 static _Thread_local sim_dev *self;
 
-/* nanosleep wakes up tens of microseconds late: it sleeps until a little
- * before, and the rest passes yielding the core (emulated durations of a
- * few hundred microseconds stay within a few percent). */
-#define SLEEP_SLACK_NS 80000
 
-void tdm__sleep_until(uint64_t until) {
-  for (;;) {
-    uint64_t now = tdm__now_ns();
-    if (now >= until)
-      return;
-    uint64_t d = until - now;
-    if (d <= SLEEP_SLACK_NS) {
-      sched_yield();
-      continue;
-    }
-    d -= SLEEP_SLACK_NS;
-    struct timespec ts = {.tv_sec = (time_t)(d / 1000000000u), .tv_nsec = (long)(d % 1000000000u)};
-    nanosleep(&ts, NULL); /* interrupted: the loop sleeps the rest */
-  }
-}
 
 static double class_speedup(const struct tdm_vt_class *c, const tdm_task *t) {
   const char *name = t->codelet->name;
@@ -567,7 +549,7 @@ static void *device_main(void *arg) {
   tdm__name_thread(rt, "tandem-dev%u", d->k);
   TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
   for (;;) {
-    tdm_task *t = tdm__devq_next(rt, d->k, &d->q, &d->lock);
+    tdm_task *t = tdm__taskq_next(rt, d->k, &d->q, &d->lock);
     if (t) {
       TDM_PTHREAD(rt, pthread_mutex_unlock(&d->lock));
       run(d, t);
@@ -601,7 +583,7 @@ static void sim_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
   if (prefetched(d))
     tdm__task_prefetch(rt, t, node_of(d)); /* its inputs start moving */
   TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
-  tdm__devq_put(&d->q, t);
+  tdm__taskq_put(&d->q, t);
   unsigned queued = d->q.queued;
   if (d->idle)
     TDM_PTHREAD(rt, pthread_cond_signal(&d->cond));
@@ -617,7 +599,7 @@ static void sim_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
 static tdm_task *sim_take(tdm_runtime *rt, unsigned k, bool (*want)(tdm_task *, void *),
                           void *data) {
   sim_dev *d = &sim_of(rt)->dev[k];
-  return tdm__devq_take(rt, &d->q, &d->lock, want, data);
+  return tdm__taskq_take(rt, &d->q, &d->lock, want, data);
 }
 
 static int sim_current(const tdm_runtime *rt) {

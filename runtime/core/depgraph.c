@@ -45,7 +45,7 @@
  * created tasks take (tdm_task_create, tdm_task_depends_on, the submit or
  * release of a created task): workers and tdm_submit never wait for it.
  */
-#include "../internal.h"
+#include "core.h"
 
 #include <stdlib.h>
 

@@ -15,7 +15,7 @@
  * tdm_dispatch reads the fd empty under the lock before it takes the
  * queue, so that a post after that read is signalled again.
  */
-#include "../internal.h"
+#include "core.h"
 
 #include <errno.h>
 #include <stdlib.h>

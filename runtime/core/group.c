@@ -10,7 +10,7 @@
  * (tdm__task_outcome_at_start): a task not started ends cancelled, and
  * the outcome rules (task.c) cancel what reads its results, in any group.
  */
-#include "../internal.h"
+#include "core.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,7 +1,6 @@
 /* Runtime lifecycle: configuration, creation (topology, workers), waiting
  * for everything, destruction. */
-#include "../internal.h"
-#include "../sched/perfmodel.h"
+#include "core.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -24,14 +23,6 @@ static void register_atfork(void) {
   atfork_err = pthread_atfork(NULL, NULL, forked_child);
 }
 
-tdm_status tdm__forked_error(const tdm_runtime *rt, const char *what) {
-  tdm__log(rt, TDM_LOG_ERROR,
-           "%s: the runtime was created by process %d, and this process (%d) is a fork of "
-           "it: its workers are not here; create a runtime in this process instead",
-           what, (int)rt->pid, (int)getpid());
-  return TDM_ERR_FORKED;
-}
-
 void tdm_config_init(tdm_config *config) {
   if (!config)
     return;
@@ -48,42 +39,6 @@ void tdm_config_init(tdm_config *config) {
   config->watchdog_min = 1;
   config->watchdog_uncalibrated = 10;
   config->lineage = 16;
-}
-
-/* A whole number in decimal digits, at most max; *end is what follows
- * the digits. No sign, space or blank: strtoull would take " -1" for
- * 2^64 - 1. */
-static bool digits(const char *s, uint64_t max, uint64_t *out, const char **end) {
-  if (*s < '0' || *s > '9')
-    return false;
-  char *e;
-  errno = 0;
-  unsigned long long v = strtoull(s, &e, 10);
-  *end = e;
-  *out = v;
-  return !errno && v <= max;
-}
-
-bool tdm__parse_count(const char *s, uint64_t max, uint64_t *out) {
-  const char *end;
-  uint64_t v;
-  if (!digits(s, max, &v, &end) || *end)
-    return false;
-  *out = v;
-  return true;
-}
-
-bool tdm__parse_bytes(const char *s, uint64_t max, uint64_t *out) {
-  const char *end = s;
-  uint64_t v = 0;
-  bool ok = digits(s, max, &v, &end);
-  unsigned shift = *end == 'k' || *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
-  if (shift)
-    end++;
-  if (!ok || *end || v > (max >> shift))
-    return false;
-  *out = v << shift;
-  return true;
 }
 
 /* Every TANDEM_* variable Tandem reads: the one list, which env() checks
@@ -685,7 +640,7 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   if (!rt)
     return TDM_ERR_NO_MEMORY;
   rt->fork_generation = atomic_load_explicit(&tdm__fork_generation, memory_order_relaxed);
-  atomic_init(&rt->alloc_countdown, -1);
+  atomic_init(&rt->faults.alloc_countdown, -1);
   rt->cache_fd = -1;
   rt->event_fd = -1;
   rt->pid = getpid();

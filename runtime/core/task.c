@@ -41,7 +41,7 @@
  * batches under a spinlock. At destroy the slabs go at once, after freeing
  * what live tasks own outside them.
  */
-#include "../internal.h"
+#include "core.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -1068,16 +1068,6 @@ static void finish(tdm_task *t, tdm_worker *w) {
   tdm__task_unref(t);
 }
 
-uint64_t tdm__task_bytes(const tdm_task *t) {
-  uint64_t n = 0;
-  tdm_handle *const *hs = tdm__task_handles(t);
-  for (unsigned i = 0; i < t->nbuf; i++) {
-    const tdm_buffer *b = &hs[i]->buf;
-    n += (uint64_t)b->nx * b->ny * b->elem_size;
-  }
-  return n;
-}
-
 void tdm__task_finish(tdm_task *t) {
   finish(t, tdm__self_in(t->rt));
 }
@@ -1091,6 +1081,18 @@ static void place_again(tdm_task *t, unsigned worker) {
   t->sched_cls = -1;
   atomic_fetch_add_explicit(&rt->nretries, 1, memory_order_relaxed);
   tdm__place(rt, t);
+}
+
+/* t's inputs came home for a CPU worker, or failed to (tdm__host_ready):
+ * it runs, or ends, where it was. */
+static void fetched(void *arg, int status) {
+  tdm_task *t = arg;
+  if (status < 0)
+    tdm__host_not_home(t, status);
+  if (t->main_thread)
+    tdm__dispatch_task(t->rt, t);
+  else
+    tdm__schedule(t->rt, t);
 }
 
 /* t's inputs did not come home for a CPU worker (tdm__host_ready): the
@@ -1174,12 +1176,30 @@ void tdm__task_done(tdm_task *t, unsigned worker, tdm_status status, uint64_t t0
   task_done(t, tdm__self_in(t->rt), worker, status, t0, t1);
 }
 
+/* A task's CPU variant, on the buffers given (NULL: its handles' own,
+ * the application's memory in place), or a device's copies. */
+void tdm__cpu_run(const tdm_task *t, const tdm_buffer *bufs) {
+  const tdm_codelet *cl = t->codelet;
+  if (!cl->cpu_fn)
+    return;
+  tdm_buffer room[TDM_MAX_BUFFERS];
+  if (!bufs) {
+    /* (the task's own room past TDM_MAX_BUFFERS: it runs once at a time) */
+    tdm_buffer *own = tdm__task_views(t, room);
+    tdm_handle *const *hs = tdm__task_handles(t);
+    for (unsigned i = 0; i < t->nbuf; i++)
+      own[i] = hs[i]->buf;
+    bufs = own;
+  }
+  cl->cpu_fn(bufs, t->args, t->args_size);
+}
+
 void tdm__task_execute(tdm_task *t, tdm_worker *w) {
   tdm_runtime *rt = t->rt;
   /* cancelled, or its inputs could not be brought home: it ends here */
   tdm_status failed = tdm__task_outcome_at_start(t);
   if (!failed && rt->ndevice_workers) {
-    if (!tdm__host_ready(t))
+    if (!tdm__host_ready(t, fetched))
       return; /* its inputs are coming home; it is queued again then */
     failed = atomic_load_explicit(&t->outcome, memory_order_relaxed);
   }
@@ -1214,7 +1234,7 @@ void tdm__task_run_here(tdm_task *t) {
   tdm_runtime *rt = t->rt;
   tdm_status failed = tdm__task_outcome_at_start(t);
   if (!failed && rt->ndevice_workers) {
-    if (!tdm__host_ready(t))
+    if (!tdm__host_ready(t, fetched))
       return; /* its inputs are coming home; it is queued here again then */
     failed = atomic_load_explicit(&t->outcome, memory_order_relaxed);
   }

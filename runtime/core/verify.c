@@ -26,7 +26,7 @@
  * the host, the tasks after it that use its outputs wait for C too, and
  * the second run.
  */
-#include "../internal.h"
+#include "core.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -42,7 +42,7 @@
  * submitted after a pause returned never starts before the resume. The
  * tasks a benched worker left on its deque are stolen as any are.
  */
-#include "../internal.h"
+#include "core.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -256,90 +256,6 @@ void tdm__wake_for_completion(tdm_runtime *rt) {
     TDM_PTHREAD(rt, pthread_cond_signal(&rt->bench_cond));
     TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->park_lock));
   }
-}
-
-void tdm__queue_put(tdm_task **head, tdm_task **tail, tdm_task *t) {
-  t->pool_next = NULL;
-  if (!*tail || (*tail)->priority >= t->priority) { /* the usual case: at the end */
-    if (*tail)
-      (*tail)->pool_next = t;
-    else
-      *head = t;
-    *tail = t;
-    return;
-  }
-  tdm_task **at = head;
-  while (*at && (*at)->priority >= t->priority)
-    at = &(*at)->pool_next;
-  t->pool_next = *at;
-  *at = t;
-}
-
-void tdm__devq_put(tdm_devq *q, tdm_task *t) {
-  tdm__queue_put(&q->head, &q->tail, t);
-  q->queued++;
-}
-
-void tdm__devq_put_first(tdm_devq *q, tdm_task *t) {
-  t->pool_next = q->head;
-  q->head = t;
-  if (!q->tail)
-    q->tail = t;
-  q->queued++;
-}
-
-tdm_task *tdm__devq_pop(tdm_devq *q) {
-  tdm_task *t = q->head;
-  if (t) {
-    q->head = t->pool_next;
-    if (!q->head)
-      q->tail = NULL;
-    q->queued--;
-  }
-  return t;
-}
-
-tdm_task *tdm__devq_next(tdm_runtime *rt, unsigned k, tdm_devq *q, pthread_mutex_t *lock) {
-  if (TDM_UNLIKELY(tdm__devices_paused(rt)))
-    return NULL; /* set_limit kicks the device on resume */
-  tdm_task *t = tdm__devq_pop(q);
-  if (t)
-    return t;
-  TDM_PTHREAD(rt, pthread_mutex_unlock(lock));
-  t = tdm__sched_take_shared(rt, rt->nworkers + k);
-  if (!t)
-    t = tdm__sched_idle_device(rt, k);
-  TDM_PTHREAD(rt, pthread_mutex_lock(lock));
-  if (t && TDM_UNLIKELY(tdm__devices_paused(rt))) { /* paused meanwhile: kept for the resume */
-    tdm__devq_put(q, t);
-    t = NULL;
-  }
-  return t;
-}
-
-tdm_task *tdm__devq_take_last(tdm_devq *q, bool (*want)(tdm_task *, void *), void *data) {
-  tdm_task *last = q->tail, *prev = NULL;
-  if (!last || (want && !want(last, data)))
-    return NULL;
-  for (tdm_task *t = q->head; t != last; t = t->pool_next)
-    prev = t;
-  if (prev)
-    prev->pool_next = NULL;
-  else
-    q->head = NULL;
-  q->tail = prev;
-  q->queued--;
-  return last;
-}
-
-tdm_task *tdm__devq_take(tdm_runtime *rt, tdm_devq *q, pthread_mutex_t *lock,
-                         bool (*want)(tdm_task *, void *), void *data) {
-  if (!atomic_load_explicit(&q->queued, memory_order_relaxed))
-    return NULL;
-  TDM_PTHREAD(rt, pthread_mutex_lock(lock));
-  tdm_task *t = tdm__devq_take_last(q, want, data);
-  TDM_PTHREAD(rt, pthread_mutex_unlock(lock));
-  return t;
 }
 
 /* A task of band b from this worker's deque or the injection stack. */

@@ -4,7 +4,7 @@
  * unregister, destroy). The backends call these; none of them touches a
  * handle's coherence state itself.
  */
-#include "../internal.h"
+#include "data.h"
 
 #include <limits.h>
 #include <sched.h>
@@ -289,10 +289,7 @@ void *tdm__task_snapshot(tdm_runtime *rt, const tdm_task *t, bool *ok) {
 
 /* ---- the host's side -------------------------------------------------------- */
 
-/* t cannot run on the host: its inputs did not come home. This try
- * fails (tdm__task_execute ends it, or tries it again), its outputs as
- * they were. */
-static void not_home(tdm_task *t, int status) {
+void tdm__host_not_home(tdm_task *t, int status) {
   tdm__log(t->rt, TDM_LOG_ERROR,
            "codelet %s: bringing its inputs home failed (status %d); it did not run",
            t->codelet->name ? t->codelet->name : "(unnamed)", status);
@@ -308,24 +305,13 @@ static bool any_failed(const tdm_nodes *nodes, const tdm_token *ts, unsigned n) 
   return false;
 }
 
-static void fetched(void *arg, int status) {
-  tdm_task *t = arg;
-  if (status < 0)
-    not_home(t, status);
-  /* its inputs are home (or it failed): it runs, or ends, where it was */
-  if (t->main_thread)
-    tdm__dispatch_task(t->rt, t);
-  else
-    tdm__schedule(t->rt, t);
-}
-
-bool tdm__host_ready(tdm_task *t) {
+bool tdm__host_ready(tdm_task *t, void (*fetched)(void *, int)) {
   tdm_runtime *rt = t->rt;
   const tdm_nodes *nodes = &rt->nodes;
   tdm_tokens w;
   tdm__tokens_init(&w);
   if (!task_access(rt, t, 0, &w, true, TDM_HOST_LATER))
-    not_home(t, -1);
+    tdm__host_not_home(t, -1);
   unsigned n = 0; /* those still running */
   bool failed = false;
   for (unsigned i = 0; i < w.n; i++) {
@@ -347,7 +333,7 @@ bool tdm__host_ready(tdm_task *t) {
   }
   tdm__tokens_release(nodes, &w);
   if (failed && !atomic_load_explicit(&t->outcome, memory_order_relaxed))
-    not_home(t, -1);
+    tdm__host_not_home(t, -1);
   if (ready && !atomic_load_explicit(&t->outcome, memory_order_relaxed)) {
     /* it runs now: what it writes in the host's memory holds no version
      * until then */

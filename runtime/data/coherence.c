@@ -1,5 +1,5 @@
 /* Coherence of handles across memory nodes: see coherence.h. */
-#include "../internal.h"
+#include "data.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -27,7 +27,7 @@
  * "Resilient Distributed Datasets", NSDI 2012): recompute lost data from
  * the operations that made it instead of replicating it.
  */
-#include "../internal.h"
+#include "data.h"
 
 #include <stdio.h>
 #include <stdlib.h>

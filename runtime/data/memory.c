@@ -7,7 +7,7 @@
  * device working in host memory keeps a buffer per handle over the
  * application's memory: nothing is counted.
  */
-#include "../internal.h"
+#include "data.h"
 
 #include <sched.h>
 #include <stdlib.h>

@@ -17,7 +17,7 @@
  * Tiles of a partitioned matrix are not in the tree: they are the
  * matrix's, by design.
  */
-#include "../internal.h"
+#include "data.h"
 
 /* A buffer's bytes as rows: `rows` runs of `width` bytes, `pitch` apart
  * from `base`; one run when they are contiguous. */

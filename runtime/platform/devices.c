@@ -1,6 +1,6 @@
 /* Classification, deduplication and selection of OpenCL devices (see
  * devices.h): pure functions of the records, tested on fabricated ones. */
-#include "devices.h"
+#include "platform.h"
 
 #include <ctype.h>
 #include <stdio.h>

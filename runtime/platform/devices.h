@@ -1,10 +1,7 @@
 /*
- * OpenCL devices as Tandem records them, and the rules that classify them.
- *
- * The OpenCL loader is opened at run time (backends/opencl/probe.c), never linked: a
- * program using Tandem starts and runs CPU-only where libOpenCL.so.1 is
- * missing, where no ICD is installed, or where an ICD is broken. Discovery
- * fills one record per device; classification and deduplication are pure
+ * Devices as Tandem records them, and the rules that classify them. A
+ * backend's discovery (backends/opencl/probe.c, backends/sim/sim.c) fills
+ * one record per device; classification and deduplication are pure
  * functions of records, so that tests can run them on fabricated machines
  * (an integrated GPU, a discrete GPU seen through two platforms...).
  */
@@ -105,29 +102,5 @@ void tdm__classify_device(tdm_device_record *d);
  * through another platform (same PCI address, or same UUID), keeping the
  * first. */
 void tdm__dedupe_devices(tdm_device_record *d, unsigned n);
-
-/* The runtime's OpenCL state (backends/opencl/probe.c). */
-typedef struct tdm_opencl tdm_opencl;
-
-/* Opens the OpenCL loader (path NULL: "libOpenCL.so.1") and records every
- * platform and device in rt->platforms and rt->devices, classified,
- * deduplicated, with their locality in rt->topo; creates no context. Sets
- * rt->opencl_summary. Returns TDM_OK, TDM_ERR_NO_OPENCL (no loader, not a
- * loader, no platform, no device: logged, nothing recorded) or
- * TDM_ERR_NO_MEMORY. */
-tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path);
-
-/* The OpenCL backend's discover: the above, then the choice and the
- * contexts of the devices used (backends/backend.h). */
-tdm_status tdm__opencl_claim(tdm_runtime *rt, bool *claims);
-
-/* Creates and keeps an OpenCL context on device i (a selected one). On
- * failure the device is marked unused with the reason, logged, and
- * false is returned. */
-bool tdm__opencl_activate(tdm_runtime *rt, unsigned i);
-
-/* Releases the contexts and forgets the loader's entry points (the loader
- * itself stays loaded: unloading an ICD is not safe). */
-void tdm__opencl_close(tdm_runtime *rt);
 
 #endif

@@ -4,7 +4,8 @@
  * queries of tandem.h). The description is computed once, when the runtime
  * is created, and read by the queries without locking: it never changes.
  */
-#include "../internal.h"
+#include "platform.h"
+#include "../objects.h"
 
 #include <stdio.h>
 #include <stdlib.h>

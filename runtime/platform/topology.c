@@ -19,7 +19,7 @@
  * Workers are numbered kind by kind, the most powerful kind first, so that
  * each kind is a range of workers.
  */
-#include "../internal.h"
+#include "platform.h"
 
 #include <ctype.h>
 #include <stdlib.h>

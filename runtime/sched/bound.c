@@ -1,7 +1,6 @@
 /* The lower bound of a task graph's makespan on a machine (policy.h). */
-#include "policy.h"
 
-#include "../internal.h"
+#include "sched.h"
 
 #include <math.h>
 #include <stdio.h>

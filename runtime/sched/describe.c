@@ -1,8 +1,7 @@
 /* Machine descriptions: the text of tdm_config.sim and of the virtual-time
  * tests, parsed into a tdm_vt_machine (policy.h). */
-#include "policy.h"
 
-#include "../internal.h"
+#include "sched.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -3,8 +3,7 @@
  * first served (StarPU's "eager"). A task only devices can run is placed
  * as heft would, among the devices.
  */
-#include "../internal.h"
-#include "policy.h"
+#include "sched.h"
 
 static void place(tdm_sched *s, tdm_task *t) {
   if (s->drv->runs(s, 0, t) || !tdm__heft_place(s, t))

@@ -15,9 +15,7 @@
  * queued on a device when it would finish earlier itself, transfers
  * included.
  */
-#include "../internal.h"
-#include "perfmodel.h"
-#include "policy.h"
+#include "sched.h"
 
 #include <limits.h>
 

@@ -12,8 +12,7 @@
  * with %.9g. Anything else — a missing end line, a checksum or count that
  * does not match, another first line — makes the whole file ignored.
  */
-#include "../internal.h"
-#include "perfmodel.h"
+#include "sched.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -4,10 +4,8 @@
  * accounting a task's predicted time to its class, and an idle class
  * taking a task queued on a device.
  */
-#include "policy.h"
 
-#include "../internal.h"
-#include "perfmodel.h"
+#include "sched.h"
 
 #include <math.h>
 #include <stdlib.h>

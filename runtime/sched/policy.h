@@ -1,6 +1,6 @@
 /*
  * Placement policies, as tables, and the two drivers that run them: the
- * runtime's threads (sched.c) and a simulated clock (vtime.c).
+ * runtime's threads (core/place.c) and a simulated clock (vtime.c).
  *
  * A policy decides which kind of worker ("class": the CPU workers of one
  * kind, or a device) runs a ready task that a device could run, from the

@@ -3,8 +3,7 @@
  * (each class weighted by its number of workers). A baseline that knows
  * nothing: the others should do better.
  */
-#include "../internal.h"
-#include "policy.h"
+#include "sched.h"
 
 static void place(tdm_sched *s, tdm_task *t) {
   unsigned n = 0;

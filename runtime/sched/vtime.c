@@ -21,10 +21,8 @@
  * core's work (one "size" per codelet), when the task ends: a class that
  * slows down gets less work.
  */
-#include "policy.h"
 
-#include "../internal.h"
-#include "perfmodel.h"
+#include "sched.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -57,8 +55,8 @@ typedef struct vt_state {
   unsigned *class_of; /* per worker */
   tdm_task **running; /* per worker: its task, or NULL */
   double *free_at;    /* per worker: when its task ends */
-  tdm_devq queue[TDM_VT_MAX_CLASSES]; /* per class */
-  tdm_devq shared;
+  tdm_taskq queue[TDM_VT_MAX_CLASSES]; /* per class */
+  tdm_taskq shared;
   unsigned placed;   /* tasks queued on a class so far */
   int releaser;      /* the device class whose task ended, or -1 */
   /* The data items, whose copies the coherence module decides (as for
@@ -309,7 +307,7 @@ static int vt_current(const tdm_sched *s) {
 
 static void vt_send(tdm_sched *s, tdm_task *t, unsigned c) {
   vt_state *v = vt_of(s);
-  tdm__devq_put(&v->queue[c], t);
+  tdm__taskq_put(&v->queue[c], t);
   v->placed++;
 }
 
@@ -319,23 +317,23 @@ static void vt_to_cpu(tdm_sched *s, tdm_task *t) {
 
 static void vt_share(tdm_sched *s, tdm_task *t, bool wake) {
   (void)wake; /* idle workers look at every change */
-  tdm__devq_put(&vt_of(s)->shared, t);
+  tdm__taskq_put(&vt_of(s)->shared, t);
 }
 
 static tdm_task *vt_take_shared(tdm_sched *s) {
-  return tdm__devq_pop(&vt_of(s)->shared);
+  return tdm__taskq_pop(&vt_of(s)->shared);
 }
 
 static tdm_task *vt_take(tdm_sched *s, unsigned from, bool (*want)(tdm_task *, void *),
                          void *data) {
-  return tdm__devq_take_last(&vt_of(s)->queue[from], want, data);
+  return tdm__taskq_take_last(&vt_of(s)->queue[from], want, data);
 }
 
 /* The first task of the CPU workers' queue, if class c can run it (as
  * the runtime's devices steal the oldest task of a deque). */
 static tdm_task *vt_steal_cpu(tdm_sched *s, unsigned c) {
-  tdm_devq *q = &vt_of(s)->queue[0];
-  return q->head && vt_runs(s, c, q->head) ? tdm__devq_pop(q) : NULL;
+  tdm_taskq *q = &vt_of(s)->queue[0];
+  return q->head && vt_runs(s, c, q->head) ? tdm__taskq_pop(q) : NULL;
 }
 
 static void vt_kick_devices(tdm_sched *s) {
@@ -423,7 +421,7 @@ static void dispatch(vt_state *v, tdm_vt_result *r) {
       if (v->running[w])
         continue;
       unsigned c = v->class_of[w];
-      tdm_task *t = tdm__devq_pop(&v->queue[c]);
+      tdm_task *t = tdm__taskq_pop(&v->queue[c]);
       if (!t)
         t = tdm__sched_shared(&v->s, c);
       if (!t)

@@ -6,8 +6,7 @@
  * Blumofe and Leiserson's scheduler, across kinds of worker). A task only
  * devices can run, released by a CPU worker, is placed as heft would.
  */
-#include "../internal.h"
-#include "policy.h"
+#include "sched.h"
 
 static void place(tdm_sched *s, tdm_task *t) {
   int k = s->drv->current(s);

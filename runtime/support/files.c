@@ -27,7 +27,8 @@
  * such as /dev/null, a directory) is refused: replacing it is never what
  * the user meant.
  */
-#include "../internal.h"
+#include "support.h"
+#include "../objects.h"
 
 #include <errno.h>
 #include <fcntl.h>

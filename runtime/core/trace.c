@@ -14,20 +14,13 @@
  * for) or, from other threads, to a shared one; nothing is written until
  * the runtime is destroyed or tdm_trace_flush is called.
  */
-#include "../internal.h"
-#include "../sched/perfmodel.h"
+#include "core.h"
 
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-uint64_t tdm__now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts); /* cannot fail with this clock */
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void buf_lock(tdm_trace_buf *b) {
   while (atomic_exchange_explicit(&b->lock, 1, memory_order_acquire))

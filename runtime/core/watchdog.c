@@ -19,7 +19,7 @@
  * (tdm_backend.abandon): they end failed with TDM_ERR_DEVICE_LOST, undone
  * as failed runs, and are tried again elsewhere.
  */
-#include "../internal.h"
+#include "core.h"
 
 #include <errno.h>
 #include <stdio.h>

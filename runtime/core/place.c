@@ -14,9 +14,7 @@
  * once it drifts: a device that slows down gets less work. Models are
  * loaded from the cache directory at start and saved there at destroy.
  */
-#include "../internal.h"
-#include "perfmodel.h"
-#include "policy.h"
+#include "core.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -28,7 +26,7 @@
  * thread that is not one of them. Its lock is a leaf. */
 typedef struct kind_queue {
   pthread_mutex_t lock;
-  tdm_devq q;
+  tdm_taskq q;
 } kind_queue;
 
 /* The scheduler of a runtime: the policies' state, and the runtime's
@@ -107,7 +105,7 @@ static void rt_send(tdm_sched *s, tdm_task *t, unsigned c) {
   }
   kind_queue *k = &((struct rt_sched *)s)->kq[c];
   TDM_PTHREAD(rt, pthread_mutex_lock(&k->lock));
-  tdm__devq_put(&k->q, t);
+  tdm__taskq_put(&k->q, t);
   TDM_PTHREAD(rt, pthread_mutex_unlock(&k->lock));
   tdm__wake_for_completion(rt); /* a sleeping worker, of any kind */
 }
@@ -193,7 +191,7 @@ tdm_task *tdm__sched_take_kind(tdm_worker *w, bool others) {
     if (!atomic_load_explicit(&k->q.queued, memory_order_relaxed))
       continue;
     TDM_PTHREAD(rt, pthread_mutex_lock(&k->lock));
-    tdm_task *t = tdm__devq_pop(&k->q);
+    tdm_task *t = tdm__taskq_pop(&k->q);
     TDM_PTHREAD(rt, pthread_mutex_unlock(&k->lock));
     if (t)
       return t;
@@ -502,4 +500,34 @@ tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
   c.struct_size = room;
   memcpy(out, &c, sizeof c);
   return TDM_OK;
+}
+
+/* ---- the next task for a device ------------------------------------------ */
+
+tdm_task *tdm__taskq_next(tdm_runtime *rt, unsigned k, tdm_taskq *q, pthread_mutex_t *lock) {
+  if (TDM_UNLIKELY(tdm__devices_paused(rt)))
+    return NULL; /* set_limit kicks the device on resume */
+  tdm_task *t = tdm__taskq_pop(q);
+  if (t)
+    return t;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(lock));
+  t = tdm__sched_take_shared(rt, rt->nworkers + k);
+  if (!t)
+    t = tdm__sched_idle_device(rt, k);
+  TDM_PTHREAD(rt, pthread_mutex_lock(lock));
+  if (t && TDM_UNLIKELY(tdm__devices_paused(rt))) { /* paused meanwhile: kept for the resume */
+    tdm__taskq_put(q, t);
+    t = NULL;
+  }
+  return t;
+}
+
+tdm_task *tdm__taskq_take(tdm_runtime *rt, tdm_taskq *q, pthread_mutex_t *lock,
+                         bool (*want)(tdm_task *, void *), void *data) {
+  if (!atomic_load_explicit(&q->queued, memory_order_relaxed))
+    return NULL;
+  TDM_PTHREAD(rt, pthread_mutex_lock(lock));
+  tdm_task *t = tdm__taskq_take_last(q, want, data);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(lock));
+  return t;
 }

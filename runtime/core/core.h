@@ -1,0 +1,263 @@
+/*
+ * The core layer: the runtime's lifecycle and configuration (runtime.c),
+ * tasks (task.c) and their explicit dependencies (depgraph.c), the
+ * handles' dependency state, acquisitions and unregistration
+ * (handles.c), workers, parking and pausing (worker.c), placement on the
+ * runtime's threads and the next task for a device (place.c), the
+ * watchdog (watchdog.c), groups (group.c), the application's thread's
+ * queue (dispatch.c), verification (verify.c), the trace and the run's
+ * summary (trace.c). It calls every layer below, and the backends only
+ * through their tables (backends/backend.h).
+ */
+#ifndef TDM_CORE_H
+#define TDM_CORE_H
+
+#include "../objects.h"
+#include "../sched/sched.h"
+#include "trace.h"
+
+/* Drops the references v holds and frees its storage (task.c). */
+void tdm__taskvec_release(tdm_taskvec *v);
+/* The i-th TANDEM_* variable Tandem reads (runtime.c's list), NULL past
+ * the last. */
+const char *tdm__env_name(size_t i);
+
+/* ---- groups (group.c) and the dispatch queue (dispatch.c) ----------------- */
+
+/* A task of group t->group was built (t holds a reference), submitted
+ * (counted; cancelled if the group is), ended (counted, progress). */
+void tdm__group_joined(tdm_task *t);
+void tdm__group_submitted(tdm_task *t);
+void tdm__group_ended(tdm_task *t);
+void tdm__group_unref(tdm_group *g);
+/* Frees the groups left (runtime teardown). */
+void tdm__groups_free(tdm_runtime *rt);
+/* Calls g's progress_fn with its progress now, on this thread. */
+void tdm__group_progress_call(tdm_group *g);
+
+/* dispatch.c: queues for tdm_dispatch a ready task pinned to the
+ * application's thread, or an ended task whose callback runs there (the
+ * reference it holds goes with it); g's progress call. */
+void tdm__dispatch_task(tdm_runtime *rt, tdm_task *t);
+void tdm__dispatch_progress(tdm_group *g);
+void tdm__dispatch_close(tdm_runtime *rt);
+/* Runs a task pinned to the application's thread, in tdm_dispatch. */
+void tdm__task_run_here(tdm_task *t);
+
+
+
+/* depgraph.c */
+/* Gives a task being created (tdm_task_create) its place in the graph, at
+ * the end of the order; takes deps_lock. */
+tdm_status tdm__graph_enter(tdm_runtime *rt, tdm_task *t);
+/* The rest under deps_lock. */
+/* Adds pred to task's explicit dependencies (a reference held), unless
+ * that would form a cycle (TDM_ERR_CYCLE) or memory runs out. task is
+ * created; pred may have been submitted. */
+tdm_status tdm__graph_add(tdm_runtime *rt, tdm_task *task, tdm_task *pred);
+/* Drops a task's links (it is submitted or discarded) and, when `unref`,
+ * the references they hold (not at runtime destroy: every task goes). */
+void tdm__graph_drop_links(tdm_runtime *rt, tdm_task *t, bool unref);
+static inline void tdm__graph_drop(tdm_runtime *rt, tdm_task *t, bool unref) {
+  if (t->links) /* most tasks never had explicit dependencies */
+    tdm__graph_drop_links(rt, t, unref);
+}
+
+/* worker.c */
+/* One round of polling while idle or waiting: for the first rounds a short
+ * growing pause (polling hard would steal the cache lines of the threads
+ * producing work), then sched_yield (a worker may share its core with a
+ * submitting thread; yielding lets that thread run). Returns false, time
+ * to block, once spin_us have passed; *deadline starts at 0. */
+bool tdm__idle_step(unsigned round, uint64_t *deadline, unsigned spin_us);
+void *tdm__worker_main(void *arg);
+/* Makes a ready task runnable: on the calling worker's deque, or on the
+ * injection stack for other threads; wakes a sleeper if any. */
+void tdm__schedule(tdm_runtime *rt, tdm_task *t);
+void tdm__wake_all(tdm_runtime *rt);
+/* The oldest task of CPU worker `worker`'s deque of the highest band that
+ * has one (a thief's end), or NULL. */
+tdm_task *tdm__steal_from(tdm_runtime *rt, unsigned worker);
+/* Whether the runtime is paused: devices start no task (tdm__devq_next
+ * gives none); tdm_runtime_resume kicks them. */
+bool tdm__devices_paused(const tdm_runtime *rt);
+/* Subtracts the worker's unflushed finished tasks from rt->inflight. */
+void tdm__flush_finished(tdm_worker *w);
+
+/* task.c */
+tdm_task *tdm__task_alloc(tdm_runtime *rt);
+void tdm__task_unref(tdm_task *t);
+static inline void tdm__task_ref(tdm_task *t) {
+  /* relaxed: taking a reference needs no ordering, only releasing does */
+  atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+}
+/* Runs t on worker w (the calling thread). */
+void tdm__task_execute(tdm_task *t, tdm_worker *w);
+/* The bytes of the elements of a task's buffers (for the trace). */
+uint64_t tdm__task_bytes(const tdm_task *t);
+/* Finishes t: releases successors, wakes waiters, drops the runtime's
+ * reference. Used for codelet tasks and host acquisitions alike. */
+void tdm__task_finish(tdm_task *t);
+/* The end of a codelet task, wherever it ran (a CPU worker, a device):
+ * it ran on worker `worker` (a CPU worker's id, or nworkers + k for
+ * device k) from t0 to t1 (tdm__now_ns) with `status` (TDM_OK, or why it
+ * did not run: its outputs are unchanged then). Records it in the trace
+ * and the model when it succeeded, calls its callback, finishes it. The
+ * one way a backend ends a task. */
+void tdm__task_done(tdm_task *t, unsigned worker, tdm_status status, uint64_t t0,
+                    uint64_t t1);
+/* A try failed on device worker k with status (not a cancellation):
+ * counted; at tdm_config.quarantine_failures within the window, the
+ * device is quarantined: out of placement, its queued tasks placed
+ * again. */
+void tdm__device_failed(tdm_runtime *rt, unsigned k, tdm_status status);
+/* Takes device worker k out of placement at once, saying why (logged,
+ * tdm_device_info, tdm_config.device_event_fn); nothing if it is out. */
+void tdm__device_quarantine(tdm_runtime *rt, unsigned k, const char *why);
+/* The model's prediction for t on device worker k (seconds, < 0: none),
+ * and whether it is calibrated. */
+double tdm__sched_predict_on(tdm_runtime *rt, const tdm_task *t, unsigned k, bool *calibrated);
+/* The longest calibrated prediction for t on the classes other than
+ * device worker k's (seconds; < 0: none). */
+double tdm__sched_predict_elsewhere(tdm_runtime *rt, const tdm_task *t, unsigned k);
+
+/* The watchdog for hung devices (watchdog.c, tdm_config.watchdog_*).
+ * Started with the devices when it watches anything, stopped before
+ * them. A backend tells it, for device worker k, the try that runs
+ * there now (the oldest in flight) and since when; NULL when none. It
+ * returns whether that try is watched: then a try still running at its
+ * deadline makes the device hung (rt->hung): quarantined, and the
+ * backend's abandon op ends its tries. */
+tdm_status tdm__watchdog_start(tdm_runtime *rt);
+void tdm__watchdog_stop(tdm_runtime *rt);
+bool tdm__watch(tdm_runtime *rt, unsigned k, const tdm_task *t, uint64_t since);
+/* Device worker k is hung (said `why`): rt->hung has it, it is
+ * quarantined, and its backend abandons its tries (once; any thread
+ * holding no runtime lock). */
+void tdm__device_hung(tdm_runtime *rt, unsigned k, const char *why);
+/* Records that t ended with `status` (failed, or cancelled) for
+ * tdm_wait_all's report, and logs it. */
+void tdm__task_ended_badly(tdm_task *t, tdm_status status);
+
+/* The verification mode (verify.c). Parse: rt->verify from the
+ * specification (NULL or empty: off); TDM_ERR_INVALID_ARG, logged, when
+ * malformed. Before a task is submitted while it is on: takes the
+ * submission lock and, if the task is sampled, submits the task that
+ * keeps its read-write inputs and wraps its callback; returns what
+ * tdm__verify_after needs (NULL: not sampled). After: submits the
+ * comparison when the task was submitted, and releases the lock. */
+tdm_status tdm__verify_parse(tdm_runtime *rt, const char *spec);
+void tdm__verify_free(tdm_runtime *rt);
+void *tdm__verify_before(tdm_task *t);
+void tdm__verify_after(tdm_runtime *rt, void *rec, tdm_task *t, bool submitted);
+/* The verification mode's own tasks (not counted as the application's). */
+bool tdm__verify_internal(const tdm_task *t);
+/* Logs its counts (TANDEM_STATS). */
+void tdm__verify_report(tdm_runtime *rt);
+/* Whether devices' results were replaced by the CPU variant's since the
+ * last report (logged, saying where, for `what`). */
+bool tdm__verify_report_mismatches(tdm_runtime *rt, const char *what);
+/* The devices whose variant of t's codelet the verification mode took
+ * out (repeated mismatches) no longer run t: t->dev_mask. */
+void tdm__verify_mask(tdm_runtime *rt, tdm_task *t);
+/* TDM_ERR_TASK_FAILED, with a message naming what, when codelet tasks
+ * failed or were cancelled since the last report; resets the counts. */
+tdm_status tdm__report_failures(tdm_runtime *rt, const char *what);
+/* Subtracts n from rt->inflight; wakes wait_all at zero. */
+void tdm__sub_inflight(tdm_runtime *rt, int64_t n);
+/* Blocks until t reaches `state` (READY or DONE). */
+void tdm__task_wait_state(tdm_task *t, uint32_t state);
+void tdm__pool_destroy(tdm_runtime *rt);
+tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what);
+
+/* Submits t (created, all checks done but those needing handle locks).
+ * Used for codelet tasks and host acquisitions alike. give_ref: the
+ * caller's reference becomes the runtime's (on success only). */
+tdm_status tdm__task_submit(tdm_task *t, bool give_ref);
+
+/* ---- handles' tasks (handles.c) -------------------------------------------- */
+
+/* Releases every handle the host still holds (at destroy). */
+void tdm__release_acquisitions(tdm_runtime *rt);
+
+/* ---- the trace (trace.c) ---------------------------------------------------- */
+
+/* Records e in the calling worker's buffer, or the shared one. */
+void tdm__trace_add(tdm_runtime *rt, const tdm_trace_event *e);
+/* When recording: task t ran on worker `worker` from t0 to t1 (ns). */
+void tdm__trace_task(tdm_runtime *rt, const tdm_task *t, unsigned worker, uint64_t t0,
+                     uint64_t t1);
+/* Writes the trace and the graph files asked for (destroy, flush). */
+tdm_status tdm__trace_write(tdm_runtime *rt);
+/* At destroy: the statistics summary through the log, when asked. */
+void tdm__trace_finish(tdm_runtime *rt);
+
+
+/* ---- devices ----------------------------------------------------------------- */
+
+/* Device worker k (worker id nworkers + k) drives device record
+ * device_of[k]. Memory node 0 is the host's; device k's own memory, if it
+ * has any, is node 1 + k. */
+static inline bool tdm__device_progress(tdm_runtime *rt) {
+  return rt->dev && rt->dev->progress && rt->dev->progress(rt);
+}
+tdm_status tdm__device_prepare(tdm_runtime *rt, tdm_task *t, const char *what);
+
+/* ---- placement on the runtime's threads (place.c) ---------------------------- */
+
+/* Sends a ready codelet task where it will run, by the runtime's policy. */
+void tdm__place(tdm_runtime *rt, tdm_task *t);
+/* Device k cannot run t (its program did not build there): placed
+ * elsewhere, or ends with `status` when nothing else can run it. */
+void tdm__device_refused(tdm_runtime *rt, unsigned k, tdm_task *t, tdm_status status);
+/* From the queue every kind of worker takes from, a task that worker
+ * `worker` (a CPU worker's id, or nworkers + k for device k) can run; or
+ * NULL. Under heft, tasks
+ * shared while their execution times were unknown are placed by their
+ * predictions instead, once known. */
+tdm_task *tdm__sched_take_shared(tdm_runtime *rt, unsigned worker);
+/* A CPU worker of a hybrid chip: a task placed on its kind of core by
+ * another thread; others: of any kind. NULL if none. */
+tdm_task *tdm__sched_take_kind(tdm_worker *w, bool others);
+/* Whether tasks wait in the kinds' queues (before a worker parks). */
+bool tdm__sched_queued(const tdm_runtime *rt);
+/* An idle CPU worker: a task queued on a device that would finish
+ * earlier on the CPU (heft, ws), taken back for w to run; or NULL. */
+tdm_task *tdm__sched_idle_cpu(tdm_worker *w);
+/* A device worker is idle: a task for it from the other devices' queues,
+ * when it would finish earlier here; or NULL. */
+tdm_task *tdm__sched_idle_device(tdm_runtime *rt, unsigned k);
+/* Tasks were pushed on a CPU worker's deque: under ws, idle devices are
+ * told (they take from the deques). */
+void tdm__sched_work_shown(tdm_runtime *rt);
+/* t finished on worker `worker` (a CPU worker's id, or nworkers + k for
+ * device k) after `seconds` of execution: the model of its kind of
+ * worker learns, the backlog shrinks. */
+void tdm__sched_done(tdm_task *t, unsigned worker, double seconds);
+/* Whether t's duration should be measured (the scheduler learns it). */
+static inline bool tdm__sched_timed(const tdm_task *t) {
+  return t->device_ok && t->rt->sched;
+}
+tdm_status tdm__sched_start(tdm_runtime *rt);
+void tdm__sched_stop(tdm_runtime *rt);
+
+/* The next task for device k: the first of q, else (the lock dropped
+ * meanwhile) one from the shared queue, else one waiting elsewhere that
+ * would finish earlier on k. Lock held. */
+tdm_task *tdm__taskq_next(tdm_runtime *rt, unsigned k, tdm_taskq *q, pthread_mutex_t *lock);
+/* Lock not held: takes the last task of q, not started, if `want`
+ * accepts it (called under the lock), else NULL; cheap when q is empty. */
+tdm_task *tdm__taskq_take(tdm_runtime *rt, tdm_taskq *q, pthread_mutex_t *lock,
+                          bool (*want)(tdm_task *, void *), void *data);
+
+/* ---- the queue shared by CPU workers and devices (worker.c) ----------------- */
+
+void tdm__any_put(tdm_runtime *rt, tdm_task *t);
+tdm_task *tdm__any_take(tdm_runtime *rt);
+/* Wakes a worker to finish completed device tasks (any thread). */
+void tdm__wake_for_completion(tdm_runtime *rt);
+
+/* Runs t's CPU variant on bufs (NULL: its handles' own buffers; task.c). */
+void tdm__cpu_run(const tdm_task *t, const tdm_buffer *bufs);
+
+#endif
