@@ -1,15 +1,18 @@
 /*
  * What a backend provides: a tdm_backend (below), listed in tdm__backends
  * (backends/backends.c), which the runtime asks in order to discover
- * devices; the first backend that claims the runtime drives its device
- * workers. Its state lives behind rt->backend, opaque to the core.
+ * devices; every backend that finds some drives its own device workers,
+ * beside the others (emulated devices beside OpenCL's: tdm_config.sim's
+ * "+opencl"). Its state is its own (tdm__state_of), opaque to the core.
  *
  * The backend also provides memory-node operations (tdm_node_ops) used by
  * the coherence module (runtime/data/coherence.h): allocate a buffer on a
  * node, free it, copy between a node and the host returning a completion
  * token, and test, wait for, retain and release tokens. A token is the
  * backend's own (an OpenCL completion record, an emulated completion
- * time); 0 is "nothing to wait for". The coherence module decides what is
+ * time); 0 is "nothing to wait for", and bits 56 to 62 stay clear: when
+ * several backends share a runtime, the memory nodes mark there whose
+ * token it is (runtime/data/nodes.c). The coherence module decides what is
  * copied; backends only move bytes.
  *
  * What a backend may call in the runtime is backends/driver.h, the one
@@ -25,6 +28,9 @@
 #include "tandem.h"
 
 typedef uint64_t tdm_token;
+
+/* The most backends a runtime holds at once (tdm__backends). */
+#define TDM_MAX_BACKENDS 4
 
 /* One copy between a handle's elements in host memory and a buffer on a
  * node holding them packed (row after row, `pitch` bytes apart). */
@@ -75,27 +81,32 @@ struct tdm_device_counters;
 
 typedef struct tdm_backend {
   const char *name; /* for messages: "OpenCL", "emulated" */
-  /* Finds this backend's devices (rt->devices records, rt->device_of,
-   * rt->ndevice_workers). *claims: the runtime is this backend's (it was
-   * asked for, or it is the last resort), and no backend after it is
-   * asked; it may still have found no device. TDM_OK, or why the runtime
-   * cannot start (logged). */
-  tdm_status (*discover)(tdm_runtime *rt, bool *claims);
-  /* Frees what discover and start made, memory nodes included (at
-   * destroy, after stop and after the handles are gone); NULL: nothing. */
+  /* Finds this backend's devices: appends their records to rt->devices
+   * (rt->ndevices on) and gives each one it uses a device worker,
+   * numbered on from rt->ndevice_workers (rt->device_of; at most
+   * TDM_MAX_DEVICE_WORKERS in all). *state: its own, found again with
+   * tdm__state_of, until release. It takes part when it made a state or
+   * found devices. *last: no backend after it is asked. TDM_OK, or why
+   * the runtime cannot start (logged). */
+  tdm_status (*discover)(tdm_runtime *rt, void **state, bool *last);
+  /* Frees what discover and start made (at destroy, after stop, after
+   * the handles and the memory nodes are gone); NULL: nothing. */
   void (*release)(tdm_runtime *rt);
-  /* Starts the device workers (after the CPU workers). Stop: no task runs
-   * or ends on a device any more, no command or callback is in flight
+  /* Starts its device workers (after the CPU workers), their memory
+   * nodes given their operations (tdm__nodes_add). Stop: no task runs or
+   * ends on its devices any more, no command or callback is in flight
    * (the handles go next, while the memory nodes are still there). */
   tdm_status (*start)(tdm_runtime *rt);
   void (*stop)(tdm_runtime *rt);
-  /* At submission: which devices may run t (t->dev_mask, t->device_ok when
-   * any may); TDM_OK, or why a task that can only run on a device
-   * cannot (logged). */
+  /* At submission: sets the bits of t->dev_mask of its devices that may
+   * run t, others untouched; TDM_OK, or why none of them can (logged; the
+   * runtime reports it when no other backend's device can run t either
+   * and t has no CPU variant). */
   tdm_status (*prepare)(tdm_runtime *rt, tdm_task *t, const char *what);
-  /* The device worker the calling thread is, or -1. */
+  /* The device worker the calling thread is, if it is one of its own, or
+   * -1. */
   int (*current)(const tdm_runtime *rt);
-  /* Queues t on device k, which starts it when it has room. */
+  /* Queues t on its device k, which starts it when it has room. */
   void (*push)(tdm_runtime *rt, unsigned k, tdm_task *t);
   /* Takes back the task queued last on device k, not started, if `want`
    * accepts it (called under the device's lock; may be NULL); or NULL.
@@ -104,9 +115,11 @@ typedef struct tdm_backend {
                     void *data);
   /* Device k may take work from the shared queue or from others now. */
   void (*kick)(tdm_runtime *rt, unsigned k);
-  /* Ends the tasks whose device work completed; false if none. May be
-   * NULL (devices that end their tasks on threads of their own). */
+  /* Ends the tasks whose device work completed; false if none. Ended:
+   * whether such tasks wait (cheap, any thread). Both NULL for devices
+   * that end their tasks on threads of their own. */
   bool (*progress)(tdm_runtime *rt);
+  bool (*ended)(const tdm_runtime *rt);
   /* Device events of the trace not recorded as they happened (may be
    * NULL). */
   void (*trace_collect)(tdm_runtime *rt, void (*add)(void *, const struct tdm_trace_event *),
@@ -115,7 +128,7 @@ typedef struct tdm_backend {
   void (*counters)(const tdm_runtime *rt, unsigned k, struct tdm_device_counters *c);
   /* An emulated machine: how many times its real duration task t takes
    * on CPU worker `worker` (the CPU workers stretch their tasks by it);
-   * NULL: the real machine. */
+   * NULL: the real machine. At most one backend of a runtime has it. */
   double (*cpu_factor)(const tdm_runtime *rt, unsigned worker, const tdm_task *t);
   /* Device k is hung (the watchdog found a try past its deadline;
    * rt->hung has it, so nothing more starts there): the tries in flight
@@ -123,9 +136,9 @@ typedef struct tdm_backend {
    * threads that hold no lock; a completion of one of them that comes
    * later is ignored. Called on the watchdog's thread. */
   void (*abandon)(tdm_runtime *rt, unsigned k);
-  /* tdm_codelet_build: builds cl's programs on every device, calls
-   * done(data, status) once all are built (may be NULL: nothing to
-   * build). */
+  /* tdm_codelet_build: builds cl's programs on every one of its devices,
+   * calls done(data, status) once all are built (NULL: nothing to build;
+   * one backend of a runtime builds: the first that can). */
   void (*build)(tdm_runtime *rt, const tdm_codelet *cl, tdm_build_fn done, void *data);
 } tdm_backend;
 

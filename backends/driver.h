@@ -33,19 +33,21 @@ int tdm__nearest_numa(hwloc_topology_t topo, hwloc_const_cpuset_t set);
 
 /* ---- data (runtime/data) ------------------------------------------------- */
 
-/* Its memory nodes: made at discovery, freed at release (coherence.h). */
-int tdm__nodes_init(tdm_nodes *nodes, tdm_runtime *rt, const tdm_node_ops *ops,
-                    void *ctx, unsigned n, const uint64_t *limits);
-void tdm__nodes_fini(tdm_nodes *nodes);
+/* Its devices' memory nodes copy through its operations: given at start
+ * (nodes.c). */
+int tdm__nodes_add(tdm_nodes *nodes, const tdm_node_ops *ops, void *ctx, unsigned first,
+                   unsigned n, const uint64_t *limits);
 /* Staging a task on its node: its buffers made, pinned and filled, what
  * to wait for; the run's writes recorded, undone, or sent home
  * (data.h). */
 bool tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems);
 bool tdm__task_fits(const tdm_runtime *rt, const tdm_task *t, unsigned slot);
 void tdm__task_unpin(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned n);
-bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w, bool replay);
+bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned node,
+                      tdm_tokens *w, bool replay);
 void tdm__task_prefetch(tdm_runtime *rt, tdm_task *t, unsigned node);
-void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token done);
+void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned node,
+                       tdm_token done);
 void tdm__task_write_failed(tdm_runtime *rt, tdm_task *t, unsigned node, void *before);
 void tdm__task_write_back(tdm_runtime *rt, tdm_task *t, unsigned node);
 void *tdm__task_snapshot(tdm_runtime *rt, const tdm_task *t, bool *ok);

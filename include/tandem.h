@@ -309,8 +309,12 @@ typedef struct tdm_config {
    * device runs a task's CPU variant on a thread of its own, then waits
    * until the modelled time has passed. Data stays in host memory; which
    * node holds the current contents is tracked as for a real device, and
-   * copies take their modelled time. Emulated and OpenCL devices are not
-   * mixed: with sim set, OpenCL is not looked for. NULL (default): none.
+   * copies take their modelled time. With sim set, OpenCL is not looked
+   * for, unless the list has the term "+opencl": then OpenCL's devices
+   * (those `devices` chooses) run beside the emulated ones, which come
+   * after them (a mixed machine mixes real and emulated time: a test of
+   * placement and coherence across backends, not a measure of a
+   * machine). NULL (default): none.
    * Environment: TANDEM_SIM. */
   const char *sim;
   /** An emulated machine runs this many times slower than the real one:

@@ -370,10 +370,22 @@ static inline void tdm__count(_Atomic uint64_t *c, uint64_t n) {
 /* Finished tasks a worker counts before it updates rt->inflight. */
 #define TDM_FLUSH_BATCH 32
 
+/* The strings of tdm_config a runtime keeps a copy of (runtime.c). */
+#define TDM_CONFIG_COPIES 9
+
+/* A backend taking part in a runtime: it drives device workers
+ * first .. first + n - 1 (none, when it only keeps state: OpenCL's
+ * loader for tdm_opencl_device). */
+typedef struct tdm_attached {
+  const tdm_backend *ops;
+  void *state; /* its own: set by its discover, read by tdm__state_of */
+  unsigned first, n;
+} tdm_attached;
+
 struct tdm_runtime {
   tdm_config cfg;
-  char *synthetic; /* cfg.synthetic_topology points here */
-  char *xml;       /* cfg.topology_xml points here */
+  /* The configuration's strings, copied: cfg's fields point here. */
+  char *copies[TDM_CONFIG_COPIES];
   hwloc_topology_t topo;
   bool bind;
   tdm_worker_plan plan;
@@ -452,50 +464,42 @@ struct tdm_runtime {
   tdm_handle *quarantine_head, *quarantine_tail;
   size_t nquarantine;
 
-  /* OpenCL devices (devices.h, backends/opencl/probe.c): what was found, what is used.
+  /* Devices (platform/devices.h), as the backends' discoveries found
+   * them: the platforms (OpenCL's), every device's record, what is used.
    * Device worker k (worker id nworkers + k) drives device_of[k]. */
-  struct tdm_opencl *opencl;
   tdm_platform_record *platforms;
   unsigned nplatforms;
   tdm_device_record *devices;
   unsigned ndevices;
-  tdm_status opencl_status;
-  char opencl_summary[256];
+  tdm_opencl_report opencl_report; /* for tdm_machine_info */
   tdm_device_selection selection;
-  char *devices_text; /* cfg.devices points here */
-  char *opencl_library; /* cfg.opencl_library points here */
-  char *cache_dir;      /* cfg.cache_dir points here */
-  char *app;            /* cfg.app points here */
   char *model_file;     /* the application's models in the cache (tdm__model_file) */
   pthread_mutex_t cache_lock; /* guards the two below */
   bool cache_tried;           /* tdm__cache_fd looked for the directory */
   int cache_fd;               /* the directory, open; -1: none */
   unsigned ndevice_workers;
   unsigned *device_of;
-  const tdm_backend *claimed; /* the backend whose runtime this is, or NULL */
-  const tdm_backend *dev;     /* the same, when it has device workers */
+  /* The backends that take part (tdm__backends asked in order; each
+   * drives device workers first .. first + n - 1), and device worker k's
+   * (an index in attached). */
+  tdm_attached attached[TDM_MAX_BACKENDS];
+  unsigned nattached;
+  bool sim_beside_opencl; /* tdm_config.sim's "+opencl" */
+  uint8_t attached_of[TDM_MAX_DEVICE_WORKERS];
   /* Every CPU task is timed: recording, timing, or an emulated machine
    * whose CPU tasks are stretched (cpu_stretch, its backend's
    * cpu_factor, else NULL). Set before the workers start. */
   bool time_cpu_tasks;
   double (*cpu_stretch)(const tdm_runtime *rt, unsigned worker, const tdm_task *t);
-  void *backend;              /* its state, opaque here */
-  tdm_nodes nodes;            /* memory nodes, set up by it (none: n 0) */
+  tdm_nodes nodes;            /* memory nodes, each backend's through its ops */
   /* Set once the devices are started, after the CPU workers (whose
    * idle rounds look at the devices only from then on). */
   _Atomic bool devices_ready;
-  char *sim_text;            /* cfg.sim points here */
-  /* Emulated machines run `time_scale` times slower than real ones (see
-   * tdm_config.sim): CPU tasks take that many times their real time. */
-  double time_scale;
   tdm_policy policy;         /* cfg.scheduler */
   struct tdm_sched *sched;   /* placement policy and models (core/place.c) */
-  /* Tasks whose device commands completed, pushed by OpenCL's callbacks
-   * (a Treiber stack through pool_next), finished by CPU workers. */
-  _Alignas(TDM_CACHE_LINE) _Atomic(tdm_task *) completions;
   /* Ready tasks that a CPU worker or a device may run, whichever is free
    * first (a FIFO through pool_next). */
-  pthread_mutex_t any_lock;
+  _Alignas(TDM_CACHE_LINE) pthread_mutex_t any_lock;
   tdm_task *any_head, *any_tail;
   _Atomic unsigned any_n;
 
@@ -505,7 +509,6 @@ struct tdm_runtime {
   /* Recording (trace.c): tracing, the graph, or statistics asked for;
    * timing: task and idle times measured. */
   bool recording, timing;
-  char *trace_path, *dag_path; /* cfg.trace_path, cfg.dag_path point here */
   _Atomic uint64_t next_task_id;
   uint64_t trace_t0; /* creation time: the trace's zero */
   tdm_trace_buf trace_shared; /* threads that are not workers */
@@ -538,6 +541,24 @@ struct tdm_runtime {
    * that the tests show they catch what that would cost. */
   bool blind_to_events;
 };
+
+/* Backend b's part in rt, or NULL when it takes none; its state. */
+static inline const tdm_attached *tdm__attached_of(const tdm_runtime *rt,
+                                                   const tdm_backend *b) {
+  for (unsigned i = 0; i < rt->nattached; i++)
+    if (rt->attached[i].ops == b)
+      return &rt->attached[i];
+  return NULL;
+}
+static inline void *tdm__state_of(const tdm_runtime *rt, const tdm_backend *b) {
+  const tdm_attached *a = tdm__attached_of(rt, b);
+  return a ? a->state : NULL;
+}
+
+/* The backend that drives device worker k. */
+static inline const tdm_backend *tdm__backend_of(const tdm_runtime *rt, unsigned k) {
+  return rt->attached[rt->attached_of[k]].ops;
+}
 
 /* The worker the calling thread is, or NULL. */
 extern _Thread_local tdm_worker *tdm__self TDM_TLS_MODEL;
@@ -582,6 +603,11 @@ static inline int32_t tdm__task_outcome_at_start(tdm_task *t) {
 static inline bool tdm__cancelled_by_group(const tdm_task *t, int32_t status) {
   return status == TDM_ERR_CANCELLED && t->group &&
          atomic_load_explicit(&t->group->cancel, memory_order_relaxed);
+}
+
+/* t's codelet's name, for messages (tdm__name_or). */
+static inline const char *tdm__codelet_name(const tdm_task *t) {
+  return tdm__name_or(t->codelet ? t->codelet->name : NULL);
 }
 
 /* The bytes of the elements of a task's buffers (the trace, the

@@ -187,6 +187,28 @@ static inline int wait_flag(_Atomic int *flag, double timeout) {
 
 /* A new empty directory under /tmp into buf (a cache directory for one
  * test run); the test fails if none can be made. */
+/* The device records in use (the first `max` of them into ids), and how
+ * many there are. */
+static inline unsigned test_used_devices(tdm_runtime *rt, unsigned *ids, unsigned max) {
+  tdm_machine_info mi = {.struct_size = sizeof mi};
+  assert_int_equal(tdm_runtime_machine(rt, &mi), TDM_OK);
+  unsigned n = 0;
+  for (unsigned i = 0; i < mi.opencl_devices; i++) {
+    tdm_device_info d = {.struct_size = sizeof d};
+    assert_int_equal(tdm_runtime_device(rt, i, &d), TDM_OK);
+    if (d.used && n++ < max)
+      ids[n - 1] = i;
+  }
+  return n;
+}
+
+/* Device record `device`'s counters. */
+static inline tdm_device_counters test_counters(tdm_runtime *rt, unsigned device) {
+  tdm_device_counters c = {.struct_size = sizeof c};
+  assert_int_equal(tdm_runtime_device_counters(rt, device, &c), TDM_OK);
+  return c;
+}
+
 static inline void test_temp_dir(char *buf, size_t size) {
   snprintf(buf, size, "/tmp/tandem-test-XXXXXX");
   assert_non_null(mkdtemp(buf));

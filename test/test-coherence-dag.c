@@ -15,7 +15,8 @@
  * policy, and with a small memory limit: evictions), "discrete" and
  * "integrated" (PoCL behaving as either, tasks with a CPU and an OpenCL
  * variant; SKIP without an OpenCL CPU device), "two" (two discrete PoCL
- * devices, one of them lost during each run). One task in four, when
+ * devices, one of them lost during each run), "mixed" (a discrete PoCL
+ * device and an emulated GPU in one runtime). One task in four, when
  * enough tiles exist, is wide: WIDE distinct buffers, past
  * TDM_MAX_BUFFERS. With injected device faults (launches, and runs that
  * fail after writing, 1 in 16 each; and, without partitions, copies
@@ -400,6 +401,9 @@ typedef struct {
   /* with faults: no write-back; what only a device held is made again by
    * its lineage */
   bool lineage;
+  /* PoCL (discrete) and an emulated GPU in one runtime (tdm_config.sim's
+   * "+opencl"): both must run tasks */
+  bool mixed;
 } setup;
 
 
@@ -421,6 +425,10 @@ static tdm_runtime *make(const setup *s, char *dir, size_t size) {
   } else {
     cfg.opencl_cpu_devices = 1;
     cfg.device_memory = s->discrete ? TDM_MEMORY_SEPARATE : TDM_MEMORY_SHARED;
+  }
+  if (s->mixed) {
+    cfg.sim = "gpu:speedup=10,latency=5us,bandwidth=4G;+opencl";
+    cfg.sim_time_scale = 1;
   }
   cfg.faults = s->lost;
   /* tries that hang are found soon; the limits stay far past what a
@@ -476,6 +484,19 @@ static uint64_t retried;  /* tries placed again after a fault, all runs */
 static uint64_t replayed; /* tasks run again by lineage, all runs */
 static unsigned stopped;  /* devices that stopped as told (setup.lost), all runs */
 
+/* Tasks that emulated devices (emulated) and OpenCL ones (real) ran. */
+static void tasks_by_kind(tdm_runtime *rt, uint64_t *emulated, uint64_t *real) {
+  unsigned ids[TDM_MAX_DEVICE_WORKERS];
+  unsigned n = test_used_devices(rt, ids, TDM_MAX_DEVICE_WORKERS);
+  for (unsigned i = 0; i < n; i++) {
+    tdm_device_info d = {.struct_size = sizeof d};
+    assert_int_equal(tdm_runtime_device(rt, ids[i], &d), TDM_OK);
+    *(d.device_class == TDM_DEVICE_EMULATED ? emulated : real) += test_counters(rt, ids[i]).tasks;
+  }
+}
+
+static uint64_t mixed_tasks[2]; /* emulated, OpenCL: all runs */
+
 static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps,
                  uint64_t totals[3]) {
   char dir[64];
@@ -488,6 +509,8 @@ static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
   uint64_t evictions;
   unsigned on_devices = device_tasks(rt, &evictions);
+  if (s->mixed)
+    tasks_by_kind(rt, &mixed_tasks[0], &mixed_tasks[1]);
   if (s->lost) { /* it stopped working: out of placement, said once */
     for (unsigned k = 0; k < 2; k++) {
       tdm_device_info d = {.struct_size = sizeof d};
@@ -499,7 +522,9 @@ static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps
   replayed += atomic_load(&rt->nreplayed);
   printf("%s %s%s: %u seeds, %u tasks on devices, %llu evictions, %u wide tasks (%u by the CPU "
          "variant)\n",
-         s->sim ? "emulated" : s->discrete ? "discrete" : "integrated", s->policy,
+         s->mixed ? "PoCL and emulated" : s->sim ? "emulated" : s->discrete ? "discrete"
+                                                                      : "integrated",
+         s->policy,
          s->limit ? " (memory limit)" : "", nseeds, on_devices, (unsigned long long)evictions,
          wide_submitted, atomic_load(&wide_on_cpu));
   totals[0] += on_devices;
@@ -706,6 +731,30 @@ static void test_opencl_evictions(void **state) {
   every_policy(&(setup){.discrete = true, .limit = 3 * ROWS * COLS * 8}, 4000, 2, 300);
 }
 
+/* A real device (PoCL, behaving as a discrete GPU) and an emulated GPU
+ * ten times as fast as a core, in one runtime: each memory node copies
+ * through its own backend's operations, and a copy between the two goes
+ * through the host. Every policy; the results are the sequential run's,
+ * and both kinds of device ran tasks. */
+static void test_mixed_every_policy(void **state) {
+  (void)state;
+  mixed_tasks[0] = mixed_tasks[1] = 0;
+  every_policy(&(setup){.discrete = true, .mixed = true}, 9000, 4, 300);
+  printf("emulated device: %llu tasks, PoCL: %llu tasks\n",
+         (unsigned long long)mixed_tasks[0], (unsigned long long)mixed_tasks[1]);
+  assert_true(mixed_tasks[0] > 0);
+  assert_true(mixed_tasks[1] > 0);
+}
+
+/* The same with injected faults, retries and write-back. */
+static void test_mixed_faults(void **state) {
+  (void)state;
+  mixed_tasks[0] = mixed_tasks[1] = 0;
+  every_policy(&(setup){.discrete = true, .mixed = true, .faults = true}, 9500, 2, 300);
+  assert_true(mixed_tasks[0] > 0);
+  assert_true(mixed_tasks[1] > 0);
+}
+
 static bool have_opencl_devices(bool discrete, unsigned want) {
   char dir[64];
   tdm_runtime *rt = make(&(setup){.discrete = discrete, .policy = "eager"}, dir, sizeof dir);
@@ -739,14 +788,22 @@ int main(int argc, char **argv) {
   printf("built without OpenCL: skipped\n");
   return 77;
 #endif
+  bool mixed = !strcmp(mode, "mixed");
   opencl_two = !strcmp(mode, "two");
-  opencl_discrete = opencl_two || !strcmp(mode, "discrete");
+  opencl_discrete = opencl_two || mixed || !strcmp(mode, "discrete");
   if (opencl_two) /* PoCL makes two devices of the CPU (before it starts) */
     setenv("POCL_DEVICES", "pthread pthread", 0);
   init_codelets(true);
   if (!have_opencl_devices(opencl_discrete, opencl_two ? 2 : 1)) {
     printf("no OpenCL CPU device here (install pocl-opencl-icd), or not two: skipped\n");
     return 77;
+  }
+  if (mixed) {
+    const struct CMUnitTest both[] = {
+        cmocka_unit_test(test_mixed_every_policy),
+        cmocka_unit_test(test_mixed_faults),
+    };
+    return cmocka_run_group_tests(both, NULL, NULL);
   }
   if (opencl_two) {
     const struct CMUnitTest two[] = {

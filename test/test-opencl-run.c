@@ -2,109 +2,23 @@
  * Tasks on a real OpenCL device: PoCL, admitted as a device, made to
  * behave as an integrated GPU (no copies) or as a discrete one (copies):
  *
- *   test-opencl-run integrated | discrete
+ *   test-opencl-run integrated | discrete [two-devices]
  *
  * Vector add; a SAXPY chain alternating CPU and OpenCL tasks on the same
  * handles (coherence); byte counters (integrated: zero; discrete: exactly
  * what the graph needs); a device-only chain; tasks with both variants;
  * a tiled matrix multiply (device only, and mixed with the CPU); a task
  * enqueueing its own commands; eviction under a small device-memory limit;
- * a buffer too large for the device; the on-disk program cache (reused,
- * corrupt and truncated entries); a kernel that does not build; an
- * OpenCL-only task without a device; completion callbacks, which submit,
- * on launches and runs that fail (injected) and on cancelled tasks; a
- * callback on an event that fails, which PoCL never calls itself.
- * Exits 77 (skip) where no OpenCL CPU device is installed.
+ * a buffer too large for the device; vector pieces; the OpenCL objects of
+ * a device; an OpenCL-only task without a device; pausing; a task pinned
+ * to the application's thread after a device's; two devices. The program
+ * cache: test-opencl-cache; failures: test-opencl-failures. Exits 77
+ * (skip) where no OpenCL CPU device is installed.
  */
-#include "common.h"
+#include "opencl-fixture.h"
 
-#include "internal.h" /* the device fault seam */
-#include "tandem/opencl.h"
-#include "../backends/opencl/device.h" /* the completion watcher */
-
-#include <dirent.h>
 #include <poll.h>
 #include <stdbool.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#define N 4096
-
-static bool discrete;
-
-static uint64_t memory_limit; /* for the next runtime */
-static int writeback;          /* for the next runtime */
-static char cache_dir[128];   /* a fresh one per run of this program */
-
-static _Atomic unsigned device_events;
-
-static void on_device_event(void *data, unsigned device, const char *why) {
-  (void)data;
-  (void)device;
-  assert_non_null(why);
-  atomic_fetch_add(&device_events, 1);
-}
-
-static tdm_runtime *device_runtime(test_log *log, int admit) {
-  tdm_config cfg;
-  tdm_config_init(&cfg);
-  cfg.device_event_fn = on_device_event;
-  cfg.device_memory_limit = memory_limit;
-  cfg.writeback = writeback;
-  cfg.cache_dir = cache_dir;
-  cfg.ignore_env = 1;
-  cfg.nworkers = 2;
-  cfg.bind_workers = 0;
-  cfg.opencl_cpu_devices = admit;
-  cfg.device_memory = discrete ? TDM_MEMORY_SEPARATE : TDM_MEMORY_SHARED;
-  test_log_attach(&cfg, log);
-  cfg.log_level = TDM_LOG_INFO;
-  tdm_runtime *rt = NULL;
-  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
-  return rt;
-}
-
-/* The device PoCL is, and its counters. */
-static int the_device(tdm_runtime *rt) {
-  tdm_machine_info mi = {.struct_size = sizeof mi};
-  assert_int_equal(tdm_runtime_machine(rt, &mi), TDM_OK);
-  for (unsigned i = 0; i < mi.opencl_devices; i++) {
-    tdm_device_info d = {.struct_size = sizeof d};
-    assert_int_equal(tdm_runtime_device(rt, i, &d), TDM_OK);
-    if (d.used)
-      return (int)i;
-  }
-  return -1;
-}
-
-static tdm_device_counters counters(tdm_runtime *rt) {
-  tdm_device_counters c = {.struct_size = sizeof c};
-  assert_int_equal(tdm_runtime_device_counters(rt, (unsigned)the_device(rt), &c), TDM_OK);
-  return c;
-}
-
-/* ---- two devices (PoCL with POCL_DEVICES="pthread pthread") -------------
- * Each device has its own OpenCL context: data moves between them through
- * the host, and commands wait for events of the other context through
- * joined user events. Placement spreads tasks over the devices by load,
- * so the tests check results, and counts per device that do not depend on
- * which device ran what. */
-
-static unsigned used_devices(tdm_runtime *rt, unsigned *ids) {
-  tdm_machine_info mi = {.struct_size = sizeof mi};
-  assert_int_equal(tdm_runtime_machine(rt, &mi), TDM_OK);
-  unsigned n = 0;
-  for (unsigned i = 0; i < mi.opencl_devices; i++) {
-    tdm_device_info d = {.struct_size = sizeof d};
-    assert_int_equal(tdm_runtime_device(rt, i, &d), TDM_OK);
-    if (d.used)
-      ids[n++] = i;
-  }
-  return n;
-}
-
-/* ---- kernels and their CPU twins ---------------------------------------- */
 
 static const tdm_opencl_variant vadd_cl = {
     .source = "__kernel void vadd(__global const float *a, ulong na,\n"
@@ -117,53 +31,12 @@ static const tdm_opencl_variant vadd_cl = {
 static const tdm_codelet vadd = {
     .name = "vadd", .nbuffers = 3, .modes = {TDM_R, TDM_R, TDM_W}, .opencl = &vadd_cl};
 
-static const tdm_opencl_variant saxpy_cl = {
-    .source = "__kernel void saxpy(__global const float *x, ulong nx,\n"
-              "                    __global float *y, ulong ny, float a) {\n"
-              "  size_t i = get_global_id(0);\n"
-              "  y[i] = a * x[i] + y[i];\n"
-              "}\n",
-    .kernel = "saxpy"};
-
-static _Atomic unsigned cpu_runs;
-
-static void saxpy_cpu(const tdm_buffer *b, const void *args, size_t size) {
-  (void)size;
-  float a = *(const float *)args;
-  const float *x = b[0].ptr;
-  float *y = b[1].ptr;
-  for (size_t i = 0; i < b[0].nx; i++)
-    y[i] = a * x[i] + y[i];
-  atomic_fetch_add(&cpu_runs, 1);
-}
-
-static const tdm_codelet saxpy_gpu_only = {
-    .name = "saxpy (OpenCL)", .nbuffers = 2, .modes = {TDM_R, TDM_RW}, .opencl = &saxpy_cl};
-static const tdm_codelet saxpy_cpu_only = {
-    .name = "saxpy (CPU)", .cpu_fn = saxpy_cpu, .nbuffers = 2, .modes = {TDM_R, TDM_RW}};
-static const tdm_codelet saxpy_both = {.name = "saxpy (both)",
-                                       .cpu_fn = saxpy_cpu,
-                                       .nbuffers = 2,
-                                       .modes = {TDM_R, TDM_RW},
-                                       .opencl = &saxpy_cl};
-
-static float *array(float first, float step) {
-  float *p = tdm_malloc(N * sizeof *p);
-  assert_non_null(p);
-  for (int i = 0; i < N; i++)
-    p[i] = first + step * (float)(i % 100);
-  return p;
-}
-
-static void saxpy(tdm_runtime *rt, const tdm_codelet *cl, tdm_handle *x, tdm_handle *y, float a) {
-  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = cl,
-                                                    .handles = {x, y},
-                                                    .args = &a,
-                                                    .args_size = sizeof a}),
-                   TDM_OK);
-}
-
-/* ---- tests -------------------------------------------------------------- */
+/* ---- two devices (PoCL with POCL_DEVICES="pthread pthread") -------------
+ * Each device has its own OpenCL context: data moves between them through
+ * the host, and commands wait for events of the other context through
+ * joined user events. Placement spreads tasks over the devices by load,
+ * so the tests check results, and counts per device that do not depend on
+ * which device ran what. */
 
 static const tdm_opencl_variant scale_cl = {
     .source = "__kernel void scale(__global const float *x, ulong nx,\n"
@@ -182,7 +55,7 @@ static void test_two_devices_readers(void **state) {
   test_log log;
   tdm_runtime *rt = device_runtime(&log, 1);
   unsigned ids[8];
-  assert_int_equal(used_devices(rt, ids), 2);
+  assert_int_equal(test_used_devices(rt, ids, 8), 2);
   enum { T = 16 };
   float *x = array(1, 1), *ys[T];
   tdm_handle *hx, *hy[T];
@@ -289,9 +162,7 @@ static void test_saxpy_chain_alternating(void **state) {
   assert_int_equal(k.bytes_to_device, discrete ? (1 + steps / 2) * bytes : 0);
   assert_int_equal(k.bytes_to_host, discrete ? (steps / 2) * bytes : 0);
   assert_int_equal(counters(rt).bytes_to_host, k.bytes_to_host); /* the last step ran on the CPU */
-  tdm_runtime_destroy(rt);
-  tdm_free(x);
-  tdm_free(y);
+  run_end(rt, x, y);
   tdm_free(ref);
   assert_int_equal(test_log_errors(&log), 0);
 }
@@ -324,159 +195,6 @@ static void device_chain(bool by_destroy) {
   tdm_free(x);
   tdm_free(y);
   assert_int_equal(test_log_errors(&log), 0);
-}
-
-/* ---- callbacks when tasks fail ------------------------------------------ */
-
-#define CHAIN 40
-
-static tdm_runtime *cb_rt;
-static _Thread_local bool in_submit; /* the test thread, inside tdm_submit */
-static _Atomic unsigned cb_runs, cb_inside, cb_submitted, cb_children;
-static _Atomic int cb_outcome[CHAIN];
-
-static void child(const tdm_buffer *b, const void *args, size_t size) {
-  (void)b;
-  (void)args;
-  (void)size;
-  atomic_fetch_add(&cb_children, 1);
-}
-
-/* Records the outcome, notes a run inside the application's tdm_submit,
- * and submits a task (which the header allows). */
-static void on_end(void *data) {
-  static const tdm_codelet cl = {.name = "child", .cpu_fn = child};
-  atomic_store(&cb_outcome[(intptr_t)data], (int)tdm_callback_status());
-  atomic_fetch_add(&cb_runs, 1);
-  if (in_submit)
-    atomic_fetch_add(&cb_inside, 1);
-  if (tdm_submit(cb_rt, &(tdm_task_desc){.codelet = &cl}) == TDM_OK)
-    atomic_fetch_add(&cb_submitted, 1);
-}
-
-static void reset_counts(void) {
-  atomic_store(&cb_runs, 0);
-  atomic_store(&cb_inside, 0);
-  atomic_store(&cb_submitted, 0);
-  atomic_store(&cb_children, 0);
-}
-
-/* Task i: y += x on the device, with on_end; submitted as the application
- * does, in_submit set meanwhile. */
-static void submit_watched(tdm_handle *hx, tdm_handle *hy, intptr_t i) {
-  static const float a = 1.0f;
-  atomic_store(&cb_outcome[i], 1);
-  in_submit = true;
-  tdm_status st = tdm_submit(cb_rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only,
-                                                      .handles = {hx, hy},
-                                                      .args = &a,
-                                                      .args_size = sizeof a,
-                                                      .callback = on_end,
-                                                      .callback_data = (void *)i});
-  in_submit = false;
-  assert_int_equal(st, TDM_OK);
-}
-
-/* A chain of OpenCL-only tasks with launch or run faults at rate p (one
- * device, no CPU variant: nothing to retry on): done tasks, then one
- * failed, then the rest cancelled; every callback runs once, none inside
- * the application's tdm_submit, each submits; y keeps the last version
- * produced and reports it lost. A failed run on a discrete device replaced
- * a version only the device held: kept with writeback. */
-static void chain_with_faults(unsigned kind, double p) {
-  test_log log;
-  writeback = kind == TDM_FAULT_COMPLETE;
-  cb_rt = device_runtime(&log, 1);
-  writeback = 0;
-  tdm__faults_set(cb_rt, kind, p, 5);
-  float *x = array(1, 0), *y = array(0, 0);
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(cb_rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(cb_rt, y, N, sizeof(float), &hy), TDM_OK);
-  reset_counts();
-  for (intptr_t i = 0; i < CHAIN; i++)
-    submit_watched(hx, hy, i);
-  assert_int_equal(tdm_wait_all(cb_rt), TDM_ERR_TASK_FAILED);
-  assert_int_equal(tdm_wait_all(cb_rt), TDM_OK); /* reported once */
-  assert_int_equal(atomic_load(&cb_runs), CHAIN);
-  assert_int_equal(atomic_load(&cb_inside), 0);
-  assert_int_equal(atomic_load(&cb_submitted), CHAIN);
-  assert_int_equal(atomic_load(&cb_children), CHAIN);
-  int done = 0;
-  while (done < CHAIN && atomic_load(&cb_outcome[done]) == TDM_OK)
-    done++;
-  assert_true(done < CHAIN);
-  assert_int_equal(atomic_load(&cb_outcome[done]), TDM_ERR_SYSTEM);
-  for (int i = done + 1; i < CHAIN; i++)
-    assert_int_equal(atomic_load(&cb_outcome[i]), TDM_ERR_CANCELLED);
-  assert_int_equal(tdm_handle_acquire(hy, TDM_R), TDM_ERR_LOST);
-  assert_int_equal(tdm_handle_unregister(hy), TDM_ERR_LOST);
-  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
-  tdm_runtime_destroy(cb_rt);
-  for (int i = 0; i < N; i++) /* the version the done tasks produced */
-    assert_true(y[i] == (float)done);
-  printf("%s faults: %d done, 1 failed, %d cancelled\n",
-         kind == TDM_FAULT_LAUNCH ? "launch" : "run", done, CHAIN - done - 1);
-  tdm_free(x);
-  tdm_free(y);
-}
-
-/* Independent OpenCL-only tasks, half of whose launches fail: each is
- * launched from the thread that submits it, inside tdm_submit, and its
- * end (callback, which submits) must come later, elsewhere. Failing so
- * often, the device is quarantined (once, said through the event
- * callback and tdm_device_info): the tasks after that find no device. */
-static void independent_with_launch_faults(void) {
-  test_log log;
-  atomic_store(&device_events, 0);
-  cb_rt = device_runtime(&log, 1);
-  tdm__faults_set(cb_rt, TDM_FAULT_LAUNCH, 0.5, 3);
-  float *x = array(1, 0), *y[CHAIN];
-  tdm_handle *hx, *hy[CHAIN];
-  assert_int_equal(tdm_register_vector(cb_rt, x, N, sizeof(float), &hx), TDM_OK);
-  reset_counts();
-  for (intptr_t i = 0; i < CHAIN; i++) {
-    y[i] = array(0, 0);
-    assert_int_equal(tdm_register_vector(cb_rt, y[i], N, sizeof(float), &hy[i]), TDM_OK);
-    submit_watched(hx, hy[i], i);
-  }
-  assert_int_equal(tdm_wait_all(cb_rt), TDM_ERR_TASK_FAILED);
-  assert_int_equal(atomic_load(&cb_inside), 0);
-  assert_int_equal(atomic_load(&cb_runs), CHAIN);
-  assert_int_equal(atomic_load(&cb_children), CHAIN);
-  unsigned failed = 0, no_device = 0;
-  for (int i = 0; i < CHAIN; i++) {
-    int got = atomic_load(&cb_outcome[i]);
-    assert_true(got == TDM_OK || got == TDM_ERR_SYSTEM || got == TDM_ERR_NO_DEVICE);
-    failed += got != TDM_OK;
-    if (got == TDM_ERR_NO_DEVICE)
-      no_device++;
-    else /* nothing ran there once it was out */
-      assert_int_equal(no_device, 0);
-    assert_int_equal(tdm_handle_unregister(hy[i]), got == TDM_OK ? TDM_OK : TDM_ERR_LOST);
-    assert_true(y[i][0] == (got == TDM_OK ? 1.0f : 0.0f));
-    tdm_free(y[i]);
-  }
-  assert_true(failed >= 3);
-  tdm_device_info d = {.struct_size = sizeof d};
-  assert_int_equal(tdm_runtime_device(cb_rt, (unsigned)the_device(cb_rt), &d), TDM_OK);
-  assert_int_equal(d.quarantined, 1);
-  assert_non_null(strstr(d.quarantine_reason, "failed tries"));
-  assert_int_equal(atomic_load(&device_events), 1);
-  assert_true(no_device > 0);
-  assert_true(test_log_has(&log, "taken out of placement"));
-  printf("quarantined after %u failures; %u tasks then found no device\n", failed - no_device,
-         no_device);
-  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
-  tdm_runtime_destroy(cb_rt);
-  tdm_free(x);
-}
-
-static void test_callbacks_on_failures(void **state) {
-  (void)state;
-  independent_with_launch_faults();
-  chain_with_faults(TDM_FAULT_LAUNCH, 0.1);
-  chain_with_faults(TDM_FAULT_COMPLETE, 0.1);
 }
 
 static void test_device_chain(void **state) {
@@ -617,7 +335,7 @@ static void tiled_gemm(bool with_cpu, bool two) {
       fail_msg("C[%d][%d] = %g, expected %g", i / MM, i % MM, (double)c[i], (double)ref[i]);
   assert_int_equal(tdm_handle_release(hc), TDM_OK);
   tdm_device_counters k = {.struct_size = sizeof k};
-  unsigned ids[8], ndev = used_devices(rt, ids);
+  unsigned ids[8], ndev = test_used_devices(rt, ids, 8);
   for (unsigned d = 0; d < ndev; d++) { /* summed over the devices */
     tdm_device_counters c = {.struct_size = sizeof c};
     assert_int_equal(tdm_runtime_device_counters(rt, ids[d], &c), TDM_OK);
@@ -700,9 +418,7 @@ static void test_escape_hatch(void **state) {
     assert_true(y[i] == 2 * x[i]);
   assert_int_equal(counters(rt).tasks, 2);
   tdm_handle_unregister(hx);
-  tdm_runtime_destroy(rt);
-  tdm_free(x);
-  tdm_free(y);
+  run_end(rt, x, y);
   assert_int_equal(test_log_errors(&log), 0);
 }
 
@@ -775,421 +491,7 @@ static void test_too_large(void **state) {
   saxpy(rt, &saxpy_both, hx, hy, 1.0f); /* on the CPU when too large */
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
   assert_true(y[0] == (discrete ? 2.0f : 3.0f));
-  tdm_runtime_destroy(rt);
-  tdm_free(x);
-  tdm_free(y);
-}
-
-/* ---- the on-disk program cache ------------------------------------------ */
-
-/* Runs one saxpy (y = x + y, x = y = 1) with `cl` on the device in a new
- * runtime; returns y, which every element holds, and the log. */
-static float saxpy_with(const tdm_codelet *cl, test_log *log) {
-  tdm_runtime *rt = device_runtime(log, 1);
-  float *x = array(1, 0), *y = array(1, 0);
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
-  saxpy(rt, cl, hx, hy, 1.0f);
-  tdm_runtime_destroy(rt);
-  float v = y[0];
-  for (int i = 0; i < N; i++)
-    assert_true(y[i] == v);
-  tdm_free(x);
-  tdm_free(y);
-  return v;
-}
-
-static void one_saxpy(test_log *log) {
-  assert_true(saxpy_with(&saxpy_gpu_only, log) == 2.0f);
-}
-
-/* The one entry of the (fresh) cache directory. */
-static void the_entry_in(const char *dir, char *path, size_t size) {
-  DIR *d = opendir(dir);
-  assert_non_null(d);
-  struct dirent *e;
-  int n = 0;
-  while ((e = readdir(d)))
-    if (strstr(e->d_name, ".clbin")) {
-      snprintf(path, size, "%s/%s", dir, e->d_name);
-      n++;
-    }
-  closedir(d);
-  assert_int_equal(n, 1);
-}
-
-static void the_entry(char *path, size_t size) {
-  the_entry_in(cache_dir, path, size);
-}
-
-/* ---- forged entries: a binary cache is code ------------------------------
- * An entry is "TDMCLBIN", u32 version, u32 key length, the key, u64 binary
- * size, u64 FNV-1a of the binary, the binary (backends/opencl/cache.c).
- * Anyone who can write an entry can make it valid: the key is no secret
- * and the checksum authenticates nothing. What keeps another user's code
- * out is that Tandem reads only entries nobody else could have written. */
-
-/* The same kernel, name and arguments, that writes 666 everywhere. */
-static const tdm_opencl_variant evil_cl = {
-    .source = "__kernel void saxpy(__global const float *x, ulong nx,\n"
-              "                    __global float *y, ulong ny, float a) {\n"
-              "  y[get_global_id(0)] = 666.0f;\n"
-              "}\n",
-    .kernel = "saxpy"};
-static const tdm_codelet evil = {
-    .name = "evil", .nbuffers = 2, .modes = {TDM_R, TDM_RW}, .opencl = &evil_cl};
-
-typedef struct entry_file {
-  unsigned char *bytes;
-  size_t size;
-  size_t key_at, key_len, bin_at, bin_len;
-} entry_file;
-
-static entry_file read_entry(const char *path) {
-  entry_file e = {0};
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  e.size = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  e.bytes = malloc(e.size);
-  assert_non_null(e.bytes);
-  assert_int_equal(fread(e.bytes, 1, e.size, f), e.size);
-  fclose(f);
-  uint32_t klen;
-  uint64_t blen;
-  memcpy(&klen, e.bytes + 12, 4);
-  e.key_at = 16;
-  e.key_len = klen;
-  memcpy(&blen, e.bytes + 16 + klen, 8);
-  e.bin_at = 16 + klen + 16;
-  e.bin_len = blen;
-  assert_int_equal(e.bin_at + e.bin_len, e.size);
-  return e;
-}
-
-static uint64_t fnv1a(const unsigned char *p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
-/* A valid entry for `victim`'s key holding `code`'s binary, at path, with
- * the given mode. */
-static void forge(const char *path, const entry_file *victim, const entry_file *code,
-                  mode_t mode) {
-  unlink(path);
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  uint64_t blen = code->bin_len, h = fnv1a(code->bytes + code->bin_at, code->bin_len);
-  fwrite(victim->bytes, 1, victim->key_at + victim->key_len, f); /* header and key */
-  fwrite(&blen, 8, 1, f);
-  fwrite(&h, 8, 1, f);
-  fwrite(code->bytes + code->bin_at, 1, code->bin_len, f);
-  assert_int_equal(fclose(f), 0);
-  assert_int_equal(chmod(path, mode), 0);
-}
-
-/* Fills *victim with the saxpy entry of cache_dir and *code with the
- * entry of the evil kernel, built in a directory of its own. */
-static void victim_and_code(entry_file *victim, entry_file *code, char *path, size_t size) {
-  test_log log;
-  one_saxpy(&log);
-  the_entry(path, size);
-  *victim = read_entry(path);
-  char keep[sizeof cache_dir], other[512];
-  snprintf(keep, sizeof keep, "%s", cache_dir);
-  snprintf(cache_dir, sizeof cache_dir, "%.100s-evil", keep);
-  assert_true(saxpy_with(&evil, &log) == 666.0f);
-  the_entry(other, sizeof other);
-  *code = read_entry(other);
-  test_remove_dir(cache_dir);
-  snprintf(cache_dir, sizeof cache_dir, "%s", keep);
-}
-
-/* A forged entry of the user's own is run (that is what a binary cache
- * is); the same entry writable by others, or behind a link, is not. */
-static void test_forged_entries(void **state) {
-  (void)state;
-  char sub[sizeof cache_dir], path[512], elsewhere[600];
-  snprintf(sub, sizeof sub, "%s", cache_dir);
-  if (snprintf(cache_dir, sizeof cache_dir, "%.100s/f", sub) < 0)
-    fail();
-  entry_file victim, code;
-  victim_and_code(&victim, &code, path, sizeof path);
-  test_log log;
-
-  forge(path, &victim, &code, 0600);
-  assert_true(saxpy_with(&saxpy_gpu_only, &log) == 666.0f); /* the threat is real */
-  assert_true(test_log_has(&log, "from the cache"));
-
-  forge(path, &victim, &code, 0666); /* anyone could have written it */
-  assert_true(saxpy_with(&saxpy_gpu_only, &log) == 2.0f);
-  assert_true(test_log_has(&log, "not reading"));
-  assert_true(test_log_has(&log, "writable by others"));
-  assert_true(test_log_has(&log, "OpenCL cache: wrote")); /* replaced */
-  struct stat st;
-  assert_int_equal(stat(path, &st), 0);
-  assert_int_equal(st.st_mode & 0777, 0600);
-  assert_true(saxpy_with(&saxpy_gpu_only, &log) == 2.0f);
-  assert_true(test_log_has(&log, "from the cache"));
-
-  snprintf(elsewhere, sizeof elsewhere, "%s.forged", sub);
-  forge(elsewhere, &victim, &code, 0600);
-  assert_int_equal(unlink(path), 0);
-  assert_int_equal(symlink(elsewhere, path), 0); /* a link to it */
-  struct stat before;
-  assert_int_equal(stat(elsewhere, &before), 0);
-  assert_true(saxpy_with(&saxpy_gpu_only, &log) == 2.0f);
-  assert_true(test_log_has(&log, "not reading"));
-  assert_true(test_log_has(&log, "a symbolic link"));
-  /* nor written through: the rebuilt program is not stored over it */
-  assert_true(test_log_has(&log, "OpenCL cache: refusing to write"));
-  assert_int_equal(stat(elsewhere, &st), 0);
-  assert_int_equal(st.st_size, before.st_size);
-  assert_int_equal(st.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
-  unlink(elsewhere);
-
-  free(victim.bytes);
-  free(code.bytes);
-  test_remove_dir(cache_dir);
-  snprintf(cache_dir, sizeof cache_dir, "%s", sub);
-}
-
-/* ---- a second user (as root: a child that drops to uid 65534) ---------- */
-
-#define OTHER_UID 65534
-
-static entry_file planted_victim, planted_code;
-static char planted_dir[sizeof cache_dir], planted_name[64];
-
-/* The other user: a cache directory of theirs, open to all, holding a
- * forged entry for the victim's program. */
-static void plant(void) {
-  char path[512];
-  if (mkdir(planted_dir, 0777) != 0 || chmod(planted_dir, 0777) != 0)
-    _exit(4);
-  /* the entry's name is no secret: the hash of a key anyone can form */
-  snprintf(path, sizeof path, "%s/%s", planted_dir, planted_name);
-  forge(path, &planted_victim, &planted_code, 0644);
-}
-
-static void test_other_users_entries(void **state) {
-  (void)state;
-  char sub[sizeof cache_dir], path[512];
-  snprintf(sub, sizeof sub, "%s", cache_dir);
-  if (snprintf(cache_dir, sizeof cache_dir, "%.100s/u", sub) < 0)
-    fail();
-  victim_and_code(&planted_victim, &planted_code, path, sizeof path);
-  snprintf(planted_name, sizeof planted_name, "%s", strrchr(path, '/') + 1);
-  assert_int_equal(chmod(sub, 0777), 0); /* a shared directory, as /tmp */
-
-  /* the other user's directory, as XDG_CACHE_HOME=/tmp would give */
-  if (snprintf(planted_dir, sizeof planted_dir, "%.100s/theirs", sub) < 0)
-    fail();
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    if (setgid(OTHER_UID) != 0 || setuid(OTHER_UID) != 0)
-      _exit(3);
-    plant();
-    _exit(0);
-  }
-  int status;
-  assert_int_equal(waitpid(pid, &status, 0), pid);
-  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  char to[600];
-  snprintf(to, sizeof to, "%s/%s", planted_dir, planted_name);
-  struct stat st;
-  assert_int_equal(stat(to, &st), 0);
-  assert_int_equal(st.st_uid, OTHER_UID);
-  char keep[sizeof cache_dir];
-  snprintf(keep, sizeof keep, "%s", cache_dir);
-  snprintf(cache_dir, sizeof cache_dir, "%s", planted_dir);
-  test_log log;
-  assert_true(saxpy_with(&saxpy_gpu_only, &log) == 2.0f);
-  assert_true(test_log_has(&log, "cache: not using"));
-  assert_true(test_log_has(&log, "owned by uid 65534"));
-  assert_false(test_log_has(&log, "from the cache"));
-  snprintf(cache_dir, sizeof cache_dir, "%s", keep);
-
-  /* the other user's entry in the victim's own directory */
-  assert_int_equal(unlink(path), 0);
-  assert_int_equal(rename(to, path), 0);
-  assert_int_equal(lchown(path, OTHER_UID, OTHER_UID), 0);
-  assert_true(saxpy_with(&saxpy_gpu_only, &log) == 2.0f);
-  assert_true(test_log_has(&log, "not reading"));
-  assert_true(test_log_has(&log, "owned by uid 65534"));
-  assert_int_equal(stat(path, &st), 0);
-  assert_int_equal(st.st_uid, geteuid()); /* replaced by the victim's own */
-
-  free(planted_victim.bytes);
-  free(planted_code.bytes);
-  test_remove_dir(cache_dir);
-  rmdir(planted_dir);
-  snprintf(cache_dir, sizeof cache_dir, "%s", sub);
-}
-
-static void test_program_cache(void **state) {
-  (void)state;
-  char sub[sizeof cache_dir], path[512];
-  /* in a directory of its own, created on first use */
-  snprintf(sub, sizeof sub, "%s", cache_dir);
-  if (snprintf(cache_dir, sizeof cache_dir, "%.100s/c", sub) < 0)
-    fail();
-  test_log log;
-  one_saxpy(&log);
-  assert_true(test_log_has(&log, "OpenCL cache: wrote"));
-  assert_false(test_log_has(&log, "from the cache"));
-  struct stat st;
-  assert_int_equal(stat(cache_dir, &st), 0);
-  assert_int_equal(st.st_mode & 0777, 0700);
-  the_entry(path, sizeof path);
-  assert_int_equal(stat(path, &st), 0);
-  assert_int_equal(st.st_mode & 0777, 0600);
-  off_t full = st.st_size;
-
-  /* the second run reuses it */
-  one_saxpy(&log);
-  assert_true(test_log_has(&log, "from the cache"));
-  assert_false(test_log_has(&log, "OpenCL cache: wrote"));
-
-  /* a corrupt entry is ignored, said, and replaced */
-  FILE *f = fopen(path, "r+b");
-  assert_non_null(f);
-  assert_int_equal(fseek(f, -10, SEEK_END), 0);
-  int c = fgetc(f);
-  assert_int_equal(fseek(f, -10, SEEK_END), 0);
-  fputc(c ^ 0xff, f);
-  fclose(f);
-  one_saxpy(&log);
-  assert_true(test_log_has(&log, "corrupt (checksum)"));
-  assert_true(test_log_has(&log, "OpenCL cache: wrote"));
-  one_saxpy(&log);
-  assert_true(test_log_has(&log, "from the cache"));
-
-  /* so is a truncated one */
-  assert_int_equal(truncate(path, full / 2), 0);
-  one_saxpy(&log);
-  assert_true(test_log_has(&log, "truncated"));
-  assert_true(test_log_has(&log, "OpenCL cache: wrote"));
-  one_saxpy(&log);
-  assert_true(test_log_has(&log, "from the cache"));
-  assert_int_equal(test_log_errors(&log), 0);
-
-  test_remove_dir(cache_dir); /* the entry and the performance models */
-  snprintf(cache_dir, sizeof cache_dir, "%s", sub);
-}
-
-static void test_build_failure(void **state) {
-  (void)state;
-  test_log log;
-  tdm_runtime *rt = device_runtime(&log, 1);
-  static const tdm_opencl_variant broken = {
-      .source = "__kernel void broken(__global float *y, ulong n) { y[0] = ; }\n",
-      .kernel = "broken"};
-  static const tdm_codelet only = {
-      .name = "broken", .nbuffers = 1, .modes = {TDM_RW}, .opencl = &broken};
-  float *y = array(1, 0), *x = array(1, 0), *z = array(1, 0);
-  tdm_handle *hy, *hx, *hz;
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, z, N, sizeof(float), &hz), TDM_OK);
-  /* the build happens off this thread: the task ends with the failure */
-  tdm_task *t;
-  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &only, .handles = {hz}}, &t),
-                   TDM_OK);
-  assert_int_equal(tdm_task_submit(t), TDM_OK);
-  assert_int_equal(tdm_task_wait(t), TDM_ERR_BUILD);
-  tdm_task_release(t);
-  assert_int_equal(tdm_wait_all(rt), TDM_ERR_TASK_FAILED);
-  /* once the failure is known, a submission says so at once */
-  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &only, .handles = {hz}}),
-                   TDM_ERR_BUILD);
-  assert_int_equal(tdm_handle_unregister(hz), TDM_ERR_LOST); /* never written */
-  /* the build log reached the log callback */
-  assert_true(test_log_has(&log, "building kernel broken"));
-  assert_true(test_log_has(&log, "build log:"));
-  assert_true(test_log_has(&log, "error"));
-  /* with a CPU variant the task runs there */
-  static const tdm_codelet with_cpu = {.name = "broken with CPU",
-                                       .cpu_fn = saxpy_cpu,
-                                       .nbuffers = 2,
-                                       .modes = {TDM_R, TDM_RW},
-                                       .opencl = &broken};
-  saxpy(rt, &with_cpu, hx, hy, 1.0f);
-  assert_int_equal(tdm_wait_all(rt), TDM_OK);
-  assert_true(y[0] == 2.0f);
-  assert_true(test_log_has(&log, "the task runs on the CPU"));
-  tdm_runtime_destroy(rt);
-  tdm_free(x);
-  tdm_free(y);
-  tdm_free(z);
-}
-
-/* A misspelt kernel name: the error's name and the kernels the program
- * does define reach the log, and the task fails (its output untouched). */
-static void test_kernel_name_hint(void **state) {
-  (void)state;
-  test_log log;
-  tdm_runtime *rt = device_runtime(&log, 1);
-  static const tdm_opencl_variant misspelt = {
-      .source = "__kernel void brighten(__global float *y, ulong n) { y[0] = 1; }\n"
-                "__kernel void contrast(__global float *y, ulong n) { y[0] = 2; }\n",
-      .kernel = "brigthen"};
-  static const tdm_codelet only = {
-      .name = "misspelt", .nbuffers = 1, .modes = {TDM_RW}, .opencl = &misspelt};
-  float *y = array(5.0f, 0);
-  tdm_handle *hy;
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
-  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &only, .handles = {hy}}), TDM_OK);
-  assert_int_equal(tdm_wait_all(rt), TDM_ERR_TASK_FAILED);
-  assert_true(test_log_has(&log, "CL_INVALID_KERNEL_NAME, error -46"));
-  assert_true(test_log_has(&log, "the program defines no kernel brigthen; it defines"));
-  assert_true(test_log_has(&log, "brighten"));
-  assert_true(test_log_has(&log, "contrast"));
-  assert_false(test_log_has(&log, "build log:")); /* empty: not shown */
-  /* the failed write's version is lost; the memory keeps what it held */
-  assert_int_equal(tdm_handle_unregister(hy), TDM_ERR_LOST);
-  assert_true(y[0] == 5.0f && y[N - 1] == 5.0f);
-  tdm_runtime_destroy(rt);
-  tdm_free(y);
-}
-
-/* A kernel whose argument list is not what Tandem passes (it forgot the
- * vector's length and the by-value arguments): the error's name, the
- * count the kernel declares against the count passed, and the list
- * passed; the task fails, its output untouched. */
-static void test_argument_hint(void **state) {
-  (void)state;
-  test_log log;
-  tdm_runtime *rt = device_runtime(&log, 1);
-  static const tdm_opencl_variant short_list = {
-      .source = "__kernel void fill(__global float *y) { y[get_global_id(0)] = 1; }\n",
-      .kernel = "fill"};
-  static const tdm_codelet only = {
-      .name = "short list", .nbuffers = 1, .modes = {TDM_RW}, .opencl = &short_list};
-  float *y = array(5.0f, 0);
-  tdm_handle *hy;
-  double scale = 2;
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
-  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &only, .handles = {hy},
-                                                   .args = &scale, .args_size = sizeof scale}),
-                   TDM_OK);
-  assert_int_equal(tdm_wait_all(rt), TDM_ERR_TASK_FAILED);
-  assert_true(test_log_has(&log, "CL_INVALID_ARG_INDEX, error -49"));
-  assert_true(test_log_has(&log, "kernel fill declares 1 arguments, Tandem passes 3"));
-  char want[128];
-  snprintf(want, sizeof want, "(__global T0 *v0 /* %d elements of 4 bytes */, ulong n0, "
-           "struct args /* 8 bytes, by value */)", N);
-  assert_true(test_log_has(&log, want));
-  /* the failed write's version is lost; the memory keeps what it held */
-  assert_int_equal(tdm_handle_unregister(hy), TDM_ERR_LOST);
-  assert_true(y[0] == 5.0f && y[N - 1] == 5.0f);
-  tdm_runtime_destroy(rt);
-  tdm_free(y);
+  run_end(rt, x, y);
 }
 
 /* Vectors partitioned into pieces on a device: a kernel on each piece
@@ -1247,9 +549,7 @@ static void test_vector_pieces_on_device(void **state) {
     if (y[i] != want[i])
       fail_msg("y[%d] = %g, expected %g", i, (double)y[i], (double)want[i]);
   assert_int_equal(test_log_errors(&log), 0);
-  tdm_runtime_destroy(rt);
-  tdm_free(x);
-  tdm_free(y);
+  run_end(rt, x, y);
   free(want);
 }
 
@@ -1297,89 +597,6 @@ static void test_opencl_device(void **state) {
   tdm_runtime_destroy(rt);
 }
 
-static _Atomic int builds_done, build_status = 1;
-
-static void on_built(void *data, tdm_status st) {
-  (void)data;
-  atomic_store(&build_status, st);
-  atomic_fetch_add(&builds_done, 1);
-}
-
-/* The first submission of a codelet whose program is in no cache returns
- * at once: the program builds on the runtime's thread while the task
- * waits for it on the device. tdm_codelet_build builds ahead of time and
- * says when it is done. */
-static void test_build_off_the_submitter(void **state) {
-  (void)state;
-  test_log log;
-  tdm_runtime *rt = device_runtime(&log, 1);
-  /* a source no cache holds: this run's own */
-  static char source[256];
-  snprintf(source, sizeof source,
-           "/* %ld %d */ __kernel void twice(__global float *y, ulong n) {\n"
-           "  y[get_global_id(0)] *= 2.0f;\n}\n",
-           (long)time(NULL), (int)getpid());
-  static tdm_opencl_variant twice_cl = {.kernel = "twice"};
-  twice_cl.source = source;
-  static const tdm_codelet twice = {
-      .name = "twice", .nbuffers = 1, .modes = {TDM_RW}, .opencl = &twice_cl};
-  float *y = array(1, 1);
-  tdm_handle *hy;
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
-  tdm_task *t;
-  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &twice, .handles = {hy}}, &t),
-                   TDM_OK);
-  double t0 = now_s();
-  assert_int_equal(tdm_task_submit(t), TDM_OK);
-  double submitted = now_s() - t0;
-  assert_int_equal(tdm_task_wait(t), TDM_OK);
-  double ended = now_s() - t0;
-  tdm_task_release(t);
-  printf("first submission of an uncached codelet: returned in %.3f ms, the task ended after "
-         "%.0f ms (its build)\n", 1e3 * submitted, 1e3 * ended);
-  assert_true(submitted < ended / 10); /* the build was not on this thread */
-  assert_int_equal(tdm_handle_acquire(hy, TDM_R), TDM_OK);
-  for (int i = 0; i < N; i++)
-    assert_true(y[i] == 2 * (1 + (float)(i % 100)));
-  assert_int_equal(tdm_handle_release(hy), TDM_OK);
-
-  /* ahead of time: built (from the cache now), then a broken one, then
-   * nothing to build */
-  atomic_store(&builds_done, 0);
-  assert_int_equal(tdm_codelet_build(rt, &twice, on_built, NULL), TDM_OK);
-  for (int i = 0; i < 5000 && !atomic_load(&builds_done); i++)
-    sleep_ms(1);
-  assert_int_equal(atomic_load(&builds_done), 1);
-  assert_int_equal(atomic_load(&build_status), TDM_OK);
-  static const tdm_opencl_variant broken_cl = {.source = "__kernel void b( { }\n",
-                                               .kernel = "b"};
-  static const tdm_codelet broken = {.name = "b", .nbuffers = 1, .modes = {TDM_RW},
-                                     .opencl = &broken_cl};
-  assert_int_equal(tdm_codelet_build(rt, &broken, on_built, NULL), TDM_OK);
-  for (int i = 0; i < 10000 && atomic_load(&builds_done) < 2; i++)
-    sleep_ms(1);
-  assert_int_equal(atomic_load(&builds_done), 2);
-  assert_int_equal(atomic_load(&build_status), TDM_ERR_BUILD);
-  assert_int_equal(tdm_codelet_build(rt, &saxpy_cpu_only, on_built, NULL), TDM_OK);
-  assert_int_equal(atomic_load(&builds_done), 3); /* at once */
-  assert_int_equal(atomic_load(&build_status), TDM_OK);
-  assert_int_equal(tdm_codelet_build(NULL, &twice, on_built, NULL), TDM_ERR_INVALID_ARG);
-  assert_int_equal(tdm_codelet_build(rt, NULL, on_built, NULL), TDM_ERR_INVALID_ARG);
-  /* a build asked for and never waited for: destroy waits for it */
-  static tdm_opencl_variant late_cl = {.kernel = "late"};
-  static char late_src[128];
-  snprintf(late_src, sizeof late_src, "/* %d */ __kernel void late(__global float *y, ulong n) {}\n",
-           (int)getpid() + 1);
-  late_cl.source = late_src;
-  static const tdm_codelet late = {.name = "late", .nbuffers = 1, .modes = {TDM_RW},
-                                   .opencl = &late_cl};
-  assert_int_equal(tdm_codelet_build(rt, &late, on_built, NULL), TDM_OK);
-  tdm_handle_unregister(hy);
-  tdm_runtime_destroy(rt);
-  assert_int_equal(atomic_load(&builds_done), 4); /* told before destroy returned */
-  tdm_free(y);
-}
-
 static void test_no_device(void **state) {
   (void)state;
   test_log log;
@@ -1396,9 +613,7 @@ static void test_no_device(void **state) {
   saxpy(rt, &saxpy_both, hx, hy, 1.0f); /* runs on the CPU */
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
   assert_true(y[0] == 2.0f);
-  tdm_runtime_destroy(rt);
-  tdm_free(x);
-  tdm_free(y);
+  run_end(rt, x, y);
 }
 
 static void test_two_devices_gemm(void **state) {
@@ -1409,114 +624,6 @@ static void test_two_devices_gemm(void **state) {
 static void test_two_devices_gemm_both_variants(void **state) {
   (void)state;
   tiled_gemm(true, true);
-}
-
-static void CL_CALLBACK note_status(cl_event e, cl_int status, void *data) {
-  (void)e;
-  atomic_store((_Atomic int *)data, (int)status);
-}
-
-/* A command that fails through its event (here a user event set to an
- * error status) still ends: tdm__cl_when_complete's callback comes, from
- * the watcher if the implementation never calls it (PoCL 3.1 does not),
- * once, with the error. */
-/* ---- a failed writer across a partition or an unpartition ---------------- */
-
-static const tdm_opencl_variant fill_cl = {
-    .source = "__kernel void fill(__global float *m, ulong nx, ulong ny, ulong ld) {\n"
-              "  m[get_global_id(0)] = 1.0f;\n"
-              "}\n",
-    .kernel = "fill"};
-/* OpenCL only: where its launch fails there is nothing to retry it on */
-static const tdm_codelet fill = {
-    .name = "fill", .nbuffers = 1, .modes = {TDM_W}, .opencl = &fill_cl};
-
-static _Atomic int look_outcome;
-
-static void look_ended(void *data) {
-  (void)data;
-  atomic_store(&look_outcome, (int)tdm_callback_status());
-}
-
-/* Submits a CPU task reading h (`child`, counted in cb_children);
- * returns its outcome once ended, and in *waited what tdm_wait_all said
- * then. */
-static int read_on_cpu(tdm_runtime *rt, tdm_handle *h, tdm_status *waited) {
-  static const tdm_codelet cl = {.name = "look", .cpu_fn = child, .nbuffers = 1,
-                                 .modes = {TDM_R}};
-  atomic_store(&look_outcome, 1);
-  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl, .handles = {h},
-                                                  .callback = look_ended}),
-                   TDM_OK);
-  *waited = tdm_wait_all(rt);
-  return atomic_load(&look_outcome);
-}
-
-/* A writer that failed, and had ended, before its handle was partitioned
- * (or, writing a tile, before the unpartition): the version it did not
- * produce is still missing on the other side. A reader of a tile (of the
- * matrix) is cancelled without running, and acquiring the matrix
- * reports the version lost. */
-static void test_failed_writer_across_partitions(void **state) {
-  (void)state;
-  for (int tile_first = 0; tile_first < 2; tile_first++) {
-    test_log log;
-    tdm_runtime *rt = device_runtime(&log, 1);
-    tdm__faults_set(rt, TDM_FAULT_LAUNCH, 1.0, 3); /* every launch fails */
-    float *m = array(0, 0);
-    tdm_handle *hm;
-    assert_int_equal(tdm_register_matrix(rt, m, 8, N / 8, 8, sizeof(float), &hm), TDM_OK);
-    reset_counts();
-    tdm_status waited;
-    if (!tile_first) { /* the matrix's writer fails, then tiles are read */
-      assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &fill, .handles = {hm}}),
-                       TDM_OK);
-      assert_int_equal(tdm_wait_all(rt), TDM_ERR_TASK_FAILED);
-      assert_int_equal(tdm_matrix_partition(hm, N / 16, 8, 0), TDM_OK);
-      assert_int_equal(read_on_cpu(rt, tdm_matrix_tile(hm, 0, 0), &waited), TDM_ERR_CANCELLED);
-      assert_int_equal(tdm_matrix_unpartition(hm, 0), TDM_OK);
-    } else { /* a tile's writer fails, then the matrix is read */
-      assert_int_equal(tdm_matrix_partition(hm, N / 16, 8, 0), TDM_OK);
-      assert_int_equal(
-          tdm_submit(rt, &(tdm_task_desc){.codelet = &fill,
-                                          .handles = {tdm_matrix_tile(hm, 1, 0)}}),
-          TDM_OK);
-      assert_int_equal(tdm_wait_all(rt), TDM_ERR_TASK_FAILED);
-      assert_int_equal(tdm_matrix_unpartition(hm, 0), TDM_OK);
-      assert_int_equal(read_on_cpu(rt, hm, &waited), TDM_ERR_CANCELLED);
-    }
-    assert_int_equal(waited, TDM_ERR_TASK_FAILED); /* the cancellation, reported */
-    assert_int_equal(atomic_load(&cb_children), 0); /* nothing read the missing version */
-    assert_int_equal(tdm_handle_acquire(hm, TDM_R), TDM_ERR_LOST);
-    assert_int_equal(tdm_handle_unregister(hm), TDM_ERR_LOST);
-    tdm_runtime_destroy(rt);
-    tdm_free(m);
-  }
-}
-
-static void test_failed_event_calls_back(void **state) {
-  (void)state;
-  test_log log;
-  tdm_runtime *rt = device_runtime(&log, 1);
-  const cl_api *api = &rt->opencl->api;
-  cl_int err = CL_SUCCESS;
-  cl_event ok = api->CreateUserEvent(rt->opencl->contexts[the_device(rt)], &err);
-  cl_event bad = api->CreateUserEvent(rt->opencl->contexts[the_device(rt)], &err);
-  assert_non_null(ok);
-  assert_non_null(bad);
-  _Atomic int ok_status = 1, bad_status = 1;
-  assert_true(tdm__cl_when_complete(rt, ok, note_status, &ok_status));
-  assert_true(tdm__cl_when_complete(rt, bad, note_status, &bad_status));
-  assert_int_equal(api->SetUserEventStatus(bad, CL_OUT_OF_RESOURCES), CL_SUCCESS);
-  assert_int_equal(api->SetUserEventStatus(ok, CL_COMPLETE), CL_SUCCESS);
-  for (int i = 0; i < 2000 && (atomic_load(&ok_status) == 1 || atomic_load(&bad_status) == 1);
-       i++)
-    usleep(1000);
-  assert_int_equal(atomic_load(&ok_status), CL_COMPLETE);
-  assert_int_equal(atomic_load(&bad_status), CL_OUT_OF_RESOURCES);
-  api->ReleaseEvent(ok);
-  api->ReleaseEvent(bad);
-  tdm_runtime_destroy(rt);
 }
 
 /* Paused: a try already on the device ends (a CPU worker, parked, ends
@@ -1555,9 +662,7 @@ static void test_pause_with_device(void **state) {
   assert_int_equal(tdm_handle_release(hy), TDM_OK);
   tdm_handle_unregister(hx);
   tdm_handle_unregister(hy);
-  tdm_runtime_destroy(rt);
-  tdm_free(x);
-  tdm_free(y);
+  run_end(rt, x, y);
   assert_int_equal(test_log_errors(&log), 0);
 }
 
@@ -1608,102 +713,12 @@ static void test_pinned_after_device(void **state) {
   assert_int_equal(atomic_load(&pinned_elsewhere), 0);
   tdm_handle_unregister(hx);
   tdm_handle_unregister(hy);
-  tdm_runtime_destroy(rt);
-  tdm_free(x);
-  tdm_free(y);
+  run_end(rt, x, y);
   assert_int_equal(test_log_errors(&log), 0);
 }
 
-/* A group of device tasks cancelled while they run: those not launched
- * never are, and the handle holds what the ones that ran made. */
-static void test_cancel_device_group(void **state) {
-  (void)state;
-  test_log log;
-  tdm_runtime *rt = device_runtime(&log, 1);
-  float *x = array(1, 1), *y = array(0, 0);
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
-  saxpy(rt, &saxpy_gpu_only, hx, hy, 0); /* builds the program */
-  assert_int_equal(tdm_wait_all(rt), TDM_OK);
-  uint64_t before = counters(rt).tasks;
-  tdm_group *g;
-  assert_int_equal(tdm_group_create(rt, NULL, &g), TDM_OK);
-  float a = 2;
-  for (int i = 0; i < 40; i++)
-    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only,
-                                                     .handles = {hx, hy}, .args = &a,
-                                                     .args_size = sizeof a, .group = g}),
-                     TDM_OK);
-  assert_int_equal(tdm_group_cancel(g), TDM_OK);
-  assert_int_equal(tdm_group_wait(g), TDM_ERR_CANCELLED);
-  uint64_t ran = counters(rt).tasks - before;
-  tdm_group_progress p = {.struct_size = sizeof p};
-  assert_int_equal(tdm_group_get_progress(g, &p), TDM_OK);
-  assert_int_equal(p.cancelled + ran, 40);
-  assert_true(p.cancelled > 0);
-  assert_int_equal(tdm_wait_all(rt), TDM_OK); /* asked for: not reported */
-  tdm_group_release(g);
-  tdm_handle_unregister(hx);
-  /* home: the version the last task that ran made (LOST: a cancelled
-   * task was to make a newer one) */
-  tdm_status st = tdm_handle_unregister(hy);
-  assert_true(st == TDM_OK || st == TDM_ERR_LOST);
-  for (int i = 0; i < N; i++)
-    assert_true(y[i] == 2.0f * (float)ran * x[i]);
-  tdm_runtime_destroy(rt);
-  tdm_free(x);
-  tdm_free(y);
-}
 
 int main(int argc, char **argv) {
-  if (argc < 2 || argc > 3 || (strcmp(argv[1], "integrated") && strcmp(argv[1], "discrete")) ||
-      (argc == 3 && strcmp(argv[2], "two-devices") && strcmp(argv[2], "two-users"))) {
-    fprintf(stderr, "usage: test-opencl-run integrated|discrete [two-devices|two-users]\n");
-    return 2;
-  }
-  discrete = !strcmp(argv[1], "discrete");
-  bool users = argc == 3 && !strcmp(argv[2], "two-users");
-  if (users && geteuid() != 0) {
-    printf("needs root to act as a second user: skipped\n");
-    return 77;
-  }
-  if (users && !test_other_user_can_write("/tmp", OTHER_UID)) {
-    printf("uid %d cannot write in /tmp here (a path above it is closed): skipped\n",
-           OTHER_UID);
-    return 77;
-  }
-  bool two = argc == 3 && !users;
-  snprintf(cache_dir, sizeof cache_dir, "/tmp/tandem-test-XXXXXX");
-  if (!mkdtemp(cache_dir))
-    return 1;
-  test_log log;
-  tdm_runtime *rt = device_runtime(&log, 1);
-  unsigned ids[8];
-  unsigned found = used_devices(rt, ids);
-  tdm_runtime_destroy(rt);
-  if (found < (two ? 2u : 1u)) {
-    test_remove_dir(cache_dir);
-    printf("not %s OpenCL CPU device%s here (install pocl-opencl-icd): skipped\n",
-           two ? "two" : "an", two ? "s (POCL_DEVICES=\"pthread pthread\")" : "");
-    return 77;
-  }
-  if (users) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_other_users_entries)};
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    test_remove_dir(cache_dir);
-    return rc;
-  }
-  if (two) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_two_devices_readers),
-        cmocka_unit_test(test_two_devices_gemm),
-        cmocka_unit_test(test_two_devices_gemm_both_variants),
-    };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    test_remove_dir(cache_dir);
-    return rc;
-  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_vector_add),
       cmocka_unit_test(test_saxpy_chain_alternating),
@@ -1715,23 +730,17 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_escape_hatch),
       cmocka_unit_test(test_eviction),
       cmocka_unit_test(test_too_large),
-      cmocka_unit_test(test_program_cache),
-      cmocka_unit_test(test_forged_entries),
-      cmocka_unit_test(test_build_failure),
-      cmocka_unit_test(test_kernel_name_hint),
-      cmocka_unit_test(test_argument_hint),
       cmocka_unit_test(test_opencl_device),
       cmocka_unit_test(test_vector_pieces_on_device),
       cmocka_unit_test(test_no_device),
-      cmocka_unit_test(test_callbacks_on_failures),
-      cmocka_unit_test(test_failed_event_calls_back),
       cmocka_unit_test(test_pause_with_device),
-      cmocka_unit_test(test_build_off_the_submitter),
       cmocka_unit_test(test_pinned_after_device),
-      cmocka_unit_test(test_cancel_device_group),
-      cmocka_unit_test(test_failed_writer_across_partitions),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  test_remove_dir(cache_dir);
-  return rc;
+  const struct CMUnitTest two[] = {
+      cmocka_unit_test(test_two_devices_readers),
+      cmocka_unit_test(test_two_devices_gemm),
+      cmocka_unit_test(test_two_devices_gemm_both_variants),
+  };
+  return opencl_fixture_main(argc, argv, "test-opencl-run", tests, sizeof tests / sizeof *tests,
+                             two, sizeof two / sizeof *two, NULL, 0);
 }

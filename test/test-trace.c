@@ -583,14 +583,8 @@ static void test_device_trace(void **state) {
   assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
   assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
   unsigned dev = 0;
-  for (unsigned i = 0; i < mi.opencl_devices; i++) {
-    tdm_device_info d = {.struct_size = sizeof d};
-    assert_int_equal(tdm_runtime_device(rt, i, &d), TDM_OK);
-    if (d.used)
-      dev = i;
-  }
-  tdm_device_counters c = {.struct_size = sizeof c};
-  assert_int_equal(tdm_runtime_device_counters(rt, dev, &c), TDM_OK);
+  assert_int_equal(test_used_devices(rt, &dev, 1), 1);
+  tdm_device_counters c = test_counters(rt, dev);
   tdm_worker_stats s = {.struct_size = sizeof s};
   assert_int_equal(tdm_runtime_worker_stats(rt, mi.cpu_workers, &s), TDM_OK);
   assert_int_equal(s.tasks, T);

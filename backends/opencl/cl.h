@@ -84,9 +84,19 @@ typedef struct cl_api {
  * platform, its id and, once activated, its context. */
 struct tdm_opencl {
   cl_api api;
+  /* Per device record below rec_end (the records discovery made): its
+   * platform, id, and context once activated. */
+  unsigned rec_end;
   cl_platform_id *platform_of;
   cl_device_id *ids;
   cl_context *contexts;
+  /* Its device workers, first .. first + n - 1: dev[k - first]
+   * (device.c, while devices run). */
+  unsigned first, n;
+  struct cl_device **dev;
+  /* Tasks whose commands completed, pushed by their callbacks (a Treiber
+   * stack through pool_next), ended by CPU workers (cl_progress). */
+  _Atomic(tdm_task *) completions;
   struct cl_watch *watch; /* watch.c, while devices run */
   struct cl_builder *builder; /* programs.c, while devices run */
   struct cl_toks *toks; /* tokens.c, while devices run */
@@ -96,6 +106,11 @@ struct tdm_opencl {
  * %d" format its two arguments. */
 const char *tdm__cl_error_name(cl_int err);
 #define CL_ERR(e) tdm__cl_error_name(e), (int)(e)
+
+/* The backend's state in rt, or NULL. */
+static inline tdm_opencl *cl_of(const tdm_runtime *rt) {
+  return tdm__state_of(rt, &tdm__opencl_backend);
+}
 
 /* cache.c: program binaries on disk */
 #define TDM_CACHE_MAX_ENTRY (1 << 30) /* bytes: a larger file is not an entry */

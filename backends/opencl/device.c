@@ -56,9 +56,9 @@ enum { RUNNING, ENDED, ABANDONED };
 
 /* What a task on a device keeps until its commands complete. */
 typedef struct exec {
-  cl_device *gpu;
+  cl_device *dev;
   tdm_task *t;
-  struct exec *next; /* in gpu->flight */
+  struct exec *next; /* in dev->flight */
   /* RUNNING; ENDED: its completion came and was posted; ABANDONED: its
    * device was found hung and the watchdog ended it (cl_abandon), so a
    * completion that comes later is ignored. */
@@ -127,7 +127,7 @@ static bool command_times(const cl_device *g, cl_event e, uint64_t *t0, uint64_t
 }
 
 static uint64_t cl_busy_ns(const tdm_runtime *rt, unsigned k) {
-  return gpus(rt) && k < rt->ndevice_workers ? atomic_load(&gpus(rt)[k]->busy_ns) : 0;
+  return cl_of(rt)->dev ? atomic_load(&dev_of(rt, k)->busy_ns) : 0;
 }
 
 static void add_to_buf(void *data, const tdm_trace_event *e);
@@ -176,8 +176,9 @@ static void add_to_buf(void *data, const tdm_trace_event *e) {
 
 static void cl_trace_collect(tdm_runtime *rt, void (*add)(void *, const tdm_trace_event *),
                             void *data) {
-  for (unsigned k = 0; gpus(rt) && k < rt->ndevice_workers; k++) {
-    cl_device *g = gpus(rt)[k];
+  const tdm_opencl *cl = cl_of(rt);
+  for (unsigned i = 0; cl->dev && i < cl->n; i++) {
+    cl_device *g = cl->dev[i];
     resolve_copies(g);
     TDM_PTHREAD(rt, pthread_mutex_lock(&g->trace_lock));
     for (size_t i = 0; i < g->copies.n; i++)
@@ -187,25 +188,27 @@ static void cl_trace_collect(tdm_runtime *rt, void (*add)(void *, const tdm_trac
 }
 
 static tdm_status cl_start(tdm_runtime *rt) {
-  if (!rt->ndevice_workers)
-    return TDM_OK;
-  const cl_api *api = api_of(rt);
-  cl_device **all = tdm__calloc(rt, rt->ndevice_workers, sizeof *all);
+  tdm_opencl *cl = cl_of(rt);
+  const tdm_attached *a = tdm__attached_of(rt, &tdm__opencl_backend);
+  cl->first = a->first;
+  cl->n = a->n;
+  const cl_api *api = &cl->api;
+  cl_device **all = tdm__calloc(rt, cl->n, sizeof *all);
   if (!all)
     return TDM_ERR_NO_MEMORY;
-  rt->backend = all;
-  for (unsigned k = 0; k < rt->ndevice_workers; k++) {
+  cl->dev = all;
+  for (unsigned k = cl->first; k < cl->first + cl->n; k++) {
     cl_device *g = tdm__calloc(rt, 1, sizeof *g);
     if (!g)
       return TDM_ERR_NO_MEMORY;
-    gpus(rt)[k] = g;
+    all[k - cl->first] = g;
     unsigned d = rt->device_of[k];
     g->rt = rt;
     g->k = k;
     g->device = d;
     g->shared = rt->devices[d].shared_memory;
-    g->ctx = rt->opencl->contexts[d];
-    g->id = rt->opencl->ids[d];
+    g->ctx = cl->contexts[d];
+    g->id = cl->ids[d];
     g->cap = rt->cfg.device_tasks ? rt->cfg.device_tasks : 4;
     g->max_alloc = rt->devices[d].max_alloc;
     g->limit = rt->devices[d].global_mem ? rt->devices[d].global_mem : UINT64_MAX;
@@ -216,7 +219,7 @@ static tdm_status cl_start(tdm_runtime *rt) {
       pthread_mutex_destroy(&g->lock);
     if (err) {
       free(g);
-      gpus(rt)[k] = NULL;
+      all[k - cl->first] = NULL;
       tdm__log(rt, TDM_LOG_ERROR, "pthread_mutex_init: %s", strerror(err));
       return TDM_ERR_SYSTEM;
     }
@@ -243,9 +246,9 @@ static tdm_status cl_start(tdm_runtime *rt) {
     return st;
   /* memory nodes: a device with memory of its own counts it */
   uint64_t limits[TDM_MAX_DEVICE_WORKERS];
-  for (unsigned k = 0; k < rt->ndevice_workers; k++)
-    limits[k] = gpus(rt)[k]->shared ? 0 : gpus(rt)[k]->limit;
-  return tdm__nodes_init(&rt->nodes, rt, &tdm__cl_node_ops, rt, 1 + rt->ndevice_workers, limits);
+  for (unsigned i = 0; i < cl->n; i++)
+    limits[i] = all[i]->shared ? 0 : all[i]->limit;
+  return tdm__nodes_add(&rt->nodes, &tdm__cl_node_ops, rt, cl->first, cl->n, limits);
 }
 
 static bool is_hung(const tdm_runtime *rt, unsigned k) {
@@ -256,12 +259,13 @@ static bool is_hung(const tdm_runtime *rt, unsigned k) {
  * a device found hung: what it never completes is given up (a copy that
  * stalls now makes its device hung: tokens.c). */
 static void cl_stop(tdm_runtime *rt) {
-  if (!gpus(rt))
+  const tdm_opencl *cl = cl_of(rt);
+  if (!cl->dev)
     return;
   tdm__cl_builder_stop(rt); /* a build asked ahead of time may be going on */
-  const cl_api *api = api_of(rt);
-  for (unsigned k = 0; k < rt->ndevice_workers; k++) {
-    cl_device *g = gpus(rt)[k];
+  const cl_api *api = &cl->api;
+  for (unsigned k = cl->first; k < cl->first + cl->n; k++) {
+    cl_device *g = dev_of(rt, k);
     if (!g || !g->compute || !g->transfer)
       continue;
     if (!is_hung(rt, k)) {
@@ -279,12 +283,12 @@ static void cl_stop(tdm_runtime *rt) {
   tdm__cl_watch_stop(rt);
 }
 
-/* Frees the devices' state, their memory nodes and the contexts. */
+/* Frees the devices' state and the contexts. */
 static void cl_release(tdm_runtime *rt) {
-  tdm__nodes_fini(&rt->nodes);
-  const cl_api *api = gpus(rt) ? api_of(rt) : NULL;
-  for (unsigned k = 0; api && k < rt->ndevice_workers; k++) {
-    cl_device *g = gpus(rt)[k];
+  tdm_opencl *cl = cl_of(rt);
+  const cl_api *api = &cl->api;
+  for (unsigned k = cl->first; cl->dev && k < cl->first + cl->n; k++) {
+    cl_device *g = dev_of(rt, k);
     if (!g)
       continue;
     for (program *p = g->programs, *next; p; p = next) {
@@ -321,8 +325,8 @@ static void cl_release(tdm_runtime *rt) {
     pthread_mutex_destroy(&g->trace_lock);
     free(g);
   }
-  free(gpus(rt));
-  rt->backend = NULL;
+  free(cl->dev);
+  cl->dev = NULL;
   tdm__tok_fini(rt);
   tdm__opencl_close(rt);
 }
@@ -331,10 +335,11 @@ static void cl_release(tdm_runtime *rt) {
 
 /* t's completion is ready for cl_progress. */
 static void post_completion(tdm_runtime *rt, tdm_task *t) {
-  tdm_task *head = atomic_load_explicit(&rt->completions, memory_order_relaxed);
+  tdm_opencl *cl = cl_of(rt);
+  tdm_task *head = atomic_load_explicit(&cl->completions, memory_order_relaxed);
   do
     t->pool_next = head;
-  while (!atomic_compare_exchange_weak(&rt->completions, &head, t));
+  while (!atomic_compare_exchange_weak(&cl->completions, &head, t));
   tdm__wake_for_completion(rt);
 }
 
@@ -347,12 +352,12 @@ static void exec_unref(exec *x) {
  * status < 0 if any of them failed, however the driver said so. */
 static void exec_settled(void *data, cl_int status) {
   exec *x = data;
-  tdm_runtime *rt = x->gpu->rt;
+  tdm_runtime *rt = x->dev->rt;
   if (status < 0)
     atomic_store(&x->status, status);
   int running = RUNNING;
   /* the hang fault: as if this completion never came */
-  bool lost = atomic_load(&x->watched) && tdm__fault(rt, TDM_FAULT_HANG, x->gpu->k) ==
+  bool lost = atomic_load(&x->watched) && tdm__fault(rt, TDM_FAULT_HANG, x->dev->k) ==
                                               TDM_ERR_SYSTEM;
   if (!lost && atomic_compare_exchange_strong(&x->state, &running, ENDED))
     post_completion(rt, x->t);
@@ -362,7 +367,7 @@ static void exec_settled(void *data, cl_int status) {
 /* Device worker k is hung: its tries in flight end (cl_progress undoes
  * them); completions that come later are ignored (on_complete). */
 static void cl_abandon(tdm_runtime *rt, unsigned k) {
-  cl_device *g = gpus(rt)[k];
+  cl_device *g = dev_of(rt, k);
   /* first: a thread may wait for one of them under g->lock */
   tdm__tok_fail_device(rt, k);
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
@@ -429,7 +434,7 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
   const cl_api *api = api_of(rt);
   exec *x = t->dx;
   t->dx = NULL;
-  cl_device *g = x->gpu;
+  cl_device *g = x->dev;
   tdm_status unlaunched = x->unlaunched;
   if (unlaunched) { /* nothing of it ran there: its end only */
     exec_unref(x);
@@ -443,7 +448,7 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
     status = fault == TDM_ERR_DEVICE_LOST ? CL_DEVICE_NOT_AVAILABLE : CL_OUT_OF_RESOURCES;
   if (status < 0) { /* what it wrote there is no version */
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u %s (%s, error %d)",
-             t->codelet->name ? t->codelet->name : "(unnamed)", g->device,
+             tdm__codelet_name(t), g->device,
              abandoned ? "abandoned: the device is hung" : "failed", CL_ERR(status));
     tdm__task_write_failed(rt, t, node_of(g), x->before);
     x->before = NULL;
@@ -477,22 +482,29 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
   tdm__task_done(t, rt->nworkers + g->k, status < 0 ? status_of(status) : TDM_OK, t0, t1);
 }
 
+/* seq_cst: a worker's look before it parks or benches pairs with the
+ * push's (see tdm__wake_for_completion). */
+static bool cl_ended(const tdm_runtime *rt) {
+  return atomic_load(&cl_of(rt)->completions) != NULL;
+}
+
 static bool cl_progress(tdm_runtime *rt) {
-  if (!atomic_load_explicit(&rt->completions, memory_order_relaxed))
+  tdm_opencl *cl = cl_of(rt);
+  if (!atomic_load_explicit(&cl->completions, memory_order_relaxed))
     return false;
-  tdm_task *t = atomic_exchange_explicit(&rt->completions, NULL, memory_order_acquire);
+  tdm_task *t = atomic_exchange_explicit(&cl->completions, NULL, memory_order_acquire);
   if (!t)
     return false;
   bool pumped[TDM_MAX_DEVICE_WORKERS] = {false};
   while (t) {
     tdm_task *next = t->pool_next;
-    pumped[((exec *)t->dx)->gpu->k] = true;
+    pumped[((exec *)t->dx)->dev->k] = true;
     completed(rt, t);
     t = next;
   }
-  for (unsigned k = 0; k < rt->ndevice_workers; k++)
+  for (unsigned k = cl->first; k < cl->first + cl->n; k++)
     if (pumped[k])
-      pump(gpus(rt)[k]);
+      pump(dev_of(rt, k));
   return true;
 }
 
@@ -570,7 +582,7 @@ static unsigned describe_args(const tdm_task *t, bool shared, char *out, size_t 
  * kernel where the error says the arguments do not match its list. */
 static void log_launch_failure(cl_device *g, const tdm_task *t, cl_int err) {
   tdm_runtime *rt = g->rt;
-  const char *name = t->codelet->name ? t->codelet->name : "(unnamed)";
+  const char *name = tdm__codelet_name(t);
   char hint[768] = "";
   const program *p = tdm__cl_program_of(g, t->codelet);
   bool args = err == CL_INVALID_ARG_INDEX || err == CL_INVALID_ARG_SIZE ||
@@ -617,7 +629,7 @@ static bool settle_all(const tdm_tokens *ts) {
 static int stage(cl_device *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, tdm_tokens *ts,
                  waitlist *w, tdm_status *why) {
   tdm_runtime *rt = g->rt;
-  const char *name = t->codelet->name ? t->codelet->name : "(unnamed)";
+  const char *name = tdm__codelet_name(t);
   *why = TDM_ERR_SYSTEM;
   if (!tdm__task_pin(rt, t, 1 + g->k, (void **)mems)) {
     if (g->inflight) /* room comes back as they finish */
@@ -635,7 +647,7 @@ static int stage(cl_device *g, tdm_task *t, cl_mem *mems, tdm_buffer *bufs, tdm_
     if (!g->shared) /* the device holds the elements packed */
       bufs[i].ld = bufs[i].ny;
   }
-  bool ok = tdm__task_access(rt, t, node_of(g), ts, false);
+  bool ok = tdm__task_access(rt, t, 1 + g->k, node_of(g), ts, false);
   if (ok && !tdm__cl_waitlist_of(rt, g->ctx, w, ts->v, ts->n)) {
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u: a copy of its inputs failed",
              name, g->device);
@@ -746,7 +758,7 @@ static bool hand_over(cl_device *g, tdm_task *t, const cl_mem *mems, cl_tok **do
  * callback, or its retry's placement, never runs under g->lock nor in the
  * application's call that made it ready (tdm_submit). */
 static void unlaunched(cl_device *g, tdm_task *t, exec *x, tdm_status why) {
-  x->gpu = g;
+  x->dev = g;
   x->unlaunched = why;
   t->dx = x;
   post_completion(g->rt, t);
@@ -768,7 +780,7 @@ static int launch(cl_device *g, tdm_task *t) {
       return NOT_HERE;
   }
   const cl_api *api = api_of(rt);
-  const char *name = t->codelet->name ? t->codelet->name : "(unnamed)";
+  const char *name = tdm__codelet_name(t);
   /* past TDM_MAX_BUFFERS, the task's own room (cl_mem is a pointer) */
   cl_mem mems_room[TDM_MAX_BUFFERS], *mems = t->more ? (cl_mem *)t->more->mems : mems_room;
   tdm_buffer bufs_room[TDM_MAX_BUFFERS], *bufs = tdm__task_views(t, bufs_room);
@@ -867,8 +879,8 @@ static int launch(cl_device *g, tdm_task *t) {
   if (last)
     api->ReleaseEvent(last);
   /* the new state: written buffers live on this node only */
-  tdm__task_written(rt, t, node_of(g), tdm__tok_token(done));
-  x->gpu = g;
+  tdm__task_written(rt, t, 1 + g->k, node_of(g), tdm__tok_token(done));
+  x->dev = g;
   x->t = t;
   x->done = done;
   t->dx = x;
@@ -918,14 +930,14 @@ static void pump(cl_device *g) {
 void tdm__cl_unbuildable(cl_device *g, tdm_task *t) {
   tdm_runtime *rt = g->rt;
   tdm__log(rt, TDM_LOG_DEBUG, "OpenCL: codelet %s does not build on device %u: placed again",
-           t->codelet->name ? t->codelet->name : "(unnamed)", g->device);
+           tdm__codelet_name(t), g->device);
   tdm__device_refused(rt, g->k, t, TDM_ERR_BUILD);
 }
 
 /* ---- what the scheduler asks ------------------------------------------- */
 
 static void cl_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
-  cl_device *g = gpus(rt)[k];
+  cl_device *g = dev_of(rt, k);
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   tdm__taskq_put(&g->q, t);
   TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
@@ -934,12 +946,12 @@ static void cl_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
 
 static tdm_task *cl_take(tdm_runtime *rt, unsigned k, bool (*want)(tdm_task *, void *),
                          void *data) {
-  cl_device *g = gpus(rt)[k];
+  cl_device *g = dev_of(rt, k);
   return tdm__taskq_take(rt, &g->q, &g->lock, want, data);
 }
 
 static void cl_kick(tdm_runtime *rt, unsigned k) {
-  pump(gpus(rt)[k]);
+  pump(dev_of(rt, k));
 }
 
 static int cl_current(const tdm_runtime *rt) {
@@ -948,7 +960,7 @@ static int cl_current(const tdm_runtime *rt) {
 }
 
 static void cl_counters(const tdm_runtime *rt, unsigned k, tdm_device_counters *c) {
-  cl_device *g = gpus(rt)[k];
+  cl_device *g = dev_of(rt, k);
   c->tasks = atomic_load(&g->tasks);
   c->bytes_to_device = atomic_load(&g->to_device);
   c->bytes_to_host = atomic_load(&g->to_host);
@@ -972,6 +984,7 @@ const tdm_backend tdm__opencl_backend = {
     .kick = cl_kick,
     .current = cl_current,
     .progress = cl_progress,
+    .ended = cl_ended,
     .trace_collect = cl_trace_collect,
     .busy_ns = cl_busy_ns,
     .counters = cl_counters,

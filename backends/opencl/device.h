@@ -71,13 +71,14 @@ struct cl_device {
   tdm_trace_buf copies;
 };
 
-/* The backend's state: device worker k's record. */
-static inline cl_device **gpus(const tdm_runtime *rt) {
-  return rt->backend;
+/* Device worker k's device, one of the backend's. */
+static inline cl_device *dev_of(const tdm_runtime *rt, unsigned k) {
+  const tdm_opencl *cl = cl_of(rt);
+  return cl->dev[k - cl->first];
 }
 
 static inline const cl_api *api_of(const tdm_runtime *rt) {
-  return &rt->opencl->api;
+  return &cl_of(rt)->api;
 }
 
 #define CL_CHECK(rt, call, what)                                                          \

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static cl_device *gpu_of_node(const tdm_runtime *rt, unsigned node) {
-  return gpus(rt)[node - 1];
+static cl_device *dev_of_node(const tdm_runtime *rt, unsigned node) {
+  return dev_of(rt, node - 1);
 }
 
 /* Copies between the host and buffer m as c says. */
@@ -55,7 +55,7 @@ static void count_copy(cl_device *g, bool to_device, size_t bytes, cl_event e) {
                             memory_order_relaxed);
   atomic_fetch_add_explicit(to_device ? &g->copies_to_device : &g->copies_to_host, 1,
                             memory_order_relaxed);
-  if (!g->rt->trace_path || !e)
+  if (!g->rt->cfg.trace_path || !e)
     return;
   const cl_api *api = api_of(g->rt);
   TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
@@ -74,7 +74,7 @@ static void count_copy(cl_device *g, bool to_device, size_t bytes, cl_event e) {
 
 static void *node_alloc(void *ctx, unsigned node, const tdm_buffer *b, size_t bytes) {
   tdm_runtime *rt = ctx;
-  cl_device *g = gpu_of_node(rt, node);
+  cl_device *g = dev_of_node(rt, node);
   const cl_api *api = api_of(rt);
   cl_int err = CL_SUCCESS;
   cl_mem m;
@@ -99,7 +99,7 @@ static void node_free(void *ctx, unsigned node, void *mem) {
 static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
                       const tdm_token *after, unsigned nafter, tdm_token *done) {
   tdm_runtime *rt = ctx;
-  cl_device *g = gpu_of_node(rt, node);
+  cl_device *g = dev_of_node(rt, node);
   const cl_api *api = api_of(rt);
   size_t bytes = c->host->nx * c->host->ny * c->host->elem_size;
   /* An injected fault fails the enqueue, not the copy's event: PoCL 3.1
@@ -211,7 +211,7 @@ static bool node_when_done(void *ctx, const tdm_token *ts, unsigned n, void (*fn
 #define CL_BANDWIDTH 8e9
 
 static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
-  cl_device *g = gpu_of_node(ctx, node);
+  cl_device *g = dev_of_node(ctx, node);
   TDM_PTHREAD(g->rt, pthread_mutex_lock(&g->trace_lock));
   double s = tdm__link_predict(&g->link, bytes);
   TDM_PTHREAD(g->rt, pthread_mutex_unlock(&g->trace_lock));

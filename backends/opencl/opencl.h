@@ -9,20 +9,21 @@
 
 extern const tdm_backend tdm__opencl_backend;
 
-/* The runtime's OpenCL state (backends/opencl/probe.c). */
+/* The OpenCL backend's state (cl.h). */
 typedef struct tdm_opencl tdm_opencl;
 
 /* Opens the OpenCL loader (path NULL: "libOpenCL.so.1") and records every
- * platform and device in rt->platforms and rt->devices, classified,
- * deduplicated, with their locality in rt->topo; creates no context. Sets
- * rt->opencl_summary. Returns TDM_OK, TDM_ERR_NO_OPENCL (no loader, not a
- * loader, no platform, no device: logged, nothing recorded) or
- * TDM_ERR_NO_MEMORY. */
-tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path);
+ * platform and device in rt->platforms and rt->devices (after those
+ * there), classified, deduplicated, with their locality in rt->topo;
+ * creates no context. *state: the backend's (a tdm_opencl) once the
+ * loader is open. Sets rt->opencl_report's summary. Returns TDM_OK,
+ * TDM_ERR_NO_OPENCL (no loader, not a loader, no platform, no device:
+ * logged, nothing recorded) or TDM_ERR_NO_MEMORY. */
+tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path, void **state);
 
 /* The OpenCL backend's discover: the above, then the choice and the
  * contexts of the devices used (backends/backend.h). */
-tdm_status tdm__opencl_claim(tdm_runtime *rt, bool *claims);
+tdm_status tdm__opencl_claim(tdm_runtime *rt, void **state, bool *last);
 
 /* Creates and keeps an OpenCL context on device i (a selected one). On
  * failure the device is marked unused with the reason, logged, and

@@ -16,27 +16,36 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The OpenCL backend's discover (backends/backend.h): the runtime is
- * OpenCL's when no backend before it claimed it. Finds the devices,
- * chooses those to use, opens a context on each and gives each a worker
- * id after the CPU workers'. Never fails for want of OpenCL: the runtime
- * then runs on the CPU cores. */
-tdm_status tdm__opencl_claim(tdm_runtime *rt, bool *claims) {
-  *claims = true;
+/* The OpenCL backend's discover (backends/backend.h), the first asked:
+ * not when emulated devices are asked for (tdm_config.sim) without
+ * "+opencl". Finds the devices, chooses those to use, opens a context on
+ * each and gives each a worker id after the CPU workers'. Never fails for
+ * want of OpenCL: the runtime then runs on the CPU cores. */
+tdm_status tdm__opencl_claim(tdm_runtime *rt, void **state, bool *last) {
+  *last = false;
+  if (rt->cfg.sim && !rt->sim_beside_opencl) {
+    snprintf(rt->opencl_report.summary, sizeof rt->opencl_report.summary,
+             "not looked for: emulated devices (sim) are used instead");
+    return TDM_OK;
+  }
   if (rt->selection.none) {
-    snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
+    snprintf(rt->opencl_report.summary, sizeof rt->opencl_report.summary,
              "not looked for: devices=\"none\", CPU cores only");
     return TDM_OK;
   }
-  tdm_status st = tdm__opencl_discover(rt, rt->cfg.opencl_library);
+  unsigned base = rt->ndevices, first = rt->ndevice_workers;
+  tdm_status st = tdm__opencl_discover(rt, rt->cfg.opencl_library, state);
   if (st == TDM_ERR_NO_MEMORY)
     return st;
-  rt->opencl_status = rt->nplatforms ? TDM_OK : TDM_ERR_NO_OPENCL;
-  tdm__select_devices(rt->devices, rt->ndevices, &rt->selection);
-  rt->device_of = rt->ndevices ? tdm__calloc(rt, rt->ndevices, sizeof *rt->device_of) : NULL;
-  if (rt->ndevices && !rt->device_of)
-    return TDM_ERR_NO_MEMORY;
-  for (unsigned i = 0; i < rt->ndevices; i++) {
+  rt->opencl_report.status = rt->nplatforms ? TDM_OK : TDM_ERR_NO_OPENCL;
+  tdm__select_devices(rt->devices + base, rt->ndevices - base, &rt->selection);
+  if (rt->ndevices > base) {
+    unsigned *of = tdm__realloc(rt, rt->device_of, (first + rt->ndevices - base) * sizeof *of);
+    if (!of)
+      return TDM_ERR_NO_MEMORY;
+    rt->device_of = of;
+  }
+  for (unsigned i = base; i < rt->ndevices; i++) {
     tdm_device_record *d = &rt->devices[i];
     if (d->used && rt->ndevice_workers == TDM_MAX_DEVICE_WORKERS) {
       d->used = false;
@@ -56,11 +65,12 @@ tdm_status tdm__opencl_claim(tdm_runtime *rt, bool *claims) {
 
 #ifndef TDM_HAVE_OPENCL
 
-tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
+tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path, void **state) {
   (void)path;
-  snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
+  (void)state;
+  snprintf(rt->opencl_report.summary, sizeof rt->opencl_report.summary,
            "Tandem was built without the OpenCL headers: CPU cores only");
-  tdm__log(rt, TDM_LOG_INFO, "OpenCL: %s", rt->opencl_summary);
+  tdm__log(rt, TDM_LOG_INFO, "OpenCL: %s", rt->opencl_report.summary);
   return TDM_ERR_NO_OPENCL;
 }
 
@@ -196,10 +206,10 @@ static tdm_status load_api(tdm_runtime *rt, const char *path, cl_api *api) {
   void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char *why = dlerror();
-    snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
+    snprintf(rt->opencl_report.summary, sizeof rt->opencl_report.summary,
              "cannot load the OpenCL loader %s (%s): CPU cores only", path,
              why ? why : "unknown reason");
-    tdm__log(rt, TDM_LOG_INFO, "OpenCL: %s", rt->opencl_summary);
+    tdm__log(rt, TDM_LOG_INFO, "OpenCL: %s", rt->opencl_report.summary);
     return TDM_ERR_NO_OPENCL;
   }
   struct {
@@ -216,9 +226,9 @@ static tdm_status load_api(tdm_runtime *rt, const char *path, cl_api *api) {
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
     *syms[i].slot = dlsym(lib, syms[i].name);
     if (!*syms[i].slot) {
-      snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
+      snprintf(rt->opencl_report.summary, sizeof rt->opencl_report.summary,
                "%s has no %s: not an OpenCL loader; CPU cores only", path, syms[i].name);
-      tdm__log(rt, TDM_LOG_WARNING, "OpenCL: %s", rt->opencl_summary);
+      tdm__log(rt, TDM_LOG_WARNING, "OpenCL: %s", rt->opencl_report.summary);
       dlclose(lib); /* nothing was initialised through it */
       return TDM_ERR_NO_OPENCL;
     }
@@ -406,16 +416,15 @@ static void locate(tdm_runtime *rt, const cl_api *api, cl_device_id dev,
 
 static void no_opencl(tdm_runtime *rt, const char *why, int err) {
   if (err)
-    snprintf(rt->opencl_summary, sizeof rt->opencl_summary, "%s (%s, error %d): CPU cores only",
+    snprintf(rt->opencl_report.summary, sizeof rt->opencl_report.summary, "%s (%s, error %d): CPU cores only",
              why, CL_ERR(err));
   else
-    snprintf(rt->opencl_summary, sizeof rt->opencl_summary, "%s: CPU cores only", why);
-  tdm__log(rt, TDM_LOG_INFO, "OpenCL: %s", rt->opencl_summary);
+    snprintf(rt->opencl_report.summary, sizeof rt->opencl_report.summary, "%s: CPU cores only", why);
+  tdm__log(rt, TDM_LOG_INFO, "OpenCL: %s", rt->opencl_report.summary);
 }
 
-/* Grows the runtime's arrays by `more` device slots. */
-static bool grow_devices(tdm_runtime *rt, unsigned more) {
-  tdm_opencl *cl = rt->opencl;
+/* Grows the runtime's and cl's arrays by `more` device slots. */
+static bool grow_devices(tdm_runtime *rt, tdm_opencl *cl, unsigned more) {
   unsigned n = rt->ndevices + more;
   tdm_device_record *d = tdm__realloc(rt, rt->devices, n * sizeof *d);
   if (d)
@@ -432,7 +441,7 @@ static bool grow_devices(tdm_runtime *rt, unsigned more) {
   return d && p && ids && ctx;
 }
 
-tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
+tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path, void **state) {
   cl_api api;
   tdm_status st = load_api(rt, path, &api);
   if (st)
@@ -446,12 +455,13 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
   }
   cl_platform_id *plats = tdm__calloc(rt, nplat, sizeof *plats);
   rt->platforms = tdm__calloc(rt, nplat, sizeof *rt->platforms);
-  rt->opencl = tdm__calloc(rt, 1, sizeof *rt->opencl);
-  if (!plats || !rt->platforms || !rt->opencl) {
+  tdm_opencl *cl = tdm__calloc(rt, 1, sizeof *cl);
+  *state = cl;
+  if (!plats || !rt->platforms || !cl) {
     free(plats);
     return TDM_ERR_NO_MEMORY; /* the caller's teardown frees the rest */
   }
-  rt->opencl->api = api;
+  cl->api = api;
   err = api.GetPlatformIDs(nplat, plats, NULL);
   if (err != CL_SUCCESS) {
     free(plats);
@@ -471,11 +481,11 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
                CL_ERR(err));
       continue;
     }
-    if (!grow_devices(rt, ndev)) {
+    if (!grow_devices(rt, cl, ndev)) {
       free(plats);
       return TDM_ERR_NO_MEMORY;
     }
-    cl_device_id *ids = rt->opencl->ids + rt->ndevices;
+    cl_device_id *ids = cl->ids + rt->ndevices;
     err = api.GetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, ndev, ids, NULL);
     if (err != CL_SUCCESS) {
       tdm__log(rt, TDM_LOG_WARNING, "OpenCL: cannot list the devices of %s (%s, error %d)",
@@ -489,8 +499,9 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
       d->platform = p;
       d->index = i;
       memcpy(d->platform_name, pr->name, sizeof d->platform_name);
-      rt->opencl->platform_of[k] = plats[p];
-      rt->opencl->contexts[k] = NULL;
+      cl->platform_of[k] = plats[p];
+      cl->contexts[k] = NULL;
+      cl->rec_end = k + 1;
       fill_record(rt, &api, ids[i], d);
       locate(rt, &api, ids[i], d);
       tdm__classify_device(d);
@@ -503,14 +514,14 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path) {
     no_opencl(rt, "no device on any OpenCL platform", 0);
     return TDM_ERR_NO_OPENCL;
   }
-  snprintf(rt->opencl_summary, sizeof rt->opencl_summary, "%u platform%s, %u device%s",
+  snprintf(rt->opencl_report.summary, sizeof rt->opencl_report.summary, "%u platform%s, %u device%s",
            rt->nplatforms, rt->nplatforms == 1 ? "" : "s", rt->ndevices,
            rt->ndevices == 1 ? "" : "s");
   return TDM_OK;
 }
 
 bool tdm__opencl_activate(tdm_runtime *rt, unsigned i) {
-  tdm_opencl *cl = rt->opencl;
+  tdm_opencl *cl = cl_of(rt);
   tdm_device_record *d = &rt->devices[i];
   if (!cl->api.can_run) {
     d->used = false;
@@ -550,20 +561,21 @@ tdm_status tdm_opencl_device(const tdm_runtime *rt, unsigned device, cl_device_i
              rt->ndevices);
     return TDM_ERR_INVALID_ARG;
   }
-  if (!rt->opencl || !rt->opencl->ids) /* emulated devices */
+  const tdm_opencl *cl = cl_of(rt);
+  if (!cl || device >= cl->rec_end) /* an emulated device */
     return TDM_ERR_NOT_SUPPORTED;
   if (id)
-    *id = rt->opencl->ids[device];
+    *id = cl->ids[device];
   if (context) /* set before the devices start, not changed until destroy */
-    *context = rt->opencl->contexts[device];
+    *context = cl->contexts[device];
   return TDM_OK;
 }
 
 void tdm__opencl_close(tdm_runtime *rt) {
-  tdm_opencl *cl = rt->opencl;
+  tdm_opencl *cl = cl_of(rt);
   if (!cl)
     return;
-  for (unsigned i = 0; cl->contexts && i < rt->ndevices; i++)
+  for (unsigned i = 0; cl->contexts && i < cl->rec_end; i++)
     if (cl->contexts[i]) {
       cl_int err = cl->api.ReleaseContext(cl->contexts[i]);
       if (err != CL_SUCCESS)
@@ -573,7 +585,6 @@ void tdm__opencl_close(tdm_runtime *rt) {
   free(cl->ids);
   free(cl->contexts);
   free(cl);
-  rt->opencl = NULL;
 }
 
 #endif

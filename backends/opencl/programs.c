@@ -279,8 +279,8 @@ static void built(cl_device *g, program *p) {
     next = t->pool_next;
     tdm__cl_unbuildable(g, t);
   }
-  rt->dev->kick(rt, g->k); /* launches what waited */
-  struct cl_builder *b = rt->opencl->builder;
+  tdm__opencl_backend.kick(rt, g->k); /* launches what waited */
+  struct cl_builder *b = cl_of(rt)->builder;
   build_wait *fire = NULL;
   TDM_PTHREAD(rt, pthread_mutex_lock(&b->lock));
   ready_waits(b, &fire);
@@ -290,7 +290,7 @@ static void built(cl_device *g, program *p) {
 
 static void *builder_main(void *arg) {
   tdm_runtime *rt = arg;
-  struct cl_builder *b = rt->opencl->builder;
+  struct cl_builder *b = cl_of(rt)->builder;
   tdm__name_thread(rt, "tandem-clbuild");
   TDM_PTHREAD(rt, pthread_mutex_lock(&b->lock));
   for (;;) {
@@ -330,7 +330,7 @@ tdm_status tdm__cl_builder_init(tdm_runtime *rt) {
     tdm__log(rt, TDM_LOG_ERROR, "OpenCL: the program builder: %s", strerror(err));
     return TDM_ERR_SYSTEM;
   }
-  rt->opencl->builder = b;
+  cl_of(rt)->builder = b;
   /* started now, not on the first submission's way */
   err = pthread_create(&b->thread, NULL, builder_main, rt);
   if (err)
@@ -341,7 +341,7 @@ tdm_status tdm__cl_builder_init(tdm_runtime *rt) {
 }
 
 void tdm__cl_builder_stop(tdm_runtime *rt) {
-  struct cl_builder *b = rt->opencl ? rt->opencl->builder : NULL;
+  struct cl_builder *b = cl_of(rt) ? cl_of(rt)->builder : NULL;
   if (!b)
     return;
   TDM_PTHREAD(rt, pthread_mutex_lock(&b->lock));
@@ -360,13 +360,13 @@ void tdm__cl_builder_stop(tdm_runtime *rt) {
   pthread_cond_destroy(&b->cond);
   pthread_mutex_destroy(&b->lock);
   free(b);
-  rt->opencl->builder = NULL;
+  cl_of(rt)->builder = NULL;
 }
 
 /* Queues p's build for g (g->lock held; the builder's lock nests in it). */
 static void queue_build(cl_device *g, program *p) {
   tdm_runtime *rt = g->rt;
-  struct cl_builder *b = rt->opencl->builder;
+  struct cl_builder *b = cl_of(rt)->builder;
   job *j = tdm__calloc(rt, 1, sizeof *j);
   p->building = true;
   TDM_PTHREAD(rt, pthread_mutex_lock(&b->lock));
@@ -398,7 +398,7 @@ program *tdm__cl_program_of(cl_device *g, const tdm_codelet *cl) {
   if (!p)
     return NULL;
   p->variant = v;
-  snprintf(p->name, sizeof p->name, "%s", cl->name ? cl->name : "(unnamed)");
+  snprintf(p->name, sizeof p->name, "%s", tdm__name_or(cl->name));
   p->next = g->programs;
   g->programs = p;
   if (v->enqueue) { /* the escape hatch needs no program */
@@ -410,7 +410,7 @@ program *tdm__cl_program_of(cl_device *g, const tdm_codelet *cl) {
 }
 
 void tdm__cl_build(tdm_runtime *rt, const tdm_codelet *cl, tdm_build_fn done, void *data) {
-  struct cl_builder *b = rt->opencl ? rt->opencl->builder : NULL;
+  struct cl_builder *b = cl_of(rt) ? cl_of(rt)->builder : NULL;
   build_wait *w = tdm__calloc(rt, 1, sizeof *w);
   if (!w) {
     tdm__log(rt, TDM_LOG_ERROR, "tdm_codelet_build: out of memory: its programs are built "
@@ -421,8 +421,9 @@ void tdm__cl_build(tdm_runtime *rt, const tdm_codelet *cl, tdm_build_fn done, vo
   }
   w->fn = done;
   w->data = data;
-  for (unsigned k = 0; cl->opencl && b && k < rt->ndevice_workers; k++) {
-    cl_device *g = gpus(rt)[k];
+  const tdm_opencl *o = cl_of(rt);
+  for (unsigned k = o->first; cl->opencl && b && k < o->first + o->n; k++) {
+    cl_device *g = dev_of(rt, k);
     TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
     program *p = tdm__cl_program_of(g, cl);
     TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
@@ -458,7 +459,7 @@ static tdm_status can_run_locked(cl_device *g, const tdm_task *t, bool say) {
         tdm__log(rt, TDM_LOG_WARNING,
                "OpenCL: codelet %s: buffer %u (%zu bytes) does not fit on device %u (at most "
                "%llu bytes per buffer, %llu in all)",
-               t->codelet->name ? t->codelet->name : "(unnamed)", i, bytes, g->device,
+               tdm__codelet_name(t), i, bytes, g->device,
                (unsigned long long)g->max_alloc, (unsigned long long)g->limit);
       st = TDM_ERR_TOO_LARGE;
     }
@@ -475,9 +476,7 @@ static tdm_status can_run(cl_device *g, const tdm_task *t, bool say) {
 
 tdm_status tdm__cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
   const tdm_codelet *cl = t->codelet;
-  const char *name = cl->name ? cl->name : "(unnamed)";
-  t->device_ok = false;
-  t->dev_mask = 0;
+  const char *name = tdm__name_or(cl->name);
   if (!cl->opencl)
     return TDM_OK;
   size_t vs = cl->opencl->struct_size;
@@ -487,8 +486,9 @@ tdm_status tdm__cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
     return TDM_ERR_INVALID_ARG;
   }
   tdm_status st = TDM_ERR_BUILD;
-  for (unsigned k = 0; k < rt->ndevice_workers; k++) {
-    tdm_status pst = can_run(gpus(rt)[k], t, true);
+  const tdm_opencl *o = cl_of(rt);
+  for (unsigned k = o->first; k < o->first + o->n; k++) {
+    tdm_status pst = can_run(dev_of(rt, k), t, true);
     if (!pst) {
       st = TDM_OK; /* at least one device can run it */
       t->dev_mask |= 1ull << k;
@@ -496,10 +496,8 @@ tdm_status tdm__cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
       st = pst;
     }
   }
-  if (st == TDM_OK) {
-    t->device_ok = true;
+  if (st == TDM_OK)
     return TDM_OK;
-  }
   if (cl->cpu_fn) {
     tdm__log(rt, TDM_LOG_WARNING, "%s: codelet %s: its OpenCL variant cannot run; the task "
              "runs on the CPU", what, name);

@@ -67,7 +67,7 @@ struct cl_toks {
 };
 
 static struct cl_toks *toks_of(tdm_runtime *rt) {
-  return rt->opencl->toks;
+  return cl_of(rt)->toks;
 }
 
 cl_tok *tdm__tok_of(tdm_token t) {
@@ -90,12 +90,12 @@ tdm_status tdm__tok_init(tdm_runtime *rt) {
     free(s);
     return TDM_ERR_SYSTEM;
   }
-  rt->opencl->toks = s;
+  cl_of(rt)->toks = s;
   return TDM_OK;
 }
 
 void tdm__tok_fini(tdm_runtime *rt) {
-  struct cl_toks *s = rt->opencl ? toks_of(rt) : NULL;
+  struct cl_toks *s = cl_of(rt) ? toks_of(rt) : NULL;
   if (!s)
     return;
   if (s->pending) /* a hung device's: their callbacks may still come */
@@ -106,7 +106,7 @@ void tdm__tok_fini(tdm_runtime *rt) {
     pthread_mutex_destroy(&s->lock);
     free(s);
   }
-  rt->opencl->toks = NULL;
+  cl_of(rt)->toks = NULL;
 }
 
 cl_tok *tdm__tok_alloc(tdm_runtime *rt) {
@@ -198,11 +198,11 @@ static void CL_CALLBACK event_settled(cl_event e, cl_int status, void *data) {
   if (TDM_UNLIKELY(rt->blind_to_events))
     status = CL_COMPLETE; /* the tests' mutation */
   if (t->copy && status == CL_COMPLETE && k >= 0)
-    tdm__cl_copy_timed(gpus(rt)[k], e, t->bytes);
+    tdm__cl_copy_timed(dev_of(rt, k), e, t->bytes);
   settle(t, status < 0 ? status : CL_COMPLETE, true);
   tdm__tok_release(t);
   if (k >= 0) /* last: the device's record may go once none is pending */
-    atomic_fetch_sub(&gpus(rt)[k]->events_pending, 1);
+    atomic_fetch_sub(&dev_of(rt, k)->events_pending, 1);
 }
 
 static void before_settled(void *arg, cl_int status) {
@@ -274,7 +274,7 @@ void tdm__tok_start(cl_tok *t, cl_event e, cl_context ctx, int k, bool copy, uin
   if (e) {
     tdm__tok_retain(t);
     if (k >= 0)
-      atomic_fetch_add(&gpus(t->rt)[k]->events_pending, 1);
+      atomic_fetch_add(&dev_of(t->rt, k)->events_pending, 1);
     if (!tdm__cl_when_complete(t->rt, e, event_settled, t)) {
       tdm__log(t->rt, TDM_LOG_WARNING,
                "OpenCL: no completion callback for a command: waiting for it here");

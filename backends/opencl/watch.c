@@ -120,7 +120,7 @@ static void *watch_main(void *arg) {
 bool tdm__cl_when_complete(tdm_runtime *rt, cl_event e,
                            void(CL_CALLBACK *fn)(cl_event, cl_int, void *), void *data) {
   const cl_api *api = api_of(rt);
-  struct cl_watch *cw = rt->opencl->watch;
+  struct cl_watch *cw = cl_of(rt)->watch;
   watched *w = cw ? tdm__calloc(rt, 1, sizeof *w) : NULL;
   if (!w || api->RetainEvent(e) != CL_SUCCESS) {
     free(w);
@@ -161,12 +161,12 @@ tdm_status tdm__cl_watch_start(tdm_runtime *rt) {
     free(cw);
     return TDM_ERR_SYSTEM;
   }
-  rt->opencl->watch = cw;
+  cl_of(rt)->watch = cw;
   return TDM_OK;
 }
 
 void tdm__cl_watch_stop(tdm_runtime *rt) {
-  struct cl_watch *cw = rt->opencl ? rt->opencl->watch : NULL;
+  struct cl_watch *cw = cl_of(rt) ? cl_of(rt)->watch : NULL;
   if (!cw)
     return;
   TDM_PTHREAD(rt, pthread_mutex_lock(&cw->lock));
@@ -203,5 +203,5 @@ void tdm__cl_watch_stop(tdm_runtime *rt) {
   pthread_cond_destroy(&cw->cond);
   pthread_mutex_destroy(&cw->lock);
   free(cw);
-  rt->opencl->watch = NULL;
+  cl_of(rt)->watch = NULL;
 }

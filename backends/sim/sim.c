@@ -68,8 +68,11 @@ typedef struct sim_dev {
 
 typedef struct tdm_sim tdm_sim;
 struct tdm_sim {
-  unsigned n;
-  sim_dev *dev;
+  unsigned first, n; /* its device workers: first .. first + n - 1 */
+  sim_dev *dev;      /* device worker first + i is dev[i] */
+  /* Emulated machines run `time_scale` times slower than real ones (see
+   * tdm_config.sim): CPU tasks take that many times their real time. */
+  double time_scale;
   uint64_t t0; /* creation: slow_at counts from here */
   /* CPU workers of kind i run as declared by a class "cpu.i" */
   bool has_kind[SIM_KINDS];
@@ -93,7 +96,13 @@ static double speedup_of(const sim_dev *d, const tdm_task *t) {
 }
 
 static tdm_sim *sim_of(const tdm_runtime *rt) {
-  return rt->claimed == &tdm__sim_backend ? rt->backend : NULL;
+  return tdm__state_of(rt, &tdm__sim_backend);
+}
+
+/* Device worker k, one of the emulator's. */
+static sim_dev *dev_of(const tdm_runtime *rt, unsigned k) {
+  tdm_sim *s = sim_of(rt);
+  return &s->dev[k - s->first];
 }
 
 uint64_t tdm__sim_t0(const tdm_runtime *rt) {
@@ -110,7 +119,7 @@ static double sim_cpu_factor(const tdm_runtime *rt, unsigned worker, const tdm_t
     if (!(speed > 0))
       speed = 1; /* 0 for a core makes no sense: as a core */
   }
-  return rt->time_scale / speed;
+  return s ? s->time_scale / speed : 1;
 }
 
 /* "cpu.N": the kind N of CPU core, or -1. */
@@ -147,9 +156,9 @@ static tdm_status count_devices(const tdm_runtime *rt, const char *text,
     }
     *n += m->classes[c].workers;
   }
-  if (*n > TDM_MAX_DEVICE_WORKERS) {
-    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: sim: %u devices, at most %d", *n,
-             TDM_MAX_DEVICE_WORKERS);
+  if (rt->ndevice_workers + *n > TDM_MAX_DEVICE_WORKERS) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: sim: %u devices%s, at most %d", *n,
+             rt->ndevice_workers ? " beside OpenCL's" : "", TDM_MAX_DEVICE_WORKERS);
     return TDM_ERR_INVALID_ARG;
   }
   return TDM_OK;
@@ -186,15 +195,13 @@ static void describe(tdm_device_record *r, const sim_dev *d, unsigned w) {
                     cls->named[i].name, cls->named[i].speedup);
 }
 
-/* Emulated devices when tdm_config.sim asks for them (then no other
- * backend is asked). */
-static tdm_status sim_discover(tdm_runtime *rt, bool *claims) {
+/* Emulated devices when tdm_config.sim asks for them, after the devices
+ * of the backends asked before (OpenCL's, with "+opencl"). */
+static tdm_status sim_discover(tdm_runtime *rt, void **state, bool *last) {
   const char *text = rt->cfg.sim;
+  *last = true;
   if (!text)
     return TDM_OK;
-  *claims = true;
-  snprintf(rt->opencl_summary, sizeof rt->opencl_summary,
-           "not looked for: emulated devices (sim) are used instead");
   tdm_vt_machine m;
   char err[160];
   if (tdm__vt_parse_machine(text, NULL, 0, &m, err, sizeof err)) {
@@ -205,18 +212,22 @@ static tdm_status sim_discover(tdm_runtime *rt, bool *claims) {
   tdm_status st = count_devices(rt, text, &m, &n);
   if (st)
     return st;
+  unsigned base = rt->ndevices; /* its records after the others' */
   tdm_sim *s = tdm__calloc(rt, 1, sizeof *s);
-  rt->devices = tdm__calloc(rt, n ? n : 1, sizeof *rt->devices);
-  rt->device_of = tdm__calloc(rt, n ? n : 1, sizeof *rt->device_of);
-  if (s)
-    s->dev = tdm__calloc(rt, n ? n : 1, sizeof *s->dev);
-  if (!s || !s->dev || !rt->devices || !rt->device_of) {
-    if (s)
-      free(s->dev);
-    free(s);
+  if (!s)
     return TDM_ERR_NO_MEMORY;
-  }
-  rt->backend = s;
+  *state = s;
+  s->first = rt->ndevice_workers;
+  s->dev = tdm__calloc(rt, n ? n : 1, sizeof *s->dev);
+  tdm_device_record *recs = tdm__realloc(rt, rt->devices, (base + n + 1) * sizeof *recs);
+  if (recs)
+    rt->devices = recs;
+  unsigned *of = tdm__realloc(rt, rt->device_of, (s->first + n + 1) * sizeof *of);
+  if (of)
+    rt->device_of = of;
+  if (!s->dev || !recs || !of)
+    return TDM_ERR_NO_MEMORY; /* sim_release frees s */
+  memset(rt->devices + base, 0, n * sizeof *rt->devices);
   s->t0 = tdm__now_ns();
   /* the time scale: as asked, else twice the largest speed-up */
   double top = 1;
@@ -230,34 +241,33 @@ static tdm_status sim_discover(tdm_runtime *rt, bool *claims) {
     for (unsigned i = 0; i < m.classes[c].nnamed; i++)
       top = fmax(top, m.classes[c].named[i].speedup);
   }
-  rt->time_scale = rt->cfg.sim_time_scale ? rt->cfg.sim_time_scale : 2 * top;
+  s->time_scale = rt->cfg.sim_time_scale ? rt->cfg.sim_time_scale : 2 * top;
   for (unsigned c = 0; c < m.nclasses; c++) {
     const struct tdm_vt_class *cls = &m.classes[c];
     if (kind_class(cls->name) >= 0)
       continue; /* a kind of core, not a device */
     for (unsigned w = 0; w < cls->workers; w++) {
-      unsigned k = s->n++;
-      sim_dev *d = &s->dev[k];
+      unsigned i = s->n++, k = s->first + i;
+      sim_dev *d = &s->dev[i];
       *d = (sim_dev){.rt = rt, .k = k, .decl = *cls, .shared = cls->node == 0,
                      .latency = m.latency[cls->node], .bandwidth = m.bandwidth[cls->node]};
-      describe(&rt->devices[k], d, w);
-      rt->devices[k].worker = (int)(rt->nworkers + k);
-      rt->device_of[k] = k;
+      describe(&rt->devices[base + i], d, w);
+      rt->devices[base + i].worker = (int)(rt->nworkers + k);
+      rt->device_of[k] = base + i;
     }
   }
-  rt->ndevices = rt->ndevice_workers = n;
-  tdm__log(rt, TDM_LOG_INFO, "%u emulated devices, time scale %g", n, rt->time_scale);
+  rt->ndevices = base + n;
+  rt->ndevice_workers = s->first + n;
+  tdm__log(rt, TDM_LOG_INFO, "%u emulated devices, time scale %g", n, s->time_scale);
   return TDM_OK;
 }
 
 static void sim_release(tdm_runtime *rt) {
-  tdm__nodes_fini(&rt->nodes);
   tdm_sim *s = sim_of(rt);
   if (!s)
     return;
   free(s->dev);
   free(s);
-  rt->backend = NULL;
 }
 
 /* ---- copies ------------------------------------------------------------- */
@@ -266,7 +276,7 @@ static void sim_release(tdm_runtime *rt) {
  * start no earlier than `after` (ns); returns when it ends. */
 static uint64_t book_copy(sim_dev *d, bool to_device, uint64_t bytes, uint64_t after) {
   tdm_runtime *rt = d->rt;
-  double seconds = rt->time_scale * (d->latency + (double)bytes / d->bandwidth);
+  double seconds = sim_of(rt)->time_scale * (d->latency + (double)bytes / d->bandwidth);
   uint64_t now = tdm__now_ns();
   TDM_PTHREAD(rt, pthread_mutex_lock(&d->link_lock));
   uint64_t start = d->link_free[!to_device];
@@ -341,7 +351,7 @@ static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
     else
       memcpy(to_node ? dev : host, to_node ? host : dev, row);
   }
-  *done = book_copy(&sim_of(rt)->dev[node - 1], to_node, (uint64_t)b->nx * row,
+  *done = book_copy(dev_of(rt, node - 1), to_node, (uint64_t)b->nx * row,
                     before & ~FAILED) |
           failed;
   return true;
@@ -379,8 +389,8 @@ static bool node_failed(void *ctx, tdm_token t) {
 
 static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
   const tdm_runtime *rt = ctx;
-  const sim_dev *d = &sim_of(rt)->dev[node - 1];
-  return rt->time_scale * (d->latency + (double)bytes / d->bandwidth);
+  const sim_dev *d = dev_of(rt, node - 1);
+  return sim_of(rt)->time_scale * (d->latency + (double)bytes / d->bandwidth);
 }
 
 static const tdm_node_ops sim_node_ops = {
@@ -427,7 +437,7 @@ static bool hang(sim_dev *d, tdm_task *t, void *before) {
 }
 
 static void sim_abandon(tdm_runtime *rt, unsigned k) {
-  sim_dev *d = &sim_of(rt)->dev[k];
+  sim_dev *d = dev_of(rt, k);
   TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
   tdm_task *t = d->abandoned ? NULL : d->hanging;
   void *before = d->hanging_before;
@@ -436,7 +446,7 @@ static void sim_abandon(tdm_runtime *rt, unsigned k) {
   if (!t) /* only slow: it ends as it will */
     return;
   tdm__log(rt, TDM_LOG_ERROR, "emulated device %u: codelet %s abandoned", k,
-           t->codelet->name ? t->codelet->name : "(unnamed)");
+           tdm__codelet_name(t));
   tdm__task_write_failed(rt, t, node_of(d), before);
   if (!d->shared)
     tdm__task_unpin(rt, t, 1 + k, t->nbuf);
@@ -458,7 +468,7 @@ static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran, 
     return TDM_ERR_TOO_LARGE;
   tdm_tokens w;
   tdm__tokens_init(&w);
-  bool staged = tdm__task_access(rt, t, node, &w, true);
+  bool staged = tdm__task_access(rt, t, slot, node, &w, true);
   tdm_token landed = latest(w.v, w.n);
   tdm__sleep_until(landed & ~FAILED); /* booked at placement, if placed here */
   tdm__tokens_release(&rt->nodes, &w);
@@ -491,7 +501,7 @@ static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran, 
     tdm__task_write_failed(rt, t, node, before);
   } else {
     free(before);
-    tdm__task_written(rt, t, node, 0);
+    tdm__task_written(rt, t, slot, node, 0);
     tdm__task_write_back(rt, t, node);
   }
   if (!d->shared)
@@ -502,7 +512,7 @@ static tdm_status execute(sim_dev *d, tdm_task *t, uint64_t *x0, uint64_t *ran, 
 static void run(sim_dev *d, tdm_task *t) {
   tdm_runtime *rt = d->rt;
   uint64_t x0, ran;
-  const char *name = t->codelet->name ? t->codelet->name : "(unnamed)";
+  const char *name = tdm__codelet_name(t);
   tdm_status cancelled = tdm__task_outcome_at_start(t);
   if (cancelled) { /* cancelled, or taken from a CPU worker's deque: it ends here */
     tdm__task_done(t, rt->nworkers + d->k, cancelled, 0, 0);
@@ -528,9 +538,9 @@ static void run(sim_dev *d, tdm_task *t) {
     tdm__task_done(t, rt->nworkers + d->k, st, 0, 0);
     return;
   }
-  double factor = rt->time_scale / speedup_of(d, t);
+  double factor = sim_of(rt)->time_scale / speedup_of(d, t);
   if (d->decl.slow_at > 0 && d->decl.slow_factor > 0 &&
-      (double)(x0 - sim_of(rt)->t0) >= d->decl.slow_at * rt->time_scale * 1e9)
+      (double)(x0 - sim_of(rt)->t0) >= d->decl.slow_at * sim_of(rt)->time_scale * 1e9)
     factor *= d->decl.slow_factor;
   tdm__sleep_until(x0 + tdm__ns_of((double)ran * 1e-9 * factor));
   tdm__watch(rt, d->k, NULL, 0);
@@ -571,7 +581,7 @@ static void *device_main(void *arg) {
 /* ---- the ops ------------------------------------------------------------- */
 
 static void sim_kick(tdm_runtime *rt, unsigned k) {
-  sim_dev *d = &sim_of(rt)->dev[k];
+  sim_dev *d = dev_of(rt, k);
   TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
   if (d->idle)
     TDM_PTHREAD(rt, pthread_cond_signal(&d->cond));
@@ -579,7 +589,7 @@ static void sim_kick(tdm_runtime *rt, unsigned k) {
 }
 
 static void sim_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
-  sim_dev *d = &sim_of(rt)->dev[k];
+  sim_dev *d = dev_of(rt, k);
   if (prefetched(d))
     tdm__task_prefetch(rt, t, node_of(d)); /* its inputs start moving */
   TDM_PTHREAD(rt, pthread_mutex_lock(&d->lock));
@@ -589,7 +599,8 @@ static void sim_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
     TDM_PTHREAD(rt, pthread_cond_signal(&d->cond));
   TDM_PTHREAD(rt, pthread_mutex_unlock(&d->lock));
   if (queued > 1) { /* work waits here: idle workers may want it */
-    for (unsigned j = 0; j < sim_of(rt)->n; j++)
+    const tdm_sim *s = sim_of(rt);
+    for (unsigned j = s->first; j < s->first + s->n; j++)
       if (j != k)
         sim_kick(rt, j);
     tdm__wake_for_completion(rt);
@@ -598,7 +609,7 @@ static void sim_push(tdm_runtime *rt, unsigned k, tdm_task *t) {
 
 static tdm_task *sim_take(tdm_runtime *rt, unsigned k, bool (*want)(tdm_task *, void *),
                           void *data) {
-  sim_dev *d = &sim_of(rt)->dev[k];
+  sim_dev *d = dev_of(rt, k);
   return tdm__taskq_take(rt, &d->q, &d->lock, want, data);
 }
 
@@ -607,29 +618,27 @@ static int sim_current(const tdm_runtime *rt) {
 }
 
 static tdm_status sim_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
-  t->device_ok = false;
-  t->dev_mask = 0;
   if (!t->codelet->cpu_fn) {
     tdm__log(rt, TDM_LOG_ERROR,
              "%s: codelet %s has no CPU variant: emulated devices run CPU variants", what,
-             t->codelet->name ? t->codelet->name : "(unnamed)");
+             tdm__codelet_name(t));
     return TDM_ERR_NO_DEVICE;
   }
   /* a device whose memory cannot hold the task's buffers never gets it
    * (it would have to skip the task) */
-  for (unsigned k = 0; k < sim_of(rt)->n; k++)
-    if (speedup_of(&sim_of(rt)->dev[k], t) > 0 && tdm__task_fits(rt, t, 1 + k))
-      t->dev_mask |= 1ull << k;
-  t->device_ok = t->dev_mask != 0;
+  const tdm_sim *s = sim_of(rt);
+  for (unsigned i = 0; i < s->n; i++)
+    if (speedup_of(&s->dev[i], t) > 0 && tdm__task_fits(rt, t, 1 + s->first + i))
+      t->dev_mask |= 1ull << (s->first + i);
   return TDM_OK;
 }
 
 static uint64_t sim_busy_ns(const tdm_runtime *rt, unsigned k) {
-  return atomic_load(&sim_of(rt)->dev[k].busy_ns);
+  return atomic_load(&dev_of(rt, k)->busy_ns);
 }
 
 static void sim_counters(const tdm_runtime *rt, unsigned k, tdm_device_counters *c) {
-  const sim_dev *d = &sim_of(rt)->dev[k];
+  const sim_dev *d = dev_of(rt, k);
   c->tasks = atomic_load(&d->tasks);
   c->bytes_to_device = atomic_load(&d->to_device);
   c->bytes_to_host = atomic_load(&d->to_host);
@@ -654,7 +663,7 @@ static void sim_stop(tdm_runtime *rt) {
     TDM_PTHREAD(rt, pthread_mutex_unlock(&d->lock));
     int err = pthread_join(d->thread, NULL);
     if (err)
-      tdm__log(rt, TDM_LOG_ERROR, "pthread_join(emulated device %u): %s", k, strerror(err));
+      tdm__log(rt, TDM_LOG_ERROR, "pthread_join(emulated device %u): %s", d->k, strerror(err));
     d->started = false;
   }
   for (unsigned k = 0; k < s->n; k++) {
@@ -671,7 +680,7 @@ static tdm_status sim_start(tdm_runtime *rt) {
     limits[k] = s->dev[k].shared ? 0
                 : rt->cfg.device_memory_limit ? rt->cfg.device_memory_limit
                                               : UINT64_MAX;
-  tdm_status st = tdm__nodes_init(&rt->nodes, rt, &sim_node_ops, rt, 1 + s->n, limits);
+  tdm_status st = tdm__nodes_add(&rt->nodes, &sim_node_ops, rt, s->first, s->n, limits);
   if (st)
     return st;
   for (unsigned k = 0; k < s->n; k++) {
@@ -684,14 +693,14 @@ static tdm_status sim_start(tdm_runtime *rt) {
       pthread_mutex_destroy(&d->lock);
     }
     if (err) {
-      tdm__log(rt, TDM_LOG_ERROR, "emulated device %u: %s", k, strerror(err));
+      tdm__log(rt, TDM_LOG_ERROR, "emulated device %u: %s", d->k, strerror(err));
       for (unsigned j = 0; j < k; j++) { /* those made so far */
         pthread_cond_destroy(&s->dev[j].cond);
         pthread_mutex_destroy(&s->dev[j].lock);
         pthread_mutex_destroy(&s->dev[j].link_lock);
       }
       s->n = k;
-      rt->ndevice_workers = k;
+      rt->ndevice_workers = s->first + k; /* the emulator's come last */
       return TDM_ERR_SYSTEM;
     }
   }
@@ -699,7 +708,7 @@ static tdm_status sim_start(tdm_runtime *rt) {
     sim_dev *d = &s->dev[k];
     int err = pthread_create(&d->thread, NULL, device_main, d);
     if (err) {
-      tdm__log(rt, TDM_LOG_ERROR, "could not start emulated device %u: %s", k, strerror(err));
+      tdm__log(rt, TDM_LOG_ERROR, "could not start emulated device %u: %s", d->k, strerror(err));
       return TDM_ERR_SYSTEM; /* teardown stops those started */
     }
     d->started = true;

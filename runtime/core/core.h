@@ -18,9 +18,16 @@
 
 /* Drops the references v holds and frees its storage (task.c). */
 void tdm__taskvec_release(tdm_taskvec *v);
-/* The i-th TANDEM_* variable Tandem reads (runtime.c's list), NULL past
- * the last. */
+/* Configuration (config.c). The i-th TANDEM_* variable Tandem reads,
+ * NULL past the last. Env: the environment over rt->cfg. Copy: rt keeps
+ * the configuration's strings, cfg points at them (free: frees them).
+ * Check: the values, after the environment; TDM_ERR_INVALID_ARG, logged,
+ * when one is wrong. */
 const char *tdm__env_name(size_t i);
+void tdm__config_env(tdm_runtime *rt);
+tdm_status tdm__config_copy(tdm_runtime *rt);
+void tdm__config_free(tdm_runtime *rt);
+tdm_status tdm__config_check(tdm_runtime *rt);
 
 /* ---- groups (group.c) and the dispatch queue (dispatch.c) ----------------- */
 
@@ -84,13 +91,21 @@ bool tdm__devices_paused(const tdm_runtime *rt);
 /* Subtracts the worker's unflushed finished tasks from rt->inflight. */
 void tdm__flush_finished(tdm_worker *w);
 
-/* task.c */
+/* pool.c */
 tdm_task *tdm__task_alloc(tdm_runtime *rt);
 void tdm__task_unref(tdm_task *t);
 static inline void tdm__task_ref(tdm_task *t) {
   /* relaxed: taking a reference needs no ordering, only releasing does */
   atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
 }
+/* Drops the references v holds; keeps its storage. */
+void tdm__taskvec_clear(tdm_taskvec *v);
+
+/* task.c */
+/* Wakes every thread blocked in a wait (they share one condition and
+ * each checks its own condition again). */
+void tdm__wake_waiters(tdm_runtime *rt);
+
 /* Runs t on worker w (the calling thread). */
 void tdm__task_execute(tdm_task *t, tdm_worker *w);
 /* The bytes of the elements of a task's buffers (for the trace). */
@@ -198,10 +213,29 @@ void tdm__trace_finish(tdm_runtime *rt);
 /* Device worker k (worker id nworkers + k) drives device record
  * device_of[k]. Memory node 0 is the host's; device k's own memory, if it
  * has any, is node 1 + k. */
+/* Each backend with devices ends the tasks whose device work completed
+ * (its progress); whether any did. */
 static inline bool tdm__device_progress(tdm_runtime *rt) {
-  return rt->dev && rt->dev->progress && rt->dev->progress(rt);
+  bool any = false;
+  for (unsigned i = 0; i < rt->nattached; i++)
+    if (rt->attached[i].n && rt->attached[i].ops->progress)
+      any |= rt->attached[i].ops->progress(rt);
+  return any;
 }
+/* Whether tasks whose device work completed wait for a CPU worker's
+ * tdm__device_progress (cheap, any thread). */
+static inline bool tdm__device_ended(const tdm_runtime *rt) {
+  for (unsigned i = 0; i < rt->nattached; i++)
+    if (rt->attached[i].n && rt->attached[i].ops->ended && rt->attached[i].ops->ended(rt))
+      return true;
+  return false;
+}
+/* Which devices may run t (t->dev_mask, t->device_ok), by every
+ * backend's prepare: TDM_OK, or why a task that can only run on a device
+ * cannot (logged). */
 tdm_status tdm__device_prepare(tdm_runtime *rt, tdm_task *t, const char *what);
+/* The device worker the calling thread is (a backend's thread), or -1. */
+int tdm__device_current(const tdm_runtime *rt);
 
 /* ---- placement on the runtime's threads (place.c) ---------------------------- */
 
@@ -249,6 +283,32 @@ tdm_task *tdm__taskq_next(tdm_runtime *rt, unsigned k, tdm_taskq *q, pthread_mut
  * accepts it (called under the lock), else NULL; cheap when q is empty. */
 tdm_task *tdm__taskq_take(tdm_runtime *rt, tdm_taskq *q, pthread_mutex_t *lock,
                           bool (*want)(tdm_task *, void *), void *data);
+
+/* t became ready (its last predecessor ended, or its submitter let go):
+ * an acquisition is granted, a codelet task placed. */
+static inline void tdm__task_ready(tdm_task *t) {
+  if (t->kind == TDM_TASK_ACQUIRE) {
+    /* Once READY is seen, the acquirer may release the task and free it:
+     * a reference keeps it while we look at its waiters. */
+    tdm__task_ref(t);
+    atomic_store(&t->state, TDM_TS_READY);
+    /* seq_cst above pairs with the waiter's seq_cst increment (Dekker) */
+    if (atomic_load(&t->waiters))
+      tdm__wake_waiters(t->rt);
+    tdm__task_unref(t);
+    return;
+  }
+  atomic_store_explicit(&t->state, TDM_TS_READY, memory_order_relaxed);
+  tdm__place(t->rt, t);
+}
+
+/* One predecessor of t, or its submitter, less: ready at none. */
+static inline void tdm__task_release_pending(tdm_task *t) {
+  /* acq_rel: the releasing predecessors' writes happen before the task
+   * runs on whichever thread drops the count to zero */
+  if (atomic_fetch_sub_explicit(&t->pending, 1, memory_order_acq_rel) == 1)
+    tdm__task_ready(t);
+}
 
 /* ---- the queue shared by CPU workers and devices (worker.c) ----------------- */
 

@@ -55,7 +55,7 @@ tdm_status tdm_group_create(tdm_runtime *rt, const tdm_group_desc *desc, tdm_gro
   g->progress_data = d.progress_data;
   g->interval_ns = (uint64_t)(1e9 / (d.progress_hz > 0 ? d.progress_hz : 10));
   g->on_dispatch = d.progress_on_dispatch != 0;
-  snprintf(g->name, sizeof g->name, "%s", d.name ? d.name : "(unnamed)");
+  snprintf(g->name, sizeof g->name, "%s", tdm__name_or(d.name));
   tdm__spin_lock(&rt->groups_lock);
   g->next = rt->groups;
   if (rt->groups)

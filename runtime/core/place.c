@@ -36,10 +36,6 @@ struct rt_sched {
   kind_queue *kq; /* per CPU kind, when ncpu > 1 */
 };
 
-static const char *codelet_name(const tdm_task *t) {
-  return t->codelet->name ? t->codelet->name : "(unnamed)";
-}
-
 static tdm_runtime *rt_of(const tdm_sched *s) {
   return s->rt;
 }
@@ -62,12 +58,12 @@ static bool rt_runs(const tdm_sched *s, unsigned c, const tdm_task *t) {
 }
 
 static double rt_predict(const tdm_sched *s, const tdm_task *t, unsigned c, bool *calibrated) {
-  return tdm__model_predict(s->model, codelet_name(t), tdm__task_bytes(t), s->cls[c].name,
+  return tdm__model_predict(s->model, tdm__codelet_name(t), tdm__task_bytes(t), s->cls[c].name,
                             calibrated);
 }
 
 static bool rt_observe(tdm_sched *s, const tdm_task *t, unsigned c, double seconds) {
-  return tdm__model_observe(s->model, codelet_name(t), tdm__task_bytes(t), s->cls[c].name,
+  return tdm__model_observe(s->model, tdm__codelet_name(t), tdm__task_bytes(t), s->cls[c].name,
                             seconds);
 }
 
@@ -76,8 +72,17 @@ static double rt_transfer(const tdm_sched *s, unsigned c, const tdm_task *t) {
   return tdm__transfer_time(&rt->nodes, c < s->ncpu ? 0 : tdm__device_node(rt, c - s->ncpu), t);
 }
 
+int tdm__device_current(const tdm_runtime *rt) {
+  for (unsigned i = 0; i < rt->nattached; i++) {
+    int k = rt->attached[i].n ? rt->attached[i].ops->current(rt) : -1;
+    if (k >= 0)
+      return k;
+  }
+  return -1;
+}
+
 static int rt_current(const tdm_sched *s) {
-  int k = rt_of(s)->dev->current(rt_of(s));
+  int k = tdm__device_current(rt_of(s));
   return k >= 0 ? (int)s->ncpu + k : -1;
 }
 
@@ -89,7 +94,7 @@ static void rt_send(tdm_sched *s, tdm_task *t, unsigned c) {
   tdm_runtime *rt = rt_of(s);
   if (c >= s->ncpu) {
     unsigned k = c - s->ncpu;
-    rt->dev->push(rt, k, t);
+    tdm__backend_of(rt, k)->push(rt, k, t);
     /* Quarantined meanwhile, its queue drained before t came: drained
      * again. A read-modify-write reads the newest mask: quarantine's
      * fetch_or comes after it, and then sees t queued, or before it, and
@@ -117,7 +122,7 @@ static void rt_to_cpu(tdm_sched *s, tdm_task *t) {
 static void rt_kick_devices(tdm_sched *s) {
   tdm_runtime *rt = rt_of(s);
   for (unsigned k = 0; k < rt->ndevice_workers; k++)
-    rt->dev->kick(rt, k);
+    tdm__backend_of(rt, k)->kick(rt, k);
 }
 
 static void rt_share(tdm_sched *s, tdm_task *t, bool wake) {
@@ -144,7 +149,8 @@ static tdm_task *rt_take_shared(tdm_sched *s) {
 static tdm_task *rt_take(tdm_sched *s, unsigned from, bool (*want)(tdm_task *, void *),
                          void *data) {
   tdm_runtime *rt = rt_of(s);
-  return rt->dev->take(rt, from - s->ncpu, want, data);
+  unsigned k = from - s->ncpu;
+  return tdm__backend_of(rt, k)->take(rt, k, want, data);
 }
 
 /* A task from the CPU workers' deques; one this device cannot run goes
@@ -220,7 +226,7 @@ static void without_quarantined(tdm_runtime *rt, tdm_task *t, uint64_t out) {
   if (!t->device_ok && !t->codelet->cpu_fn &&
       !atomic_load_explicit(&t->outcome, memory_order_relaxed)) {
     tdm__log(rt, TDM_LOG_ERROR, "codelet %s: no device left that can run it",
-             codelet_name(t));
+             tdm__codelet_name(t));
     atomic_store_explicit(&t->outcome, TDM_ERR_NO_DEVICE, memory_order_relaxed);
   }
 }
@@ -241,7 +247,7 @@ void tdm__device_quarantine(tdm_runtime *rt, unsigned k, const char *why) {
 
 /* What waits on device k, out of placement, goes elsewhere. */
 static void drain(tdm_runtime *rt, unsigned k) {
-  for (tdm_task *t; (t = rt->dev->take(rt, k, NULL, NULL));) {
+  for (tdm_task *t; (t = tdm__backend_of(rt, k)->take(rt, k, NULL, NULL));) {
     if (tdm__sched_timed(t)) /* its backlog there goes */
       tdm__sched_done(t, rt->nworkers + k, -1);
     without_quarantined(rt, t, UINT64_C(1) << k);
@@ -380,7 +386,7 @@ static void name_classes(tdm_runtime *rt, tdm_sched *s) {
   for (unsigned k = 0; k < rt->ndevice_workers; k++) {
     const tdm_device_record *d = &rt->devices[rt->device_of[k]];
     tdm_sclass *c = &s->cls[s->ncpu + k];
-    snprintf(c->name, sizeof c->name, "%s:%s", rt->dev->name, d->name);
+    snprintf(c->name, sizeof c->name, "%s:%s", tdm__backend_of(rt, k)->name, d->name);
     c->workers = 1;
   }
 }
@@ -448,12 +454,25 @@ void tdm__sched_stop(tdm_runtime *rt) {
 tdm_status tdm__device_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
   t->device_ok = false;
   t->sched_cls = -1;
-  if (rt->dev)
-    return rt->dev->prepare(rt, t, what);
-  if (!t->codelet->opencl || t->codelet->cpu_fn)
+  t->dev_mask = 0;
+  tdm_status st = TDM_OK;
+  for (unsigned i = 0; i < rt->nattached; i++) {
+    if (!rt->attached[i].n)
+      continue;
+    tdm_status s = rt->attached[i].ops->prepare(rt, t, what);
+    if (s == TDM_ERR_INVALID_ARG) /* the task is wrong, wherever it would run */
+      return s;
+    if (s && !st)
+      st = s;
+  }
+  if (t->dev_mask) { /* some device runs it: another's refusal does not matter */
+    t->device_ok = true;
     return TDM_OK;
+  }
+  if (st || !t->codelet->opencl || t->codelet->cpu_fn)
+    return st;
   tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s has only an OpenCL variant and no device is used",
-           what, codelet_name(t));
+           what, tdm__codelet_name(t));
   return TDM_ERR_NO_DEVICE;
 }
 
@@ -462,8 +481,12 @@ tdm_status tdm_codelet_build(tdm_runtime *rt, const tdm_codelet *cl, tdm_build_f
   if (!rt || !cl)
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, "tdm_codelet_build");
-  if (rt->dev && rt->dev->build && cl->opencl)
-    rt->dev->build(rt, cl, done, data);
+  const tdm_backend *b = NULL;
+  for (unsigned i = 0; i < rt->nattached && !b; i++)
+    if (rt->attached[i].n && rt->attached[i].ops->build)
+      b = rt->attached[i].ops;
+  if (b && cl->opencl)
+    b->build(rt, cl, done, data);
   else if (done) /* nothing to build */
     TDM_USER_CODE(done(data, TDM_OK));
   return TDM_OK;
@@ -495,8 +518,10 @@ tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
   size_t room = out->struct_size;
   tdm_device_counters c = {.struct_size = room};
   int w = rt->devices[device].worker;
-  if (w >= 0 && rt->dev)
-    rt->dev->counters(rt, (unsigned)w - rt->nworkers, &c);
+  if (w >= 0) {
+    unsigned k = (unsigned)w - rt->nworkers;
+    tdm__backend_of(rt, k)->counters(rt, k, &c);
+  }
   c.struct_size = room;
   memcpy(out, &c, sizeof c);
   return TDM_OK;
@@ -507,6 +532,12 @@ tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
 tdm_task *tdm__taskq_next(tdm_runtime *rt, unsigned k, tdm_taskq *q, pthread_mutex_t *lock) {
   if (TDM_UNLIKELY(tdm__devices_paused(rt)))
     return NULL; /* set_limit kicks the device on resume */
+  /* Out of placement, it starts nothing more: a task placed here before
+   * the quarantine and queued after its drain is drained again by
+   * rt_send. relaxed: the quarantine sets the bit before its drain takes
+   * this lock, so a start after the drain sees it. */
+  if (TDM_UNLIKELY(atomic_load_explicit(&rt->quarantined, memory_order_relaxed) >> k & 1))
+    return NULL;
   tdm_task *t = tdm__taskq_pop(q);
   if (t)
     return t;

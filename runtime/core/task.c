@@ -1,5 +1,6 @@
 /*
- * Tasks: memory, submission, the dependency graph, completion, waiting.
+ * Tasks: creation, submission and the dependency graph, the public calls
+ * on tasks. Their pool is pool.c; how a task ends, complete.c.
  *
  * Dependency tracking. Each handle remembers the tasks whose writes make its
  * current contents (writers) and the tasks that read those contents since
@@ -34,234 +35,13 @@
  * TDM_FLUSH_BATCH, and at once when they go idle while a thread waits or
  * before they park, so that a busy runtime does not bounce that counter's
  * cache line between cores on every task.
- *
- * Memory. Tasks come from slabs of TDM_SLAB_TASKS. A worker keeps its own
- * free list (no locking); other threads share a cache of their own; both
- * refill from, and workers give back to, the runtime's shared stack of
- * batches under a spinlock. At destroy the slabs go at once, after freeing
- * what live tasks own outside them.
+
  */
 #include "core.h"
 
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define TDM_SLAB_TASKS 256
-#define TDM_WORKER_CACHE_MAX 1024
-#define TDM_BATCH 128
-
-
-/* Every task is six cache lines on 64-bit machines (the first two touched
- * by every task): a field added must fit in the room left. */
-_Static_assert(sizeof(void *) != 8 || sizeof(tdm_task) <= 6 * TDM_CACHE_LINE,
-               "tdm_task grew past six cache lines");
-
-/* ---- pool ------------------------------------------------------------- */
-
-/* The shared pool is a stack of batches of exactly TDM_BATCH free tasks
- * (linked by pool_next; batches by the first task's batch_next), so that
- * taking or giving back a batch costs O(1) under the lock. */
-
-/* Cuts a new slab into batches on the shared stack. Called with pool_lock
- * held; returns -1 when out of memory. */
-static int new_slab(tdm_runtime *rt) {
-  if (rt->nslabs == rt->slabs_cap) {
-    size_t cap = rt->slabs_cap ? 2 * rt->slabs_cap : 16;
-    void **slabs = tdm__realloc(rt, rt->slabs, cap * sizeof *slabs);
-    if (!slabs)
-      return -1;
-    rt->slabs = slabs;
-    rt->slabs_cap = cap;
-  }
-  tdm_task *slab = tdm__aligned_alloc(rt, TDM_CACHE_LINE, TDM_SLAB_TASKS * sizeof *slab);
-  if (!slab)
-    return -1;
-  rt->slabs[rt->nslabs++] = slab;
-  for (unsigned i = 0; i < TDM_SLAB_TASKS; i++) {
-    slab[i].kind = TDM_TASK_FREE;
-    slab[i].pool_next = (i + 1) % TDM_BATCH ? &slab[i + 1] : NULL;
-  }
-  for (unsigned i = 0; i < TDM_SLAB_TASKS; i += TDM_BATCH) {
-    slab[i].batch_next = rt->pool_free;
-    rt->pool_free = &slab[i];
-  }
-  return 0;
-}
-
-/* Takes a batch of TDM_BATCH tasks from the shared stack (or a new slab);
- * NULL when out of memory. */
-static tdm_task *take_batch(tdm_runtime *rt) {
-  tdm__spin_lock(&rt->pool_lock);
-  if (!rt->pool_free)
-    new_slab(rt);
-  tdm_task *batch = rt->pool_free;
-  if (batch)
-    rt->pool_free = batch->batch_next;
-  tdm__spin_unlock(&rt->pool_lock);
-  return batch;
-}
-
-static void pool_put(tdm_runtime *rt, tdm_task *t) {
-  tdm_worker *w = tdm__self_in(rt);
-  t->kind = TDM_TASK_FREE;
-  if (!w) {
-    tdm__spin_lock(&rt->ext_lock);
-    t->pool_next = rt->ext_free;
-    rt->ext_free = t;
-    tdm__spin_unlock(&rt->ext_lock);
-    return;
-  }
-  t->pool_next = w->free_tasks;
-  w->free_tasks = t;
-  if (++w->nfree < TDM_WORKER_CACHE_MAX)
-    return;
-  /* Give a batch back so that the submitting threads find it. */
-  tdm_task *first = w->free_tasks, *last = first;
-  for (unsigned i = 1; i < TDM_BATCH; i++)
-    last = last->pool_next;
-  w->free_tasks = last->pool_next;
-  w->nfree -= TDM_BATCH;
-  last->pool_next = NULL;
-  tdm__spin_lock(&rt->pool_lock);
-  first->batch_next = rt->pool_free;
-  rt->pool_free = first;
-  tdm__spin_unlock(&rt->pool_lock);
-}
-
-tdm_task *tdm__task_alloc(tdm_runtime *rt) {
-  tdm_worker *w = tdm__self_in(rt);
-  tdm_task *t;
-  if (w) {
-    if (!w->free_tasks) {
-      w->free_tasks = take_batch(rt);
-      w->nfree = w->free_tasks ? TDM_BATCH : 0;
-    }
-    t = w->free_tasks;
-    if (!t)
-      return NULL;
-    w->free_tasks = t->pool_next;
-    w->nfree--;
-  } else {
-    /* Other threads share a cache of their own, refilled in batches, so
-     * that a thread submitting many tasks seldom touches the lock the
-     * workers use. */
-    tdm__spin_lock(&rt->ext_lock);
-    if (!rt->ext_free)
-      rt->ext_free = take_batch(rt);
-    t = rt->ext_free;
-    if (t) {
-      tdm_task *next = rt->ext_free = t->pool_next;
-      /* The free tasks were last written by the workers that ran them:
-       * fetch the next one's two hot lines for writing while this one is
-       * filled, instead of stalling on both misses in turn. */
-      if (next) {
-        __builtin_prefetch(next, 1);
-        __builtin_prefetch((char *)next + TDM_CACHE_LINE, 1);
-      }
-    }
-    tdm__spin_unlock(&rt->ext_lock);
-    if (!t)
-      return NULL;
-  }
-  atomic_init(&t->pending, 1);
-  atomic_init(&t->refs, 1);
-  atomic_init(&t->state, TDM_TS_CREATED);
-  atomic_init(&t->waiters, 0);
-  atomic_init(&t->outcome, TDM_OK);
-  atomic_init(&t->succ_head, NULL);
-  t->kind = TDM_TASK_CODELET;
-  t->tries = 0;
-  t->unkept = t->spoiled = t->homeless = t->issued = false;
-  t->main_thread = t->callback_on_dispatch = t->dispatch_ended = false;
-  t->nbuf = 0;
-  t->tile_mask = 0;
-  t->more = NULL;
-  t->user_ref = false;
-  t->rt = rt;
-  t->codelet = NULL;
-  t->edges = t->inline_edges;
-  t->links = NULL; /* and dx, which shares its place */
-  t->callback = NULL;
-  t->callback_data = NULL;
-  t->args = NULL;
-  t->args_size = 0;
-  t->pool_next = NULL;
-  t->group = NULL; /* batch_next's place */
-  t->device_ok = false;
-  if (rt->recording)
-    t->trace_id = 0; /* codelet tasks get theirs at build */
-  return t;
-}
-
-/* Frees what a task owns outside its slab (not the references it holds:
- * at destroy every task goes at once). */
-static void free_task_memory(tdm_task *t) {
-  tdm__graph_drop(t->rt, t, false);
-  if (t->args != t->inline_args)
-    free(t->args);
-  if (t->edges != t->inline_edges)
-    free(t->edges);
-  if (t->more) {
-    free(t->more);
-    t->more = NULL;
-  }
-}
-
-void tdm__pool_destroy(tdm_runtime *rt) {
-  /* Tasks still referenced (by a handle that was never unregistered, or
-   * by the application) own heap memory: free it with the slabs. */
-  for (size_t i = 0; i < rt->nslabs; i++) {
-    tdm_task *slab = rt->slabs[i];
-    for (unsigned k = 0; k < TDM_SLAB_TASKS; k++)
-      if (slab[k].kind != TDM_TASK_FREE)
-        free_task_memory(&slab[k]);
-    free(slab);
-  }
-  free(rt->slabs);
-  rt->slabs = NULL;
-  rt->nslabs = rt->slabs_cap = 0;
-  rt->pool_free = NULL;
-  rt->ext_free = NULL;
-}
-
-
-/* Drops the references a task array holds; keeps its storage. */
-static void clear_refs(tdm_taskvec *v) {
-  for (unsigned i = 0; i < v->n; i++)
-    tdm__task_unref(v->items[i]);
-  v->n = 0;
-}
-
-void tdm__taskvec_release(tdm_taskvec *v) {
-  clear_refs(v);
-  tdm__taskvec_free(v);
-}
-
-/* What a task being freed holds by reference: tiles, its group. */
-static __attribute__((noinline)) void drop_references(tdm_task *t) {
-  for (unsigned m = t->tile_mask; m; m &= m - 1) /* the tiles it holds */
-    tdm__handle_unref(t->handles[__builtin_ctz(m)]);
-  if (t->more)
-    for (unsigned i = 0; i < t->nbuf; i++)
-      if (t->more->tiles[i])
-        tdm__handle_unref(t->more->handles[i]);
-  if (t->group) {
-    tdm__group_unref(t->group);
-    t->group = NULL;
-  }
-}
-
-void tdm__task_unref(tdm_task *t) {
-  /* acq_rel: the last owner sees every other owner's writes before freeing */
-  if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
-    return;
-  if (t->tile_mask || ((uintptr_t)t->more | (uintptr_t)t->group))
-    drop_references(t);
-  tdm__graph_drop(t->rt, t, true); /* free_task_memory's finds none left */
-  free_task_memory(t);
-  pool_put(t->rt, t);
-}
 
 /* ---- creation --------------------------------------------------------- */
 
@@ -312,7 +92,7 @@ static __attribute__((noinline, cold)) tdm_status check_extras(tdm_runtime *rt,
                                                               const tdm_task_desc *desc,
                                                               const char *what) {
   const tdm_codelet *cl = desc->codelet;
-  const char *name = cl->name ? cl->name : "(unnamed)";
+  const char *name = tdm__name_or(cl->name);
   const unsigned known = TDM_TASK_MAIN_THREAD | TDM_TASK_CALLBACK_ON_DISPATCH;
   if ((desc->flags & ~known) || ((desc->flags & TDM_TASK_MAIN_THREAD) && !cl->cpu_fn))
     return bad(rt, TDM_ERR_INVALID_ARG, "%s: flags 0x%x of codelet %s: %s", what, desc->flags,
@@ -364,7 +144,7 @@ static tdm_status check_desc(tdm_runtime *rt, const tdm_task_desc *desc, const c
   if (cl->struct_size && cl->struct_size < CODELET_V1)
     return bad(rt, TDM_ERR_INVALID_ARG, "%s: tdm_codelet.struct_size %zu: 0 or at least %zu",
                what, cl->struct_size, (size_t)CODELET_V1);
-#define name (cl->name ? cl->name : "(unnamed)") /* for the messages only */
+#define name tdm__name_or(cl->name) /* for the messages only */
   if (cl->nbuffers > TDM_MAX_TASK_BUFFERS)
     return bad(rt, TDM_ERR_TOO_MANY_BUFFERS, "%s: codelet %s has %u buffers, at most %d allowed",
                what, name, cl->nbuffers, TDM_MAX_TASK_BUFFERS);
@@ -458,7 +238,7 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   if (st)
     return st;
   const tdm_codelet *cl = desc->codelet;
-#define name (cl->name ? cl->name : "(unnamed)") /* for the messages only */
+#define name tdm__name_or(cl->name) /* for the messages only */
   tdm_task *t = tdm__task_alloc(rt);
   if (!t)
     return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for task %s", what, name);
@@ -488,7 +268,7 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   if (rt->recording)
     t->trace_id = atomic_fetch_add_explicit(&rt->next_task_id, 1, memory_order_relaxed) + 1;
   /* a task pinned to the application's thread runs its CPU variant */
-  if ((cl->opencl || rt->dev) && !t->main_thread && (st = tdm__device_prepare(rt, t, what))) {
+  if ((cl->opencl || rt->ndevice_workers) && !t->main_thread && (st = tdm__device_prepare(rt, t, what))) {
     tdm__task_unref(t);
     return st;
   }
@@ -626,33 +406,10 @@ static int reserve_reader(tdm_handle *h) {
 
 /* Wakes every thread blocked in a wait (they share one condition and
  * each checks its own condition again). */
-static void wake_waiters(tdm_runtime *rt) {
+void tdm__wake_waiters(tdm_runtime *rt) {
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
   TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
-}
-
-static void task_ready(tdm_task *t) {
-  if (t->kind == TDM_TASK_ACQUIRE) {
-    /* Once READY is seen, the acquirer may release the task and free it:
-     * a reference keeps it while we look at its waiters. */
-    tdm__task_ref(t);
-    atomic_store(&t->state, TDM_TS_READY);
-    /* seq_cst above pairs with the waiter's seq_cst increment (Dekker) */
-    if (atomic_load(&t->waiters))
-      wake_waiters(t->rt);
-    tdm__task_unref(t);
-    return;
-  }
-  atomic_store_explicit(&t->state, TDM_TS_READY, memory_order_relaxed);
-  tdm__place(t->rt, t);
-}
-
-static void release_pending(tdm_task *t) {
-  /* acq_rel: the releasing predecessors' writes happen before the task
-   * runs on whichever thread drops the count to zero */
-  if (atomic_fetch_sub_explicit(&t->pending, 1, memory_order_acq_rel) == 1)
-    task_ready(t);
 }
 
 /* pred: tagged as preds_add made it. */
@@ -685,7 +442,7 @@ void tdm__sub_inflight(tdm_runtime *rt, int64_t n) {
   int64_t left = atomic_fetch_sub(&rt->inflight, n) - n;
   if ((left == 0 && atomic_load(&rt->nwaiters) > 0) ||
       (left < (int64_t)rt->cfg.max_pending && atomic_load(&rt->nblocked) > 0))
-    wake_waiters(rt);
+    tdm__wake_waiters(rt);
 }
 
 _Thread_local unsigned tdm__in_user_code TDM_TLS_MODEL;
@@ -779,11 +536,6 @@ static unsigned unique_handles(const tdm_task *t, tdm_handle **hs, unsigned *mod
 /* The submission of t, in steps (tdm__task_submit); the hot ones are
  * inlined into it, as they were written there. */
 
-/* t's name for messages (made on error paths only). */
-static const char *task_name(const tdm_task *t) {
-  return t->codelet && t->codelet->name ? t->codelet->name : "(unnamed)";
-}
-
 /* Its explicit dependencies, which must all have been submitted, into
  * preds (deps_lock held when t was created by tdm_task_create). */
 static tdm_status explicit_preds(tdm_task *t, pred_list *preds) {
@@ -792,7 +544,7 @@ static tdm_status explicit_preds(tdm_task *t, pred_list *preds) {
   for (unsigned i = 0; i < ndeps; i++)
     if (atomic_load(&deps[i]->state) == TDM_TS_CREATED) {
       tdm__log(t->rt, TDM_LOG_ERROR,
-               "submit of %s refused: it depends on a task not submitted yet", task_name(t));
+               "submit of %s refused: it depends on a task not submitted yet", tdm__codelet_name(t));
       return TDM_ERR_DEP_NOT_SUBMITTED;
     }
   for (unsigned i = 0; i < ndeps; i++)
@@ -814,11 +566,11 @@ TDM_ALWAYS_INLINE static tdm_status check_and_reserve(tdm_task *t, tdm_handle **
     if (atomic_load_explicit(&h->magic, memory_order_relaxed) != TDM_HANDLE_MAGIC) {
       st = TDM_ERR_STALE_HANDLE;
       tdm__log(rt, TDM_LOG_ERROR, "submit of %s refused: a handle was unregistered",
-               task_name(t));
+               tdm__codelet_name(t));
     } else if (h->tiles) {
       st = TDM_ERR_PARTITIONED;
       tdm__log(rt, TDM_LOG_ERROR,
-               "submit of %s refused: a handle is partitioned (use its tiles)", task_name(t));
+               "submit of %s refused: a handle is partitioned (use its tiles)", tdm__codelet_name(t));
     } else {
       /* it reads what the writers produce; it only comes after readers */
       for (unsigned k = 0; k < h->writers.n && !st; k++)
@@ -865,8 +617,8 @@ TDM_ALWAYS_INLINE static void commit(tdm_task *t, tdm_handle **hs, const unsigne
     tdm_handle *h = hs[i];
     tdm__task_ref(t);
     if (modes[i] & TDM_W) {
-      clear_refs(&h->writers);
-      clear_refs(&h->readers);
+      tdm__taskvec_clear(&h->writers);
+      tdm__taskvec_clear(&h->readers);
       h->writers.items[h->writers.n++] = t; /* inline room: cannot fail */
     } else {
       h->readers.items[h->readers.n++] = t; /* reserved above */
@@ -897,7 +649,7 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   if (atomic_load(&rt->closing) && !tdm__self_in(rt)) {
     tdm__sub_inflight(rt, 1);
     tdm__log(rt, TDM_LOG_ERROR, "submit of %s refused: the runtime is being destroyed",
-             task_name(t));
+             tdm__codelet_name(t));
     return TDM_ERR_SHUTTING_DOWN;
   }
 
@@ -927,7 +679,7 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   st = check_and_reserve(t, hs, modes, nh, &preds);
   if (st) {
     if (st == TDM_ERR_NO_MEMORY)
-      tdm__log(rt, TDM_LOG_ERROR, "submit of %s: out of memory", task_name(t));
+      tdm__log(rt, TDM_LOG_ERROR, "submit of %s: out of memory", tdm__codelet_name(t));
     tdm__handles_unlock(hs, nh);
     goto unlock_deps;
   }
@@ -957,9 +709,9 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
     tdm__sub_inflight(rt, 1);
 
   if (preds.n == 0)
-    task_ready(t); /* nobody else can see the count: no atomic needed */
+    tdm__task_ready(t); /* nobody else can see the count: no atomic needed */
   else
-    release_pending(t);
+    tdm__task_release_pending(t);
   preds_free(&preds);
   return TDM_OK;
 
@@ -969,303 +721,6 @@ unlock_deps:
   preds_free(&preds);
   tdm__sub_inflight(rt, 1);
   return st;
-}
-
-/* ---- completion ------------------------------------------------------- */
-
-_Thread_local tdm_status tdm__callback_status TDM_TLS_MODEL = TDM_ERR_INVALID_ARG;
-_Thread_local unsigned tdm__callback_worker TDM_TLS_MODEL;
-
-void tdm__task_ended_badly(tdm_task *t, tdm_status status) {
-  tdm_runtime *rt = t->rt;
-  atomic_store_explicit(&t->outcome, status, memory_order_relaxed);
-  if (t->kind != TDM_TASK_CODELET || (rt->verify && tdm__verify_internal(t)))
-    return;
-  const char *name = task_name(t);
-  bool cancelled = status == TDM_ERR_CANCELLED;
-  if (tdm__cancelled_by_group(t, status)) /* asked for: not a failure to report */
-    return;
-  /* a failure is logged where it happens, with its cause; a cancellation
-   * follows from one and may come by the thousand */
-  tdm__log(rt, TDM_LOG_DEBUG, "task %s %s (%s)", name, cancelled ? "cancelled" : "failed",
-           tdm_status_name(status));
-  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->fail_lock));
-  unsigned long *n = cancelled ? &rt->ncancelled : &rt->nfailed;
-  if ((*n)++ == 0) {
-    snprintf(cancelled ? rt->first_cancelled : rt->first_failed, sizeof rt->first_failed,
-             "%s", name);
-    if (!cancelled)
-      rt->first_status = status;
-  }
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->fail_lock));
-}
-
-tdm_status tdm__report_failures(tdm_runtime *rt, const char *what) {
-  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->fail_lock));
-  unsigned long failed = rt->nfailed, cancelled = rt->ncancelled;
-  if (failed || cancelled) {
-    char first[160] = "";
-    if (failed)
-      snprintf(first, sizeof first, "; the first failed: %s (%s)", rt->first_failed,
-               tdm_status_name(rt->first_status));
-    if (cancelled)
-      snprintf(first + strlen(first), sizeof first - strlen(first),
-               "; the first cancelled: %s", rt->first_cancelled);
-    tdm__log(rt, TDM_LOG_ERROR, "%s: %lu task%s failed and %lu %s cancelled since the last "
-             "report%s", what, failed, failed == 1 ? "" : "s", cancelled,
-             cancelled == 1 ? "was" : "were", first);
-    rt->nfailed = rt->ncancelled = 0;
-  }
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->fail_lock));
-  if (failed || cancelled)
-    return TDM_ERR_TASK_FAILED;
-  return rt->verify && tdm__verify_report_mismatches(rt, what) ? TDM_ERR_MISMATCH : TDM_OK;
-}
-
-tdm_status tdm_callback_status(void) {
-  return tdm__callback_status;
-}
-
-/* The successors on data edges from e on: cancelled. */
-static __attribute__((noinline, cold)) void cancel_readers(tdm_edge *e) {
-  for (; e; e = e->next)
-    if (tdm__edge_task(e->succ) != e->succ)
-      atomic_store_explicit(&tdm__edge_task(e->succ)->outcome, TDM_ERR_CANCELLED,
-                            memory_order_relaxed);
-}
-
-/* Finishes t; w: the calling worker of t's runtime, or NULL. */
-static void finish(tdm_task *t, tdm_worker *w) {
-  tdm_runtime *rt = t->rt;
-  /* acq_rel: our writes (the task's results) are released to successors;
-   * acquire the edges they pushed */
-  tdm_edge *e = atomic_exchange_explicit(&t->succ_head, TDM_CLOSED, memory_order_acq_rel);
-  atomic_store(&t->state, TDM_TS_DONE);
-  /* ended without its results: whoever reads them is cancelled (before
-   * the release below publishes it) */
-  if (TDM_UNLIKELY(atomic_load_explicit(&t->outcome, memory_order_relaxed) != TDM_OK))
-    cancel_readers(e);
-  while (e) {
-    tdm_edge *next = e->next; /* before the successor can be freed */
-    release_pending(tdm__edge_task(e->succ));
-    e = next;
-  }
-  /* seq_cst (the store of state above) pairs with the waiter's increment */
-  if (atomic_load(&t->waiters))
-    wake_waiters(rt);
-  if (TDM_UNLIKELY(t->group))
-    tdm__group_ended(t);
-  if (t->kind == TDM_TASK_CODELET) {
-    /* Workers count their finished tasks locally and subtract them from
-     * inflight in batches; inflight stays above zero meanwhile, which
-     * only delays wait_all: an idle worker flushes as soon as a thread
-     * waits, and always before it parks (worker.c). */
-    if (!w)
-      tdm__sub_inflight(rt, 1);
-    else if (++w->unflushed >= TDM_FLUSH_BATCH)
-      tdm__flush_finished(w);
-  }
-  tdm__task_unref(t);
-}
-
-void tdm__task_finish(tdm_task *t) {
-  finish(t, tdm__self_in(t->rt));
-}
-
-/* A failed try of t on `worker`, counted and logged: t is placed again
- * (the backlog there shrinks; nothing learnt). */
-static void place_again(tdm_task *t, unsigned worker) {
-  tdm_runtime *rt = t->rt;
-  if (tdm__sched_timed(t))
-    tdm__sched_done(t, worker, -1);
-  t->sched_cls = -1;
-  atomic_fetch_add_explicit(&rt->nretries, 1, memory_order_relaxed);
-  tdm__place(rt, t);
-}
-
-/* t's inputs came home for a CPU worker, or failed to (tdm__host_ready):
- * it runs, or ends, where it was. */
-static void fetched(void *arg, int status) {
-  tdm_task *t = arg;
-  if (status < 0)
-    tdm__host_not_home(t, status);
-  if (t->main_thread)
-    tdm__dispatch_task(t->rt, t);
-  else
-    tdm__schedule(t->rt, t);
-}
-
-/* t's inputs did not come home for a CPU worker (tdm__host_ready): the
- * copies that failed are forgotten, and t is placed again when tries
- * remain (true). */
-static bool retry_home(tdm_task *t, unsigned worker) {
-  tdm_runtime *rt = t->rt;
-  t->homeless = false;
-  tdm__task_drop_failed(rt, t, false);
-  if (t->tries >= rt->cfg.retries)
-    return false;
-  t->tries++;
-  tdm__log(rt, TDM_LOG_WARNING, "task %s: its inputs are fetched again (retry %u of %u)",
-           task_name(t), t->tries, rt->cfg.retries);
-  atomic_store_explicit(&t->outcome, TDM_OK, memory_order_relaxed);
-  place_again(t, worker);
-  return true;
-}
-
-/* t failed on device worker `worker` with status: placed again, on a
- * kind of worker that has not failed it, when tries remain (true). Its
- * inputs are as they were: what a failed run wrote was dropped
- * (tdm__task_write_failed), a failed launch wrote nothing, copies that
- * failed on their way are forgotten here. */
-static bool retry(tdm_task *t, unsigned worker, tdm_status status) {
-  tdm_runtime *rt = t->rt;
-  if (status == TDM_ERR_CANCELLED || t->kind != TDM_TASK_CODELET)
-    return false;
-  if (worker < rt->nworkers)
-    return t->homeless && retry_home(t, worker);
-  unsigned k = worker - rt->nworkers;
-  tdm__task_drop_failed(rt, t, tdm__device_node(rt, k) == 0);
-  tdm__device_failed(rt, k, status); /* may take the device out of placement */
-  uint64_t others = t->dev_mask & ~(UINT64_C(1) << k);
-  if (t->tries >= rt->cfg.retries || t->spoiled || (!others && !t->codelet->cpu_fn))
-    return false;
-  t->tries++;
-  tdm__log(rt, TDM_LOG_WARNING,
-           "task %s failed on device %u (%s): tried again elsewhere (retry %u of %u)",
-           task_name(t), k, tdm_status_name(status), t->tries, rt->cfg.retries);
-  t->dev_mask = others;
-  t->device_ok = others != 0;
-  t->unkept = false;
-  place_again(t, worker);
-  return true;
-}
-
-/* The end of a task (see tdm__task_done); w: the calling worker of t's
- * runtime, or NULL. Inlined into the CPU workers' path. */
-static inline void task_done(tdm_task *t, tdm_worker *w, unsigned worker, tdm_status status,
-                             uint64_t t0, uint64_t t1) {
-  tdm_runtime *rt = t->rt;
-  if (status && retry(t, worker, status))
-    return;
-  if (status)
-    tdm__task_ended_badly(t, status);
-  else if (rt->recording && !t->main_thread) /* not on a worker's track */
-    tdm__trace_task(rt, t, worker, t0, t1);
-  if (tdm__sched_timed(t)) /* the backlog shrinks; the model learns a success */
-    tdm__sched_done(t, worker, status ? -1 : 1e-9 * (double)(t1 - t0));
-  if (t->callback) {
-    if (TDM_UNLIKELY(t->callback_on_dispatch)) {
-      /* on the application's thread; queued before the end is counted,
-       * so that whoever waits for the task, then dispatches, runs it */
-      tdm__task_ref(t);
-      t->dispatch_ended = true;
-      tdm__dispatch_task(rt, t);
-      finish(t, w);
-      return;
-    }
-    tdm__callback_status = status;
-    tdm__callback_worker = worker;
-    TDM_USER_CODE(t->callback(t->callback_data));
-    tdm__callback_status = TDM_ERR_INVALID_ARG;
-  }
-  finish(t, w);
-}
-
-void tdm__task_done(tdm_task *t, unsigned worker, tdm_status status, uint64_t t0,
-                    uint64_t t1) {
-  task_done(t, tdm__self_in(t->rt), worker, status, t0, t1);
-}
-
-/* A task's CPU variant, on the buffers given (NULL: its handles' own,
- * the application's memory in place), or a device's copies. */
-void tdm__cpu_run(const tdm_task *t, const tdm_buffer *bufs) {
-  const tdm_codelet *cl = t->codelet;
-  if (!cl->cpu_fn)
-    return;
-  tdm_buffer room[TDM_MAX_BUFFERS];
-  if (!bufs) {
-    /* (the task's own room past TDM_MAX_BUFFERS: it runs once at a time) */
-    tdm_buffer *own = tdm__task_views(t, room);
-    tdm_handle *const *hs = tdm__task_handles(t);
-    for (unsigned i = 0; i < t->nbuf; i++)
-      own[i] = hs[i]->buf;
-    bufs = own;
-  }
-  cl->cpu_fn(bufs, t->args, t->args_size);
-}
-
-void tdm__task_execute(tdm_task *t, tdm_worker *w) {
-  tdm_runtime *rt = t->rt;
-  /* cancelled, or its inputs could not be brought home: it ends here */
-  tdm_status failed = tdm__task_outcome_at_start(t);
-  if (!failed && rt->ndevice_workers) {
-    if (!tdm__host_ready(t, fetched))
-      return; /* its inputs are coming home; it is queued again then */
-    failed = atomic_load_explicit(&t->outcome, memory_order_relaxed);
-  }
-  if (TDM_UNLIKELY(failed)) {
-    task_done(t, w, w->id, failed, 0, 0);
-    return;
-  }
-  tdm__count(&w->tasks_run, 1);
-  /* timed when tracing or counting, for the scheduler's model (a task a
-   * device could run), or to stretch it on an emulated machine */
-  uint64_t t0 = 0, t1 = 0;
-  if (!rt->time_cpu_tasks && !tdm__sched_timed(t)) {
-    tdm__cpu_run(t, NULL);
-  } else {
-    t0 = tdm__now_ns();
-    tdm__cpu_run(t, NULL);
-    t1 = tdm__now_ns();
-    if (rt->cpu_stretch) { /* an emulated machine is slower than this one */
-      double stretched = (double)(t1 - t0) * 1e-9 * rt->cpu_stretch(rt, w->id, t);
-      tdm__sleep_until(t0 + tdm__ns_of(stretched));
-      t1 = tdm__now_ns();
-    }
-    if (rt->timing) /* the statistics measure times only when asked */
-      tdm__count(&w->busy_ns, t1 - t0);
-  }
-  if (rt->ndevice_workers)
-    tdm__host_written(t);
-  task_done(t, w, w->id, TDM_OK, t0, t1);
-}
-
-void tdm__task_run_here(tdm_task *t) {
-  tdm_runtime *rt = t->rt;
-  tdm_status failed = tdm__task_outcome_at_start(t);
-  if (!failed && rt->ndevice_workers) {
-    if (!tdm__host_ready(t, fetched))
-      return; /* its inputs are coming home; it is queued here again then */
-    failed = atomic_load_explicit(&t->outcome, memory_order_relaxed);
-  }
-  if (!failed) {
-    /* a submission from it never waits for room: the tasks that would
-     * make room may wait for this thread */
-    TDM_USER_CODE(tdm__cpu_run(t, NULL));
-    if (rt->ndevice_workers)
-      tdm__host_written(t);
-  }
-  /* worker 0 for what task_done passes on (a retry of a task whose
-   * inputs did not come home places it again: here) */
-  task_done(t, NULL, 0, failed, 0, 0);
-}
-
-void tdm__task_wait_state(tdm_task *t, uint32_t state) {
-  tdm_runtime *rt = t->rt;
-  /* Poll a little before blocking, as tdm_wait_all does. acquire: the
-   * task's effects are visible once we see its state. */
-  uint64_t deadline = 0;
-  for (unsigned i = 0; atomic_load_explicit(&t->state, memory_order_acquire) < state; i++)
-    if (!tdm__idle_step(i, &deadline, rt->cfg.spin_us))
-      break;
-  if (atomic_load_explicit(&t->state, memory_order_acquire) >= state)
-    return;
-  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
-  atomic_fetch_add(&t->waiters, 1);
-  while (atomic_load(&t->state) < state)
-    TDM_PTHREAD(rt, pthread_cond_wait(&rt->wait_cond, &rt->wait_lock));
-  atomic_fetch_sub(&t->waiters, 1);
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
 }
 
 /* ---- public API ------------------------------------------------------- */

@@ -101,8 +101,9 @@ static bool gather(tdm_runtime *rt, all_events *a) {
   for (unsigned w = 0; w < rt->nworkers; w++)
     gather_buf(a, &rt->workers[w].trace);
   gather_buf(a, &rt->trace_shared);
-  if (rt->dev && rt->dev->trace_collect)
-    rt->dev->trace_collect(rt, gather_one, a);
+  for (unsigned i = 0; i < rt->nattached; i++)
+    if (rt->attached[i].n && rt->attached[i].ops->trace_collect)
+      rt->attached[i].ops->trace_collect(rt, gather_one, a);
   if (a->failed) {
     free(a->ev);
     tdm__log(rt, TDM_LOG_ERROR, "trace: out of memory gathering the events");
@@ -177,7 +178,7 @@ static bool index_tasks(const tdm_runtime *rt, const all_events *a, task_index *
 
 static void json_str(FILE *f, const char *s) {
   fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)(s ? s : "(unnamed)"); *p; p++) {
+  for (const unsigned char *p = (const unsigned char *)tdm__name_or(s); *p; p++) {
     if (*p == '"' || *p == '\\')
       fprintf(f, "\\%c", *p);
     else if (*p < 0x20)
@@ -246,7 +247,7 @@ static void track_names(FILE *f, tdm_runtime *rt) {
 
 static bool write_trace(tdm_runtime *rt, const all_events *a, const task_index *x) {
   tdm_outfile o;
-  if (!tdm__out_open(rt, &o, AT_FDCWD, rt->trace_path, 0666, TDM_LOG_ERROR, "trace"))
+  if (!tdm__out_open(rt, &o, AT_FDCWD, rt->cfg.trace_path, 0666, TDM_LOG_ERROR, "trace"))
     return false;
   FILE *f = o.f;
   fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"Tandem %d.%d.%d\"},\n"
@@ -300,7 +301,7 @@ static bool write_trace(tdm_runtime *rt, const all_events *a, const task_index *
   fprintf(f, "\n]}\n");
   if (!tdm__out_commit(rt, &o))
     return false;
-  tdm__log(rt, TDM_LOG_INFO, "trace: %zu events written to %s", a->n, rt->trace_path);
+  tdm__log(rt, TDM_LOG_INFO, "trace: %zu events written to %s", a->n, rt->cfg.trace_path);
   return true;
 }
 
@@ -327,7 +328,7 @@ static const char *colour_of(const tdm_runtime *rt, const tdm_trace_event *ran) 
 
 static bool write_dag(tdm_runtime *rt, const all_events *a, const task_index *x) {
   tdm_outfile o;
-  if (!tdm__out_open(rt, &o, AT_FDCWD, rt->dag_path, 0666, TDM_LOG_ERROR, "graph"))
+  if (!tdm__out_open(rt, &o, AT_FDCWD, rt->cfg.dag_path, 0666, TDM_LOG_ERROR, "graph"))
     return false;
   FILE *f = o.f;
   fprintf(f, "digraph tandem {\n  node [shape=box, style=filled, fontname=\"sans\"];\n"
@@ -343,7 +344,7 @@ static bool write_dag(tdm_runtime *rt, const all_events *a, const task_index *x)
       continue;
     fprintf(f, "  t%llu [label=", (unsigned long long)id);
     char label[256];
-    snprintf(label, sizeof label, "%s #%llu", x->name[id] ? x->name[id] : "(unnamed)",
+    snprintf(label, sizeof label, "%s #%llu", tdm__name_or(x->name[id]),
              (unsigned long long)id);
     json_str(f, label); /* DOT strings escape as JSON's */
     fprintf(f, ", fillcolor=%s];\n", colour_of(rt, x->ran[id]));
@@ -357,7 +358,7 @@ static bool write_dag(tdm_runtime *rt, const all_events *a, const task_index *x)
 }
 
 tdm_status tdm__trace_write(tdm_runtime *rt) {
-  if (!rt->trace_path && !rt->dag_path)
+  if (!rt->cfg.trace_path && !rt->cfg.dag_path)
     return TDM_OK;
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->trace_lock));
   all_events a;
@@ -371,9 +372,9 @@ tdm_status tdm__trace_write(tdm_runtime *rt) {
     ok = false;
   }
   if (ok) {
-    if (rt->trace_path)
+    if (rt->cfg.trace_path)
       ok = write_trace(rt, &a, &x) && ok;
-    if (rt->dag_path)
+    if (rt->cfg.dag_path)
       ok = write_dag(rt, &a, &x) && ok;
     free(a.ev);
     free(x.ran);
@@ -387,7 +388,7 @@ tdm_status tdm_trace_flush(tdm_runtime *rt) {
   if (!rt)
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, "tdm_trace_flush");
-  if (!rt->trace_path) {
+  if (!rt->cfg.trace_path) {
     tdm__log(rt, TDM_LOG_ERROR, "tdm_trace_flush: no trace was asked for (trace_path)");
     return TDM_ERR_INVALID_ARG;
   }
@@ -425,7 +426,7 @@ tdm_status tdm_runtime_worker_stats(const tdm_runtime *rt, unsigned worker,
     tdm_device_counters c = {.struct_size = sizeof c};
     if (tdm_runtime_device_counters(rt, rt->device_of[k], &c) == TDM_OK)
       s.tasks = c.tasks;
-    s.busy_ns = rt->dev->busy_ns(rt, k);
+    s.busy_ns = tdm__backend_of(rt, k)->busy_ns(rt, k);
   }
   memcpy(out, &s, sizeof s);
   return TDM_OK;
@@ -449,7 +450,7 @@ static void summary_by_codelet(tdm_runtime *rt) {
     if (e->kind != TDM_EV_TASK)
       continue;
     bool device = e->track >= rt->nworkers;
-    const char *name = e->name ? e->name : "(unnamed)";
+    const char *name = tdm__name_or(e->name);
     unsigned j;
     for (j = 0; j < ns; j++)
       if (sums[j].device == device && !strcmp(sums[j].name, name))

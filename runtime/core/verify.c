@@ -574,7 +574,7 @@ void *tdm__verify_before(tdm_task *t) {
   }
   atomic_init(&r->refs, 1);
   r->rt = rt;
-  snprintf(r->name, sizeof r->name, "%s", t->codelet->name ? t->codelet->name : "(unnamed)");
+  snprintf(r->name, sizeof r->name, "%s", tdm__codelet_name(t));
   r->cpu_fn = t->codelet->cpu_fn;
   const tdm_codelet *cl = t->codelet;
   r->tol = cl->struct_size && cl->struct_size < offsetof(tdm_codelet, tolerance) +

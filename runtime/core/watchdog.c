@@ -74,7 +74,7 @@ bool tdm__watch(tdm_runtime *rt, unsigned k, const tdm_task *t, uint64_t since) 
   if (limit > 0) {
     w.deadline = since + tdm__ns_of(limit);
     snprintf(w.codelet, sizeof w.codelet, "%s",
-             t->codelet->name ? t->codelet->name : "(unnamed)");
+             tdm__codelet_name(t));
   }
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
   g->dev[k] = w;
@@ -88,8 +88,8 @@ void tdm__device_hung(tdm_runtime *rt, unsigned k, const char *why) {
   if (atomic_fetch_or(&rt->hung, UINT64_C(1) << k) >> k & 1)
     return; /* once */
   tdm__device_quarantine(rt, k, why);
-  if (rt->dev->abandon)
-    rt->dev->abandon(rt, k);
+  if (tdm__backend_of(rt, k)->abandon)
+    tdm__backend_of(rt, k)->abandon(rt, k);
 }
 
 /* Device worker k ran w past its deadline: hung. */
@@ -145,7 +145,7 @@ static void *watchdog_main(void *arg) {
 }
 
 tdm_status tdm__watchdog_start(tdm_runtime *rt) {
-  if (!rt->ndevice_workers || !rt->dev ||
+  if (!rt->ndevice_workers ||
       (!(rt->cfg.watchdog_factor > 0) && !(rt->cfg.watchdog_uncalibrated > 0)))
     return TDM_OK;
   struct tdm_watchdog *g = tdm__calloc(rt, 1, sizeof *g);

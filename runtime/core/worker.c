@@ -315,7 +315,7 @@ tdm_task *tdm__steal_from(tdm_runtime *rt, unsigned worker) {
 }
 
 static bool any_work(tdm_runtime *rt) {
-  if (atomic_load(&rt->completions) || atomic_load(&rt->any_n))
+  if (tdm__device_ended(rt) || atomic_load(&rt->any_n))
     return true;
   for (unsigned b = 0; b < TDM_BANDS; b++)
     if (atomic_load(&rt->inject[b]))
@@ -375,7 +375,7 @@ static void bench(tdm_worker *w) {
   atomic_fetch_add(&rt->nbenched, 1);
   tdm__fence_seq_cst();
   while (!may_run(w) && !atomic_load(&rt->stop)) {
-    if (atomic_load(&rt->completions) && atomic_load(&rt->run_limit) == 0) {
+    if (tdm__device_ended(rt) && atomic_load(&rt->run_limit) == 0) {
       TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->park_lock));
       tdm__device_progress(rt);
       if (w->unflushed)
@@ -410,9 +410,9 @@ static tdm_status set_limit(tdm_runtime *rt, int paused, unsigned active, const 
   if (limit > before)
     TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->bench_cond));
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->park_lock));
-  if (before == 0 && limit > 0 && rt->dev) /* the devices start what waits for them */
+  if (before == 0 && limit > 0) /* the devices start what waits for them */
     for (unsigned k = 0; k < rt->ndevice_workers; k++)
-      rt->dev->kick(rt, k);
+      tdm__backend_of(rt, k)->kick(rt, k);
   return TDM_OK;
 }
 
@@ -442,7 +442,7 @@ unsigned tdm_runtime_active_workers(const tdm_runtime *rt) {
 static void idle_period(tdm_worker *w, uint8_t kind, uint64_t from) {
   uint64_t to = tdm__now_ns();
   tdm__count(kind == TDM_EV_IDLE ? &w->idle_ns : &w->parked_ns, to - from);
-  if (w->rt->trace_path)
+  if (w->rt->cfg.trace_path)
     tdm__trace_add(w->rt, &(tdm_trace_event){.kind = kind, .track = (uint16_t)w->id,
                                              .t0 = from, .t1 = to});
 }

@@ -134,9 +134,11 @@ static bool task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens 
   return ok;
 }
 
-bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w,
-                      bool replay) {
-  return task_access(rt, t, node, w, replay, 0);
+bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned node,
+                      tdm_tokens *w, bool replay) {
+  bool ok = task_access(rt, t, node, w, replay, 0);
+  tdm__tokens_for(&rt->nodes, slot, w); /* its backend's own tokens */
+  return ok;
 }
 
 void tdm__task_prefetch(tdm_runtime *rt, tdm_task *t, unsigned node) {
@@ -157,8 +159,10 @@ static bool first_write(tdm_handle *const *hs, const uint8_t *modes, unsigned i)
   return true;
 }
 
-void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token done) {
+void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned node,
+                       tdm_token done) {
   const tdm_nodes *nodes = &rt->nodes;
+  done = tdm__token_from(nodes, slot, done); /* the backend's token as the nodes' */
   tdm_handle *const *hs = tdm__task_handles(t);
   const uint8_t *modes = tdm__task_modes(t);
   tdm_lrec *rec = node && nodes->lineage_max ? tdm__lineage_record(rt, t) : NULL;
@@ -206,7 +210,7 @@ void tdm__task_write_back(tdm_runtime *rt, tdm_task *t, unsigned node) {
     tdm__log(rt, TDM_LOG_WARNING,
              "codelet %s: a version it wrote could not start home: it stays on device "
              "node %u alone (its lineage makes it again if need be)",
-             t->codelet->name ? t->codelet->name : "(unnamed)", node);
+             tdm__codelet_name(t), node);
   tdm_handle *lost = tdm__coh_take_replay(); /* made again when next used */
   if (lost)
     tdm__handle_unref(lost);
@@ -292,7 +296,7 @@ void *tdm__task_snapshot(tdm_runtime *rt, const tdm_task *t, bool *ok) {
 void tdm__host_not_home(tdm_task *t, int status) {
   tdm__log(t->rt, TDM_LOG_ERROR,
            "codelet %s: bringing its inputs home failed (status %d); it did not run",
-           t->codelet->name ? t->codelet->name : "(unnamed)", status);
+           tdm__codelet_name(t), status);
   t->homeless = true;
   atomic_store_explicit(&t->outcome, TDM_ERR_SYSTEM, memory_order_relaxed);
 }
@@ -355,7 +359,7 @@ bool tdm__host_ready(tdm_task *t, void (*fetched)(void *, int)) {
 }
 
 void tdm__host_written(tdm_task *t) {
-  tdm__task_written(t->rt, t, 0, 0);
+  tdm__task_written(t->rt, t, 0, 0, 0);
 }
 
 /* One try of tdm__handle_home, after `gen` gathers. */

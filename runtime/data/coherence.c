@@ -102,8 +102,10 @@ static void wait_add(const tdm_nodes *nodes, tdm_tokens *w, tdm_token t) {
 }
 
 void tdm__tokens_release(const tdm_nodes *nodes, tdm_tokens *w) {
+  const tdm_node_ops *ops = w->way ? nodes->ways[w->way - 1].ops : nodes->ops;
+  void *ctx = w->way ? nodes->ways[w->way - 1].ctx : nodes->ctx;
   for (unsigned i = 0; i < w->n; i++)
-    nodes->ops->release(nodes->ctx, w->v[i]);
+    ops->release(ctx, w->v[i]);
   if (w->v != w->inline_v)
     free(w->v);
   tdm__tokens_init(w);

@@ -101,12 +101,16 @@ static inline bool tdm__nodeset_only(const tdm_nodeset *s, unsigned n) {
 typedef struct tdm_tokens {
   tdm_token *v;
   unsigned n, cap;
+  /* 0: the nodes' tokens; else they were given to a backend as its own:
+   * 1 + the index of its way (tdm__tokens_for, nodes.c) */
+  unsigned way;
   tdm_token inline_v[8];
 } tdm_tokens;
 
 static inline void tdm__tokens_init(tdm_tokens *w) {
   w->v = w->inline_v;
   w->n = 0;
+  w->way = 0;
   w->cap = sizeof w->inline_v / sizeof w->inline_v[0];
 }
 struct tdm_nodes;
@@ -131,9 +135,21 @@ typedef struct tdm_memnode {
   _Atomic uint64_t evictions;
 } tdm_memnode;
 
-typedef struct tdm_nodes {
+/* The operations of the nodes of one backend (nodes.c). */
+typedef struct tdm_node_way {
   const tdm_node_ops *ops;
-  void *ctx;             /* the backend's, passed to ops */
+  void *ctx; /* the backend's, passed to ops */
+} tdm_node_way;
+
+typedef struct tdm_nodes {
+  /* What the coherence module calls: the one backend's operations, or,
+   * when several backends share the nodes, the multiplexer of nodes.c
+   * (ctx: the nodes), which passes each call on to the node's backend. */
+  const tdm_node_ops *ops;
+  void *ctx;
+  tdm_node_way ways[TDM_MAX_BACKENDS];
+  unsigned nways;
+  uint8_t way_of[TDM_MAX_NODES]; /* each node's, an index in ways */
   unsigned n;            /* nodes: 1 + device workers */
   tdm_memnode *mem;      /* per node; [0], the host's, unused */
   tdm_runtime *rt;       /* for messages and allocations; may be NULL */
@@ -154,12 +170,25 @@ typedef struct tdm_nodes {
   _Atomic(tdm_lrec *) lfree;
 } tdm_nodes;
 
-/* Sets up nodes 1 .. n-1 (limits[k]: node 1 + k's bytes; 0: a device
- * working in host memory, nothing counted). TDM_OK, TDM_ERR_NO_MEMORY or
- * TDM_ERR_SYSTEM (logged). */
+/* Memory nodes (nodes.c). Make: nodes 0 .. n-1, none with operations
+ * yet. Add: device workers first .. first + n - 1 copy through ops (ctx
+ * passed to them); limits[i]: the bytes of node 1 + first + i (0: a
+ * device working in host memory, nothing counted). Init: both, one
+ * backend for every node. TDM_OK, TDM_ERR_INVALID_ARG, TDM_ERR_NO_MEMORY
+ * or TDM_ERR_SYSTEM (logged). */
+int tdm__nodes_make(tdm_nodes *nodes, tdm_runtime *rt, unsigned n);
+int tdm__nodes_add(tdm_nodes *nodes, const tdm_node_ops *ops, void *ctx, unsigned first,
+                   unsigned n, const uint64_t *limits);
 int tdm__nodes_init(tdm_nodes *nodes, tdm_runtime *rt, const tdm_node_ops *ops,
                     void *ctx, unsigned n, const uint64_t *limits);
 void tdm__nodes_fini(tdm_nodes *nodes);
+/* Between the nodes' tokens and a backend's own, for the backend of
+ * device node `slot` (1 + its device worker), when several share the
+ * nodes (nothing to do otherwise): w's tokens become its own (those of
+ * another backend waited for and released); a token of its own becomes
+ * the nodes'. */
+void tdm__tokens_for(const tdm_nodes *nodes, unsigned slot, tdm_tokens *w);
+tdm_token tdm__token_from(const tdm_nodes *nodes, unsigned slot, tdm_token t);
 
 /* ---- a handle's state --------------------------------------------------------- */
 

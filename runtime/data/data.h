@@ -72,18 +72,23 @@ bool tdm__task_pin(tdm_runtime *rt, tdm_task *t, unsigned slot, void **mems);
 /* Whether t's buffers fit in `slot`'s memory at all (nothing else there). */
 bool tdm__task_fits(const tdm_runtime *rt, const tdm_task *t, unsigned slot);
 void tdm__task_unpin(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned n);
-/* t's accesses on `node`: copies started, what to wait for added to w;
+/* t's accesses on `node` for device node `slot` (1 + device worker k,
+ * working in its own memory or in the host's): copies started, what to
+ * wait for added to w (tokens of that device's backend);
  * false when a copy could not be made (logged). `replay`: a version that
  * only a failed device held may be made again here by its lineage, which
  * runs CPU variants on this thread (the caller holds no lock). */
-bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens *w, bool replay);
+bool tdm__task_access(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned node,
+                      tdm_tokens *w, bool replay);
 /* Starts the copies of t's inputs to node, where t is queued to run
  * (it may yet run elsewhere: nothing is announced written, nothing
  * replayed). */
 void tdm__task_prefetch(tdm_runtime *rt, tdm_task *t, unsigned node);
 /* t's writes were made on node, complete at `done` (the caller keeps its
- * reference; 0: complete). */
-void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_token done);
+ * reference; 0: complete), a token of the backend of device node `slot`
+ * (0 for the host's run). */
+void tdm__task_written(tdm_runtime *rt, tdm_task *t, unsigned slot, unsigned node,
+                       tdm_token done);
 /* t ran on node and failed: what it wrote is undone. On a device with
  * memory of its own (node > 0), the buffers it writes hold no version
  * there; the host's copy, which tdm__task_access kept current for a

@@ -121,7 +121,7 @@ tdm_lrec *tdm__lineage_record(tdm_runtime *rt, const tdm_task *t) {
   tdm_lrec *r = (tdm_lrec *)block;
   atomic_init(&r->refs, 1);
   r->next_free = NULL;
-  snprintf(r->name, sizeof r->name, "%s", cl->name ? cl->name : "(unnamed)");
+  snprintf(r->name, sizeof r->name, "%s", tdm__name_or(cl->name));
   r->cpu_fn = cl->cpu_fn;
   r->nbuf = (unsigned)n;
   r->args_size = t->args_size;

@@ -13,46 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int tdm__nodes_init(tdm_nodes *nodes, tdm_runtime *rt, const tdm_node_ops *ops, void *ctx,
-                    unsigned n, const uint64_t *limits) {
-  memset(nodes, 0, sizeof *nodes);
-  nodes->ops = ops;
-  nodes->ctx = ctx;
-  nodes->rt = rt;
-  nodes->keep_host = rt && rt->cfg.writeback;
-  nodes->lineage_max = rt ? rt->cfg.lineage : 0;
-  nodes->retries = rt ? rt->cfg.retries : 0;
-  if (n > TDM_MAX_NODES) {
-    tdm__log(rt, TDM_LOG_ERROR, "%u memory nodes: at most %d", n, TDM_MAX_NODES);
-    return TDM_ERR_INVALID_ARG;
-  }
-  nodes->mem = tdm__calloc(rt, n, sizeof *nodes->mem);
-  if (!nodes->mem)
-    return TDM_ERR_NO_MEMORY;
-  for (unsigned k = 1; k < n; k++) {
-    int err = pthread_mutex_init(&nodes->mem[k].lock, NULL);
-    if (err) {
-      tdm__log(rt, TDM_LOG_ERROR, "pthread_mutex_init: %s", strerror(err));
-      nodes->n = k; /* those made */
-      tdm__nodes_fini(nodes);
-      return TDM_ERR_SYSTEM;
-    }
-    nodes->mem[k].counted = limits[k - 1] != 0;
-    nodes->mem[k].limit = limits[k - 1];
-    nodes->n = k + 1;
-  }
-  nodes->n = n;
-  return TDM_OK;
-}
-
-void tdm__nodes_fini(tdm_nodes *nodes) {
-  for (unsigned k = 1; nodes->mem && k < nodes->n; k++)
-    pthread_mutex_destroy(&nodes->mem[k].lock);
-  free(nodes->mem);
-  nodes->mem = NULL;
-  nodes->n = 0;
-}
-
 static void lru_unlink(tdm_memnode *m, tdm_replica *r) {
   if (r->lru_prev)
     r->lru_prev->lru_next = r->lru_next;

@@ -73,6 +73,14 @@ typedef struct tdm_platform_record {
   unsigned ndevices;
 } tdm_platform_record;
 
+/* What the machine's OpenCL stack told discovery, for tdm_machine_info
+ * (its opencl_status and opencl_summary): written by the OpenCL backend,
+ * read by machine.c. */
+typedef struct tdm_opencl_report {
+  tdm_status status;
+  char summary[256];
+} tdm_opencl_report;
+
 /* A parsed tdm_config.devices (see tandem.h). */
 #define TDM_MAX_DEVICE_INDEX 256
 typedef struct tdm_device_selection {

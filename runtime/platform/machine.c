@@ -164,10 +164,10 @@ tdm_status tdm__machine_describe(tdm_runtime *rt) {
   hwloc_topology_t topo = rt->topo;
   tdm_machine_info *mi = &m->info;
   mi->struct_size = sizeof *mi;
-  if (rt->synthetic)
-    snprintf(m->source, sizeof m->source, "synthetic topology %s", rt->synthetic);
-  else if (rt->xml)
-    snprintf(m->source, sizeof m->source, "XML topology %s", rt->xml);
+  if (rt->cfg.synthetic_topology)
+    snprintf(m->source, sizeof m->source, "synthetic topology %s", rt->cfg.synthetic_topology);
+  else if (rt->cfg.topology_xml)
+    snprintf(m->source, sizeof m->source, "XML topology %s", rt->cfg.topology_xml);
   else
     snprintf(m->source, sizeof m->source, "this machine");
   mi->topology_source = m->source;
@@ -194,8 +194,8 @@ tdm_status tdm__machine_describe(tdm_runtime *rt) {
   cache(topo, HWLOC_OBJ_L3CACHE, &mi->l3_bytes, &mi->l3_count);
   mi->cpu_workers = rt->nworkers;
   mi->device_workers = rt->ndevice_workers;
-  mi->opencl_status = rt->opencl_status;
-  mi->opencl_summary = rt->opencl_summary;
+  mi->opencl_status = rt->opencl_report.status;
+  mi->opencl_summary = rt->opencl_report.summary;
   mi->opencl_platforms = rt->nplatforms;
   mi->opencl_devices = rt->ndevices;
   mi->devices = rt->selection.text;

@@ -77,7 +77,7 @@ static entry *find(const tdm_perfmodel *m, const char *codelet, const char *cls)
 /* A copy of s with tabs and newlines made spaces (they separate fields),
  * cut to TDM_MODEL_NAME_MAX bytes so that a record fits a line. */
 static char *clean_copy(const char *s) {
-  char *c = strndup(s ? s : "(unnamed)", TDM_MODEL_NAME_MAX);
+  char *c = strndup(tdm__name_or(s), TDM_MODEL_NAME_MAX);
   for (char *p = c; p && *p; p++)
     if (*p == '\t' || *p == '\n' || *p == '\r')
       *p = ' ';

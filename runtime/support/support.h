@@ -249,6 +249,11 @@ void tdm__name_thread(const tdm_runtime *rt, const char *fmt, ...)
                tdm__err, __FILE__, __LINE__);                                  \
   } while (0)
 
+/* A name for messages: s, or "(unnamed)" when it is NULL. */
+static inline const char *tdm__name_or(const char *s) {
+  return s ? s : "(unnamed)";
+}
+
 /* Logs "what: why" as an error and returns st. */
 tdm_status tdm__refuse(const tdm_runtime *rt, tdm_status st, const char *what, const char *why);
 
