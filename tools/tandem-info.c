@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,12 +302,48 @@ static void print_device_extras(const view *v, unsigned d) {
 
 /* ---- for people --------------------------------------------------------- */
 
-static void print_text(const view *v, const log_store *log) {
-  const tdm_machine_info *m = &v->m;
+/* One OpenCL device, under its platform. */
+static void print_text_device(const view *v, unsigned i) {
+  const tdm_device_info *d = &v->devices[i];
   char b1[32], b2[32], b3[32];
-  printf("Tandem %d.%d.%d: the machine as Tandem sees it\n\n", TDM_VERSION_MAJOR,
-         TDM_VERSION_MINOR, TDM_VERSION_PATCH);
+  printf("    Device %u: %s (%s)\n", i, d->name, d->vendor);
+  printf("      Class:    %s: %s\n", tdm_device_class_name(d->device_class),
+         d->class_reason);
+  printf("      Memory:   %s; %s\n", d->shared_memory ? "shared with the host" : "its own",
+         d->memory_reason);
+  printf("      Compute:  %u compute %s at %u MHz; double precision %s\n", d->compute_units,
+         plural(d->compute_units, "unit", "units"), d->clock_mhz, d->fp64 ? "yes" : "no");
+  printf("      Sizes:    %s of memory, at most %s per buffer, %s local memory\n",
+         bytes(d->global_mem_bytes, b1, sizeof b1), bytes(d->max_alloc_bytes, b2, sizeof b2),
+         bytes(d->local_mem_bytes, b3, sizeof b3));
+  char pci[32] = "unknown", uuid[40] = "unknown";
+  if (d->has_pci)
+    pci_string(d, pci, sizeof pci);
+  if (d->has_uuid)
+    uuid_string(d, uuid, sizeof uuid);
+  printf("      Identity: PCI %s, UUID %s", pci, uuid);
+  if (d->duplicate_of >= 0)
+    printf(", the same hardware as device %d", d->duplicate_of);
+  printf("\n");
+  if (d->numa_node >= 0)
+    printf("      Near:     NUMA node %d, CPUs %s\n", d->numa_node, d->near_cpus);
+  else if (d->near_cpus[0])
+    printf("      Near:     CPUs %s\n", d->near_cpus);
+  else
+    printf("      Near:     unknown\n");
+  printf("      Versions: %s; driver %s\n", d->opencl_version, d->driver_version);
+  if (d->used)
+    printf("      Used:     yes, as worker %d (%s)\n", d->worker, without(d->usage, "used: "));
+  else
+    printf("      Used:     no (%s)\n", without(d->usage, "not used: "));
+  if (d->quarantined)
+    printf("      State:    quarantined: %s\n", d->quarantine_reason);
+  print_device_extras(v, i);
+}
 
+static void print_text_processor(const view *v) {
+  const tdm_machine_info *m = &v->m;
+  char b1[32];
   printf("Processor (%s)\n", m->topology_source);
   if (m->cpu_model[0])
     printf("  Model:      %s\n", m->cpu_model);
@@ -346,6 +383,10 @@ static void print_text(const view *v, const log_store *log) {
              v->kinds[k].worker_ids);
   }
 
+}
+
+static void print_text_workers(const view *v) {
+  const tdm_machine_info *m = &v->m;
   printf("\nWorkers: %u on CPU cores (one thread per usable core), %u for devices\n",
          m->cpu_workers, m->device_workers);
   for (unsigned w = 0; w < v->nworkers; w++) {
@@ -365,6 +406,10 @@ static void print_text(const view *v, const log_store *log) {
     }
   }
 
+}
+
+static void print_text_opencl(const view *v) {
+  const tdm_machine_info *m = &v->m;
   printf("\nOpenCL devices (GPUs and other accelerators): %s\n", m->opencl_summary);
   printf("  Selection: devices=\"%s\", OpenCL CPU devices %s, device memory %s\n", m->devices,
          m->opencl_cpu_devices ? "admitted" : "not admitted (TANDEM_OPENCL_CPU=1 admits them)",
@@ -380,41 +425,13 @@ static void print_text(const view *v, const log_store *log) {
       const tdm_device_info *d = &v->devices[i];
       if (d->platform != p)
         continue;
-      printf("    Device %u: %s (%s)\n", i, d->name, d->vendor);
-      printf("      Class:    %s: %s\n", tdm_device_class_name(d->device_class),
-             d->class_reason);
-      printf("      Memory:   %s; %s\n", d->shared_memory ? "shared with the host" : "its own",
-             d->memory_reason);
-      printf("      Compute:  %u compute %s at %u MHz; double precision %s\n", d->compute_units,
-             plural(d->compute_units, "unit", "units"), d->clock_mhz, d->fp64 ? "yes" : "no");
-      printf("      Sizes:    %s of memory, at most %s per buffer, %s local memory\n",
-             bytes(d->global_mem_bytes, b1, sizeof b1), bytes(d->max_alloc_bytes, b2, sizeof b2),
-             bytes(d->local_mem_bytes, b3, sizeof b3));
-      char pci[32] = "unknown", uuid[40] = "unknown";
-      if (d->has_pci)
-        pci_string(d, pci, sizeof pci);
-      if (d->has_uuid)
-        uuid_string(d, uuid, sizeof uuid);
-      printf("      Identity: PCI %s, UUID %s", pci, uuid);
-      if (d->duplicate_of >= 0)
-        printf(", the same hardware as device %d", d->duplicate_of);
-      printf("\n");
-      if (d->numa_node >= 0)
-        printf("      Near:     NUMA node %d, CPUs %s\n", d->numa_node, d->near_cpus);
-      else if (d->near_cpus[0])
-        printf("      Near:     CPUs %s\n", d->near_cpus);
-      else
-        printf("      Near:     unknown\n");
-      printf("      Versions: %s; driver %s\n", d->opencl_version, d->driver_version);
-      if (d->used)
-        printf("      Used:     yes, as worker %d (%s)\n", d->worker, without(d->usage, "used: "));
-      else
-        printf("      Used:     no (%s)\n", without(d->usage, "not used: "));
-      if (d->quarantined)
-        printf("      State:    quarantined: %s\n", d->quarantine_reason);
-      print_device_extras(v, i);
+      print_text_device(v, i);
     }
   }
+}
+
+static void print_text_emulated(const view *v) {
+  const tdm_machine_info *m = &v->m;
   bool header = false;
   for (unsigned i = 0; i < m->opencl_devices; i++) {
     const tdm_device_info *d = &v->devices[i];
@@ -430,6 +447,15 @@ static void print_text(const view *v, const log_store *log) {
     if (d->quarantined)
       printf("    State:  quarantined: %s\n", d->quarantine_reason);
   }
+}
+
+static void print_text(const view *v, const log_store *log) {
+  printf("Tandem %d.%d.%d: the machine as Tandem sees it\n\n", TDM_VERSION_MAJOR,
+         TDM_VERSION_MINOR, TDM_VERSION_PATCH);
+  print_text_processor(v);
+  print_text_workers(v);
+  print_text_opencl(v);
+  print_text_emulated(v);
   unsigned warnings = 0;
   for (size_t i = 0; i < log->n; i++)
     if (log->items[i].level <= TDM_LOG_WARNING)
@@ -578,28 +604,130 @@ static void print_json_link(const view *v, unsigned n, int *i) {
   printf("]}");
 }
 
-static void print_json(const view *v, const log_store *log) {
-  const tdm_machine_info *m = &v->m;
-  int f = 1;
-  const char *version = tdm_version(NULL, NULL, NULL); /* the library's */
-  printf("{");
-  kv_str("format", "tandem-info", &f);
-  kv_u64("format_version", 1, &f);
-  kv_str("tandem_version", version, &f);
+/* A member of one of the library's info structs, printed as a JSON
+ * member by kv_fields: its key, its type, where it is. */
+typedef struct jfield {
+  const char *key;
+  enum { J_STR, J_UNSIGNED, J_U64, J_INT_OR_NULL, J_BOOL } type;
+  size_t at;
+} jfield;
+#define JF(key, type, of, member) {key, type, offsetof(of, member)}
 
-  key("machine", &f);
+static void kv_fields(const void *obj, const jfield *f, size_t n, int *first) {
+  for (size_t i = 0; i < n; i++) {
+    const char *p = (const char *)obj + f[i].at;
+    switch (f[i].type) {
+    case J_STR:
+      kv_str(f[i].key, *(const char *const *)p, first);
+      break;
+    case J_UNSIGNED:
+      kv_u64(f[i].key, *(const unsigned *)p, first);
+      break;
+    case J_U64:
+      kv_u64(f[i].key, *(const uint64_t *)p, first);
+      break;
+    case J_INT_OR_NULL:
+      kv_opt(f[i].key, *(const int *)p, first);
+      break;
+    case J_BOOL:
+      kv_bool(f[i].key, *(const int *)p, first);
+      break;
+    }
+  }
+}
+#define NFIELDS(a) (sizeof a / sizeof a[0])
+
+static const jfield machine_fields[] = {
+    JF("topology_source", J_STR, tdm_machine_info, topology_source),
+    JF("cpu_model", J_STR, tdm_machine_info, cpu_model),
+    JF("packages", J_UNSIGNED, tdm_machine_info, packages),
+    JF("numa_nodes", J_UNSIGNED, tdm_machine_info, numa_nodes),
+    JF("cores", J_UNSIGNED, tdm_machine_info, cores),
+    JF("pus", J_UNSIGNED, tdm_machine_info, pus),
+    JF("usable_cores", J_UNSIGNED, tdm_machine_info, usable_cores),
+    JF("usable_pus", J_UNSIGNED, tdm_machine_info, usable_pus),
+    JF("usable_cpus", J_STR, tdm_machine_info, usable_cpus),
+    JF("memory_bytes", J_U64, tdm_machine_info, memory_bytes),
+};
+
+static const jfield kind_fields[] = {
+    JF("name", J_STR, tdm_cpu_kind_info, name),
+    JF("efficiency", J_INT_OR_NULL, tdm_cpu_kind_info, efficiency),
+    JF("cores", J_UNSIGNED, tdm_cpu_kind_info, cores),
+    JF("workers", J_UNSIGNED, tdm_cpu_kind_info, workers),
+    JF("worker_ids", J_STR, tdm_cpu_kind_info, worker_ids),
+};
+
+static const jfield worker_fields[] = {
+    JF("cpu_kind", J_UNSIGNED, tdm_worker_info, cpu_kind),
+    JF("core", J_INT_OR_NULL, tdm_worker_info, core),
+    JF("cpus", J_STR, tdm_worker_info, cpus),
+    JF("numa_node", J_INT_OR_NULL, tdm_worker_info, numa_node),
+    JF("device", J_INT_OR_NULL, tdm_worker_info, device),
+};
+
+static const jfield platform_fields[] = {
+    JF("name", J_STR, tdm_platform_info, name),
+    JF("vendor", J_STR, tdm_platform_info, vendor),
+    JF("version", J_STR, tdm_platform_info, version),
+    JF("devices", J_UNSIGNED, tdm_platform_info, devices),
+};
+
+/* A device's members before "class" and after it, to "pci" and from
+ * "duplicate_of" on. */
+static const jfield device_fields_a[] = {
+    JF("platform", J_UNSIGNED, tdm_device_info, platform),
+    JF("name", J_STR, tdm_device_info, name),
+    JF("vendor", J_STR, tdm_device_info, vendor),
+    JF("driver_version", J_STR, tdm_device_info, driver_version),
+    JF("opencl_version", J_STR, tdm_device_info, opencl_version),
+};
+static const jfield device_fields_b[] = {
+    JF("class_reason", J_STR, tdm_device_info, class_reason),
+    JF("shared_memory", J_BOOL, tdm_device_info, shared_memory),
+    JF("memory_reason", J_STR, tdm_device_info, memory_reason),
+    JF("compute_units", J_UNSIGNED, tdm_device_info, compute_units),
+    JF("clock_mhz", J_UNSIGNED, tdm_device_info, clock_mhz),
+    JF("global_mem_bytes", J_U64, tdm_device_info, global_mem_bytes),
+    JF("max_alloc_bytes", J_U64, tdm_device_info, max_alloc_bytes),
+    JF("local_mem_bytes", J_U64, tdm_device_info, local_mem_bytes),
+    JF("fp64", J_BOOL, tdm_device_info, fp64),
+    JF("host_unified_memory", J_BOOL, tdm_device_info, host_unified_memory),
+    JF("svm_capabilities", J_U64, tdm_device_info, svm_capabilities),
+};
+static const jfield device_fields_c[] = {
+    JF("duplicate_of", J_INT_OR_NULL, tdm_device_info, duplicate_of),
+    JF("numa_node", J_INT_OR_NULL, tdm_device_info, numa_node),
+    JF("near_cpus", J_STR, tdm_device_info, near_cpus),
+    JF("used", J_BOOL, tdm_device_info, used),
+    JF("usage", J_STR, tdm_device_info, usage),
+    JF("worker", J_INT_OR_NULL, tdm_device_info, worker),
+    JF("quarantined", J_BOOL, tdm_device_info, quarantined),
+    JF("quarantine_reason", J_STR, tdm_device_info, quarantine_reason),
+};
+
+/* "key": [ {"index": i, the fields of item i}, ... ] for n items of
+ * `size` bytes from `items` (index_key NULL: no index). */
+static void json_list(const char *k, const char *index_key, const void *items, size_t size,
+                      unsigned n, const jfield *f, size_t nf, int *first) {
+  key(k, first);
+  printf("[");
+  for (unsigned e = 0; e < n; e++) {
+    int i = 1;
+    printf("%s{", e ? ", " : "");
+    if (index_key)
+      kv_u64(index_key, e, &i);
+    kv_fields((const char *)items + e * size, f, nf, &i);
+    printf("}");
+  }
+  printf("]");
+}
+
+static void print_json_machine(const tdm_machine_info *m, int *f) {
+  key("machine", f);
   int g = 1;
   printf("{");
-  kv_str("topology_source", m->topology_source, &g);
-  kv_str("cpu_model", m->cpu_model, &g);
-  kv_u64("packages", m->packages, &g);
-  kv_u64("numa_nodes", m->numa_nodes, &g);
-  kv_u64("cores", m->cores, &g);
-  kv_u64("pus", m->pus, &g);
-  kv_u64("usable_cores", m->usable_cores, &g);
-  kv_u64("usable_pus", m->usable_pus, &g);
-  kv_str("usable_cpus", m->usable_cpus, &g);
-  kv_u64("memory_bytes", m->memory_bytes, &g);
+  kv_fields(m, machine_fields, NFIELDS(machine_fields), &g);
   key("caches", &g);
   const struct {
     const char *name;
@@ -618,23 +746,10 @@ static void print_json(const view *v, const log_store *log) {
     printf("}");
   }
   printf("}}");
+}
 
-  key("cpu_kinds", &f);
-  printf("[");
-  for (unsigned k = 0; k < m->cpu_kinds; k++) {
-    int i = 1;
-    printf("%s{", k ? ", " : "");
-    kv_u64("index", k, &i);
-    kv_str("name", v->kinds[k].name, &i);
-    kv_opt("efficiency", v->kinds[k].efficiency, &i);
-    kv_u64("cores", v->kinds[k].cores, &i);
-    kv_u64("workers", v->kinds[k].workers, &i);
-    kv_str("worker_ids", v->kinds[k].worker_ids, &i);
-    printf("}");
-  }
-  printf("]");
-
-  key("workers", &f);
+static void print_json_workers(const view *v, int *f) {
+  key("workers", f);
   printf("[");
   for (unsigned w = 0; w < v->nworkers; w++) {
     const tdm_worker_info *wi = &v->workers[w];
@@ -642,17 +757,62 @@ static void print_json(const view *v, const log_store *log) {
     printf("%s{", w ? ", " : "");
     kv_u64("id", w, &i);
     kv_str("type", wi->type == TDM_WORKER_CPU ? "cpu" : "device", &i);
-    kv_u64("cpu_kind", wi->cpu_kind, &i);
-    kv_opt("core", wi->core, &i);
-    kv_str("cpus", wi->cpus, &i);
-    kv_opt("numa_node", wi->numa_node, &i);
-    kv_opt("device", wi->device, &i);
+    kv_fields(wi, worker_fields, NFIELDS(worker_fields), &i);
     printf("}");
   }
   printf("]");
+}
+
+/* "pci" or "uuid": the device's, or null. */
+static void kv_identity(const char *k, const tdm_device_info *d, int has,
+                        void (*as_string)(const tdm_device_info *, char *, size_t), int *i) {
+  key(k, i);
+  if (has) {
+    char buf[40];
+    as_string(d, buf, sizeof buf);
+    json_string(buf);
+  } else {
+    fputs("null", stdout);
+  }
+}
+
+static void print_json_devices(const view *v, int *f) {
+  key("devices", f);
+  printf("[");
+  for (unsigned n = 0; n < v->m.opencl_devices; n++) {
+    const tdm_device_info *d = &v->devices[n];
+    int i = 1;
+    printf("%s{", n ? ", " : "");
+    kv_u64("index", n, &i);
+    kv_fields(d, device_fields_a, NFIELDS(device_fields_a), &i);
+    kv_str("class", class_key(d->device_class), &i);
+    kv_fields(d, device_fields_b, NFIELDS(device_fields_b), &i);
+    kv_identity("pci", d, d->has_pci, pci_string, &i);
+    kv_identity("uuid", d, d->has_uuid, uuid_string, &i);
+    kv_fields(d, device_fields_c, NFIELDS(device_fields_c), &i);
+    if (v->verbose)
+      print_json_details(v, n, &i);
+    if (v->bandwidth)
+      print_json_link(v, n, &i);
+    printf("}");
+  }
+  printf("]");
+}
+
+static void print_json(const view *v, const log_store *log) {
+  const tdm_machine_info *m = &v->m;
+  int f = 1;
+  printf("{");
+  kv_str("format", "tandem-info", &f);
+  kv_u64("format_version", 1, &f);
+  kv_str("tandem_version", tdm_version(NULL, NULL, NULL), &f); /* the library's */
+  print_json_machine(m, &f);
+  json_list("cpu_kinds", "index", v->kinds, sizeof *v->kinds, m->cpu_kinds, kind_fields,
+            NFIELDS(kind_fields), &f);
+  print_json_workers(v, &f);
 
   key("selection", &f);
-  g = 1;
+  int g = 1;
   printf("{");
   kv_str("devices", m->devices, &g);
   kv_bool("opencl_cpu_devices", m->opencl_cpu_devices, &g);
@@ -664,74 +824,11 @@ static void print_json(const view *v, const log_store *log) {
   printf("{");
   kv_bool("available", m->opencl_status == TDM_OK, &g);
   kv_str("summary", m->opencl_summary, &g);
-  key("platforms", &g);
-  printf("[");
-  for (unsigned p = 0; p < m->opencl_platforms; p++) {
-    int i = 1;
-    printf("%s{", p ? ", " : "");
-    kv_u64("index", p, &i);
-    kv_str("name", v->platforms[p].name, &i);
-    kv_str("vendor", v->platforms[p].vendor, &i);
-    kv_str("version", v->platforms[p].version, &i);
-    kv_u64("devices", v->platforms[p].devices, &i);
-    printf("}");
-  }
-  printf("]}");
+  json_list("platforms", "index", v->platforms, sizeof *v->platforms, m->opencl_platforms,
+            platform_fields, NFIELDS(platform_fields), &g);
+  printf("}");
 
-  key("devices", &f);
-  printf("[");
-  for (unsigned n = 0; n < m->opencl_devices; n++) {
-    const tdm_device_info *d = &v->devices[n];
-    int i = 1;
-    char buf[40];
-    printf("%s{", n ? ", " : "");
-    kv_u64("index", n, &i);
-    kv_u64("platform", d->platform, &i);
-    kv_str("name", d->name, &i);
-    kv_str("vendor", d->vendor, &i);
-    kv_str("driver_version", d->driver_version, &i);
-    kv_str("opencl_version", d->opencl_version, &i);
-    kv_str("class", class_key(d->device_class), &i);
-    kv_str("class_reason", d->class_reason, &i);
-    kv_bool("shared_memory", d->shared_memory, &i);
-    kv_str("memory_reason", d->memory_reason, &i);
-    kv_u64("compute_units", d->compute_units, &i);
-    kv_u64("clock_mhz", d->clock_mhz, &i);
-    kv_u64("global_mem_bytes", d->global_mem_bytes, &i);
-    kv_u64("max_alloc_bytes", d->max_alloc_bytes, &i);
-    kv_u64("local_mem_bytes", d->local_mem_bytes, &i);
-    kv_bool("fp64", d->fp64, &i);
-    kv_bool("host_unified_memory", d->host_unified_memory, &i);
-    kv_u64("svm_capabilities", d->svm_capabilities, &i);
-    key("pci", &i);
-    if (d->has_pci) {
-      pci_string(d, buf, sizeof buf);
-      json_string(buf);
-    } else {
-      fputs("null", stdout);
-    }
-    key("uuid", &i);
-    if (d->has_uuid) {
-      uuid_string(d, buf, sizeof buf);
-      json_string(buf);
-    } else {
-      fputs("null", stdout);
-    }
-    kv_opt("duplicate_of", d->duplicate_of, &i);
-    kv_opt("numa_node", d->numa_node, &i);
-    kv_str("near_cpus", d->near_cpus, &i);
-    kv_bool("used", d->used, &i);
-    kv_str("usage", d->usage, &i);
-    kv_opt("worker", d->worker, &i);
-    kv_bool("quarantined", d->quarantined, &i);
-    kv_str("quarantine_reason", d->quarantine_reason, &i);
-    if (v->verbose)
-      print_json_details(v, n, &i);
-    if (v->bandwidth)
-      print_json_link(v, n, &i);
-    printf("}");
-  }
-  printf("]");
+  print_json_devices(v, &f);
 
   key("log", &f);
   printf("[");

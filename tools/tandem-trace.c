@@ -375,6 +375,314 @@ static int summary(const char *in, const track *tracks, size_t ntracks, const ba
   return 0;
 }
 
+/* ---- reading a trace ------------------------------------------------------ */
+
+/* A trace's rows, bars, codelets (in order of first appearance) and
+ * dependencies, and the times it spans (microseconds). */
+typedef struct trace {
+  track *tracks;
+  bar *bars;
+  const char **codelets;
+  flow *flows;
+  size_t ntracks, nbars, ncodelets, nflows;
+  unsigned nrows;
+  double t_min, t_max;
+} trace;
+
+/* The track of thread id `tid`, added if new. */
+static size_t track_of(trace *tr, unsigned tid) {
+  size_t k;
+  for (k = 0; k < tr->ntracks && tr->tracks[k].tid != tid; k++)
+    ;
+  if (k == tr->ntracks)
+    tr->tracks[tr->ntracks++] = (track){.tid = tid, .sort = (long)tid, .name = ""};
+  return k;
+}
+
+/* A metadata event: a track's name and class, or its place. */
+static void add_metadata(trace *tr, size_t k, const json *nm, const json *args) {
+  const json *v;
+  if (!strcmp(nm->string, "thread_name") && (v = member(args, "name", JSON_STRING))) {
+    tr->tracks[k].name = v->string;
+    if ((v = member(args, "class", JSON_STRING)))
+      tr->tracks[k].cls = v->string;
+  } else if (!strcmp(nm->string, "thread_sort_index") &&
+             (v = member(args, "sort_index", JSON_NUMBER))) {
+    tr->tracks[k].sort = (long)v->number;
+  }
+}
+
+/* A complete event ("X"): a task, a copy, or a worker looking for work or
+ * parked. */
+static void add_bar(trace *tr, size_t k, const json *e, const json *args, const char *cat) {
+  bar *b = &tr->bars[tr->nbars++];
+  b->track = (unsigned)k;
+  b->ts = member(e, "ts", JSON_NUMBER)->number;
+  b->dur = member(e, "dur", JSON_NUMBER)->number;
+  b->name = member(e, "name", JSON_STRING)->string;
+  b->id = -1;
+  const json *v;
+  if (!strcmp(cat, "task")) {
+    b->kind = BAR_TASK;
+    if (args && (v = member(args, "id", JSON_NUMBER)))
+      b->id = (long long)v->number;
+    size_t c;
+    for (c = 0; c < tr->ncodelets && strcmp(tr->codelets[c], b->name); c++)
+      ;
+    if (c == tr->ncodelets)
+      tr->codelets[tr->ncodelets++] = b->name;
+  } else if (!strcmp(cat, "transfer")) {
+    b->kind = BAR_COPY;
+    if (args && (v = member(args, "bytes", JSON_NUMBER)))
+      b->bytes = (long long)v->number;
+  } else {
+    b->kind = !strcmp(b->name, "parked") ? BAR_PARKED : BAR_IDLE;
+  }
+  tr->tracks[k].used = true;
+  if (b->ts < tr->t_min)
+    tr->t_min = b->ts;
+  if (b->ts + b->dur > tr->t_max)
+    tr->t_max = b->ts + b->dur;
+}
+
+static void add_event(trace *tr, const json *e) {
+  const json *ph = member(e, "ph", JSON_STRING), *tid = member(e, "tid", JSON_NUMBER);
+  if (!ph || !tid)
+    return;
+  size_t k = track_of(tr, (unsigned)tid->number);
+  const json *args = member(e, "args", JSON_OBJECT);
+  const json *nm = member(e, "name", JSON_STRING);
+  if (!strcmp(ph->string, "M")) {
+    if (nm && args)
+      add_metadata(tr, k, nm, args);
+    return;
+  }
+  const json *ts = member(e, "ts", JSON_NUMBER), *dur = member(e, "dur", JSON_NUMBER);
+  const json *cat = member(e, "cat", JSON_STRING), *fid = member(e, "id", JSON_NUMBER);
+  if ((!strcmp(ph->string, "s") || !strcmp(ph->string, "f")) && ts && fid) {
+    tr->flows[tr->nflows++] = (flow){fid->number, (unsigned)k, ts->number, ph->string[0] == 's'};
+    return;
+  }
+  if (!strcmp(ph->string, "X") && ts && dur && cat && nm)
+    add_bar(tr, k, e, args, cat->string);
+}
+
+/* Rows: the tracks with something on them, in the trace's order; a
+ * trace without classes makes each row its own class. */
+static void order_rows(trace *tr) {
+  if (!tr->nbars) {
+    tr->t_min = 0;
+    tr->t_max = 1;
+  }
+  if (tr->t_max <= tr->t_min)
+    tr->t_max = tr->t_min + 1;
+  tr->nrows = 0;
+  for (long want = 0, next; (next = next_sort(tr->tracks, tr->ntracks, want, false)) >= 0;
+       want = next + 1)
+    for (size_t k = 0; k < tr->ntracks; k++)
+      if (listed(&tr->tracks[k], false) && tr->tracks[k].sort == next)
+        tr->tracks[k].row = tr->nrows++;
+  for (size_t k = 0; k < tr->ntracks; k++)
+    if (!tr->tracks[k].cls)
+      tr->tracks[k].cls = tr->tracks[k].name[0] ? tr->tracks[k].name : "(unnamed track)";
+}
+
+static void trace_free(trace *tr) {
+  free(tr->tracks);
+  free(tr->bars);
+  free(tr->codelets);
+  free(tr->flows);
+}
+
+/* Reads the trace in `in` into *tr (its strings are doc's): 0, or 1
+ * (said). */
+static int load(const char *in, json **doc, trace *tr) {
+  char *text = read_file(in);
+  if (!text) {
+    fprintf(stderr, "tandem-trace: cannot read %s\n", in);
+    return 1;
+  }
+  *doc = json_parse(text);
+  free(text);
+  const json *events = *doc ? member(*doc, "traceEvents", JSON_ARRAY) : NULL;
+  if (!events) {
+    fprintf(stderr, "tandem-trace: %s is not a trace (JSON with traceEvents)\n", in);
+    return 1;
+  }
+  *tr = (trace){.tracks = calloc(events->n + 1, sizeof *tr->tracks),
+                .bars = calloc(events->n + 1, sizeof *tr->bars),
+                .codelets = calloc(events->n + 1, sizeof *tr->codelets),
+                .flows = calloc(events->n + 1, sizeof *tr->flows),
+                .t_min = INFINITY,
+                .t_max = -INFINITY};
+  if (!tr->tracks || !tr->bars || !tr->codelets || !tr->flows) {
+    fprintf(stderr, "tandem-trace: out of memory\n");
+    return 1;
+  }
+  for (size_t i = 0; i < events->n; i++)
+    add_event(tr, events->items[i]);
+  order_rows(tr);
+  return 0;
+}
+
+/* ---- the chart ------------------------------------------------------------- */
+
+/* Where things go on the chart (pixels). */
+typedef struct layout {
+  int width, height, label_w, top, row_h, bar_h, left, legend_col, legend_cols, legend_y;
+  double plot_w;
+} layout;
+
+/* Room for the longest row label and legend entry. */
+static layout lay_out(const trace *tr, int width) {
+  size_t longest = 0, longest_legend = strlen("copy between host and device");
+  for (size_t k = 0; k < tr->ntracks; k++)
+    if (tr->tracks[k].used && strlen(tr->tracks[k].name) > longest)
+      longest = strlen(tr->tracks[k].name);
+  for (size_t c = 0; c < tr->ncodelets; c++)
+    if (strlen(tr->codelets[c]) > longest_legend)
+      longest_legend = strlen(tr->codelets[c]);
+  layout l = {.label_w = 10 + text_px(longest), .top = 50, .row_h = 26, .bar_h = 18};
+  l.left = l.label_w + 10;
+  if (width < l.left + 200)
+    width = l.left + 200;
+  l.legend_col = 20 + 14 + 6 + text_px(longest_legend);
+  l.legend_cols = (width - 80) / l.legend_col;
+  if (l.legend_cols < 1)
+    l.legend_cols = 1;
+  if (width < 80 + l.legend_col)
+    width = 80 + l.legend_col;
+  l.width = width;
+  l.plot_w = width - l.left - 20;
+  l.legend_y = l.top + (int)tr->nrows * l.row_h + 50;
+  l.height = l.legend_y + 30 +
+             (int)((tr->ncodelets + 3 + (size_t)l.legend_cols - 1) / (size_t)l.legend_cols) * 22;
+  return l;
+}
+
+static void svg_head(FILE *f, const layout *l, const char *in) {
+  fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+             "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n"
+             "<defs><pattern id=\"copy\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+             "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#d9d9d9\"/>"
+             "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#8c8c8c\" stroke-width=\"3\"/>"
+             "</pattern></defs>\n"
+             "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+             "<text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">",
+          l->width, l->height, l->width, l->height);
+  xml_text(f, in);
+  fprintf(f, "</text>\n");
+}
+
+/* The rows, striped, with their labels; the time axis under them. */
+static void svg_rows_and_axis(FILE *f, const layout *l, const trace *tr) {
+  for (size_t k = 0; k < tr->ntracks; k++) {
+    if (!tr->tracks[k].used)
+      continue;
+    int y = l->top + (int)tr->tracks[k].row * l->row_h;
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>\n", l->left, y,
+            l->plot_w, l->row_h, tr->tracks[k].row % 2 ? "#ffffff" : "#f4f4f4");
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", l->label_w, y + l->row_h / 2 + 4);
+    xml_text(f, tr->tracks[k].name[0] ? tr->tracks[k].name : "(unnamed track)");
+    fprintf(f, "</text>\n");
+  }
+  double span = tr->t_max - tr->t_min, step = tick_step(span, 8);
+  const char *unit = span >= 2e6 ? "s" : span >= 2e3 ? "ms" : "us";
+  double div = span >= 2e6 ? 1e6 : span >= 2e3 ? 1e3 : 1;
+  int axis_y = l->top + (int)tr->nrows * l->row_h;
+  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\"/>\n", l->left,
+          axis_y, l->left + l->plot_w, axis_y);
+  for (double t = 0; t <= span + 1e-9; t += step) {
+    double x = l->left + t / span * l->plot_w;
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#bbbbbb\"/>\n", x,
+            l->top, x, axis_y + 5);
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g %s</text>\n", x, axis_y + 18,
+            t / div, unit);
+  }
+}
+
+static void svg_bar(FILE *f, const layout *l, const trace *tr, const bar *b) {
+  double span = tr->t_max - tr->t_min;
+  double x = l->left + (b->ts - tr->t_min) / span * l->plot_w;
+  double w = b->dur / span * l->plot_w;
+  if (w < 0.5)
+    w = 0.5;
+  int y = l->top + (int)tr->tracks[b->track].row * l->row_h + (l->row_h - l->bar_h) / 2;
+  const char *fill, *cls;
+  int h = l->bar_h;
+  if (b->kind == BAR_TASK) {
+    size_t c;
+    for (c = 0; c < tr->ncodelets && strcmp(tr->codelets[c], b->name); c++)
+      ;
+    fill = palette[c % NPALETTE];
+    cls = "task";
+  } else if (b->kind == BAR_COPY) {
+    fill = "url(#copy)";
+    cls = "transfer";
+  } else {
+    fill = b->kind == BAR_PARKED ? "#e3e3e3" : "#c8c8c8";
+    cls = b->kind == BAR_PARKED ? "parked" : "idle";
+    y += l->bar_h / 2 - 2;
+    h = 4;
+  }
+  fprintf(f, "<rect class=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\">"
+             "<title>",
+          cls, x, y, w, h, fill);
+  xml_text(f, b->name);
+  if (b->id >= 0)
+    fprintf(f, " #%lld", b->id);
+  if (b->kind == BAR_COPY)
+    fprintf(f, ", %lld bytes", b->bytes);
+  fprintf(f, ": %.1f us at %.1f us</title></rect>\n", b->dur, b->ts - tr->t_min);
+}
+
+static void svg_legend(FILE *f, const layout *l, const trace *tr) {
+  static const struct {
+    const char *fill, *label;
+  } fixed[] = {{"url(#copy)", "copy between host and device"},
+               {"#c8c8c8", "looking for work"},
+               {"#e3e3e3", "parked"}};
+  fprintf(f, "<text x=\"10\" y=\"%d\" font-weight=\"bold\">Legend</text>\n", l->legend_y);
+  for (size_t c = 0; c < tr->ncodelets + 3; c++) {
+    int x = 80 + (int)(c % (size_t)l->legend_cols) * l->legend_col,
+        y = l->legend_y + 12 + (int)(c / (size_t)l->legend_cols) * 22;
+    bool codelet = c < tr->ncodelets;
+    const char *fill = codelet ? palette[c % NPALETTE] : fixed[c - tr->ncodelets].fill;
+    const char *label = codelet ? tr->codelets[c] : fixed[c - tr->ncodelets].label;
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\" "
+               "stroke=\"#666666\"/><text x=\"%d\" y=\"%d\">",
+            x, y - 11, fill, x + 20, y);
+    xml_text(f, label);
+    fprintf(f, "</text>\n");
+  }
+}
+
+/* The chart into `out` (NULL: standard output): 0, or 1 (said). */
+static int chart(const char *in, const char *out, int width, const trace *tr) {
+  layout l = lay_out(tr, width);
+  FILE *f = out ? fopen(out, "w") : stdout;
+  if (!f) {
+    fprintf(stderr, "tandem-trace: cannot write %s\n", out);
+    return 1;
+  }
+  svg_head(f, &l, in);
+  svg_rows_and_axis(f, &l, tr);
+  for (int pass = 0; pass < 2; pass++) /* idle first, tasks and copies over them */
+    for (size_t i = 0; i < tr->nbars; i++) {
+      bool idle = tr->bars[i].kind == BAR_IDLE || tr->bars[i].kind == BAR_PARKED;
+      if (idle == (pass == 0))
+        svg_bar(f, &l, tr, &tr->bars[i]);
+    }
+  svg_legend(f, &l, tr);
+  fprintf(f, "</svg>\n");
+  if (ferror(f) || (out && fclose(f) != 0)) {
+    fprintf(stderr, "tandem-trace: writing failed\n");
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
   int width = 1100;
@@ -400,259 +708,15 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  char *text = read_file(in);
-  if (!text) {
-    fprintf(stderr, "tandem-trace: cannot read %s\n", in);
-    return 1;
-  }
-  json *doc = json_parse(text);
-  free(text);
-  const json *events = doc ? member(doc, "traceEvents", JSON_ARRAY) : NULL;
-  if (!events) {
-    fprintf(stderr, "tandem-trace: %s is not a trace (JSON with traceEvents)\n", in);
-    json_free(doc);
-    return 1;
-  }
-
-  /* tracks and bars */
-  track *tracks = calloc(events->n + 1, sizeof *tracks);
-  bar *bars = calloc(events->n + 1, sizeof *bars);
-  const char **codelets = calloc(events->n + 1, sizeof *codelets);
-  flow *flows = calloc(events->n + 1, sizeof *flows);
-  size_t ntracks = 0, nbars = 0, ncodelets = 0, nflows = 0;
-  if (!tracks || !bars || !codelets || !flows) {
-    fprintf(stderr, "tandem-trace: out of memory\n");
-    return 1;
-  }
-  double t_min = INFINITY, t_max = -INFINITY;
-  for (size_t i = 0; i < events->n; i++) {
-    const json *e = events->items[i];
-    const json *ph = member(e, "ph", JSON_STRING), *tid = member(e, "tid", JSON_NUMBER);
-    if (!ph || !tid)
-      continue;
-    size_t k;
-    for (k = 0; k < ntracks && tracks[k].tid != (unsigned)tid->number; k++)
-      ;
-    if (k == ntracks) {
-      tracks[ntracks].tid = (unsigned)tid->number;
-      tracks[ntracks].sort = (long)tid->number;
-      tracks[ntracks].cls = NULL;
-      tracks[ntracks++].name = "";
-    }
-    const json *args = member(e, "args", JSON_OBJECT);
-    const json *nm = member(e, "name", JSON_STRING);
-    if (!strcmp(ph->string, "M") && nm && args) {
-      const json *v;
-      if (!strcmp(nm->string, "thread_name") && (v = member(args, "name", JSON_STRING))) {
-        tracks[k].name = v->string;
-        if ((v = member(args, "class", JSON_STRING)))
-          tracks[k].cls = v->string;
-      }
-      else if (!strcmp(nm->string, "thread_sort_index") &&
-               (v = member(args, "sort_index", JSON_NUMBER)))
-        tracks[k].sort = (long)v->number;
-      continue;
-    }
-    const json *ts = member(e, "ts", JSON_NUMBER), *dur = member(e, "dur", JSON_NUMBER);
-    const json *cat = member(e, "cat", JSON_STRING), *fid = member(e, "id", JSON_NUMBER);
-    if ((!strcmp(ph->string, "s") || !strcmp(ph->string, "f")) && ts && fid) {
-      flows[nflows++] = (flow){fid->number, (unsigned)k, ts->number, ph->string[0] == 's'};
-      continue;
-    }
-    if (strcmp(ph->string, "X") || !ts || !dur || !cat || !nm)
-      continue;
-    bar *b = &bars[nbars++];
-    b->track = (unsigned)k;
-    b->ts = ts->number;
-    b->dur = dur->number;
-    b->name = nm->string;
-    b->id = -1;
-    if (!strcmp(cat->string, "task")) {
-      b->kind = BAR_TASK;
-      const json *v;
-      if (args && (v = member(args, "id", JSON_NUMBER)))
-        b->id = (long long)v->number;
-      size_t c;
-      for (c = 0; c < ncodelets && strcmp(codelets[c], b->name); c++)
-        ;
-      if (c == ncodelets)
-        codelets[ncodelets++] = b->name;
-    } else if (!strcmp(cat->string, "transfer")) {
-      b->kind = BAR_COPY;
-      const json *v;
-      if (args && (v = member(args, "bytes", JSON_NUMBER)))
-        b->bytes = (long long)v->number;
-    } else {
-      b->kind = !strcmp(b->name, "parked") ? BAR_PARKED : BAR_IDLE;
-    }
-    tracks[k].used = true;
-    if (b->ts < t_min)
-      t_min = b->ts;
-    if (b->ts + b->dur > t_max)
-      t_max = b->ts + b->dur;
-  }
-  if (!nbars) {
-    t_min = 0;
-    t_max = 1;
-  }
-  if (t_max <= t_min)
-    t_max = t_min + 1;
-  /* rows: the tracks with something on them, in the trace's order */
-  unsigned nrows = 0;
-  for (long want = 0, next; (next = next_sort(tracks, ntracks, want, false)) >= 0;
-       want = next + 1)
-    for (size_t k = 0; k < ntracks; k++)
-      if (listed(&tracks[k], false) && tracks[k].sort == next)
-        tracks[k].row = nrows++;
-
-  for (size_t k = 0; k < ntracks; k++) /* a trace without classes: a row is its class */
-    if (!tracks[k].cls)
-      tracks[k].cls = tracks[k].name[0] ? tracks[k].name : "(unnamed track)";
-  int rc = 0;
-  if (want_summary)
-    rc = summary(in, tracks, ntracks, bars, nbars, flows, nflows, t_min, t_max);
-  if (rc || (want_summary && !out))
-    goto done;
-
-  /* room for the longest row label and legend entry */
-  size_t longest = 0, longest_legend = strlen("copy between host and device");
-  for (size_t k = 0; k < ntracks; k++)
-    if (tracks[k].used && strlen(tracks[k].name) > longest)
-      longest = strlen(tracks[k].name);
-  for (size_t c = 0; c < ncodelets; c++)
-    if (strlen(codelets[c]) > longest_legend)
-      longest_legend = strlen(codelets[c]);
-  const int label_w = 10 + text_px(longest), top = 50, row_h = 26, bar_h = 18,
-            left = label_w + 10;
-  if (width < left + 200)
-    width = left + 200;
-  const int legend_col = 20 + 14 + 6 + text_px(longest_legend);
-  int legend_cols = (width - 80) / legend_col;
-  if (legend_cols < 1)
-    legend_cols = 1;
-  if (width < 80 + legend_col)
-    width = 80 + legend_col;
-  const double plot_w = width - left - 20;
-  const int legend_y = top + (int)nrows * row_h + 50;
-  const int height =
-      legend_y + 30 + (int)((ncodelets + 3 + (size_t)legend_cols - 1) / (size_t)legend_cols) * 22;
-  FILE *f = out ? fopen(out, "w") : stdout;
-  if (!f) {
-    fprintf(stderr, "tandem-trace: cannot write %s\n", out);
-    return 1;
-  }
-  fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-             "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n"
-             "<defs><pattern id=\"copy\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
-             "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#d9d9d9\"/>"
-             "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#8c8c8c\" stroke-width=\"3\"/>"
-             "</pattern></defs>\n"
-             "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-             "<text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">",
-          width, height, width, height);
-  xml_text(f, in);
-  fprintf(f, "</text>\n");
-  /* rows */
-  for (size_t k = 0; k < ntracks; k++) {
-    if (!tracks[k].used)
-      continue;
-    int y = top + (int)tracks[k].row * row_h;
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>\n", left, y,
-            plot_w, row_h, tracks[k].row % 2 ? "#ffffff" : "#f4f4f4");
-    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", label_w, y + row_h / 2 + 4);
-    xml_text(f, tracks[k].name[0] ? tracks[k].name : "(unnamed track)");
-    fprintf(f, "</text>\n");
-  }
-  /* time axis */
-  double span = t_max - t_min, step = tick_step(span, 8);
-  const char *unit = span >= 2e6 ? "s" : span >= 2e3 ? "ms" : "us";
-  double div = span >= 2e6 ? 1e6 : span >= 2e3 ? 1e3 : 1;
-  int axis_y = top + (int)nrows * row_h;
-  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\"/>\n", left, axis_y,
-          left + plot_w, axis_y);
-  for (double t = 0; t <= span + 1e-9; t += step) {
-    double x = left + t / span * plot_w;
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#bbbbbb\"/>\n", x, top,
-            x, axis_y + 5);
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g %s</text>\n", x, axis_y + 18,
-            t / div, unit);
-  }
-  /* bars: idle first, tasks and copies over them */
-  for (int pass = 0; pass < 2; pass++)
-    for (size_t i = 0; i < nbars; i++) {
-      const bar *b = &bars[i];
-      bool idle = b->kind == BAR_IDLE || b->kind == BAR_PARKED;
-      if (idle != (pass == 0))
-        continue;
-      double x = left + (b->ts - t_min) / span * plot_w;
-      double w = b->dur / span * plot_w;
-      if (w < 0.5)
-        w = 0.5;
-      int y = top + (int)tracks[b->track].row * row_h + (row_h - bar_h) / 2;
-      const char *fill = "#999999", *cls = "idle";
-      int h = bar_h;
-      if (b->kind == BAR_TASK) {
-        size_t c;
-        for (c = 0; c < ncodelets && strcmp(codelets[c], b->name); c++)
-          ;
-        fill = palette[c % NPALETTE];
-        cls = "task";
-      } else if (b->kind == BAR_COPY) {
-        fill = "url(#copy)";
-        cls = "transfer";
-      } else {
-        fill = b->kind == BAR_PARKED ? "#e3e3e3" : "#c8c8c8";
-        cls = b->kind == BAR_PARKED ? "parked" : "idle";
-        y += bar_h / 2 - 2;
-        h = 4;
-      }
-      fprintf(f, "<rect class=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\">"
-                 "<title>",
-              cls, x, y, w, h, fill);
-      xml_text(f, b->name);
-      if (b->id >= 0)
-        fprintf(f, " #%lld", b->id);
-      if (b->kind == BAR_COPY)
-        fprintf(f, ", %lld bytes", b->bytes);
-      fprintf(f, ": %.1f us at %.1f us</title></rect>\n", b->dur, b->ts - t_min);
-    }
-  /* legend */
-  fprintf(f, "<text x=\"10\" y=\"%d\" font-weight=\"bold\">Legend</text>\n", legend_y);
-  size_t nitems = ncodelets + 3;
-  for (size_t c = 0; c < nitems; c++) {
-    int x = 80 + (int)(c % (size_t)legend_cols) * legend_col,
-        y = legend_y + 12 + (int)(c / (size_t)legend_cols) * 22;
-    const char *fill, *label;
-    if (c < ncodelets) {
-      fill = palette[c % NPALETTE];
-      label = codelets[c];
-    } else if (c == ncodelets) {
-      fill = "url(#copy)";
-      label = "copy between host and device";
-    } else if (c == ncodelets + 1) {
-      fill = "#c8c8c8";
-      label = "looking for work";
-    } else {
-      fill = "#e3e3e3";
-      label = "parked";
-    }
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\" "
-               "stroke=\"#666666\"/><text x=\"%d\" y=\"%d\">",
-            x, y - 11, fill, x + 20, y);
-    xml_text(f, label);
-    fprintf(f, "</text>\n");
-  }
-  fprintf(f, "</svg>\n");
-  if (ferror(f) || (out && fclose(f) != 0)) {
-    fprintf(stderr, "tandem-trace: writing failed\n");
-    rc = 1;
-  }
-done:
-  free(tracks);
-  free(bars);
-  free(codelets);
-  free(flows);
+  json *doc = NULL;
+  trace tr = {0};
+  int rc = load(in, &doc, &tr);
+  if (!rc && want_summary)
+    rc = summary(in, tr.tracks, tr.ntracks, tr.bars, tr.nbars, tr.flows, tr.nflows, tr.t_min,
+                 tr.t_max);
+  if (!rc && (!want_summary || out))
+    rc = chart(in, out, width, &tr);
+  trace_free(&tr);
   json_free(doc);
   return rc;
 }
