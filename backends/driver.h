@@ -24,6 +24,9 @@
 
 /* ---- platform (runtime/platform) ---------------------------------------- */
 
+/* A class of device's name, for its messages (public: tandem.h). */
+const char *tdm_device_class_name(tdm_device_class c);
+
 /* Discovery classifies, deduplicates and chooses the records it fills
  * (devices.h), and places a device near its CPUs (platform.h). */
 void tdm__classify_device(tdm_device_record *d);

@@ -11,9 +11,9 @@ What it checks:
     runtime/objects.h includes only the headers whose types its objects
     embed; a backend includes no runtime header (backends/driver.h is its
     one way in);
-  - calls: a runtime file calls no function defined in a layer above its
-    own, nor one defined in a backend (runtime/objects.h calls only the
-    support layer); a backend calls only what
+  - calls (tdm_* and tdm__*): a runtime file calls no function defined in
+    a layer above its own, nor one defined in a backend (runtime/objects.h
+    calls only the support layer); a backend calls only what
     backends/driver.h declares, the support layer, and its own functions;
   - docs: every .c and .h under runtime/ and backends/ is named in the row
     of its folder in docs/ARCHITECTURE.md's layer table.
@@ -21,7 +21,6 @@ What it checks:
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -39,9 +38,9 @@ OBJECT_TYPES = {
 UMBRELLA = "runtime/internal.h"
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-CALL = re.compile(r"\b(tdm__\w+)\s*\(")
+CALL = re.compile(r"\b(tdm_\w+)\s*\(")
 DEF = re.compile(r"^(?:static\s+inline\s+|static\s+TDM_ALWAYS_INLINE\s+)?"
-                 r"[A-Za-z_][\w \*]*?\b(tdm__\w+)\s*\(([^;{]*?)\)\s*(?:__attribute__\S*\s*)?\{",
+                 r"[A-Za-z_][\w \*]*?\b(tdm_\w+)\s*\(([^;{]*?)\)\s*(?:__attribute__\S*\s*)?\{",
                  re.M | re.S)
 STATIC = re.compile(r"^static\b")
 

@@ -263,7 +263,7 @@ tdm_status tdm_runtime_cpu_kind(const tdm_runtime *rt, unsigned kind, tdm_cpu_ki
 tdm_status tdm_runtime_worker(const tdm_runtime *rt, unsigned worker, tdm_worker_info *info) {
   if (rt)
     TDM_FORK_GUARD(rt, "tdm_runtime_worker");
-  unsigned n = tdm_runtime_nworkers(rt);
+  unsigned n = rt ? rt->nworkers + rt->ndevice_workers : 0; /* every worker */
   if (rt && worker >= n)
     return out_of_range(rt, "tdm_runtime_worker", worker, n);
   return answer(rt, "tdm_runtime_worker", info, rt ? &rt->machine->workers[worker] : NULL,
