@@ -79,6 +79,7 @@ typedef struct tdm_task tdm_task;
 struct tdm_trace_event;
 struct tdm_device_counters;
 
+/* Every operation must be given unless its comment says it may be NULL. */
 typedef struct tdm_backend {
   const char *name; /* for messages: "OpenCL", "emulated" */
   /* Finds this backend's devices: appends their records to rt->devices
@@ -134,7 +135,8 @@ typedef struct tdm_backend {
    * rt->hung has it, so nothing more starts there): the tries in flight
    * there end failed with TDM_ERR_DEVICE_LOST, undone as failed runs, on
    * threads that hold no lock; a completion of one of them that comes
-   * later is ignored. Called on the watchdog's thread. */
+   * later is ignored. Called on the watchdog's thread. NULL: its tries
+   * are never watched (tdm__watch not called). */
   void (*abandon)(tdm_runtime *rt, unsigned k);
   /* tdm_codelet_build: builds cl's programs on every one of its devices,
    * calls done(data, status) once all are built (NULL: nothing to build;

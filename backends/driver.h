@@ -12,7 +12,40 @@
  *
  * Device worker k (worker id nworkers + k) drives device record
  * device_of[k]. Memory node 0 is the host's; device k's own memory, if it
- * has any, is node 1 + k.
+ * has any, is node 1 + k. A device's "slot" is 1 + k always: where its
+ * buffers for a task are kept (over the host's memory for a device
+ * working there, whose node is 0).
+ *
+ * A backend's life (backends/sim/sim.c is the smallest example):
+ *  - discover: append a record per device to rt->devices (zeroed, then
+ *    name, vendor, cls, reason, shared_memory and memory_reason, used,
+ *    usage, worker = nworkers + k, duplicate_of = -1, numa_node = -1) and
+ *    k to rt->device_of for each device it drives, k numbered on from
+ *    rt->ndevice_workers; set *state. Its settings come through
+ *    tdm_config; an environment variable of its own is added to the list
+ *    in runtime/core/config.c (and docs/environment.md), else it is
+ *    warned about as unknown.
+ *  - start: tdm__nodes_add(&rt->nodes, its node ops, ctx, first, n,
+ *    limits): device workers first .. first + n - 1, limits[i] the bytes
+ *    of device first + i's own memory, 0 for a device working in the
+ *    host's (then it needs no copies, and its node ops only see slots).
+ *  - push: tdm__taskq_put under its lock, then start what it can; a
+ *    device in its own memory may tdm__task_prefetch its inputs.
+ *  - to start a task: tdm__taskq_next under its lock (it may drop and
+ *    take the lock again; NULL: nothing to start now: empty, paused or
+ *    out of placement); tdm__task_outcome_at_start (nonzero: end it with
+ *    that status at once, t0 = t1 = 0); on its own memory tdm__task_pin
+ *    its slot; tdm__task_access (the tokens in w are its own, released
+ *    with tdm__tokens_release once waited for; `replay`: lineage may run
+ *    CPU variants on this thread to make a lost input again); run it
+ *    after they complete (application code under
+ *    TDM_USER_CODE); tdm__task_written with its completion token;
+ *    tdm__task_write_back; tdm__task_unpin; tdm__task_done with the
+ *    times it ran (tdm__now_ns). A failed run: tdm__task_write_failed
+ *    before unpinning (tdm__task_snapshot beforehand for a device in the
+ *    host's memory), then tdm__task_done with the status.
+ *  - tdm__wake_for_completion: a CPU worker should look (its progress, or
+ *    work queued that idle workers may take).
  */
 #ifndef TDM_DRIVER_H
 #define TDM_DRIVER_H

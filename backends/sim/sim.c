@@ -196,10 +196,11 @@ static void describe(tdm_device_record *r, const sim_dev *d, unsigned w) {
 }
 
 /* Emulated devices when tdm_config.sim asks for them, after the devices
- * of the backends asked before (OpenCL's, with "+opencl"). */
+ * of the backends asked before (OpenCL's, with "+opencl"); the backends
+ * after it are asked too. */
 static tdm_status sim_discover(tdm_runtime *rt, void **state, bool *last) {
   const char *text = rt->cfg.sim;
-  *last = true;
+  (void)last;
   if (!text)
     return TDM_OK;
   tdm_vt_machine m;
