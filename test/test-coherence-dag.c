@@ -465,13 +465,11 @@ static tdm_runtime *make(const setup *s, char *dir, size_t size) {
 }
 
 static unsigned device_tasks(tdm_runtime *rt, uint64_t *evictions) {
-  tdm_machine_info mi = {.struct_size = sizeof mi};
-  assert_int_equal(tdm_runtime_machine(rt, &mi), TDM_OK);
-  unsigned n = 0;
+  unsigned ids[TDM_MAX_DEVICE_WORKERS], n = 0;
+  unsigned used = test_used_devices(rt, ids, TDM_MAX_DEVICE_WORKERS);
   *evictions = 0;
-  for (unsigned d = 0; d < mi.device_workers; d++) {
-    tdm_device_counters c = {.struct_size = sizeof c};
-    assert_int_equal(tdm_runtime_device_counters(rt, d, &c), TDM_OK);
+  for (unsigned i = 0; i < used; i++) {
+    tdm_device_counters c = test_counters(rt, ids[i]);
     n += (unsigned)c.tasks;
     *evictions += c.evictions;
   }

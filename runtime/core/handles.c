@@ -214,6 +214,17 @@ tdm_status tdm_vector_unpartition(tdm_handle *h, unsigned flags) {
 
 /* ---- host access --------------------------------------------------------- */
 
+/* tdm__handle_enter for a call that may block: the blocking check (a
+ * task's or a callback's thread may not) comes before the handle's. */
+static tdm_status enter_blocking(const tdm_handle *h, const char *what, tdm_runtime **rt) {
+  *rt = tdm__handle_runtime(h);
+  if (!*rt)
+    return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(*rt, what);
+  tdm_status st = tdm__check_blocking(*rt, what);
+  return st ? st : tdm__handle_check(*rt, h, what);
+}
+
 /* Ends h's acquisition, if any: its task finishes (the tasks after it may
  * run) and the acquirer's reference goes. False when h was not acquired. */
 static bool end_acquisition(tdm_handle *h) {
@@ -230,13 +241,8 @@ static bool end_acquisition(tdm_handle *h) {
 
 tdm_status tdm_handle_acquire(tdm_handle *h, tdm_access mode) {
   static const char what[] = "tdm_handle_acquire";
-  tdm_runtime *rt = tdm__handle_runtime(h);
-  if (!rt)
-    return TDM_ERR_INVALID_ARG;
-  TDM_FORK_GUARD(rt, what);
-  tdm_status st = tdm__check_blocking(rt, what);
-  if (!st)
-    st = tdm__handle_check(rt, h, what);
+  tdm_runtime *rt;
+  tdm_status st = enter_blocking(h, what, &rt);
   if (st)
     return st;
   if (mode != TDM_R && mode != TDM_W && mode != TDM_RW)
@@ -304,13 +310,8 @@ tdm_status tdm_handle_release(tdm_handle *h) {
 
 tdm_status tdm_handle_unregister(tdm_handle *h) {
   static const char what[] = "tdm_handle_unregister";
-  tdm_runtime *rt = tdm__handle_runtime(h);
-  if (!rt)
-    return TDM_ERR_INVALID_ARG;
-  TDM_FORK_GUARD(rt, what);
-  tdm_status st = tdm__check_blocking(rt, what);
-  if (!st)
-    st = tdm__handle_check(rt, h, what);
+  tdm_runtime *rt;
+  tdm_status st = enter_blocking(h, what, &rt);
   if (st)
     return st;
   tdm__spin_lock(&h->lock);
