@@ -82,6 +82,12 @@ float *array(float first, float step) {
   return p;
 }
 
+tdm_handle *vector_of(tdm_runtime *rt, float *p) {
+  tdm_handle *h = NULL;
+  assert_int_equal(tdm_register_vector(rt, p, N, sizeof(float), &h), TDM_OK);
+  return h;
+}
+
 void saxpy(tdm_runtime *rt, const tdm_codelet *cl, tdm_handle *x, tdm_handle *y, float a) {
   assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = cl,
                                                     .handles = {x, y},

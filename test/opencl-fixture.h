@@ -38,6 +38,8 @@ extern const tdm_codelet saxpy_gpu_only, saxpy_cpu_only, saxpy_both;
 void saxpy_cpu(const tdm_buffer *b, const void *args, size_t size);
 /* N floats first + step * (i % 100), from tdm_malloc. */
 float *array(float first, float step);
+/* p (N floats) registered with rt as a vector. */
+tdm_handle *vector_of(tdm_runtime *rt, float *p);
 /* Submits cl on x, y with a. */
 void saxpy(tdm_runtime *rt, const tdm_codelet *cl, tdm_handle *x, tdm_handle *y, float a);
 /* The usual end of a run: the runtime destroyed (it waits and brings its

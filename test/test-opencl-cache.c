@@ -25,9 +25,7 @@
 static float saxpy_with(const tdm_codelet *cl, test_log *log) {
   tdm_runtime *rt = device_runtime(log, 1);
   float *x = array(1, 0), *y = array(1, 0);
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
   saxpy(rt, cl, hx, hy, 1.0f);
   tdm_runtime_destroy(rt);
   float v = y[0];

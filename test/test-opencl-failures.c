@@ -82,9 +82,7 @@ static void chain_with_faults(unsigned kind, double p) {
   writeback = 0;
   tdm__faults_set(cb_rt, kind, p, 5);
   float *x = array(1, 0), *y = array(0, 0);
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(cb_rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(cb_rt, y, N, sizeof(float), &hy), TDM_OK);
+  tdm_handle *hx = vector_of(cb_rt, x), *hy = vector_of(cb_rt, y);
   reset_counts();
   for (intptr_t i = 0; i < CHAIN; i++)
     submit_watched(hx, hy, i);
@@ -298,9 +296,7 @@ static void test_cancel_device_group(void **state) {
   test_log log;
   tdm_runtime *rt = device_runtime(&log, 1);
   float *x = array(1, 1), *y = array(0, 0);
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
   saxpy(rt, &saxpy_gpu_only, hx, hy, 0); /* builds the program */
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
   uint64_t before = counters(rt).tasks;

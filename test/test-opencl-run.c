@@ -137,9 +137,7 @@ static void test_saxpy_chain_alternating(void **state) {
   tdm_runtime *rt = device_runtime(&log, 1);
   float *x = array(1, 1), *y = array(3, 1);
   float *ref = array(3, 1);
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
   atomic_store(&cpu_runs, 0);
   const int steps = 6;
   for (int s = 0; s < steps; s++) {
@@ -174,9 +172,7 @@ static void device_chain(bool by_destroy) {
   test_log log;
   tdm_runtime *rt = device_runtime(&log, 1);
   float *x = array(1, 0), *y = array(0, 0);
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
   const int steps = 20;
   for (int s = 0; s < steps; s++)
     saxpy(rt, &saxpy_gpu_only, hx, hy, 1.0f);
@@ -407,9 +403,7 @@ static void test_escape_hatch(void **state) {
   test_log log;
   tdm_runtime *rt = device_runtime(&log, 1);
   float *x = array(5, 1), *y = array(0, 0);
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
   assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &copy, .handles = {hx, hy}}),
                    TDM_OK);
   saxpy(rt, &saxpy_gpu_only, hx, hy, 1.0f); /* then a kernel on the copy: y = 2x */
@@ -475,9 +469,7 @@ static void test_too_large(void **state) {
   tdm_runtime *rt = device_runtime(&log, 1);
   memory_limit = 0;
   float *x = array(1, 0), *y = array(1, 0);
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
   tdm_status st = tdm_submit(rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only,
                                                   .handles = {hx, hy},
                                                   .args = &(float){1},
@@ -506,9 +498,7 @@ static void test_vector_pieces_on_device(void **state) {
   assert_non_null(want);
   for (int i = 0; i < N; i++)
     want[i] = y[i];
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
   /* the whole vectors, on the device: y there, and newer than the host */
   saxpy(rt, &saxpy_gpu_only, hx, hy, 1);
   for (int i = 0; i < N; i++)
@@ -602,9 +592,7 @@ static void test_no_device(void **state) {
   test_log log;
   tdm_runtime *rt = device_runtime(&log, 0); /* PoCL not admitted */
   float *x = array(1, 0), *y = array(1, 0);
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
   assert_int_equal(
       tdm_submit(rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only, .handles = {hx, hy},
                                       .args = &(float){1}, .args_size = sizeof(float)}),
@@ -634,9 +622,7 @@ static void test_pause_with_device(void **state) {
   test_log log;
   tdm_runtime *rt = device_runtime(&log, 1);
   float *x = array(1, 1), *y = array(0, 0);
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
   saxpy(rt, &saxpy_gpu_only, hx, hy, 1); /* builds the program */
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
   float a = 2;
@@ -690,9 +676,7 @@ static void test_pinned_after_device(void **state) {
   atomic_store(&pinned_ran, 0);
   atomic_store(&pinned_elsewhere, 0);
   float *x = array(1, 1), *y = array(0, 0);
-  tdm_handle *hx, *hy;
-  assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, y, N, sizeof(float), &hy), TDM_OK);
+  tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
   static const tdm_codelet cl_read = {.name = "pinned read", .cpu_fn = pinned_read,
                                       .nbuffers = 1, .modes = {TDM_R}};
   int fd = tdm_runtime_event_fd(rt);
