@@ -370,7 +370,7 @@ static inline void tdm__count(_Atomic uint64_t *c, uint64_t n) {
 /* Finished tasks a worker counts before it updates rt->inflight. */
 #define TDM_FLUSH_BATCH 32
 
-/* The strings of tdm_config a runtime keeps a copy of (runtime.c). */
+/* The strings of tdm_config a runtime keeps a copy of (config.c). */
 #define TDM_CONFIG_COPIES 9
 
 /* A backend taking part in a runtime: it drives device workers
@@ -515,7 +515,7 @@ struct tdm_runtime {
   pthread_mutex_t trace_lock; /* one flush at a time */
 
   /* Codelet tasks that failed or were cancelled since tdm_wait_all last
-   * reported them (task.c), and the first of each, for its message. */
+   * reported them (complete.c), and the first of each, for its message. */
   pthread_mutex_t fail_lock;
   unsigned long nfailed, ncancelled;
   tdm_status first_status;
@@ -529,7 +529,7 @@ struct tdm_runtime {
    * the times of each one's last failures (core/place.c, under fail_lock). */
   _Atomic uint64_t quarantined;
   uint64_t failed_at[TDM_MAX_DEVICE_WORKERS][TDM_MAX_QUARANTINE_FAILURES];
-  _Atomic uint64_t nretries; /* tries of failed tasks placed again (task.c) */
+  _Atomic uint64_t nretries; /* tries of failed tasks placed again (complete.c) */
   _Atomic uint64_t nreplayed; /* tasks run again by lineage (lineage.c) */
   /* The watchdog (watchdog.c; NULL: off), and the device workers it
    * found hung (bit k): nothing more starts there (tdm__fault). */

@@ -11,7 +11,7 @@
  * device's speed-up for that codelet (times slow_factor once slow_at has
  * passed). Every modelled duration is multiplied by the machine's time
  * scale, and CPU workers stretch their tasks by the same factor
- * (task.c), so that a device faster than a core can be emulated with
+ * (runtime/core/complete.c), so that a device faster than a core can be emulated with
  * cores: with a scale of 2 x the largest speed-up, an emulated device
  * spends at most half its time actually computing.
  *

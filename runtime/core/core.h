@@ -1,6 +1,7 @@
 /*
- * The core layer: the runtime's lifecycle and configuration (runtime.c),
- * tasks (task.c) and their explicit dependencies (depgraph.c), the
+ * The core layer: the runtime's lifecycle (runtime.c) and configuration
+ * (config.c), tasks: their pool (pool.c), creation and submission
+ * (task.c), end (complete.c) and explicit dependencies (depgraph.c), the
  * handles' dependency state, acquisitions and unregistration
  * (handles.c), workers, parking and pausing (worker.c), placement on the
  * runtime's threads and the next task for a device (place.c), the
@@ -16,7 +17,7 @@
 #include "../sched/sched.h"
 #include "trace.h"
 
-/* Drops the references v holds and frees its storage (task.c). */
+/* Drops the references v holds and frees its storage (pool.c). */
 void tdm__taskvec_release(tdm_taskvec *v);
 /* Configuration (config.c). The i-th TANDEM_* variable Tandem reads,
  * NULL past the last. Env: the environment over rt->cfg. Copy: rt keeps
@@ -317,7 +318,7 @@ tdm_task *tdm__any_take(tdm_runtime *rt);
 /* Wakes a worker to finish completed device tasks (any thread). */
 void tdm__wake_for_completion(tdm_runtime *rt);
 
-/* Runs t's CPU variant on bufs (NULL: its handles' own buffers; task.c). */
+/* Runs t's CPU variant on bufs (NULL: its handles' own buffers; complete.c). */
 void tdm__cpu_run(const tdm_task *t, const tdm_buffer *bufs);
 
 #endif

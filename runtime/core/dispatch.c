@@ -8,7 +8,7 @@
  * Tasks queue by their pool_next link (free while they are not in any
  * other queue), groups by their own; both hold a reference while queued.
  * A task queued for its callback (dispatch_ended) is queued before its
- * end is counted (task.c), so that a thread that waits for it and then
+ * end is counted (complete.c), so that a thread that waits for it and then
  * dispatches finds the callback.
  * The eventfd is signalled once per batch of posts: `signalled` (under
  * dispatch_lock) says a write is due or done and not yet read, and

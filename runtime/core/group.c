@@ -8,7 +8,7 @@
  * release of its successors): `pending` reaching 0 means idle. Cancelling
  * sets a flag that a task reads as it is about to start
  * (tdm__task_outcome_at_start): a task not started ends cancelled, and
- * the outcome rules (task.c) cancel what reads its results, in any group.
+ * the outcome rules (complete.c) cancel what reads its results, in any group.
  */
 #include "core.h"
 

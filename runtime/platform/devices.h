@@ -61,7 +61,7 @@ typedef struct tdm_device_record {
   bool shared_memory;
   char memory_reason[160];
   int worker; /* its worker when used, else -1 */
-  /* Set once, by tdm__quarantine (task.c), under rt->fail_lock. */
+  /* Set once, by tdm__device_quarantine (core/place.c). */
   _Atomic bool quarantined;
   char quarantine_reason[128];
 } tdm_device_record;
