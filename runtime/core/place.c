@@ -532,12 +532,6 @@ tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
 tdm_task *tdm__taskq_next(tdm_runtime *rt, unsigned k, tdm_taskq *q, pthread_mutex_t *lock) {
   if (TDM_UNLIKELY(tdm__devices_paused(rt)))
     return NULL; /* set_limit kicks the device on resume */
-  /* Out of placement, it starts nothing more: a task placed here before
-   * the quarantine and queued after its drain is drained again by
-   * rt_send. relaxed: the quarantine sets the bit before its drain takes
-   * this lock, so a start after the drain sees it. */
-  if (TDM_UNLIKELY(atomic_load_explicit(&rt->quarantined, memory_order_relaxed) >> k & 1))
-    return NULL;
   tdm_task *t = tdm__taskq_pop(q);
   if (t)
     return t;
