@@ -32,18 +32,18 @@
  *  - push: tdm__taskq_put under its lock, then start what it can; a
  *    device in its own memory may tdm__task_prefetch its inputs.
  *  - to start a task: tdm__taskq_next under its lock (it may drop and
- *    take the lock again; NULL: nothing to start now: empty, paused or
- *    out of placement); tdm__task_outcome_at_start (nonzero: end it with
- *    that status at once, t0 = t1 = 0); on its own memory tdm__task_pin
- *    its slot; tdm__task_access (the tokens in w are its own, released
- *    with tdm__tokens_release once waited for; `replay`: lineage may run
- *    CPU variants on this thread to make a lost input again); run it
- *    after they complete (application code under
- *    TDM_USER_CODE); tdm__task_written with its completion token;
- *    tdm__task_write_back; tdm__task_unpin; tdm__task_done with the
- *    times it ran (tdm__now_ns). A failed run: tdm__task_write_failed
- *    before unpinning (tdm__task_snapshot beforehand for a device in the
- *    host's memory), then tdm__task_done with the status.
+ *    take the lock again; NULL: nothing to start now, empty or paused);
+ *    tdm__task_outcome_at_start (nonzero: end it with that status at
+ *    once, t0 = t1 = 0); on its own memory tdm__task_pin its slot;
+ *    tdm__task_access (the tokens in w are its own, released with
+ *    tdm__tokens_release once waited for; `replay`: lineage may run CPU
+ *    variants on this thread to make a lost input again); run it after
+ *    they complete (application code under TDM_USER_CODE);
+ *    tdm__task_written with its completion token; tdm__task_write_back;
+ *    tdm__task_unpin; tdm__task_done with the times it ran
+ *    (tdm__now_ns). A failed run: tdm__task_write_failed before
+ *    unpinning (tdm__task_snapshot beforehand for a device in the host's
+ *    memory), then tdm__task_done with the status.
  *  - tdm__wake_for_completion: a CPU worker should look (its progress, or
  *    work queued that idle workers may take).
  */
