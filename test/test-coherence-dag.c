@@ -464,12 +464,17 @@ static tdm_runtime *make(const setup *s, char *dir, size_t size) {
   return rt;
 }
 
-static unsigned device_tasks(tdm_runtime *rt, uint64_t *evictions) {
+/* The tasks the devices ran, and their evictions; by_kind[0] and [1]
+ * get the tasks emulated devices and OpenCL ones ran added. */
+static unsigned device_tasks(tdm_runtime *rt, uint64_t *evictions, uint64_t by_kind[2]) {
   unsigned ids[TDM_MAX_DEVICE_WORKERS], n = 0;
   unsigned used = test_used_devices(rt, ids, TDM_MAX_DEVICE_WORKERS);
   *evictions = 0;
   for (unsigned i = 0; i < used; i++) {
     tdm_device_counters c = test_counters(rt, ids[i]);
+    tdm_device_info d = {.struct_size = sizeof d};
+    assert_int_equal(tdm_runtime_device(rt, ids[i], &d), TDM_OK);
+    by_kind[d.device_class == TDM_DEVICE_EMULATED ? 0 : 1] += c.tasks;
     n += (unsigned)c.tasks;
     *evictions += c.evictions;
   }
@@ -481,19 +486,7 @@ static unsigned device_tasks(tdm_runtime *rt, uint64_t *evictions) {
 static uint64_t retried;  /* tries placed again after a fault, all runs */
 static uint64_t replayed; /* tasks run again by lineage, all runs */
 static unsigned stopped;  /* devices that stopped as told (setup.lost), all runs */
-
-/* Tasks that emulated devices (emulated) and OpenCL ones (real) ran. */
-static void tasks_by_kind(tdm_runtime *rt, uint64_t *emulated, uint64_t *real) {
-  unsigned ids[TDM_MAX_DEVICE_WORKERS];
-  unsigned n = test_used_devices(rt, ids, TDM_MAX_DEVICE_WORKERS);
-  for (unsigned i = 0; i < n; i++) {
-    tdm_device_info d = {.struct_size = sizeof d};
-    assert_int_equal(tdm_runtime_device(rt, ids[i], &d), TDM_OK);
-    *(d.device_class == TDM_DEVICE_EMULATED ? emulated : real) += test_counters(rt, ids[i]).tasks;
-  }
-}
-
-static uint64_t mixed_tasks[2]; /* emulated, OpenCL: all runs */
+static uint64_t kind_tasks[2]; /* tasks on emulated devices, on OpenCL ones: all runs */
 
 static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps,
                  uint64_t totals[3]) {
@@ -506,9 +499,7 @@ static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps
     one_seed(rt, seed, steps);
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
   uint64_t evictions;
-  unsigned on_devices = device_tasks(rt, &evictions);
-  if (s->mixed)
-    tasks_by_kind(rt, &mixed_tasks[0], &mixed_tasks[1]);
+  unsigned on_devices = device_tasks(rt, &evictions, kind_tasks);
   if (s->lost) { /* it stopped working: out of placement, said once */
     for (unsigned k = 0; k < 2; k++) {
       tdm_device_info d = {.struct_size = sizeof d};
@@ -736,21 +727,21 @@ static void test_opencl_evictions(void **state) {
  * and both kinds of device ran tasks. */
 static void test_mixed_every_policy(void **state) {
   (void)state;
-  mixed_tasks[0] = mixed_tasks[1] = 0;
+  kind_tasks[0] = kind_tasks[1] = 0;
   every_policy(&(setup){.discrete = true, .mixed = true}, 9000, 4, 300);
   printf("emulated device: %llu tasks, PoCL: %llu tasks\n",
-         (unsigned long long)mixed_tasks[0], (unsigned long long)mixed_tasks[1]);
-  assert_true(mixed_tasks[0] > 0);
-  assert_true(mixed_tasks[1] > 0);
+         (unsigned long long)kind_tasks[0], (unsigned long long)kind_tasks[1]);
+  assert_true(kind_tasks[0] > 0);
+  assert_true(kind_tasks[1] > 0);
 }
 
 /* The same with injected faults, retries and write-back. */
 static void test_mixed_faults(void **state) {
   (void)state;
-  mixed_tasks[0] = mixed_tasks[1] = 0;
+  kind_tasks[0] = kind_tasks[1] = 0;
   every_policy(&(setup){.discrete = true, .mixed = true, .faults = true}, 9500, 2, 300);
-  assert_true(mixed_tasks[0] > 0);
-  assert_true(mixed_tasks[1] > 0);
+  assert_true(kind_tasks[0] > 0);
+  assert_true(kind_tasks[1] > 0);
 }
 
 static bool have_opencl_devices(bool discrete, unsigned want) {

@@ -416,10 +416,11 @@ static void locate(tdm_runtime *rt, const cl_api *api, cl_device_id dev,
 
 static void no_opencl(tdm_runtime *rt, const char *why, int err) {
   if (err)
-    snprintf(rt->opencl_report.summary, sizeof rt->opencl_report.summary, "%s (%s, error %d): CPU cores only",
-             why, CL_ERR(err));
+    snprintf(rt->opencl_report.summary, sizeof rt->opencl_report.summary,
+             "%s (%s, error %d): CPU cores only", why, CL_ERR(err));
   else
-    snprintf(rt->opencl_report.summary, sizeof rt->opencl_report.summary, "%s: CPU cores only", why);
+    snprintf(rt->opencl_report.summary, sizeof rt->opencl_report.summary, "%s: CPU cores only",
+             why);
   tdm__log(rt, TDM_LOG_INFO, "OpenCL: %s", rt->opencl_report.summary);
 }
 
@@ -514,9 +515,9 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path, void **state)
     no_opencl(rt, "no device on any OpenCL platform", 0);
     return TDM_ERR_NO_OPENCL;
   }
-  snprintf(rt->opencl_report.summary, sizeof rt->opencl_report.summary, "%u platform%s, %u device%s",
-           rt->nplatforms, rt->nplatforms == 1 ? "" : "s", rt->ndevices,
-           rt->ndevices == 1 ? "" : "s");
+  snprintf(rt->opencl_report.summary, sizeof rt->opencl_report.summary,
+           "%u platform%s, %u device%s", rt->nplatforms, rt->nplatforms == 1 ? "" : "s",
+           rt->ndevices, rt->ndevices == 1 ? "" : "s");
   return TDM_OK;
 }
 

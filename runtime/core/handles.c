@@ -51,8 +51,9 @@ static tdm_status partition(tdm_handle *h, size_t tile_rows, size_t tile_cols, u
     return st;
   if (h->kind != kind || !tile_rows || !tile_cols || flags)
     return tdm__refuse(rt, TDM_ERR_INVALID_ARG, what,
-                kind == TDM_HANDLE_MATRIX ? "needs a matrix, nonzero tile sizes and flags 0"
-                                          : "needs a vector, a nonzero piece size and flags 0");
+                       kind == TDM_HANDLE_MATRIX
+                           ? "needs a matrix, nonzero tile sizes and flags 0"
+                           : "needs a vector, a nonzero piece size and flags 0");
   size_t ni = (h->buf.nx + tile_rows - 1) / tile_rows;
   size_t nj = (h->buf.ny + tile_cols - 1) / tile_cols;
   tdm_handle **tiles = tdm__calloc(rt, ni * nj, sizeof *tiles);
@@ -128,10 +129,10 @@ static tdm_status unpartition(tdm_handle *h, unsigned flags, uint8_t kind, const
     return tdm__refuse(rt, TDM_ERR_INVALID_ARG, what, "flags must be 0");
   if (h->kind != kind)
     return tdm__refuse(rt, TDM_ERR_INVALID_ARG, what,
-                kind == TDM_HANDLE_MATRIX ? "not a matrix (a vector's pieces join with "
-                                            "tdm_vector_unpartition)"
-                                          : "not a vector (a matrix's tiles join with "
-                                            "tdm_matrix_unpartition)");
+                       kind == TDM_HANDLE_MATRIX ? "not a matrix (a vector's pieces join with "
+                                                   "tdm_vector_unpartition)"
+                                                 : "not a vector (a matrix's tiles join with "
+                                                   "tdm_matrix_unpartition)");
   /* The tiles array cannot change under us without the parent's lock,
    * but we must lock the parent together with its tiles, in address
    * order: read the array under the parent's lock first. */
@@ -166,7 +167,7 @@ static tdm_status unpartition(tdm_handle *h, unsigned flags, uint8_t kind, const
     tdm_handle *t = tiles[k];
     if (t->acquired || t->tiles || t->unsubmitted)
       st = tdm__refuse(rt, TDM_ERR_BUSY, what,
-                "a tile is acquired, partitioned or named by an unsubmitted task");
+                       "a tile is acquired, partitioned or named by an unsubmitted task");
     else if (copy_refs(rt, &writers, &t->writers) || copy_refs(rt, &readers, &t->readers))
       st = tdm__refuse(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
   }
@@ -285,13 +286,13 @@ tdm_status tdm_handle_acquire(tdm_handle *h, tdm_access mode) {
      * reads after this acquisition is cancelled as it would have been */
     end_acquisition(h);
     return tdm__refuse(rt, TDM_ERR_LOST, what,
-                "a task writing the handle failed or was cancelled: not acquired");
+                       "a task writing the handle failed or was cancelled: not acquired");
   }
   /* the host holds it from here: its contents come home */
   if (!tdm__handle_home(h, (mode & TDM_W) != 0)) {
     end_acquisition(h);
     return tdm__refuse(rt, TDM_ERR_LOST, what,
-                "its contents could not be copied home from a device: not acquired");
+                       "its contents could not be copied home from a device: not acquired");
   }
   tdm__acquired_here++; /* this thread's submissions go past the bound */
   return TDM_OK;
@@ -354,11 +355,11 @@ tdm_status tdm_handle_unregister(tdm_handle *h) {
   tdm__handle_quarantine(h);
   if (!home)
     return tdm__refuse(rt, TDM_ERR_LOST, what,
-                "its newest version could not be copied home from a device: its memory "
-                "does not hold it");
+                       "its newest version could not be copied home from a device: its memory "
+                       "does not hold it");
   return lost ? tdm__refuse(rt, TDM_ERR_LOST, what,
-                     "a task writing the handle failed or was cancelled: its memory holds "
-                     "the last version produced")
+                            "a task writing the handle failed or was cancelled: its memory holds "
+                            "the last version produced")
               : TDM_OK;
 }
 

@@ -548,7 +548,7 @@ tdm_task *tdm__taskq_next(tdm_runtime *rt, unsigned k, tdm_taskq *q, pthread_mut
 }
 
 tdm_task *tdm__taskq_take(tdm_runtime *rt, tdm_taskq *q, pthread_mutex_t *lock,
-                         bool (*want)(tdm_task *, void *), void *data) {
+                          bool (*want)(tdm_task *, void *), void *data) {
   if (!atomic_load_explicit(&q->queued, memory_order_relaxed))
     return NULL;
   TDM_PTHREAD(rt, pthread_mutex_lock(lock));

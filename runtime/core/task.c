@@ -268,7 +268,8 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   if (rt->recording)
     t->trace_id = atomic_fetch_add_explicit(&rt->next_task_id, 1, memory_order_relaxed) + 1;
   /* a task pinned to the application's thread runs its CPU variant */
-  if ((cl->opencl || rt->ndevice_workers) && !t->main_thread && (st = tdm__device_prepare(rt, t, what))) {
+  if ((cl->opencl || rt->ndevice_workers) && !t->main_thread &&
+      (st = tdm__device_prepare(rt, t, what))) {
     tdm__task_unref(t);
     return st;
   }
@@ -543,8 +544,8 @@ static tdm_status explicit_preds(tdm_task *t, pred_list *preds) {
   unsigned ndeps = t->links ? t->links->deps.n : 0;
   for (unsigned i = 0; i < ndeps; i++)
     if (atomic_load(&deps[i]->state) == TDM_TS_CREATED) {
-      tdm__log(t->rt, TDM_LOG_ERROR,
-               "submit of %s refused: it depends on a task not submitted yet", tdm__codelet_name(t));
+      tdm__log(t->rt, TDM_LOG_ERROR, "submit of %s refused: it depends on a task not submitted yet",
+               tdm__codelet_name(t));
       return TDM_ERR_DEP_NOT_SUBMITTED;
     }
   for (unsigned i = 0; i < ndeps; i++)
@@ -569,8 +570,8 @@ TDM_ALWAYS_INLINE static tdm_status check_and_reserve(tdm_task *t, tdm_handle **
                tdm__codelet_name(t));
     } else if (h->tiles) {
       st = TDM_ERR_PARTITIONED;
-      tdm__log(rt, TDM_LOG_ERROR,
-               "submit of %s refused: a handle is partitioned (use its tiles)", tdm__codelet_name(t));
+      tdm__log(rt, TDM_LOG_ERROR, "submit of %s refused: a handle is partitioned (use its tiles)",
+               tdm__codelet_name(t));
     } else {
       /* it reads what the writers produce; it only comes after readers */
       for (unsigned k = 0; k < h->writers.n && !st; k++)

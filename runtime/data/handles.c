@@ -244,7 +244,7 @@ tdm_status tdm_register_matrix(tdm_runtime *rt, void *ptr, size_t ld, size_t row
     if (out)
       *out = NULL;
     return tdm__refuse(rt, TDM_ERR_INVALID_ARG, "tdm_register_matrix",
-                "leading dimension smaller than the number of columns");
+                       "leading dimension smaller than the number of columns");
   }
   tdm_buffer b = {.ptr = ptr, .elem_size = elem_size, .nx = rows, .ny = cols, .ld = ld};
   return do_register(rt, TDM_HANDLE_MATRIX, &b, out, "tdm_register_matrix");

@@ -64,6 +64,25 @@ void tdm__nodes_fini(tdm_nodes *nodes) {
 
 static const tdm_node_ops mux_ops;
 
+/* The index of the way of (ops, ctx), added if new (the coherence module
+ * then calls them directly while they are the only ones, else the
+ * multiplexer); -1 (logged) past TDM_MAX_BACKENDS. */
+static int way_for(tdm_nodes *nodes, const tdm_node_ops *ops, void *ctx) {
+  unsigned w = 0;
+  while (w < nodes->nways && (nodes->ways[w].ops != ops || nodes->ways[w].ctx != ctx))
+    w++;
+  if (w < nodes->nways)
+    return (int)w;
+  if (w == TDM_MAX_BACKENDS) {
+    tdm__log(nodes->rt, TDM_LOG_ERROR, "memory nodes: at most %d backends", TDM_MAX_BACKENDS);
+    return -1;
+  }
+  nodes->ways[nodes->nways++] = (tdm_node_way){ops, ctx};
+  nodes->ops = nodes->nways == 1 ? ops : &mux_ops;
+  nodes->ctx = nodes->nways == 1 ? ctx : nodes;
+  return (int)w;
+}
+
 int tdm__nodes_add(tdm_nodes *nodes, const tdm_node_ops *ops, void *ctx, unsigned first,
                    unsigned n, const uint64_t *limits) {
   if (1 + first + n > nodes->n) {
@@ -71,29 +90,14 @@ int tdm__nodes_add(tdm_nodes *nodes, const tdm_node_ops *ops, void *ctx, unsigne
              first + n, nodes->n);
     return TDM_ERR_INVALID_ARG;
   }
-  unsigned w = 0;
-  while (w < nodes->nways && (nodes->ways[w].ops != ops || nodes->ways[w].ctx != ctx))
-    w++;
-  if (w == nodes->nways) {
-    if (w == TDM_MAX_BACKENDS) {
-      tdm__log(nodes->rt, TDM_LOG_ERROR, "memory nodes: at most %d backends",
-               TDM_MAX_BACKENDS);
-      return TDM_ERR_INVALID_ARG;
-    }
-    nodes->ways[nodes->nways++] = (tdm_node_way){ops, ctx};
-  }
+  int w = way_for(nodes, ops, ctx);
+  if (w < 0)
+    return TDM_ERR_INVALID_ARG;
   for (unsigned i = 0; i < n; i++) {
     tdm_memnode *m = &nodes->mem[1 + first + i];
     m->counted = limits[i] != 0;
     m->limit = limits[i];
     nodes->way_of[1 + first + i] = (uint8_t)w;
-  }
-  if (nodes->nways == 1) {
-    nodes->ops = ops;
-    nodes->ctx = ctx;
-  } else {
-    nodes->ops = &mux_ops;
-    nodes->ctx = nodes;
   }
   return TDM_OK;
 }
@@ -101,14 +105,12 @@ int tdm__nodes_add(tdm_nodes *nodes, const tdm_node_ops *ops, void *ctx, unsigne
 int tdm__nodes_init(tdm_nodes *nodes, tdm_runtime *rt, const tdm_node_ops *ops, void *ctx,
                     unsigned n, const uint64_t *limits) {
   int st = tdm__nodes_make(nodes, rt, n);
-  if (!st && n > 1)
-    st = tdm__nodes_add(nodes, ops, ctx, 0, n - 1, limits);
-  if (!st && n <= 1) {
-    nodes->ways[nodes->nways++] = (tdm_node_way){ops, ctx};
-    nodes->ops = ops;
-    nodes->ctx = ctx;
-  }
-  return st;
+  if (st)
+    return st;
+  if (n > 1)
+    return tdm__nodes_add(nodes, ops, ctx, 0, n - 1, limits);
+  way_for(nodes, ops, ctx); /* the first: cannot fail */
+  return TDM_OK;
 }
 
 /* ---- the multiplexer ------------------------------------------------------ */
@@ -117,9 +119,13 @@ static const tdm_node_way *way_of_node(const tdm_nodes *nodes, unsigned node) {
   return &nodes->ways[nodes->way_of[node]];
 }
 
-/* The way a token of the multiplexer's came from (t != 0). */
+/* The way a token of the multiplexer's came from (t != 0), and that
+ * way. */
 static unsigned way_of_token(tdm_token t) {
   return (unsigned)((t & TAG_MASK) >> TAG_SHIFT) - 1;
+}
+static const tdm_node_way *token_way(const void *nodes, tdm_token t) {
+  return &((const tdm_nodes *)nodes)->ways[way_of_token(t)];
 }
 
 static tdm_token own(tdm_token t) {
@@ -159,7 +165,7 @@ static void mux_free(void *ctx, unsigned node, void *mem) {
 }
 
 static void wait_one(const tdm_nodes *nodes, tdm_token t) {
-  const tdm_node_way *w = &nodes->ways[way_of_token(t)];
+  const tdm_node_way *w = token_way(nodes, t);
   tdm_token o = own(t);
   w->ops->wait(w->ctx, &o, 1);
 }
@@ -202,14 +208,14 @@ static bool one_way(const tdm_token *ts, unsigned n, unsigned *w) {
 static bool mux_retain(void *ctx, tdm_token t) {
   if (!t)
     return true;
-  const tdm_node_way *w = &((const tdm_nodes *)ctx)->ways[way_of_token(t)];
+  const tdm_node_way *w = token_way(ctx, t);
   return w->ops->retain(w->ctx, own(t));
 }
 
 static bool mux_failed(void *ctx, tdm_token t) {
   if (!t)
     return false;
-  const tdm_node_way *w = &((const tdm_nodes *)ctx)->ways[way_of_token(t)];
+  const tdm_node_way *w = token_way(ctx, t);
   return w->ops->failed && w->ops->failed(w->ctx, own(t));
 }
 
@@ -237,18 +243,17 @@ static tdm_token mux_join(void *ctx, const tdm_token *ts, unsigned n) {
   return 0;
 }
 
-
 static void mux_release(void *ctx, tdm_token t) {
   if (!t)
     return;
-  const tdm_node_way *w = &((const tdm_nodes *)ctx)->ways[way_of_token(t)];
+  const tdm_node_way *w = token_way(ctx, t);
   w->ops->release(w->ctx, own(t));
 }
 
 static bool mux_test(void *ctx, tdm_token t) {
   if (!t)
     return true;
-  const tdm_node_way *w = &((const tdm_nodes *)ctx)->ways[way_of_token(t)];
+  const tdm_node_way *w = token_way(ctx, t);
   return w->ops->test(w->ctx, own(t));
 }
 
