@@ -469,6 +469,8 @@ static void test_description_and_errors(void **state) {
       "gpu:memory=somewhere",              /* no such memory */
       "gpu:latency=fast,bandwidth=1G",     /* not a time */
       "gpu:gemm,memory=shared",            /* not key=value */
+      "gpu:speedup=-1,memory=shared;+opencl", /* beside OpenCL's, still wrong */
+      "+opencl;gpu:memory=somewhere",
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     tdm_config cfg;
@@ -482,6 +484,27 @@ static void test_description_and_errors(void **state) {
     assert_null(r);
     assert_true(test_log_has(&log, "sim="));
     pthread_mutex_destroy(&log.lock);
+  }
+  /* "+opencl" asks for OpenCL's devices beside the emulated ones: none
+   * here (devices="none"), the emulated one alone, or none at all */
+  static const struct {
+    const char *sim;
+    unsigned devices;
+  } beside[] = {{"gpu:speedup=2,memory=shared;+opencl", 1}, {"+opencl", 0}};
+  for (size_t i = 0; i < sizeof beside / sizeof *beside; i++) {
+    tdm_config cfg;
+    tdm_config_init(&cfg);
+    cfg.ignore_env = 1;
+    cfg.devices = "none";
+    cfg.sim = beside[i].sim;
+    cfg.cache_dir = dir;
+    tdm_runtime *r = NULL;
+    assert_int_equal(tdm_runtime_create(&cfg, &r), TDM_OK);
+    tdm_machine_info mi = {.struct_size = sizeof mi};
+    assert_int_equal(tdm_runtime_machine(r, &mi), TDM_OK);
+    assert_int_equal(mi.device_workers, beside[i].devices);
+    assert_non_null(strstr(mi.opencl_summary, "devices=\"none\""));
+    tdm_runtime_destroy(r);
   }
   tdm_config cfg;
   tdm_config_init(&cfg);
