@@ -125,6 +125,11 @@ bool tdm__devices_paused(const tdm_runtime *rt);
 /* A task placed again (its program built), or refused by device k. */
 void tdm__place(tdm_runtime *rt, tdm_task *t);
 void tdm__device_refused(tdm_runtime *rt, unsigned k, tdm_task *t, tdm_status status);
+/* Codelet `codelet`'s variant was disabled on device k as a programming
+ * error (`status`, `why`): the application is told. Once per variant and
+ * device; no lock held. */
+void tdm__kernel_disabled(tdm_runtime *rt, unsigned k, const char *codelet, tdm_status status,
+                          const char *why);
 /* The one way a task ends, with its status. */
 void tdm__task_done(tdm_task *t, unsigned worker, tdm_status status, uint64_t t0,
                     uint64_t t1);

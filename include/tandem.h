@@ -116,7 +116,8 @@ extern "C" {
   XX(ERR_TASK_FAILED, -27, "tasks failed or were cancelled since the last report (see the log)") \
   XX(ERR_DEVICE_LOST, -28, "the device stopped working (see the log)") \
   XX(ERR_WOULD_BLOCK, -29, "as many tasks as tdm_config.max_pending allows are unfinished: try again later") \
-  XX(ERR_MISMATCH, -30, "a device's results differed from the CPU variant's (verification): the CPU's were kept (see the log)")
+  XX(ERR_MISMATCH, -30, "a device's results differed from the CPU variant's (verification): the CPU's were kept (see the log)") \
+  XX(ERR_KERNEL, -31, "an OpenCL kernel cannot be launched as written (its parameters or work size do not match): its variant is disabled on that device (see the log)")
 
 typedef enum tdm_status {
 #define TDM__STATUS_ENUM(name, value, msg) TDM_##name = (value),
@@ -160,6 +161,18 @@ typedef void (*tdm_log_fn)(void *user_data, tdm_log_level level,
  * `why` a sentence. On a thread of the runtime, once per device; it must
  * not block, and may call the query functions. */
 typedef void (*tdm_device_event_fn)(void *user_data, unsigned device, const char *why);
+
+/** Called when a codelet's OpenCL variant is disabled on one device
+ * because its kernel cannot be launched as written (`status`
+ * TDM_ERR_KERNEL): its parameters do not take what Tandem passes, or the
+ * driver refused its arguments or work size. A programming error, not a
+ * failing device: the device keeps running other codelets. `codelet` is
+ * the codelet's name, `device` numbered as tdm_runtime_device numbers
+ * devices, `why` what the log says (valid during the call). Once per
+ * codelet variant and device, on a thread of the runtime; it must not
+ * block, and may call the query functions. */
+typedef void (*tdm_kernel_event_fn)(void *user_data, const char *codelet, unsigned device,
+                                    tdm_status status, const char *why);
 
 /** How the devices used treat memory (tdm_config.device_memory). */
 typedef enum tdm_device_memory {
@@ -490,6 +503,13 @@ typedef struct tdm_config {
    * NULL (default): the program's name (its argv[0] without directories).
    * Environment: TANDEM_APP. */
   const char *app;
+  /** Called when a codelet's OpenCL variant is disabled on a device as a
+   * programming error (tdm_kernel_event_fn). Whether or not it is set,
+   * the log says why (error level), a task that nothing else can run
+   * ends with TDM_ERR_KERNEL, and the next tdm_wait_all returns
+   * TDM_ERR_KERNEL once (TDM_ERR_TASK_FAILED when tasks failed too). */
+  tdm_kernel_event_fn kernel_event_fn;
+  void *kernel_event_data;
 } tdm_config;
 
 /** tdm_config.worker_nice: the workers run under SCHED_IDLE. */
@@ -836,17 +856,25 @@ typedef enum tdm_access {
 } tdm_access;
 
 /**
- * What a task function sees of one buffer. A vector is a column: ny = 1 and
- * ld = 1.
- * A matrix is stored by rows: element (r, c) is at
- * (char *)ptr + (r * ld + c) * elem_size, with nx rows and ny columns.
+ * What a task function sees of one buffer. A matrix is stored by rows:
+ * element (r, c) is at (char *)ptr + (r * ld + c) * elem_size, with
+ * `rows` rows and `cols` columns. A vector is a column: rows elements,
+ * cols = 1 and ld = 1. `nx` and `ny` are older names of rows and cols
+ * (the same fields): rows is not OpenCL's dimension 0, which runs along
+ * a row (see <tandem/opencl.h>).
  */
 typedef struct tdm_buffer {
   void *ptr;
   size_t elem_size; /**< bytes per element */
-  size_t nx;        /**< vector: elements; matrix: rows */
-  size_t ny;        /**< vector: 1; matrix: columns */
-  size_t ld;        /**< elements between the starts of two rows */
+  union {
+    size_t rows; /**< vector: elements; matrix: rows */
+    size_t nx;   /**< the same as rows */
+  };
+  union {
+    size_t cols; /**< vector: 1; matrix: columns */
+    size_t ny;   /**< the same as cols */
+  };
+  size_t ld; /**< elements between the starts of two rows */
 } tdm_buffer;
 
 /**
@@ -1251,10 +1279,19 @@ TDM_API tdm_status tdm_codelet_build(tdm_runtime *rt, const tdm_codelet *codelet
  *         tdm_dispatch(rt);
  *     }
  *
- * Nothing the thread does blocks on the runtime. Waiting (tdm_wait_all,
- * tdm_group_wait, tdm_task_wait) for a pinned task from the thread that
- * should dispatch it would wait forever; tdm_runtime_destroy dispatches
- * while it waits.
+ * Nothing the thread does blocks on the runtime. A GLib program does it
+ * in one call: tdm_glib_attach in <tandem/glib.h>; docs/embedding.md
+ * shows Qt, libuv and a plain poll loop.
+ *
+ * The dispatching thread is the last thread that called tdm_dispatch, or,
+ * before any call, the thread that created the runtime. A wait on it
+ * (tdm_wait_all, tdm_group_wait, tdm_task_wait, and the waits of
+ * tdm_handle_unregister and tdm_handle_acquire) runs tdm_dispatch
+ * whenever a pinned task is queued, so that waiting for work that
+ * includes pinned tasks ends instead of waiting forever (what the
+ * dispatch runs then includes the callbacks and progress calls queued
+ * with them). A wait on another thread leaves pinned tasks to the
+ * dispatching thread. tdm_runtime_destroy dispatches while it waits.
  */
 
 /** The runtime's event descriptor (a Linux eventfd, non-blocking,

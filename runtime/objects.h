@@ -302,6 +302,10 @@ struct tdm_group {
   _Atomic uint64_t last_ns;
   _Atomic unsigned want;
   _Atomic bool calling;
+  /* What the last call showed (the caller's: the holder of `calling`, or
+   * tdm_dispatch's thread), and whether there was one. */
+  tdm_group_progress shown;
+  bool any_shown;
   /* In the dispatch queue (dispatch_lock): its link, and whether it is
    * there. */
   struct tdm_group *dnext;
@@ -443,6 +447,11 @@ struct tdm_runtime {
   int event_fd;
   bool signalled;
   _Atomic bool dispatching; /* a thread is in tdm_dispatch */
+  /* The thread that dispatches (tdm__thread_mark's): the last to call
+   * tdm_dispatch, or the creator before any call. Its waits dispatch. */
+  _Atomic uintptr_t dispatcher;
+  unsigned dwaiting; /* its waits blocked now (dispatch_lock): a post wakes them */
+  unsigned dq_pinned; /* pinned tasks in the queue (dispatch_lock) */
   _Atomic bool pinned;      /* a task pinned to the application's thread was created */
   tdm_spinlock pool_lock;
   tdm_task *pool_free;
@@ -485,6 +494,7 @@ struct tdm_runtime {
   tdm_attached attached[TDM_MAX_BACKENDS];
   unsigned nattached;
   bool sim_beside_opencl; /* tdm_config.sim's "+opencl" */
+  bool sim_from_env;      /* tdm_config.sim is TANDEM_SIM's: a bad one is ignored */
   uint8_t attached_of[TDM_MAX_DEVICE_WORKERS];
   /* Every CPU task is timed: recording, timing, or an emulated machine
    * whose CPU tasks are stretched (cpu_stretch, its backend's
@@ -517,9 +527,9 @@ struct tdm_runtime {
   /* Codelet tasks that failed or were cancelled since tdm_wait_all last
    * reported them (complete.c), and the first of each, for its message. */
   pthread_mutex_t fail_lock;
-  unsigned long nfailed, ncancelled;
+  unsigned long nfailed, ncancelled, nkernel;
   tdm_status first_status;
-  char first_failed[64], first_cancelled[64];
+  char first_failed[64], first_cancelled[64], first_kernel[64];
 
   bool mutexes_ready;
   unsigned fork_generation; /* tdm__fork_generation at creation */

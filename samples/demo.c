@@ -96,13 +96,16 @@ static void sum_tile(const tdm_buffer *b, const void *args, size_t size) {
 static void reference(const float *src, float *dst, double *sums) {
   for (int ti = 0; ti < NT; ti++)
     for (int tj = 0; tj < NT; tj++) {
-      tdm_buffer s = {(void *)(src + ti * TILE * N + tj * TILE), sizeof(float), TILE, TILE, N};
-      tdm_buffer d = {dst + ti * TILE * N + tj * TILE, sizeof(float), TILE, TILE, N};
+      tdm_buffer s = {.ptr = (void *)(src + ti * TILE * N + tj * TILE),
+                      .elem_size = sizeof(float), .rows = TILE, .cols = TILE, .ld = N};
+      tdm_buffer d = {.ptr = dst + ti * TILE * N + tj * TILE,
+                      .elem_size = sizeof(float), .rows = TILE, .cols = TILE, .ld = N};
       tdm_buffer bd[2] = {s, d};
       tdm_runtime *none = NULL;
       blur(bd, &none, 0);
       brighten(&bd[1], &none, 0);
-      tdm_buffer bs[2] = {d, {&sums[ti], sizeof(double), 1, 1, 1}};
+      tdm_buffer bs[2] = {d, {.ptr = &sums[ti], .elem_size = sizeof(double), .rows = 1,
+                              .cols = 1, .ld = 1}};
       sum_tile(bs, &none, 0);
     }
 }

@@ -1,48 +1,17 @@
 /*
- * Tandem in a GLib main loop (GTK applications run one): a GSource
- * watches the runtime's event descriptor and calls tdm_dispatch, so that
+ * Tandem in a GLib main loop (GTK applications run one): the GSource of
+ * <tandem/glib.h>, attached in one call, watches the runtime's event
+ * descriptor and calls tdm_dispatch, so that
  * group progress, completion callbacks and tasks pinned to the
  * application's thread run on the loop's thread, between its other
  * events. Here a group of tasks sums slices of an array on the workers;
  * its progress is printed from the loop, and a task pinned to the loop's
  * thread adds each slice's sum as it comes.
  */
-#include <glib-unix.h>
-#include <glib.h>
 #include <stdio.h>
 
 #include <tandem.h>
-
-/* ---- the source: what a toolkit integration would keep ---------------------- */
-
-typedef struct tandem_source {
-  GSource base;
-  tdm_runtime *rt;
-} tandem_source;
-
-static gboolean source_dispatch(GSource *s, GSourceFunc callback, gpointer data) {
-  (void)callback;
-  (void)data;
-  tdm_dispatch(((tandem_source *)s)->rt);
-  return G_SOURCE_CONTINUE;
-}
-
-static GSourceFuncs source_funcs = {.dispatch = source_dispatch};
-
-/* A GSource on rt's event descriptor, attached to the default context:
- * with no check function, GLib dispatches it when the descriptor is
- * readable. */
-static GSource *tandem_source_new(tdm_runtime *rt) {
-  int fd = tdm_runtime_event_fd(rt);
-  if (fd < 0)
-    return NULL;
-  GSource *s = g_source_new(&source_funcs, sizeof(tandem_source));
-  ((tandem_source *)s)->rt = rt;
-  g_source_add_unix_fd(s, fd, G_IO_IN);
-  g_source_set_name(s, "tandem");
-  g_source_attach(s, NULL);
-  return s;
-}
+#include <tandem/glib.h> /* the GSource, in one call */
 
 /* ---- the work ---------------------------------------------------------------------- */
 
@@ -90,7 +59,7 @@ int main(void) {
   for (size_t i = 0; i < N; i++)
     x[i] = 1.0;
   loop = g_main_loop_new(NULL, FALSE);
-  GSource *src = tandem_source_new(rt);
+  guint src = tdm_glib_attach(rt, NULL);
   tdm_group *g = NULL;
   tdm_group_desc gd = {.name = "sums", .progress_fn = on_progress, .progress_hz = 20,
                        .progress_on_dispatch = 1};
@@ -123,8 +92,7 @@ int main(void) {
     tdm_handle_unregister(hs[i]);
   }
   tdm_group_release(g);
-  g_source_destroy(src);
-  g_source_unref(src);
+  g_source_remove(src); /* before tdm_runtime_destroy: the descriptor is the runtime's */
   g_main_loop_unref(loop);
   tdm_runtime_destroy(rt);
   g_free(x);

@@ -10,6 +10,8 @@ int writeback;
 char cache_dir[128];
 _Atomic unsigned device_events;
 _Atomic unsigned cpu_runs;
+_Atomic unsigned kernel_events;
+char kernel_event_codelet[64];
 
 static void on_device_event(void *data, unsigned device, const char *why) {
   (void)data;
@@ -18,10 +20,21 @@ static void on_device_event(void *data, unsigned device, const char *why) {
   atomic_fetch_add(&device_events, 1);
 }
 
+static void on_kernel_event(void *data, const char *codelet, unsigned device, tdm_status status,
+                            const char *why) {
+  (void)data;
+  (void)device;
+  assert_int_equal(status, TDM_ERR_KERNEL);
+  assert_non_null(why);
+  snprintf(kernel_event_codelet, sizeof kernel_event_codelet, "%s", codelet);
+  atomic_fetch_add(&kernel_events, 1);
+}
+
 tdm_runtime *device_runtime(test_log *log, int admit) {
   tdm_config cfg;
   tdm_config_init(&cfg);
   cfg.device_event_fn = on_device_event;
+  cfg.kernel_event_fn = on_kernel_event;
   cfg.device_memory_limit = memory_limit;
   cfg.writeback = writeback;
   cfg.cache_dir = cache_dir;

@@ -25,6 +25,8 @@ extern int writeback;          /* for the next runtime */
 extern char cache_dir[128];    /* a fresh one per run of a program */
 extern _Atomic unsigned device_events; /* tdm_config.device_event_fn calls */
 extern _Atomic unsigned cpu_runs;      /* saxpy's CPU variant's runs */
+extern _Atomic unsigned kernel_events; /* tdm_config.kernel_event_fn calls */
+extern char kernel_event_codelet[64];  /* the last one's codelet */
 
 /* A runtime with PoCL's device (admitted when `admit`), its log in log. */
 tdm_runtime *device_runtime(test_log *log, int admit);

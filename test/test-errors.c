@@ -530,6 +530,15 @@ static void test_environment_values(void **state) {
       {"TANDEM_WORKER_NICE", "idle2"},
       {"TANDEM_MAX_PENDING", "-1"},
       {"TANDEM_MAX_PENDING", "4294967296"},
+      /* what tdm_runtime_create parses: the config's value would fail it */
+      {"TANDEM_SIM", "gpu:speedup=x"},
+      {"TANDEM_SIM", "gpu:colour=1"},
+      {"TANDEM_SIM", "+opencl;gpu:speedup=2;"},
+      {"TANDEM_SIM", "cpu.7:speedup=2"}, /* no kind 7 of core: found later */
+      {"TANDEM_FAULTS", "launch:p=2"},
+      {"TANDEM_FAULTS", "device=0"},
+      {"TANDEM_VERIFY", "twice:2"},
+      {"TANDEM_VERIFY", "twice"},
   };
   unsigned cores = 0;
   for (size_t i = 0; i <= sizeof bad / sizeof bad[0]; i++) {
@@ -559,6 +568,9 @@ static void test_environment_values(void **state) {
     assert_int_equal(rt->cfg.lineage, 16);
     assert_int_equal(rt->cfg.worker_nice, 0);
     assert_int_equal(rt->cfg.max_pending, 1u << 16);
+    assert_int_equal(rt->ndevice_workers, 0);
+    assert_null(rt->verify);
+    assert_int_equal(rt->faults.nlost, 0);
     if (!cores)
       cores = tdm_runtime_ncpu_workers(rt);
     assert_int_equal(tdm_runtime_ncpu_workers(rt), cores); /* not taken */

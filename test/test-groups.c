@@ -10,6 +10,7 @@
 #include "common.h"
 
 #include <poll.h>
+#include <stdbool.h>
 
 static tdm_runtime *make_with(unsigned nworkers, const char *sim) {
   return test_runtime_emulated(nworkers, sim, NULL);
@@ -310,6 +311,48 @@ static void test_cancel(void **state) {
   assert_int_equal(value, 7); /* the last version produced */
   tdm_group_release(g);
   tdm_runtime_destroy(rt);
+}
+
+/* What a cancel leaves is what the application asked for: the handle a
+ * cancelled task was to write comes back TDM_ERR_LOST, and nothing is
+ * logged above debug level, nor reported by tdm_wait_all. */
+static void test_cancel_is_quiet(void **state) {
+  (void)state;
+  test_log log;
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 1;
+  cfg.ignore_env = 1;
+  cfg.devices = "none";
+  test_log_attach(&cfg, &log);
+  cfg.log_level = TDM_LOG_INFO; /* all but debug */
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  unsigned said = test_log_count(&log); /* of its creation, at info level */
+  reset();
+  long value = 7;
+  tdm_handle *h;
+  assert_int_equal(tdm_register_vector(rt, &value, 1, sizeof value, &h), TDM_OK);
+  tdm_group *g;
+  assert_int_equal(tdm_group_create(rt, NULL, &g), TDM_OK);
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_gated, .group = g}), TDM_OK);
+  assert_int_equal(wait_flag(&started, 10), 1);
+  static const tdm_codelet cl_write = {.name = "write", .cpu_fn = count, .nbuffers = 1,
+                                       .modes = {TDM_RW}};
+  for (int i = 0; i < 5; i++)
+    assert_int_equal(
+        tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_write, .handles = {h}, .group = g}),
+        TDM_OK);
+  assert_int_equal(tdm_group_cancel(g), TDM_OK);
+  atomic_store(&gate, 1);
+  assert_int_equal(tdm_group_wait(g), TDM_ERR_CANCELLED);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h), TDM_ERR_LOST);
+  assert_int_equal(value, 7);
+  tdm_group_release(g);
+  if (test_log_count(&log) != said)
+    fail_msg("logged after a cancel: %s", log.last);
+  assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
 }
 
 /* Cancelled from one of its own tasks. */
@@ -613,6 +656,64 @@ static void test_pinned_tasks_in_order(void **state) {
   assert_int_equal(w, 1);
 }
 
+static _Atomic int waited_thread_ok = 1;
+static void pinned_step(const tdm_buffer *b, const void *args, size_t n) {
+  (void)n;
+  bool pinned = args && *(const int *)args;
+  if (pinned && !pthread_equal(pthread_self(), main_thread))
+    atomic_store(&waited_thread_ok, 0);
+  ++*(long *)b[0].ptr;
+}
+
+/* Waits on the dispatching thread (the creator, before any dispatch; the
+ * last to dispatch after) for work that includes tasks pinned to it:
+ * tdm_wait_all, tdm_group_wait and tdm_task_wait run them meanwhile,
+ * there, instead of waiting forever. */
+static void test_wait_on_dispatching_thread(void **state) {
+  (void)state;
+  tdm_runtime *rt = make(2);
+  main_thread = pthread_self();
+  static const tdm_codelet cl_step = {.name = "step", .cpu_fn = pinned_step, .nbuffers = 1,
+                                      .modes = {TDM_RW}};
+  long v = 0;
+  tdm_handle *h;
+  assert_int_equal(tdm_register_vector(rt, &v, 1, sizeof v, &h), TDM_OK);
+  tdm_group *g;
+  assert_int_equal(tdm_group_create(rt, NULL, &g), TDM_OK);
+  /* a chain on h: worker, pinned, worker, pinned... */
+  static const int yes = 1;
+  for (int i = 0; i < 16; i++) {
+    if (i == 8)
+      assert_int_equal(tdm_wait_all(rt), TDM_OK);
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_step, .handles = {h},
+                                                     .flags = i % 2 ? TDM_TASK_MAIN_THREAD : 0,
+                                                     .args = i % 2 ? &yes : NULL,
+                                                     .args_size = i % 2 ? sizeof yes : 0,
+                                                     .group = g}),
+                     TDM_OK);
+  }
+  assert_int_equal(tdm_group_wait(g), TDM_OK);
+  tdm_task *t;
+  assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl_step, .handles = {h},
+                                                        .flags = TDM_TASK_MAIN_THREAD,
+                                                        .args = &yes, .args_size = sizeof yes},
+                                   &t),
+                   TDM_OK);
+  assert_int_equal(tdm_task_submit(t), TDM_OK);
+  assert_int_equal(tdm_task_wait(t), TDM_OK);
+  tdm_task_release(t);
+  /* a pinned writer, then unregister: it waits for it here too */
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_step, .handles = {h},
+                                                   .flags = TDM_TASK_MAIN_THREAD,
+                                                   .args = &yes, .args_size = sizeof yes}),
+                   TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h), TDM_OK);
+  assert_int_equal(v, 18);
+  assert_int_equal(atomic_load(&waited_thread_ok), 1);
+  tdm_group_release(g);
+  tdm_runtime_destroy(rt);
+}
+
 static void dispatch_in_task(const tdm_buffer *b, const void *args, size_t n) {
   (void)b;
   (void)args;
@@ -649,6 +750,105 @@ static void test_progress_on_dispatch(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* ---- the final progress call comes once --------------------------------- */
+
+#define ONCE_TASKS 60
+static _Atomic int finals, calls_made;
+
+static void count_finals(void *data, const tdm_group_progress *p) {
+  (void)data;
+  atomic_fetch_add(&calls_made, 1);
+  if (p->submitted == ONCE_TASKS && p->ended == ONCE_TASKS)
+    atomic_fetch_add(&finals, 1);
+}
+
+/* The case that showed the final counts twice: a dispatch that runs the
+ * group's last task, pinned to this thread, then the progress call it
+ * took (which reads the final counts); the last task's end posted
+ * another call meanwhile, which the next dispatch would make again. */
+static void test_final_progress_after_pinned(void **state) {
+  (void)state;
+  tdm_runtime *rt = make(2);
+  reset();
+  atomic_store(&finals, 0);
+  atomic_store(&calls_made, 0);
+  tdm_group *g;
+  tdm_group_desc d = {.progress_fn = count_finals, .progress_hz = 1e9,
+                      .progress_on_dispatch = 1};
+  assert_int_equal(tdm_group_create(rt, &d, &g), TDM_OK);
+  int fd = tdm_runtime_event_fd(rt);
+  for (int i = 0; i < ONCE_TASKS - 1; i++)
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_count, .group = g}),
+                     TDM_OK);
+  while (atomic_load(&ran) < ONCE_TASKS - 1)
+    sleep_ms(1);
+  sleep_ms(20); /* their ends posted a progress call */
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_count, .group = g,
+                                                   .flags = TDM_TASK_MAIN_THREAD}),
+                   TDM_OK);
+  assert_true(readable(fd, 1000));
+  assert_int_equal(tdm_dispatch(rt), 2); /* the pinned task, then the progress call */
+  assert_int_equal(atomic_load(&finals), 1);
+  while (tdm_dispatch(rt) > 0)
+    ;
+  assert_int_equal(tdm_group_wait(g), TDM_OK);
+  tdm_group_release(g);
+  assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+  assert_int_equal(atomic_load(&finals), 1);
+}
+
+static void brief(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b;
+  (void)args;
+  (void)n;
+  usleep(50);
+}
+
+/* Many short runs, each a group of short tasks with frequent progress
+ * calls, every fourth task pinned to this thread (so that a dispatch
+ * runs tasks before the progress calls it took), cancelled half way in
+ * every other run, with progress calls on the dispatching thread or on
+ * the workers: the call showing the final counts comes exactly once,
+ * whether the run ends in the loop or in tdm_runtime_destroy. */
+static void test_final_progress_once(void **state) {
+  (void)state;
+  static const tdm_codelet cl_brief = {.name = "brief", .cpu_fn = brief};
+  for (int run = 0; run < 160; run++) {
+    bool on_dispatch = run % 2, cancel = run % 4 >= 2;
+    tdm_runtime *rt = make(2);
+    atomic_store(&finals, 0);
+    atomic_store(&calls_made, 0);
+    tdm_group *g;
+    tdm_group_desc d = {.progress_fn = count_finals, .progress_hz = 100000,
+                        .progress_on_dispatch = on_dispatch};
+    assert_int_equal(tdm_group_create(rt, &d, &g), TDM_OK);
+    int fd = tdm_runtime_event_fd(rt);
+    for (int i = 0; i < ONCE_TASKS; i++) {
+      if (cancel && i == ONCE_TASKS / 2)
+        assert_int_equal(tdm_group_cancel(g), TDM_OK);
+      tdm_task_desc t = {.codelet = &cl_brief, .group = g,
+                         .flags = i % 4 == 3 ? TDM_TASK_MAIN_THREAD : 0};
+      assert_int_equal(tdm_submit(rt, &t), TDM_OK);
+      if (i % 8 == 0 && readable(fd, 0))
+        assert_true(tdm_dispatch(rt) >= 0);
+    }
+    double until = now_s() + 10;
+    bool last_run = run % 3 == 0; /* else the last dispatch is tdm_runtime_destroy's */
+    while (progress_of(g).ended < ONCE_TASKS && now_s() < until)
+      if (readable(fd, 1))
+        assert_true(tdm_dispatch(rt) >= 0);
+    assert_true(tdm_group_wait(g) == (cancel ? TDM_ERR_CANCELLED : TDM_OK));
+    while (last_run && tdm_dispatch(rt) > 0)
+      ;
+    tdm_group_release(g);
+    assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+    if (atomic_load(&finals) != 1)
+      fail_msg("run %d (%s, %s): %d final calls of %d", run,
+               on_dispatch ? "on dispatch" : "on workers", cancel ? "cancelled" : "whole",
+               atomic_load(&finals), atomic_load(&calls_made));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_progress_counts),
@@ -657,11 +857,15 @@ int main(void) {
       cmocka_unit_test(test_progress_calls_throttled),
       cmocka_unit_test(test_no_progress_after_wait),
       cmocka_unit_test(test_cancel),
+      cmocka_unit_test(test_cancel_is_quiet),
       cmocka_unit_test(test_cancel_from_task),
       cmocka_unit_test(test_cancel_random_graphs),
       cmocka_unit_test(test_event_fd_and_callbacks),
       cmocka_unit_test(test_pinned_tasks_in_order),
       cmocka_unit_test(test_progress_on_dispatch),
+      cmocka_unit_test(test_wait_on_dispatching_thread),
+      cmocka_unit_test(test_final_progress_after_pinned),
+      cmocka_unit_test(test_final_progress_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

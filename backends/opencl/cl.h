@@ -42,6 +42,9 @@ typedef struct cl_api {
   cl_int (*ReleaseKernel)(cl_kernel);
   cl_int (*SetKernelArg)(cl_kernel, cl_uint, size_t, const void *);
   cl_int (*GetKernelInfo)(cl_kernel, cl_kernel_info, size_t, void *, size_t *);
+  /* OpenCL 1.2; NULL where the loader lacks it (the parameters' kinds are
+   * then unknown, their count is not) */
+  cl_int (*GetKernelArgInfo)(cl_kernel, cl_uint, cl_kernel_arg_info, size_t, void *, size_t *);
   cl_int (*EnqueueNDRangeKernel)(cl_command_queue, cl_kernel, cl_uint, const size_t *,
                                  const size_t *, const size_t *, cl_uint, const cl_event *,
                                  cl_event *);

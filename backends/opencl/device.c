@@ -297,6 +297,9 @@ static void cl_release(tdm_runtime *rt) {
         api->ReleaseKernel(p->kernel);
       if (p->program)
         api->ReleaseProgram(p->program);
+      free(p->params);
+      free(p->declared);
+      free(p->untold);
       free(p);
     }
     if (is_hung(rt, k) && atomic_load(&g->events_pending)) {
@@ -515,10 +518,13 @@ static cl_int set_args(const cl_api *api, cl_kernel kernel, const tdm_task *t,
   cl_uint a = 0;
   cl_int err = CL_SUCCESS;
   tdm_handle *const *hs = tdm__task_handles(t);
+  bool pointers = tdm__cl_flags(t->codelet->opencl) & TDM_OPENCL_POINTERS;
   for (unsigned i = 0; i < t->nbuf && err == CL_SUCCESS; i++) {
     const tdm_buffer *b = &hs[i]->buf;
     err = api->SetKernelArg(kernel, a++, sizeof(cl_mem), &mems[i]);
-    if (hs[i]->kind == TDM_HANDLE_VECTOR) {
+    if (pointers) {
+      continue;
+    } else if (hs[i]->kind == TDM_HANDLE_VECTOR) {
       cl_ulong n = b->nx;
       if (err == CL_SUCCESS)
         err = api->SetKernelArg(kernel, a++, sizeof n, &n);
@@ -550,18 +556,22 @@ static void default_work_size(const tdm_buffer *b, bool vector, unsigned *dims, 
  * differs. Returns how many there are. */
 static unsigned describe_args(const tdm_task *t, bool shared, char *out, size_t n) {
   tdm_handle *const *hs = tdm__task_handles(t);
+  bool pointers = tdm__cl_flags(t->codelet->opencl) & TDM_OPENCL_POINTERS;
   size_t at = 0;
   unsigned count = t->args_size != 0;
 #define PUT(...)                                                               \
   do {                                                                         \
-    int w = snprintf(out + at, at < n ? n - at : 0, __VA_ARGS__);              \
+    int w = snprintf(at < n ? out + at : NULL, at < n ? n - at : 0, __VA_ARGS__); \
     at += w > 0 ? (size_t)w : 0;                                               \
   } while (0)
   PUT("(");
   for (unsigned i = 0; i < t->nbuf; i++) {
     const tdm_buffer *b = &hs[i]->buf;
-    count += hs[i]->kind == TDM_HANDLE_VECTOR ? 2 : 4;
-    if (hs[i]->kind == TDM_HANDLE_VECTOR)
+    count += pointers ? 1 : hs[i]->kind == TDM_HANDLE_VECTOR ? 2 : 4;
+    if (pointers)
+      PUT("%s__global T%u *%c%u /* %zu x %zu elements of %zu bytes */", i ? ", " : "", i,
+          hs[i]->kind == TDM_HANDLE_VECTOR ? 'v' : 'm', i, b->rows, b->cols, b->elem_size);
+    else if (hs[i]->kind == TDM_HANDLE_VECTOR)
       PUT("%s__global T%u *v%u /* %zu elements of %zu bytes */, ulong n%u", i ? ", " : "", i,
           i, b->nx, b->elem_size, i);
     else
@@ -578,30 +588,120 @@ static unsigned describe_args(const tdm_task *t, bool shared, char *out, size_t 
   return count;
 }
 
-/* Logs why t could not be enqueued on g, with what Tandem passes the
- * kernel where the error says the arguments do not match its list. */
-static void log_launch_failure(cl_device *g, const tdm_task *t, cl_int err) {
-  tdm_runtime *rt = g->rt;
-  const char *name = tdm__codelet_name(t);
-  char hint[768] = "";
-  const program *p = tdm__cl_program_of(g, t->codelet);
-  bool args = err == CL_INVALID_ARG_INDEX || err == CL_INVALID_ARG_SIZE ||
-              err == CL_INVALID_ARG_VALUE || err == CL_INVALID_KERNEL_ARGS ||
-              err == CL_INVALID_MEM_OBJECT;
-  if (args && p && p->kernel && !t->codelet->opencl->enqueue) {
-    cl_uint declared = 0;
-    char list[640];
-    unsigned passed = describe_args(t, g->shared, list, sizeof list);
-    if (api_of(rt)->GetKernelInfo(p->kernel, CL_KERNEL_NUM_ARGS, sizeof declared, &declared,
-                                  NULL) == CL_SUCCESS)
-      snprintf(hint, sizeof hint, "; kernel %s declares %u arguments, Tandem passes %u: %s",
-               t->codelet->opencl->kernel, (unsigned)declared, passed, list);
-    else
-      snprintf(hint, sizeof hint, "; Tandem passes kernel %s %u arguments: %s",
-               t->codelet->opencl->kernel, passed, list);
+/* Whether err, from setting up or enqueueing a kernel (or from an
+ * enqueue function), says that the program is wrong, not the device: its
+ * parameters do not take what it was given, or its work size cannot be
+ * launched. Such an error disables the variant on that device (disable)
+ * and never counts as the device failing. */
+static bool programming_error(cl_int err) {
+  switch (err) {
+  case CL_INVALID_ARG_INDEX:
+  case CL_INVALID_ARG_SIZE:
+  case CL_INVALID_ARG_VALUE:
+  case CL_INVALID_KERNEL_ARGS:
+  case CL_INVALID_MEM_OBJECT:
+  case CL_INVALID_SAMPLER:
+  case CL_INVALID_WORK_DIMENSION:
+  case CL_INVALID_WORK_GROUP_SIZE:
+  case CL_INVALID_WORK_ITEM_SIZE:
+  case CL_INVALID_GLOBAL_OFFSET:
+  case CL_INVALID_GLOBAL_WORK_SIZE:
+    return true;
+  default:
+    return false;
   }
-  tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u: enqueue failed (%s, error %d)%s",
-           name, g->device, CL_ERR(err), hint);
+}
+
+/* p's variant cannot run on g as written: disabled there (its status
+ * TDM_ERR_KERNEL: what is placed here goes elsewhere, later submissions
+ * leave g out), logged once with `why`, and kept to be told to the
+ * application outside g's lock (tdm__cl_unbuildable). g->lock held. */
+static void disable(cl_device *g, program *p, const tdm_task *t, const char *why) {
+  tdm_runtime *rt = g->rt;
+  char list[640];
+  unsigned passed = describe_args(t, g->shared, list, sizeof list);
+  const char *kernel = t->codelet->opencl->enqueue ? "(its enqueue function)"
+                                                   : t->codelet->opencl->kernel;
+  char msg[1536];
+  if (t->codelet->opencl->enqueue)
+    snprintf(msg, sizeof msg, "%s", why);
+  else if (p->declared)
+    snprintf(msg, sizeof msg, "%s; the kernel declares (%s); Tandem passes %s", why, p->declared,
+             list);
+  else
+    snprintf(msg, sizeof msg, "%s; the kernel declares %u parameters; Tandem passes %u: %s", why,
+             p->nparams, passed, list);
+  p->status = TDM_ERR_KERNEL;
+  tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s, kernel %s, on device %u (%s): %s; its OpenCL "
+           "variant is disabled on this device (TDM_ERR_KERNEL), which goes on running other "
+           "codelets",
+           tdm__codelet_name(t), kernel, g->device, rt->devices[g->device].name, msg);
+  free(p->untold);
+  size_t len = strlen(msg) + 1;
+  p->untold = tdm__malloc(rt, len);
+  if (p->untold)
+    memcpy(p->untold, msg, len);
+}
+
+/* A parameter of p's kernel against what Tandem passes there: a buffer's
+ * pointer (`value` 0), or a value of `value` bytes; why not, into why. */
+static bool param_fits(const program *p, unsigned i, size_t value, const char *what, char *why,
+                       size_t n) {
+  const param *pa = &p->params[i];
+  if (pa->kind == PARAM_UNKNOWN)
+    return true;
+  if (!value && pa->kind != PARAM_POINTER) {
+    snprintf(why, n, "parameter %u is not a __global or __constant pointer, where Tandem passes "
+             "%s", i, what);
+    return false;
+  }
+  if (value && pa->kind != PARAM_VALUE) {
+    snprintf(why, n, "parameter %u is a %s pointer, where Tandem passes %s (%zu bytes, by value)",
+             i, pa->kind == PARAM_LOCAL ? "__local" : "__global", what, value);
+    return false;
+  }
+  if (value && pa->size && pa->size != value) {
+    snprintf(why, n, "parameter %u takes %u bytes, where Tandem passes %s (%zu bytes)", i,
+             pa->size, what, value);
+    return false;
+  }
+  return true;
+}
+
+/* Whether p's kernel declares parameters that take t's arguments (their
+ * count always; their kinds and sizes where the driver reported them);
+ * why not, into why. */
+static bool args_fit(const program *p, const tdm_task *t, char *why, size_t n) {
+  if (!p->params && p->nparams) /* nothing known */
+    return true;
+  tdm_handle *const *hs = tdm__task_handles(t);
+  bool pointers = tdm__cl_flags(t->codelet->opencl) & TDM_OPENCL_POINTERS;
+  static const char *const shape[] = {"the rows", "the columns", "the ld"};
+  unsigned at = 0;
+  char what[96];
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    bool vector = hs[i]->kind == TDM_HANDLE_VECTOR;
+    unsigned values = pointers ? 0 : vector ? 1 : 3;
+    if (at + 1 + values > p->nparams)
+      break; /* the count says it */
+    snprintf(what, sizeof what, "buffer %u's data", i);
+    if (!param_fits(p, at++, 0, what, why, n))
+      return false;
+    for (unsigned v = 0; v < values; v++) {
+      snprintf(what, sizeof what, "a ulong, %s of buffer %u", vector ? "the count" : shape[v], i);
+      if (!param_fits(p, at++, sizeof(cl_ulong), what, why, n))
+        return false;
+    }
+  }
+  unsigned expected = describe_args(t, false, NULL, 0); /* the count alone */
+  if (expected != p->nparams) {
+    snprintf(why, n, "its kernel declares %u parameters where Tandem passes %u", p->nparams,
+             expected);
+    return false;
+  }
+  if (t->args_size && !param_fits(p, at, t->args_size, "the task's by-value arguments", why, n))
+    return false;
+  return true;
 }
 
 /* What launch did: LAUNCHED (or ended it), RETRY (no room yet), FAILED
@@ -772,12 +872,18 @@ static void unlaunched(cl_device *g, tdm_task *t, exec *x, tdm_status why) {
  * through cl_progress (unlaunched). */
 static int launch(cl_device *g, tdm_task *t) {
   tdm_runtime *rt = g->rt;
-  if (!t->codelet->opencl->enqueue && !tdm__task_outcome_at_start(t)) {
-    program *p = tdm__cl_program_of(g, t->codelet);
+  program *p = NULL;
+  if (!tdm__task_outcome_at_start(t)) {
+    p = tdm__cl_program_of(g, t->codelet);
     if (p && p->building)
       return UNBUILT;
     if (p && p->status)
       return NOT_HERE;
+    char why[256];
+    if (p && !t->codelet->opencl->enqueue && !args_fit(p, t, why, sizeof why)) {
+      disable(g, p, t, why);
+      return NOT_HERE;
+    }
   }
   const cl_api *api = api_of(rt);
   const char *name = tdm__codelet_name(t);
@@ -838,8 +944,16 @@ static int launch(cl_device *g, tdm_task *t) {
                name);
       err = CL_INVALID_EVENT;
     }
+    bool wrong = err != CL_SUCCESS && p && programming_error(err);
+    if (wrong) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "the driver refused to launch it (%s, error %d)", CL_ERR(err));
+      disable(g, p, t, msg);
+    } else if (err != CL_SUCCESS) {
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u: enqueue failed (%s, error %d)",
+               name, g->device, CL_ERR(err));
+    }
     if (err != CL_SUCCESS) {
-      log_launch_failure(g, t, err);
       if (ev)
         api->ReleaseEvent(ev);
       /* the copies it started read memory that a retry may write */
@@ -848,6 +962,12 @@ static int launch(cl_device *g, tdm_task *t) {
       tdm__task_unpin(rt, t, 1 + g->k, t->nbuf);
       why = err == CL_BUILD_PROGRAM_FAILURE ? TDM_ERR_BUILD : status_of(err);
       st = FAILED;
+    }
+    if (wrong) { /* not the device's failure: placed again without it */
+      tdm__tok_release(done);
+      free(x->before);
+      free(x);
+      return NOT_HERE;
     }
   }
   if (st == FAILED) { /* it ends, so that the graph goes on */
@@ -929,9 +1049,19 @@ static void pump(cl_device *g) {
 
 void tdm__cl_unbuildable(cl_device *g, tdm_task *t) {
   tdm_runtime *rt = g->rt;
-  tdm__log(rt, TDM_LOG_DEBUG, "OpenCL: codelet %s does not build on device %u: placed again",
-           tdm__codelet_name(t), g->device);
-  tdm__device_refused(rt, g->k, t, TDM_ERR_BUILD);
+  TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+  program *p = tdm__cl_program_of(g, t->codelet);
+  tdm_status st = p && p->status ? p->status : TDM_ERR_BUILD;
+  char *untold = p ? p->untold : NULL;
+  if (p)
+    p->untold = NULL;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+  tdm__log(rt, TDM_LOG_DEBUG, "OpenCL: codelet %s cannot run on device %u (%s): placed again",
+           tdm__codelet_name(t), g->device, tdm_status_name(st));
+  if (untold) /* the first task to find it so: the application is told */
+    tdm__kernel_disabled(rt, g->k, tdm__codelet_name(t), st, untold);
+  free(untold);
+  tdm__device_refused(rt, g->k, t, st);
 }
 
 /* ---- what the scheduler asks ------------------------------------------- */

@@ -18,6 +18,13 @@
  * thread (programs.c): until then `building` (under the device's lock);
  * program, kernel and status are the builder's until it clears it, and
  * `built` is set after (read without the lock by build waiters). */
+/* What a kernel declares of one parameter (as far as the driver says). */
+enum { PARAM_UNKNOWN, PARAM_POINTER, PARAM_LOCAL, PARAM_VALUE };
+typedef struct param {
+  uint8_t kind;
+  uint8_t size; /* of a PARAM_VALUE of a built-in type; 0: unknown (a struct) */
+} param;
+
 typedef struct program {
   const struct tdm_opencl_variant *variant;
   char name[64]; /* the codelet's, for the log */
@@ -26,6 +33,14 @@ typedef struct program {
   tdm_status status;
   bool building;
   _Atomic bool built;
+  /* Its kernel's parameters, once built: nparams of them, params (NULL
+   * where none, or no memory), and as C text, for messages. */
+  unsigned nparams;
+  param *params;
+  char *declared;
+  /* Why its variant was disabled (status TDM_ERR_KERNEL), to be told to
+   * the application once, outside the device's lock (tdm__cl_unbuildable). */
+  char *untold;
   struct program *next;
 } program;
 
@@ -70,6 +85,12 @@ struct cl_device {
   size_t npending, cap_pending;
   tdm_trace_buf copies;
 };
+
+/* A variant's flags: 0 where its struct_size predates them. */
+static inline unsigned tdm__cl_flags(const struct tdm_opencl_variant *v) {
+  size_t need = offsetof(struct tdm_opencl_variant, flags) + sizeof v->flags;
+  return !v->struct_size || v->struct_size >= need ? v->flags : 0;
+}
 
 /* Device worker k's device, one of the backend's. */
 static inline cl_device *dev_of(const tdm_runtime *rt, unsigned k) {

@@ -281,6 +281,7 @@ static tdm_status load_api(tdm_runtime *rt, const char *path, cl_api *api) {
       api->missing = run[i].name;
     }
   }
+  *(void **)&api->GetKernelArgInfo = dlsym(lib, "clGetKernelArgInfo");
   return TDM_OK;
 }
 

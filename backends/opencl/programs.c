@@ -68,6 +68,88 @@ static void log_build_failure(cl_device *g, const program *p, const char *name, 
   free(kernels);
 }
 
+/* The bytes of a value of OpenCL C built-in scalar or vector type `type`
+ * ("uint", "float4"), 0 for another (a struct, a typedef). */
+static unsigned type_size(const char *type) {
+  static const struct {
+    const char *name;
+    unsigned size;
+  } scalars[] = {{"char", 1},  {"uchar", 1}, {"short", 2}, {"ushort", 2},
+                 {"half", 2},  {"int", 4},   {"uint", 4},  {"float", 4},
+                 {"long", 8},  {"ulong", 8}, {"double", 8}};
+  for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++) {
+    size_t n = strlen(scalars[i].name);
+    if (strncmp(type, scalars[i].name, n))
+      continue;
+    const char *rest = type + n;
+    if (!*rest)
+      return scalars[i].size;
+    unsigned lanes = (unsigned)atoi(rest); /* a vector: 3 lanes take 4's room */
+    if (!strcmp(rest, "2") || !strcmp(rest, "3") || !strcmp(rest, "4") || !strcmp(rest, "8") ||
+        !strcmp(rest, "16"))
+      return scalars[i].size * (lanes == 3 ? 4 : lanes);
+  }
+  return 0;
+}
+
+/* A string the driver gives of parameter i of kernel k, into buf. */
+static bool param_string(const cl_api *api, cl_kernel k, cl_uint i, cl_kernel_arg_info what,
+                         char *buf, size_t size) {
+  buf[0] = 0;
+  size_t len = 0;
+  if (api->GetKernelArgInfo(k, i, what, 0, NULL, &len) != CL_SUCCESS || !len || len > size)
+    return false;
+  return api->GetKernelArgInfo(k, i, what, len, buf, NULL) == CL_SUCCESS;
+}
+
+/* p's kernel's parameters, as the driver reports them: their count
+ * always, their kinds, types and names where it keeps argument info
+ * (OpenCL 1.2; a program from a binary may not). No lock held. */
+static void describe_kernel(cl_device *g, program *p) {
+  tdm_runtime *rt = g->rt;
+  const cl_api *api = api_of(rt);
+  cl_uint n = 0;
+  if (api->GetKernelInfo(p->kernel, CL_KERNEL_NUM_ARGS, sizeof n, &n, NULL) != CL_SUCCESS)
+    return; /* nothing known: nothing checked (params NULL) */
+  p->nparams = n;
+  p->params = n ? tdm__calloc(rt, n, sizeof *p->params) : NULL;
+  size_t cap = 64 + 96 * (size_t)n, at = 0;
+  char *text = p->params && api->GetKernelArgInfo ? tdm__malloc(rt, cap) : NULL;
+  bool known = text != NULL;
+  for (cl_uint i = 0; i < n && known; i++) {
+    cl_kernel_arg_address_qualifier q = 0;
+    char type[128], name[64];
+    known = api->GetKernelArgInfo(p->kernel, i, CL_KERNEL_ARG_ADDRESS_QUALIFIER, sizeof q, &q,
+                                  NULL) == CL_SUCCESS &&
+            param_string(api, p->kernel, i, CL_KERNEL_ARG_TYPE_NAME, type, sizeof type);
+    if (!known)
+      break;
+    if (!param_string(api, p->kernel, i, CL_KERNEL_ARG_NAME, name, sizeof name))
+      snprintf(name, sizeof name, "p%u", (unsigned)i);
+    param *pa = &p->params[i];
+    const char *qual = "";
+    if (q == CL_KERNEL_ARG_ADDRESS_GLOBAL || q == CL_KERNEL_ARG_ADDRESS_CONSTANT) {
+      pa->kind = PARAM_POINTER;
+      qual = q == CL_KERNEL_ARG_ADDRESS_GLOBAL ? "__global " : "__constant ";
+    } else if (q == CL_KERNEL_ARG_ADDRESS_LOCAL) {
+      pa->kind = PARAM_LOCAL;
+      qual = "__local ";
+    } else {
+      pa->kind = PARAM_VALUE;
+      pa->size = (uint8_t)type_size(type);
+    }
+    int w = snprintf(text + at, cap - at, "%s%s%s %s", i ? ", " : "", qual, type, name);
+    at += w > 0 && (size_t)w < cap - at ? (size_t)w : 0;
+  }
+  if (!known) { /* the count alone */
+    free(text);
+    for (cl_uint i = 0; i < n && p->params; i++)
+      p->params[i] = (param){PARAM_UNKNOWN, 0};
+    return;
+  }
+  p->declared = text;
+}
+
 /* What identifies a compiled program: its source and options, and the
  * device and driver it is compiled for (cache.c). */
 static char *cache_key(const cl_device *g, const tdm_opencl_variant *v, size_t *len) {
@@ -199,6 +281,7 @@ static void build(cl_device *g, program *p) {
     tdm__log(g->rt, TDM_LOG_INFO, "OpenCL: codelet %s: kernel %s for device %u from the cache",
              p->name, v->kernel, g->device);
     free(key);
+    describe_kernel(g, p);
     return;
   }
   cl_int err = build_from_source(g, p, key, keylen);
@@ -206,7 +289,9 @@ static void build(cl_device *g, program *p) {
   if (err != CL_SUCCESS) {
     log_build_failure(g, p, p->name, err);
     p->status = TDM_ERR_BUILD;
+    return;
   }
+  describe_kernel(g, p);
 }
 
 /* Under the builder's lock: the waits whose programs are all built,
@@ -451,6 +536,19 @@ static tdm_status can_run_locked(cl_device *g, const tdm_task *t, bool say) {
   tdm_status st = !p ? TDM_ERR_NO_MEMORY : p->building ? TDM_OK : p->status;
   uint64_t total = 0;
   tdm_handle *const *hs = tdm__task_handles(t);
+  bool pointers = tdm__cl_flags(t->codelet->opencl) & TDM_OPENCL_POINTERS;
+  for (unsigned i = 0; i < t->nbuf && !st && g->shared && pointers; i++) {
+    const tdm_buffer *b = &hs[i]->buf;
+    if (hs[i]->kind == TDM_HANDLE_VECTOR || b->ld == b->cols)
+      continue;
+    if (say) /* a kernel given pointers alone could not find its rows */
+      tdm__log(rt, TDM_LOG_WARNING,
+               "OpenCL: codelet %s: buffer %u is a tile (%zu columns, %zu between rows): its "
+               "pointers-only variant cannot take it on device %u, which works in the host's "
+               "memory",
+               tdm__codelet_name(t), i, b->cols, b->ld, g->device);
+    st = TDM_ERR_INVALID_ARG;
+  }
   for (unsigned i = 0; i < t->nbuf && !st && !g->shared; i++) {
     size_t bytes = tdm__coh_bytes(hs[i]);
     total += bytes;
@@ -498,9 +596,10 @@ tdm_status tdm__cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
   }
   if (st == TDM_OK)
     return TDM_OK;
-  if (cl->cpu_fn) {
-    tdm__log(rt, TDM_LOG_WARNING, "%s: codelet %s: its OpenCL variant cannot run; the task "
-             "runs on the CPU", what, name);
+  if (cl->cpu_fn) { /* a failed build or a disabled kernel was told as it happened */
+    tdm__log(rt, st == TDM_ERR_BUILD || st == TDM_ERR_KERNEL ? TDM_LOG_DEBUG : TDM_LOG_WARNING,
+             "%s: codelet %s: its OpenCL variant cannot run (%s); the task runs on the CPU",
+             what, name, tdm_status_name(st));
     return TDM_OK;
   }
   return st;

@@ -135,20 +135,23 @@ static int kind_class(const char *name) {
 
 /* The devices m declares (classes other than cpu.N, whose N must be a
  * kind of core of this machine); TDM_ERR_INVALID_ARG, logged, if there is
- * a bad one or too many. */
+ * a bad one or too many: as an error, or where the description is
+ * TANDEM_SIM's, as a warning that it is ignored. */
 static tdm_status count_devices(const tdm_runtime *rt, const char *text,
                                 const tdm_vt_machine *m, unsigned *n) {
+  tdm_log_level level = rt->sim_from_env ? TDM_LOG_WARNING : TDM_LOG_ERROR;
+  const char *what = rt->sim_from_env ? "ignoring TANDEM_SIM" : "tdm_runtime_create: sim";
   *n = 0;
   for (unsigned c = 0; c < m->nclasses; c++) {
     const char *name = m->classes[c].name;
     if (!strncmp(name, "cpu", 3) && (!name[3] || name[3] == '.')) {
       int kind = kind_class(name);
       if (kind < 0 || (unsigned)kind >= rt->plan.nkinds) {
-        tdm__log(rt, TDM_LOG_ERROR,
-                 "tdm_runtime_create: sim=\"%s\": \"%s\": the CPU workers are the "
+        tdm__log(rt, level,
+                 "%s=\"%s\": \"%s\": the CPU workers are the "
                  "machine's; cpu.N declares the speed of its kind N of core (this machine "
                  "has %u %s: 0%s)",
-                 text, name, rt->plan.nkinds, rt->plan.nkinds == 1 ? "kind" : "kinds",
+                 what, text, name, rt->plan.nkinds, rt->plan.nkinds == 1 ? "kind" : "kinds",
                  rt->plan.nkinds == 1 ? "" : " to nkinds-1");
         return TDM_ERR_INVALID_ARG;
       }
@@ -157,7 +160,7 @@ static tdm_status count_devices(const tdm_runtime *rt, const char *text,
     *n += m->classes[c].workers;
   }
   if (rt->ndevice_workers + *n > TDM_MAX_DEVICE_WORKERS) {
-    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_create: sim: %u devices%s, at most %d", *n,
+    tdm__log(rt, level, "%s: %u devices%s, at most %d", what, *n,
              rt->ndevice_workers ? " beside OpenCL's" : "", TDM_MAX_DEVICE_WORKERS);
     return TDM_ERR_INVALID_ARG;
   }
@@ -211,6 +214,8 @@ static tdm_status sim_discover(tdm_runtime *rt, void **state, bool *last) {
   }
   unsigned n;
   tdm_status st = count_devices(rt, text, &m, &n);
+  if (st && rt->sim_from_env)
+    return TDM_OK; /* the environment never stops a program: no emulated device */
   if (st)
     return st;
   unsigned base = rt->ndevices; /* its records after the others' */

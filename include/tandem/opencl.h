@@ -18,6 +18,31 @@
  *                a tile is copied packed)
  *   then, when the task has by-value arguments (tdm_task_desc.args), one
  *   more argument holding them: a scalar or a struct of the same layout.
+ * With flags = TDM_OPENCL_POINTERS, each buffer is its pointer alone
+ * (then the by-value arguments, which carry whatever sizes the kernel
+ * needs): a three-buffer kernel takes three pointers. A matrix is then
+ * always given packed (ld = cols); a task whose matrix is not (a tile of
+ * a partitioned matrix) is refused at submission (TDM_ERR_INVALID_ARG).
+ *
+ * The default work size is one work-item per element of the first
+ * buffer; for a matrix, dimension 0 (get_global_id(0)) runs along a row,
+ * over its columns, and dimension 1 over its rows:
+ *
+ *   __kernel void scale(__global float *m, ulong rows, ulong cols,
+ *                       ulong ld, float a) {
+ *     size_t c = get_global_id(0), r = get_global_id(1);
+ *     m[r * ld + c] *= a;
+ *   }
+ *
+ * A kernel whose parameters cannot take these arguments (their number, a
+ * pointer where a value goes, a uint where Tandem passes a ulong), or
+ * that the driver refuses to launch as set up (work-group size, ...), is
+ * a programming error, not a failing device: its variant is disabled on
+ * that device (TDM_ERR_KERNEL; tdm_config.kernel_event_fn), the log says
+ * what it declares and what Tandem passes, the device keeps running
+ * other codelets, and the task runs elsewhere or ends with
+ * TDM_ERR_KERNEL. The count is checked before the first launch, and the
+ * parameters' kinds and sizes where the driver reports them.
  *
  * Each program is built once per device, from the first time a task of
  * the codelet is submitted (or tdm_codelet_build asks for it), on a
@@ -69,7 +94,12 @@ typedef struct tdm_opencl_variant {
    * is called with the device's lock held: it must not wait. */
   cl_int (*enqueue)(cl_command_queue queue, const cl_mem *mems, const tdm_buffer *bufs,
                     const void *args, size_t args_size, cl_event *done);
+  /** 0 (default) or TDM_OPENCL_POINTERS: see the kernel arguments above. */
+  unsigned flags;
 } tdm_opencl_variant;
+
+/** tdm_opencl_variant.flags: each buffer is passed as its pointer alone. */
+#define TDM_OPENCL_POINTERS 1u
 
 /** The OpenCL objects behind device `device` (numbered as
  * tdm_runtime_device numbers devices), for a program's own OpenCL calls

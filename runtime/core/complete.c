@@ -42,7 +42,13 @@ void tdm__task_ended_badly(tdm_task *t, tdm_status status) {
 
 tdm_status tdm__report_failures(tdm_runtime *rt, const char *what) {
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->fail_lock));
-  unsigned long failed = rt->nfailed, cancelled = rt->ncancelled;
+  unsigned long failed = rt->nfailed, cancelled = rt->ncancelled, kernel = rt->nkernel;
+  if (kernel) /* told with the failures, if any, or alone */
+    tdm__log(rt, TDM_LOG_ERROR, "%s: %lu OpenCL variant%s disabled on a device since the last "
+             "report, as %s kernel cannot be launched as written (the first: codelet %s; see "
+             "the log)", what, kernel, kernel == 1 ? " was" : "s were",
+             kernel == 1 ? "its" : "their", rt->first_kernel);
+  rt->nkernel = 0;
   if (failed || cancelled) {
     char first[160] = "";
     if (failed)
@@ -59,6 +65,8 @@ tdm_status tdm__report_failures(tdm_runtime *rt, const char *what) {
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->fail_lock));
   if (failed || cancelled)
     return TDM_ERR_TASK_FAILED;
+  if (kernel)
+    return TDM_ERR_KERNEL;
   return rt->verify && tdm__verify_report_mismatches(rt, what) ? TDM_ERR_MISMATCH : TDM_OK;
 }
 
@@ -290,8 +298,24 @@ void tdm__task_run_here(tdm_task *t) {
   task_done(t, NULL, 0, failed, 0, 0);
 }
 
+typedef struct awaited {
+  tdm_task *t;
+  uint32_t state;
+} awaited;
+
+static bool reached(const void *arg) {
+  const awaited *a = arg;
+  return atomic_load_explicit(&a->t->state, memory_order_acquire) >= a->state;
+}
+
 void tdm__task_wait_state(tdm_task *t, uint32_t state) {
   tdm_runtime *rt = t->rt;
+  if (tdm__waits_dispatching(rt)) { /* what it waits for may be pinned here */
+    atomic_fetch_add(&t->waiters, 1);
+    tdm__wait_dispatching(rt, reached, &(awaited){t, state});
+    atomic_fetch_sub(&t->waiters, 1);
+    return;
+  }
   /* Poll a little before blocking, as tdm_wait_all does. acquire: the
    * task's effects are visible once we see its state. */
   uint64_t deadline = 0;

@@ -175,6 +175,91 @@ static void env_string(const char *name, const char **field) {
     *field = s;
 }
 
+/* What a parse tried on an environment value logged first. */
+static void capture(void *data, tdm_log_level level, const char *message) {
+  char *first = data;
+  (void)level;
+  if (!first[0])
+    snprintf(first, 400, "%s", message);
+}
+
+/* The parses tdm_runtime_create makes of these settings, tried on a
+ * value and undone (it parses them again, the config's or the
+ * environment's). */
+static tdm_status try_faults(tdm_runtime *rt, const char *s) {
+  tdm_faults saved;
+  memcpy(&saved, &rt->faults, sizeof saved);
+  tdm_status st = tdm__faults_parse(rt, s);
+  memcpy(&rt->faults, &saved, sizeof saved);
+  return st;
+}
+
+static tdm_status try_verify(tdm_runtime *rt, const char *s) {
+  tdm_status st = tdm__verify_parse(rt, s);
+  tdm__verify_free(rt);
+  return st;
+}
+
+/* Its syntax (what the emulator checks against the machine comes later:
+ * sim_discover). */
+static tdm_status try_sim(tdm_runtime *rt, const char *s) {
+  char *text = strdup(s), *out = text;
+  if (!text)
+    return TDM_ERR_NO_MEMORY;
+  for (const char *p = s;;) { /* without its "+opencl" terms */
+    const char *end = strchr(p, ';');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (!(n == 7 && !memcmp(p, "+opencl", 7))) {
+      if (out != text)
+        *out++ = ';';
+      memcpy(out, p, n);
+      out += n;
+    }
+    if (!end)
+      break;
+    p = end + 1;
+  }
+  *out = 0;
+  tdm_vt_machine m;
+  char err[160];
+  tdm_status st = TDM_OK;
+  if (*text && tdm__vt_parse_machine(text, NULL, 0, &m, err, sizeof err)) {
+    tdm__log(rt, TDM_LOG_ERROR, "%s", err);
+    st = TDM_ERR_INVALID_ARG;
+  }
+  free(text);
+  return st;
+}
+
+/* A setting that tdm_runtime_create parses (parse), into *field when it
+ * parses, else ignored with a warning saying why, as any other variable:
+ * the environment never stops a program from starting. Whether taken. */
+static bool env_parsed(tdm_runtime *rt, const char *name,
+                       tdm_status (*parse)(tdm_runtime *, const char *), const char **field) {
+  const char *s = env(name);
+  if (!s || !*s)
+    return false;
+  char why[400] = "";
+  tdm_log_fn fn = rt->cfg.log_fn;
+  void *data = rt->cfg.log_data;
+  tdm_log_level level = rt->cfg.log_level;
+  rt->cfg.log_fn = capture;
+  rt->cfg.log_data = why;
+  rt->cfg.log_level = TDM_LOG_ERROR;
+  tdm_status st = parse(rt, s);
+  rt->cfg.log_fn = fn;
+  rt->cfg.log_data = data;
+  rt->cfg.log_level = level;
+  if (st != TDM_ERR_INVALID_ARG) { /* out of memory: creation says so */
+    *field = s;
+    return true;
+  }
+  const char *prefix = "tdm_runtime_create: ";
+  const char *said = strncmp(why, prefix, strlen(prefix)) ? why : why + strlen(prefix);
+  tdm__log(rt, TDM_LOG_WARNING, "ignoring %s=\"%s\": %s", name, s, said);
+  return false;
+}
+
 /* An on/off setting (0 or 1) into an int field of the config. */
 static void env_flag(tdm_runtime *rt, const char *name, int *field) {
   unsigned on = *field != 0;
@@ -299,9 +384,9 @@ void tdm__config_env(tdm_runtime *rt) {
   env_string("TANDEM_APP", &rt->cfg.app);
   env_string("TANDEM_TRACE", &rt->cfg.trace_path);
   env_string("TANDEM_DAG", &rt->cfg.dag_path);
-  env_string("TANDEM_SIM", &rt->cfg.sim);
-  env_string("TANDEM_FAULTS", &rt->cfg.faults);
-  env_string("TANDEM_VERIFY", &rt->cfg.verify);
+  rt->sim_from_env = env_parsed(rt, "TANDEM_SIM", try_sim, &rt->cfg.sim);
+  env_parsed(rt, "TANDEM_FAULTS", try_faults, &rt->cfg.faults);
+  env_parsed(rt, "TANDEM_VERIFY", try_verify, &rt->cfg.verify);
   env_flag(rt, "TANDEM_STATS", &rt->cfg.stats);
   env_checked(rt);
 }

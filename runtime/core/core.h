@@ -49,6 +49,18 @@ void tdm__group_progress_call(tdm_group *g);
 void tdm__dispatch_task(tdm_runtime *rt, tdm_task *t);
 void tdm__dispatch_progress(tdm_group *g);
 void tdm__dispatch_close(tdm_runtime *rt);
+/* What tells the calling thread from others (tdm_runtime.dispatcher). */
+uintptr_t tdm__thread_mark(void);
+/* Whether the calling thread is rt's dispatching thread: its waits run
+ * what is queued for it meanwhile (tdm__wait_dispatching), since what
+ * they wait for may be a task pinned to it. */
+static inline bool tdm__waits_dispatching(const tdm_runtime *rt) {
+  return atomic_load_explicit(&rt->dispatcher, memory_order_relaxed) == tdm__thread_mark();
+}
+/* Waits until done(arg), dispatching what is queued for this thread
+ * meanwhile. The caller counts itself among the waiters that completions
+ * wake (wait_cond) before the call, and uncounts itself after. */
+void tdm__wait_dispatching(tdm_runtime *rt, bool (*done)(const void *), const void *arg);
 /* Runs a task pinned to the application's thread, in tdm_dispatch. */
 void tdm__task_run_here(tdm_task *t);
 
@@ -245,6 +257,10 @@ void tdm__place(tdm_runtime *rt, tdm_task *t);
 /* Device k cannot run t (its program did not build there): placed
  * elsewhere, or ends with `status` when nothing else can run it. */
 void tdm__device_refused(tdm_runtime *rt, unsigned k, tdm_task *t, tdm_status status);
+/* A codelet's variant disabled on device k as a programming error: counted
+ * for tdm_wait_all's report, and tdm_config.kernel_event_fn told. */
+void tdm__kernel_disabled(tdm_runtime *rt, unsigned k, const char *codelet, tdm_status status,
+                          const char *why);
 /* From the queue every kind of worker takes from, a task that worker
  * `worker` (a CPU worker's id, or nworkers + k for device k) can run; or
  * NULL. Under heft, tasks

@@ -39,6 +39,14 @@ static void signal_fd(tdm_runtime *rt) {
     tdm__log(rt, TDM_LOG_ERROR, "dispatch: write to its eventfd failed: %s", strerror(errno));
 }
 
+/* A wait of the dispatching thread is blocked: it dispatches what was
+ * just queued (tdm__wait_dispatching). */
+static void wake_dispatcher(tdm_runtime *rt) {
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
+  TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
+}
+
 void tdm__dispatch_task(tdm_runtime *rt, tdm_task *t) {
   t->pool_next = NULL; /* the reference it holds goes with it */
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->dispatch_lock));
@@ -47,10 +55,13 @@ void tdm__dispatch_task(tdm_runtime *rt, tdm_task *t) {
   else
     rt->dq_head = t;
   rt->dq_tail = t;
-  bool signal = due(rt);
+  rt->dq_pinned += !t->dispatch_ended;
+  bool signal = due(rt), wake = rt->dwaiting && !t->dispatch_ended;
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->dispatch_lock));
   if (signal)
     signal_fd(rt);
+  if (wake)
+    wake_dispatcher(rt);
 }
 
 void tdm__dispatch_progress(tdm_group *g) {
@@ -90,6 +101,40 @@ int tdm_runtime_event_fd(tdm_runtime *rt) {
 
 _Thread_local const tdm_runtime *tdm__dispatch_of TDM_TLS_MODEL;
 
+static _Thread_local char thread_mark TDM_TLS_MODEL;
+
+uintptr_t tdm__thread_mark(void) {
+  return (uintptr_t)&thread_mark;
+}
+
+void tdm__wait_dispatching(tdm_runtime *rt, bool (*done)(const void *), const void *arg) {
+  while (!done(arg)) {
+    /* Only a pinned task can hold up a wait (callbacks and progress calls
+     * come after what they follow is counted as ended): one queued
+     * makes it dispatch, unless another thread does (against the rules,
+     * but then that thread runs it). Else blocked until a completion or
+     * a pinned task's post wakes it: the post checks dwaiting under
+     * dispatch_lock and wakes under wait_lock, which this thread holds
+     * from its look at the queue to its wait. */
+    TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
+    TDM_PTHREAD(rt, pthread_mutex_lock(&rt->dispatch_lock));
+    bool pinned = rt->dq_pinned && !atomic_load(&rt->dispatching);
+    rt->dwaiting += !pinned;
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->dispatch_lock));
+    if (pinned) {
+      TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
+      tdm_dispatch(rt);
+      continue;
+    }
+    if (!done(arg))
+      TDM_PTHREAD(rt, pthread_cond_wait(&rt->wait_cond, &rt->wait_lock));
+    TDM_PTHREAD(rt, pthread_mutex_lock(&rt->dispatch_lock));
+    rt->dwaiting--;
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->dispatch_lock));
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
+  }
+}
+
 int tdm_dispatch(tdm_runtime *rt) {
   if (!rt)
     return TDM_ERR_INVALID_ARG;
@@ -103,6 +148,7 @@ int tdm_dispatch(tdm_runtime *rt) {
     tdm__log(rt, TDM_LOG_ERROR, "tdm_dispatch: already running on another thread (or nested)");
     return TDM_ERR_INVALID_ARG;
   }
+  atomic_store_explicit(&rt->dispatcher, tdm__thread_mark(), memory_order_relaxed);
   /* What is queued now; what it queues in turn (a pinned successor) waits
    * for the next call, so that the event loop keeps turning. */
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->dispatch_lock));
@@ -115,6 +161,7 @@ int tdm_dispatch(tdm_runtime *rt) {
   rt->signalled = false;
   tdm_task *tasks = rt->dq_head;
   rt->dq_head = rt->dq_tail = NULL;
+  rt->dq_pinned = 0;
   tdm_group *groups = rt->dg_head;
   rt->dg_head = NULL;
   for (tdm_group *g = groups; g; g = g->dnext)

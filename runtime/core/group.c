@@ -129,6 +129,17 @@ tdm_status tdm_group_get_progress(const tdm_group *g, tdm_group_progress *p) {
 void tdm__group_progress_call(tdm_group *g) {
   tdm_group_progress p = {.struct_size = sizeof p};
   tdm_group_get_progress(g, &p);
+  /* A call that would show what the last one showed is not made: a
+   * throttled call may have read the final counts before the final
+   * request, which would show them again (from tdm_runtime_destroy's
+   * dispatch, say). So each state, the final one included, comes once. */
+  const tdm_group_progress *s = &g->shown;
+  if (g->any_shown && p.ended == s->ended && p.submitted == s->submitted &&
+      p.failed == s->failed && p.cancelled == s->cancelled &&
+      p.cancel_requested == s->cancel_requested)
+    return;
+  g->shown = p;
+  g->any_shown = true;
   TDM_USER_CODE(g->progress_fn(g->progress_data, &p));
 }
 
@@ -198,6 +209,10 @@ static bool busy(tdm_group *g) {
   return atomic_load(&g->pending) || atomic_load(&g->ending);
 }
 
+static bool idle(const void *g) {
+  return !busy((tdm_group *)g);
+}
+
 tdm_status tdm_group_wait(tdm_group *g) {
   if (!g)
     return TDM_ERR_INVALID_ARG;
@@ -206,6 +221,11 @@ tdm_status tdm_group_wait(tdm_group *g) {
   tdm_status st = tdm__check_blocking(rt, "tdm_group_wait");
   if (st)
     return st;
+  if (tdm__waits_dispatching(rt)) { /* what it waits for may be pinned here */
+    atomic_fetch_add(&g->waiters, 1);
+    tdm__wait_dispatching(rt, idle, g);
+    atomic_fetch_sub(&g->waiters, 1);
+  }
   uint64_t deadline = 0;
   for (unsigned i = 0; busy(g) && tdm__idle_step(i, &deadline, rt->cfg.spin_us); i++)
     ;

@@ -341,9 +341,12 @@ tdm_status tdm_handle_unregister(tdm_handle *h) {
   /* Readers were submitted after the writers and waited for them: but
    * writers alone may be pending when there are no readers. Wait for all. */
   bool lost = false; /* the newest version was never produced */
+  bool asked = true;  /* only because the application cancelled its writers */
   for (unsigned i = 0; i < writers.n; i++) {
     tdm__task_wait_state(writers.items[i], TDM_TS_DONE);
-    lost |= atomic_load_explicit(&writers.items[i]->outcome, memory_order_relaxed) != TDM_OK;
+    int32_t outcome = atomic_load_explicit(&writers.items[i]->outcome, memory_order_relaxed);
+    lost |= outcome != TDM_OK;
+    asked &= outcome == TDM_OK || tdm__cancelled_by_group(writers.items[i], outcome);
   }
   for (unsigned i = 0; i < readers.n; i++)
     tdm__task_wait_state(readers.items[i], TDM_TS_DONE);
@@ -357,6 +360,11 @@ tdm_status tdm_handle_unregister(tdm_handle *h) {
     return tdm__refuse(rt, TDM_ERR_LOST, what,
                        "its newest version could not be copied home from a device: its memory "
                        "does not hold it");
+  if (lost && asked) { /* what the application asked for: not an error */
+    tdm__log(rt, TDM_LOG_DEBUG, "%s: a task writing the handle was cancelled (tdm_group_cancel): "
+             "its memory holds the last version produced", what);
+    return TDM_ERR_LOST;
+  }
   return lost ? tdm__refuse(rt, TDM_ERR_LOST, what,
                             "a task writing the handle failed or was cancelled: its memory holds "
                             "the last version produced")

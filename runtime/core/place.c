@@ -506,6 +506,17 @@ void tdm__device_refused(tdm_runtime *rt, unsigned k, tdm_task *t, tdm_status st
   tdm__place(rt, t);
 }
 
+void tdm__kernel_disabled(tdm_runtime *rt, unsigned k, const char *codelet, tdm_status status,
+                          const char *why) {
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->fail_lock));
+  if (rt->nkernel++ == 0)
+    snprintf(rt->first_kernel, sizeof rt->first_kernel, "%s", codelet);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->fail_lock));
+  if (rt->cfg.kernel_event_fn)
+    TDM_USER_CODE(rt->cfg.kernel_event_fn(rt->cfg.kernel_event_data, codelet, rt->device_of[k],
+                                          status, why));
+}
+
 tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
                                        tdm_device_counters *out) {
   if (!rt || !out || out->struct_size < sizeof *out)

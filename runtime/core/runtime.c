@@ -258,6 +258,7 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
   atomic_init(&rt->faults.alloc_countdown, -1);
   rt->cache_fd = -1;
   rt->event_fd = -1;
+  atomic_init(&rt->dispatcher, tdm__thread_mark()); /* until a thread dispatches */
   rt->pid = getpid();
   rt->ranges.rng = 0x9e3779b97f4a7c15ull;
   rt->graph.gap = UINT64_C(1) << 32;
@@ -332,6 +333,10 @@ tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what) {
   return TDM_OK;
 }
 
+static bool all_done(const void *rt) {
+  return atomic_load(&((const tdm_runtime *)rt)->inflight) == 0;
+}
+
 tdm_status tdm_wait_all(tdm_runtime *rt) {
   if (!rt)
     return TDM_ERR_INVALID_ARG;
@@ -342,6 +347,11 @@ tdm_status tdm_wait_all(tdm_runtime *rt) {
   /* Announce the wait first: idle workers then flush their counts of
    * finished tasks at once (worker.c). seq_cst: pairs with their check. */
   atomic_fetch_add(&rt->nwaiters, 1);
+  if (tdm__waits_dispatching(rt)) { /* what it waits for may be pinned here */
+    tdm__wait_dispatching(rt, all_done, rt);
+    atomic_fetch_sub(&rt->nwaiters, 1);
+    return tdm__report_failures(rt, "tdm_wait_all");
+  }
   /* Poll a little before blocking: short work then costs no wake-up.
    * acquire: the finished tasks' writes are visible to the caller. */
   uint64_t deadline = 0;

@@ -1,0 +1,2 @@
+// <tandem/glib.h> compiles as C++ (-pedantic-errors): header-glib.c.
+#include "header-glib.c"
