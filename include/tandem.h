@@ -807,7 +807,7 @@ typedef struct tdm_worker_stats {
   uint64_t tasks;   /**< tasks run */
   uint64_t busy_ns; /**< running tasks */
   uint64_t idle_ns; /**< looking for work */
-  uint64_t parked_ns; /**< asleep, for want of work */
+  uint64_t parked_ns; /**< asleep, for want of work or paused */
   uint64_t steals_tried, steals_won; /**< deques looked into, tasks taken */
 } tdm_worker_stats;
 

@@ -361,6 +361,9 @@ typedef struct tdm_worker {
   /* Statistics (trace.c): written by this worker only (tdm__count),
    * read by anyone. Times only while rt->timing. */
   _Atomic uint64_t tasks_run, busy_ns, idle_ns, parked_ns, steals_tried, steals_won;
+  /* When it began to sleep (parked, or benched by a pause), 0 while it is
+   * not: a trace written meanwhile shows the sleep so far. Timing only. */
+  _Atomic uint64_t asleep_from;
   tdm_trace_buf trace;
 } tdm_worker;
 
@@ -522,6 +525,7 @@ struct tdm_runtime {
   _Atomic uint64_t next_task_id;
   uint64_t trace_t0; /* creation time: the trace's zero */
   tdm_trace_buf trace_shared; /* threads that are not workers */
+  tdm_trace_marks trace_marks; /* pause, resume, cancel */
   pthread_mutex_t trace_lock; /* one flush at a time */
 
   /* Codelet tasks that failed or were cancelled since tdm_wait_all last

@@ -628,6 +628,115 @@ static void test_device_trace(void **state) {
 }
 #endif
 
+/* ---- the application's side ----------------------------------------------- */
+
+static _Atomic int hold;
+static void held(const tdm_buffer *b, const void *args, size_t size) {
+  (void)b;
+  (void)args;
+  (void)size;
+  while (atomic_load(&hold))
+    sleep_ms(1);
+}
+
+/* Tasks pinned to the application's thread on a track of their own,
+ * pause, resume and a group's cancel as instant events there, and a
+ * worker asleep when the trace is written shows its sleep so far: in
+ * the trace and in tandem-trace --summary. */
+static void test_application_side(void **state) {
+  (void)state;
+  char trace[128], cmd[512];
+  snprintf(trace, sizeof trace, "%s/app.json", dir);
+  test_log log;
+  tdm_config cfg = traced_config(trace, &log);
+  cfg.devices = "none";
+  tdm_runtime *rt;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  static const tdm_codelet cl = {.name = "step", .cpu_fn = held};
+  static const tdm_codelet cl_held = {.name = "held", .cpu_fn = held};
+  tdm_group *g;
+  assert_int_equal(tdm_group_create(rt, &(tdm_group_desc){.name = "edits"}, &g), TDM_OK);
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl, .group = g,
+                                                     .flags = i % 3 ? 0 : TDM_TASK_MAIN_THREAD}),
+                     TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK); /* dispatches the 4 pinned ones here */
+  assert_int_equal(tdm_runtime_pause(rt), TDM_OK);
+  sleep_ms(20);
+  assert_int_equal(tdm_runtime_resume(rt), TDM_OK);
+  atomic_store(&hold, 1);
+  for (int i = 0; i < 5; i++)
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_held, .group = g}), TDM_OK);
+  assert_int_equal(tdm_group_cancel(g), TDM_OK);
+  atomic_store(&hold, 0);
+  assert_int_equal(tdm_group_wait(g), TDM_ERR_CANCELLED);
+  sleep_ms(40); /* the workers park */
+  assert_int_equal(tdm_trace_flush(rt), TDM_OK);
+  tdm_group_release(g);
+
+  const json *evs;
+  json *doc = load_trace(trace, &evs);
+  double app = -1, t_last = 0;
+  for (size_t i = 0; i < evs->n; i++) {
+    const json *e = evs->items[i];
+    if (!strcmp(str(e, "ph"), "M") && !strcmp(str(e, "name"), "thread_name") &&
+        strstr(str(json_get(e, "args"), "name"), "application's thread"))
+      app = num(e, "tid");
+  }
+  assert_true(app >= 0);
+  unsigned on_app = 0, pauses = 0, resumes = 0, cancels = 0;
+  double parked[2] = {0, 0}, pause_ts = 0, resume_ts = 0;
+  for (size_t i = 0; i < evs->n; i++) {
+    const json *e = evs->items[i];
+    const char *ph = str(e, "ph");
+    if (!strcmp(ph, "X") && !strcmp(str(e, "cat"), "task") && num(e, "tid") == app)
+      on_app++;
+    if (!strcmp(ph, "X") && !strcmp(str(e, "name"), "parked") && num(e, "tid") < 2) {
+      parked[(int)num(e, "tid")] += num(e, "dur");
+      if (num(e, "ts") + num(e, "dur") > t_last)
+        t_last = num(e, "ts") + num(e, "dur");
+    }
+    if (!strcmp(ph, "i")) {
+      assert_true(num(e, "tid") == app);
+      assert_string_equal(str(e, "cat"), "application");
+      const char *name = str(e, "name");
+      if (!strcmp(name, "pause")) {
+        pauses++;
+        pause_ts = num(e, "ts");
+      } else if (!strcmp(name, "resume")) {
+        resumes++;
+        resume_ts = num(e, "ts");
+      } else {
+        assert_string_equal(name, "cancel");
+        assert_string_equal(str(json_get(e, "args"), "group"), "edits");
+        assert_true(num(json_get(e, "args"), "not_ended") >= 1);
+        cancels++;
+      }
+    }
+  }
+  json_free(doc);
+  assert_int_equal(on_app, 4);
+  assert_int_equal(pauses, 1);
+  assert_int_equal(resumes, 1);
+  assert_int_equal(cancels, 1);
+  assert_true(resume_ts - pause_ts >= 19000); /* us */
+  /* each worker slept through the pause and the last 40 ms: the sleep
+   * going on at the flush is in the trace */
+  for (int w = 0; w < 2; w++)
+    if (parked[w] < 50000)
+      fail_msg("worker %d: parked %.0f us in the trace", w, parked[w]);
+
+  char *sum;
+  snprintf(cmd, sizeof cmd, "'%s' --summary", trace);
+  assert_int_equal(test_run(tool, cmd, &sum), 0);
+  printf("%s", sum);
+  assert_non_null(strstr(sum, "the application's thread (tdm_dispatch)       4"));
+  assert_non_null(strstr(sum, "application: 1 pause (paused"));
+  assert_non_null(strstr(sum, "1 cancel: group edits at"));
+  free(sum);
+  tdm_runtime_destroy(rt);
+}
+
 static void test_flush_without_trace(void **state) {
   (void)state;
   test_log log;
@@ -655,6 +764,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_svg_labels_fit),
       cmocka_unit_test(test_device_trace),
       cmocka_unit_test(test_flush_without_trace),
+      cmocka_unit_test(test_application_side),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   char cmd[128];

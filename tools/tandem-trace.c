@@ -28,7 +28,8 @@ typedef struct bar {
   unsigned track;
   double ts, dur; /* microseconds */
   const char *name;
-  enum { BAR_TASK, BAR_COPY, BAR_IDLE, BAR_PARKED } kind;
+  /* a mark: what the application did, at ts (an instant event) */
+  enum { BAR_TASK, BAR_COPY, BAR_IDLE, BAR_PARKED, BAR_PAUSE, BAR_RESUME, BAR_CANCEL } kind;
   long long id;
   long long bytes;
 } bar;
@@ -243,7 +244,7 @@ static int summary(const char *in, const track *tracks, size_t ntracks, const ba
           n += bars[i].kind == BAR_TASK;
         } else if (bars[i].kind == BAR_PARKED) {
           parked += bars[i].dur;
-        } else {
+        } else if (bars[i].kind == BAR_IDLE) {
           looking += bars[i].dur;
         }
       }
@@ -252,6 +253,33 @@ static int summary(const char *in, const track *tracks, size_t ntracks, const ba
              100 * busy / span, 100 * looking / span, 100 * parked / span,
              100 * (other > 0 ? other : 0) / span);
     }
+  }
+
+  /* what the application did: pauses (and how long, to the resume or
+   * the end), cancels */
+  size_t npause = 0, ncancel = 0;
+  double paused = 0, paused_at = -1;
+  for (size_t i = 0; i < nbars; i++) { /* in time order on the one track */
+    if (bars[i].kind == BAR_PAUSE && paused_at < 0) {
+      npause++;
+      paused_at = bars[i].ts;
+    } else if (bars[i].kind == BAR_RESUME && paused_at >= 0) {
+      paused += bars[i].ts - paused_at;
+      paused_at = -1;
+    }
+    ncancel += bars[i].kind == BAR_CANCEL;
+  }
+  if (paused_at >= 0)
+    paused += t_max - paused_at;
+  if (npause || ncancel) {
+    printf("\napplication: %zu pause%s (paused %s in all), %zu cancel%s", npause,
+           npause == 1 ? "" : "s", shown_time(paused, b1, sizeof b1), ncancel,
+           ncancel == 1 ? "" : "s");
+    for (size_t i = 0, shown = 0; i < nbars && shown < 4; i++)
+      if (bars[i].kind == BAR_CANCEL)
+        printf("%s group %s at %s (%lld tasks not ended)", shown++ ? "," : ":", bars[i].name,
+               shown_time(bars[i].ts - t_min, b2, sizeof b2), bars[i].bytes);
+    printf("\n");
   }
 
   /* codelets, per class of worker */
@@ -445,6 +473,29 @@ static void add_bar(trace *tr, size_t k, const json *e, const json *args, const 
     tr->t_max = b->ts + b->dur;
 }
 
+/* An instant event of the application's: a pause, a resume, a group's
+ * cancel (the group's name as its name, its tasks not ended as bytes). */
+static void add_mark(trace *tr, size_t k, const json *nm, double ts, const json *args) {
+  bar *b = &tr->bars[tr->nbars++];
+  *b = (bar){.track = (unsigned)k, .ts = ts, .name = nm->string, .id = -1};
+  const json *v;
+  if (!strcmp(nm->string, "pause")) {
+    b->kind = BAR_PAUSE;
+  } else if (!strcmp(nm->string, "resume")) {
+    b->kind = BAR_RESUME;
+  } else {
+    b->kind = BAR_CANCEL;
+    if (args && (v = member(args, "group", JSON_STRING)))
+      b->name = v->string;
+    if (args && (v = member(args, "not_ended", JSON_NUMBER)))
+      b->bytes = (long long)v->number;
+  }
+  if (ts < tr->t_min)
+    tr->t_min = ts;
+  if (ts > tr->t_max)
+    tr->t_max = ts;
+}
+
 static void add_event(trace *tr, const json *e) {
   const json *ph = member(e, "ph", JSON_STRING), *tid = member(e, "tid", JSON_NUMBER);
   if (!ph || !tid)
@@ -465,6 +516,8 @@ static void add_event(trace *tr, const json *e) {
   }
   if (!strcmp(ph->string, "X") && ts && dur && cat && nm)
     add_bar(tr, k, e, args, cat->string);
+  else if (!strcmp(ph->string, "i") && ts && cat && nm && !strcmp(cat->string, "application"))
+    add_mark(tr, k, nm, ts->number, args);
 }
 
 /* Rows: the tracks with something on them, in the trace's order; a
@@ -611,6 +664,18 @@ static void svg_bar(FILE *f, const layout *l, const trace *tr, const bar *b) {
   int y = l->top + (int)tr->tracks[b->track].row * l->row_h + (l->row_h - l->bar_h) / 2;
   const char *fill, *cls;
   int h = l->bar_h;
+  if (b->kind == BAR_PAUSE || b->kind == BAR_RESUME || b->kind == BAR_CANCEL) {
+    /* a line across every row, at the moment */
+    fprintf(f, "<line class=\"mark\" x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" "
+               "stroke=\"%s\" stroke-dasharray=\"4 3\"><title>",
+            x, l->top, x, l->top + (int)tr->nrows * l->row_h,
+            b->kind == BAR_CANCEL ? "#c0392b" : "#2c3e50");
+    if (b->kind == BAR_CANCEL)
+      fprintf(f, "cancel of group ");
+    xml_text(f, b->name);
+    fprintf(f, " at %.1f us</title></line>\n", b->ts - tr->t_min);
+    return;
+  }
   if (b->kind == BAR_TASK) {
     size_t c;
     for (c = 0; c < tr->ncodelets && strcmp(tr->codelets[c], b->name); c++)

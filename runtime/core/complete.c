@@ -289,7 +289,10 @@ void tdm__task_run_here(tdm_task *t) {
   if (!failed) {
     /* a submission from it never waits for room: the tasks that would
      * make room may wait for this thread */
+    uint64_t t0 = rt->recording ? tdm__now_ns() : 0;
     TDM_USER_CODE(tdm__cpu_run(t, NULL));
+    if (t0) /* on the application's track */
+      tdm__trace_task(rt, t, TDM_TRACK_APP, t0, tdm__now_ns());
     if (rt->ndevice_workers)
       tdm__host_written(t);
   }

@@ -215,6 +215,9 @@ void tdm__trace_add(tdm_runtime *rt, const tdm_trace_event *e);
 /* When recording: task t ran on worker `worker` from t0 to t1 (ns). */
 void tdm__trace_task(tdm_runtime *rt, const tdm_task *t, unsigned worker, uint64_t t0,
                      uint64_t t1);
+/* When tracing: the application's `kind` of act (TDM_EV_PAUSE, _RESUME,
+ * _CANCEL), now, with a name and a count. */
+void tdm__trace_mark(tdm_runtime *rt, uint8_t kind, const char *name, uint64_t count);
 /* Writes the trace and the graph files asked for (destroy, flush). */
 tdm_status tdm__trace_write(tdm_runtime *rt);
 /* At destroy: the statistics summary through the log, when asked. */

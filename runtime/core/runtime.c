@@ -171,6 +171,7 @@ static bool teardown(tdm_runtime *rt) {
     free(rt->workers);
   }
   free(rt->trace_shared.ev);
+  free(rt->trace_marks.v);
   tdm__pool_destroy(rt);
   tdm__groups_free(rt);
   tdm__dispatch_close(rt);

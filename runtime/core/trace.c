@@ -66,6 +66,30 @@ void tdm__trace_task(tdm_runtime *rt, const tdm_task *t, unsigned worker, uint64
                                         .name = t->codelet->name});
 }
 
+void tdm__trace_mark(tdm_runtime *rt, uint8_t kind, const char *name, uint64_t count) {
+  if (!rt->cfg.trace_path)
+    return;
+  tdm_trace_marks *m = &rt->trace_marks;
+  tdm_trace_mark mk = {.kind = kind, .t = tdm__now_ns(), .count = count};
+  snprintf(mk.name, sizeof mk.name, "%s", name ? name : "");
+  while (atomic_exchange_explicit(&m->lock, 1, memory_order_acquire))
+    tdm__cpu_relax();
+  if (m->n == m->cap) {
+    size_t cap = m->cap ? 2 * m->cap : 16;
+    tdm_trace_mark *v = realloc(m->v, cap * sizeof *v);
+    if (v) {
+      m->v = v;
+      m->cap = cap;
+    }
+  }
+  bool kept = m->n < m->cap;
+  if (kept)
+    m->v[m->n++] = mk;
+  atomic_store_explicit(&m->lock, 0, memory_order_release);
+  if (!kept)
+    tdm__log(rt, TDM_LOG_WARNING, "trace: out of memory, a mark is lost");
+}
+
 /* ---- gathering ------------------------------------------------------------ */
 
 typedef struct all_events {
@@ -98,8 +122,16 @@ static void gather_buf(all_events *a, tdm_trace_buf *b) {
 
 static bool gather(tdm_runtime *rt, all_events *a) {
   memset(a, 0, sizeof *a);
-  for (unsigned w = 0; w < rt->nworkers; w++)
+  uint64_t now = tdm__now_ns();
+  for (unsigned w = 0; w < rt->nworkers; w++) {
     gather_buf(a, &rt->workers[w].trace);
+    /* asleep now: its sleep so far (the whole one is recorded when it
+     * wakes up, for a later write) */
+    uint64_t from = atomic_load_explicit(&rt->workers[w].asleep_from, memory_order_relaxed);
+    if (from && rt->cfg.trace_path)
+      gather_one(a, &(tdm_trace_event){.kind = TDM_EV_PARKED, .track = (uint16_t)w, .t0 = from,
+                                       .t1 = now});
+  }
   gather_buf(a, &rt->trace_shared);
   for (unsigned i = 0; i < rt->nattached; i++)
     if (rt->attached[i].n && rt->attached[i].ops->trace_collect)
@@ -199,6 +231,15 @@ static double us(const tdm_runtime *rt, uint64_t t) {
   return t > rt->trace_t0 ? (double)(t - rt->trace_t0) / 1000.0 : 0.0;
 }
 
+/* The application's track: after the workers' and the copies'. */
+static unsigned app_track(const tdm_runtime *rt) {
+  return rt->nworkers + 3 * rt->ndevice_workers;
+}
+
+static unsigned track_of(const tdm_runtime *rt, unsigned track) {
+  return track == TDM_TRACK_APP ? app_track(rt) : track;
+}
+
 static void track_names(FILE *f, tdm_runtime *rt) {
   unsigned total = rt->nworkers + rt->ndevice_workers;
   tdm_machine_info mi = {.struct_size = sizeof mi};
@@ -243,6 +284,36 @@ static void track_names(FILE *f, tdm_runtime *rt) {
                 tid, tid);
       }
   }
+  /* pinned tasks, pauses, resumes, cancels: what the application did */
+  unsigned app = app_track(rt);
+  fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":%u,\"args\":"
+             "{\"name\":\"the application's thread (tdm_dispatch)\",\"class\":"
+             "\"the application's thread\"}},\n{\"ph\":\"M\",\"name\":\"thread_sort_index\","
+             "\"pid\":1,\"tid\":%u,\"args\":{\"sort_index\":%u}}",
+          app, app, app);
+}
+
+/* The application's acts, as instant events on its track. */
+static void write_marks(FILE *f, tdm_runtime *rt) {
+  tdm_trace_marks *m = &rt->trace_marks;
+  while (atomic_exchange_explicit(&m->lock, 1, memory_order_acquire))
+    tdm__cpu_relax();
+  for (size_t i = 0; i < m->n; i++) {
+    const tdm_trace_mark *k = &m->v[i];
+    const char *what = k->kind == TDM_EV_PAUSE    ? "pause"
+                       : k->kind == TDM_EV_RESUME ? "resume"
+                                                  : "cancel";
+    fprintf(f, ",\n{\"ph\":\"i\",\"s\":\"p\",\"cat\":\"application\",\"name\":\"%s\","
+               "\"pid\":1,\"tid\":%u,\"ts\":%.3f",
+            what, app_track(rt), us(rt, k->t));
+    if (k->kind == TDM_EV_CANCEL) {
+      fprintf(f, ",\"args\":{\"group\":");
+      json_str(f, k->name);
+      fprintf(f, ",\"not_ended\":%llu}", (unsigned long long)k->count);
+    }
+    fprintf(f, "}");
+  }
+  atomic_store_explicit(&m->lock, 0, memory_order_release);
 }
 
 static bool write_trace(tdm_runtime *rt, const all_events *a, const task_index *x) {
@@ -261,10 +332,15 @@ static bool write_trace(tdm_runtime *rt, const all_events *a, const task_index *
     case TDM_EV_TASK:
       fprintf(f, ",\n{\"ph\":\"X\",\"cat\":\"task\",\"name\":");
       json_str(f, e->name);
-      fprintf(f, ",\"pid\":1,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"id\":%llu,"
-                 "\"worker\":%u,\"bytes\":%llu}}",
-              e->track, ts, dur, (unsigned long long)e->id, e->track,
-              (unsigned long long)e->bytes);
+      if (e->track == TDM_TRACK_APP)
+        fprintf(f, ",\"pid\":1,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"id\":%llu,"
+                   "\"worker\":\"the application's thread\",\"bytes\":%llu}}",
+                app_track(rt), ts, dur, (unsigned long long)e->id, (unsigned long long)e->bytes);
+      else
+        fprintf(f, ",\"pid\":1,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"id\":%llu,"
+                   "\"worker\":%u,\"bytes\":%llu}}",
+                e->track, ts, dur, (unsigned long long)e->id, e->track,
+                (unsigned long long)e->bytes);
       break;
     case TDM_EV_IDLE:
     case TDM_EV_PARKED:
@@ -288,16 +364,17 @@ static bool write_trace(tdm_runtime *rt, const all_events *a, const task_index *
         break;
       fprintf(f, ",\n{\"ph\":\"s\",\"cat\":\"dependency\",\"name\":\"dependency\",\"id\":%zu,"
                  "\"pid\":1,\"tid\":%u,\"ts\":%.3f}",
-              i, p->track, us(rt, p->t0));
+              i, track_of(rt, p->track), us(rt, p->t0));
       fprintf(f, ",\n{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"dependency\",\"name\":\"dependency\","
                  "\"id\":%zu,\"pid\":1,\"tid\":%u,\"ts\":%.3f}",
-              i, s->track, us(rt, s->t0));
+              i, track_of(rt, s->track), us(rt, s->t0));
       break;
     }
     default:
       break;
     }
   }
+  write_marks(f, rt);
   fprintf(f, "\n]}\n");
   if (!tdm__out_commit(rt, &o))
     return false;
@@ -311,6 +388,8 @@ static bool write_trace(tdm_runtime *rt, const all_events *a, const task_index *
 static const char *colour_of(const tdm_runtime *rt, const tdm_trace_event *ran) {
   if (!ran)
     return "white";
+  if (ran->track == TDM_TRACK_APP)
+    return "lightyellow";
   if (ran->track < rt->nworkers)
     return "lightblue";
   const tdm_device_record *d = &rt->devices[rt->device_of[ran->track - rt->nworkers]];
@@ -435,7 +514,7 @@ tdm_status tdm_runtime_worker_stats(const tdm_runtime *rt, unsigned worker,
 /* Per codelet and kind of worker: how many ran and for how long. */
 typedef struct codelet_sum {
   const char *name;
-  bool device;
+  int where; /* 0: CPU workers, 1: devices, 2: the application's thread */
   uint64_t n, ns;
 } codelet_sum;
 
@@ -449,16 +528,16 @@ static void summary_by_codelet(tdm_runtime *rt) {
     const tdm_trace_event *e = &a.ev[i];
     if (e->kind != TDM_EV_TASK)
       continue;
-    bool device = e->track >= rt->nworkers;
+    int where = e->track == TDM_TRACK_APP ? 2 : e->track >= rt->nworkers;
     const char *name = tdm__name_or(e->name);
     unsigned j;
     for (j = 0; j < ns; j++)
-      if (sums[j].device == device && !strcmp(sums[j].name, name))
+      if (sums[j].where == where && !strcmp(sums[j].name, name))
         break;
     if (j == ns) {
       if (ns == 64)
         continue;
-      sums[ns++] = (codelet_sum){name, device, 0, 0};
+      sums[ns++] = (codelet_sum){name, where, 0, 0};
     }
     sums[j].n++;
     sums[j].ns += e->t1 - e->t0;
@@ -466,7 +545,8 @@ static void summary_by_codelet(tdm_runtime *rt) {
   free(a.ev);
   for (unsigned j = 0; j < ns; j++)
     tdm__log(rt, TDM_LOG_INFO, "stats: codelet %s on %s: %llu tasks, mean %.1f us",
-             sums[j].name, sums[j].device ? "devices" : "CPU workers",
+             sums[j].name,
+             (const char *[]){"CPU workers", "devices", "the application's thread"}[sums[j].where],
              (unsigned long long)sums[j].n, (double)sums[j].ns / 1000.0 / (double)sums[j].n);
   if (ns && rt->ndevice_workers) /* placement's predictions, per size and kind of worker */
     tdm__log(rt, TDM_LOG_INFO, "stats: what placement learnt of these codelets: "

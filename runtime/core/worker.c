@@ -417,11 +417,17 @@ static tdm_status set_limit(tdm_runtime *rt, int paused, unsigned active, const 
 }
 
 tdm_status tdm_runtime_pause(tdm_runtime *rt) {
-  return set_limit(rt, 1, 0, "tdm_runtime_pause");
+  tdm_status st = set_limit(rt, 1, 0, "tdm_runtime_pause");
+  if (!st)
+    tdm__trace_mark(rt, TDM_EV_PAUSE, NULL, 0);
+  return st;
 }
 
 tdm_status tdm_runtime_resume(tdm_runtime *rt) {
-  return set_limit(rt, 0, 0, "tdm_runtime_resume");
+  tdm_status st = set_limit(rt, 0, 0, "tdm_runtime_resume");
+  if (!st)
+    tdm__trace_mark(rt, TDM_EV_RESUME, NULL, 0);
+  return st;
 }
 
 tdm_status tdm_runtime_set_active_workers(tdm_runtime *rt, unsigned n) {
@@ -512,14 +518,16 @@ void *tdm__worker_main(void *arg) {
       tdm__flush_finished(w);
     if (atomic_load(&rt->stop))
       break;
-    if (!may_run(w)) {
+    /* benched by a pause, or parked: asleep either way */
+    uint64_t asleep = rt->timing ? tdm__now_ns() : 0;
+    atomic_store_explicit(&w->asleep_from, asleep, memory_order_relaxed);
+    if (!may_run(w))
       bench(w);
-      continue;
-    }
-    uint64_t park_from = rt->timing ? tdm__now_ns() : 0;
-    park(w);
-    if (park_from)
-      idle_period(w, TDM_EV_PARKED, park_from);
+    else
+      park(w);
+    atomic_store_explicit(&w->asleep_from, 0, memory_order_relaxed);
+    if (asleep)
+      idle_period(w, TDM_EV_PARKED, asleep);
   }
   tdm__self = NULL;
   return NULL;
