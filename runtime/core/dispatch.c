@@ -164,8 +164,6 @@ int tdm_dispatch(tdm_runtime *rt) {
   rt->dq_pinned = 0;
   tdm_group *groups = rt->dg_head;
   rt->dg_head = NULL;
-  for (tdm_group *g = groups; g; g = g->dnext)
-    g->dposted = false; /* a later post shows later counts */
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->dispatch_lock));
   const tdm_runtime *outer = tdm__dispatch_of; /* another runtime's, maybe */
   tdm__dispatch_of = rt;
@@ -186,7 +184,13 @@ int tdm_dispatch(tdm_runtime *rt) {
   }
   while (groups) {
     tdm_group *g = groups;
+    /* Its link is read before its post is undone: a post after that
+     * links it into the next batch (dnext rewritten), and shows counts
+     * later than those this call reads. */
+    TDM_PTHREAD(rt, pthread_mutex_lock(&rt->dispatch_lock));
     groups = g->dnext;
+    g->dposted = false;
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->dispatch_lock));
     tdm__group_progress_call(g);
     tdm__group_unref(g);
     ran++;
