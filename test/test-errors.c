@@ -61,6 +61,8 @@ static void test_null_pointers(void **state) {
   EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_submit(rt, NULL));
   EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_submit(rt, &(tdm_task_desc){0}));
   EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_r}));
+  /* which codelet and buffer */
+  assert_true(test_log_has(&log, "tdm_submit: codelet r, buffer 0: NULL handle"));
   EXPECT_ERR(&log, TDM_ERR_INVALID_ARG,
              tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_none, .args_size = 4}));
   EXPECT_ERR(&log, TDM_ERR_INVALID_ARG, tdm_register_vector(rt, NULL, 4, 4, &h));
@@ -218,6 +220,7 @@ static void test_foreign_and_stale_handles(void **state) {
   assert_int_equal(tdm_register_vector(other, &y, 1, sizeof y, &foreign), TDM_OK);
   EXPECT_ERR(&log, TDM_ERR_WRONG_RUNTIME,
              tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_r, .handles = {foreign}}));
+  assert_true(test_log_has(&log, "codelet r, buffer 0: handle belongs to another runtime"));
   tdm_task *t1, *t2;
   assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &cl_none}, &t1), TDM_OK);
   assert_int_equal(tdm_task_create(other, &(tdm_task_desc){.codelet = &cl_none}, &t2), TDM_OK);

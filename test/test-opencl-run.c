@@ -597,7 +597,9 @@ static void test_no_device(void **state) {
       tdm_submit(rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only, .handles = {hx, hy},
                                       .args = &(float){1}, .args_size = sizeof(float)}),
       TDM_ERR_NO_DEVICE);
-  assert_true(test_log_has(&log, "no device is used"));
+  /* and why: what discovery found */
+  assert_true(test_log_has(&log, "no device is used (device 0 ("));
+  assert_true(test_log_has(&log, "not used: an OpenCL CPU device runs on the cores"));
   saxpy(rt, &saxpy_both, hx, hy, 1.0f); /* runs on the CPU */
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
   assert_true(y[0] == 2.0f);

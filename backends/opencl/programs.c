@@ -173,9 +173,11 @@ static char *cache_key(const cl_device *g, const tdm_opencl_variant *v, size_t *
   return key;
 }
 
-/* Builds p from a cached binary; false (p untouched) when there is none
- * or the driver refuses it. */
-static bool from_cache(cl_device *g, program *p, const char *key, size_t keylen) {
+/* Builds p from a cached binary: true when the cache decided (p built,
+ * or its program built but without the variant's kernel: *err then says
+ * CL_INVALID_KERNEL_NAME, a misspelt name and not a bad binary); false
+ * (p untouched) when there is none or the driver refuses it. */
+static bool from_cache(cl_device *g, program *p, const char *key, size_t keylen, cl_int *kerr) {
   const cl_api *api = api_of(g->rt);
   size_t size = 0;
   unsigned char *bin = tdm__cache_load(g->rt, key, keylen, &size);
@@ -190,6 +192,11 @@ static bool from_cache(cl_device *g, program *p, const char *key, size_t keylen)
   cl_kernel kernel = NULL;
   if (prog && err == CL_SUCCESS && status == CL_SUCCESS)
     kernel = api->CreateKernel(prog, p->variant->kernel, &err);
+  if (!kernel && err == CL_INVALID_KERNEL_NAME) { /* the binary is fine; the name is not */
+    p->program = prog;
+    *kerr = err;
+    return true;
+  }
   if (!kernel) {
     tdm__log(g->rt, TDM_LOG_WARNING,
              "OpenCL cache: device %u refused a cached binary of kernel %s (%s, error %d; %s, error %d); "
@@ -201,6 +208,7 @@ static bool from_cache(cl_device *g, program *p, const char *key, size_t keylen)
   }
   p->program = prog;
   p->kernel = kernel;
+  *kerr = CL_SUCCESS;
   return true;
 }
 
@@ -277,14 +285,14 @@ static void build(cl_device *g, program *p) {
   }
   size_t keylen = 0;
   char *key = cache_key(g, v, &keylen);
-  if (key && from_cache(g, p, key, keylen)) {
-    tdm__log(g->rt, TDM_LOG_INFO, "OpenCL: codelet %s: kernel %s for device %u from the cache",
-             p->name, v->kernel, g->device);
-    free(key);
-    describe_kernel(g, p);
-    return;
+  cl_int err = CL_SUCCESS;
+  if (key && from_cache(g, p, key, keylen, &err)) {
+    if (err == CL_SUCCESS)
+      tdm__log(g->rt, TDM_LOG_INFO, "OpenCL: codelet %s: kernel %s for device %u from the cache",
+               p->name, v->kernel, g->device);
+  } else {
+    err = build_from_source(g, p, key, keylen);
   }
-  cl_int err = build_from_source(g, p, key, keylen);
   free(key);
   if (err != CL_SUCCESS) {
     log_build_failure(g, p, p->name, err);

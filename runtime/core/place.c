@@ -471,8 +471,17 @@ tdm_status tdm__device_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
   }
   if (st || !t->codelet->opencl || t->codelet->cpu_fn)
     return st;
-  tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s has only an OpenCL variant and no device is used",
-           what, tdm__codelet_name(t));
+  /* why: what discovery found and why it was not used */
+  char why[512];
+  if (rt->selection.none)
+    snprintf(why, sizeof why, "devices=\"none\"");
+  else if (!rt->ndevices)
+    snprintf(why, sizeof why, "OpenCL: %s", rt->opencl_report.summary);
+  else
+    snprintf(why, sizeof why, "device 0 (%s): %s%s", rt->devices[0].name, rt->devices[0].usage,
+             rt->ndevices > 1 ? "; tandem-info says why for each" : "");
+  tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s has only an OpenCL variant and no device is used "
+           "(%s)", what, tdm__codelet_name(t), why);
   return TDM_ERR_NO_DEVICE;
 }
 

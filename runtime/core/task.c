@@ -168,9 +168,15 @@ static tdm_status check_desc(tdm_runtime *rt, const tdm_task_desc *desc, const c
     if (b->modes[i] != TDM_R && b->modes[i] != TDM_W && b->modes[i] != TDM_RW)
       return bad(rt, TDM_ERR_INVALID_MODE, "%s: codelet %s, buffer %u: invalid access mode %d",
                  what, name, i, (int)b->modes[i]);
-    tdm_status st = tdm__handle_check(rt, b->handles[i], what);
-    if (st)
-      return st;
+    const tdm_handle *h = b->handles[i];
+    if (TDM_UNLIKELY(!h || atomic_load_explicit(&h->magic, memory_order_relaxed) !=
+                               TDM_HANDLE_MAGIC || h->rt != rt)) { /* which buffer */
+      char where[160];
+      snprintf(where, sizeof where, "%s: codelet %s, buffer %u", what, name, i);
+      tdm_status st = tdm__handle_check(rt, h, where);
+      if (st)
+        return st;
+    }
   }
   return TDM_OK;
 #undef name
