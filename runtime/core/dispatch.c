@@ -108,6 +108,11 @@ uintptr_t tdm__thread_mark(void) {
 }
 
 void tdm__wait_dispatching(tdm_runtime *rt, bool (*done)(const void *), const void *arg) {
+  /* Poll a little first, as every wait does: short work then costs no
+   * wake-up (a pinned task waits that long at most) */
+  uint64_t deadline = 0;
+  for (unsigned i = 0; !done(arg) && tdm__idle_step(i, &deadline, rt->cfg.spin_us); i++)
+    ;
   while (!done(arg)) {
     /* Only a pinned task can hold up a wait (callbacks and progress calls
      * come after what they follow is counted as ended): one queued
