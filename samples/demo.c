@@ -43,14 +43,14 @@ static void blur(const tdm_buffer *b, const void *args, size_t size) {
   (void)size;
   const float *s = b[0].ptr;
   float *d = b[1].ptr;
-  for (size_t r = 0; r < b[0].nx; r++)
-    for (size_t c = 0; c < b[0].ny; c++) {
+  for (size_t r = 0; r < b[0].rows; r++)
+    for (size_t c = 0; c < b[0].cols; c++) {
       float acc = 0;
       int n = 0;
       for (int dr = -1; dr <= 1; dr++)
         for (int dc = -1; dc <= 1; dc++) {
           long rr = (long)r + dr, cc = (long)c + dc;
-          if (rr < 0 || cc < 0 || rr >= (long)b[0].nx || cc >= (long)b[0].ny)
+          if (rr < 0 || cc < 0 || rr >= (long)b[0].rows || cc >= (long)b[0].cols)
             continue;
           acc += s[rr * (long)b[0].ld + cc];
           n++;
@@ -63,8 +63,8 @@ static void blur(const tdm_buffer *b, const void *args, size_t size) {
 static void brighten(const tdm_buffer *b, const void *args, size_t size) {
   (void)size;
   float *d = b[0].ptr;
-  for (size_t r = 0; r < b[0].nx; r++)
-    for (size_t c = 0; c < b[0].ny; c++)
+  for (size_t r = 0; r < b[0].rows; r++)
+    for (size_t c = 0; c < b[0].cols; c++)
       d[r * b[0].ld + c] = d[r * b[0].ld + c] * 1.5f + 0.25f;
   count_worker(args);
 }
@@ -87,8 +87,8 @@ static void sum_tile(const tdm_buffer *b, const void *args, size_t size) {
   (void)size;
   const float *d = b[0].ptr;
   double *acc = b[1].ptr;
-  for (size_t r = 0; r < b[0].nx; r++)
-    for (size_t c = 0; c < b[0].ny; c++)
+  for (size_t r = 0; r < b[0].rows; r++)
+    for (size_t c = 0; c < b[0].cols; c++)
       *acc += d[r * b[0].ld + c];
   count_worker(args);
 }

@@ -56,7 +56,7 @@ static void brighten(const tdm_buffer *b, const void *args, size_t size) {
   (void)size;
   uint8_t *p = b[0].ptr;
   uint32_t k = ((const filter_args *)args)->k;
-  for (size_t i = 0; i < b[0].nx; i++)
+  for (size_t i = 0; i < b[0].rows; i++)
     p[i] = brighten_px(p[i], k);
 }
 
@@ -64,7 +64,7 @@ static void contrast(const tdm_buffer *b, const void *args, size_t size) {
   (void)size;
   uint8_t *p = b[0].ptr;
   uint32_t k = ((const filter_args *)args)->k;
-  for (size_t i = 0; i < b[0].nx; i++)
+  for (size_t i = 0; i < b[0].rows; i++)
     p[i] = contrast_px(p[i], k);
 }
 

@@ -23,7 +23,7 @@ static void sum_slice(const tdm_buffer *b, const void *args, size_t size) {
   (void)size;
   const double *x = b[0].ptr;
   double s = 0;
-  for (size_t i = 0; i < b[0].nx; i++)
+  for (size_t i = 0; i < b[0].rows; i++)
     s += x[i];
   *(double *)b[1].ptr = s;
 }

@@ -6,7 +6,7 @@
 static void scale(const tdm_buffer *b, const void *args, size_t size) {
   (void)size;
   float *x = b[0].ptr, f = *(const float *)args;
-  for (size_t i = 0; i < b[0].nx; i++)
+  for (size_t i = 0; i < b[0].rows; i++)
     x[i] *= f;
 }
 

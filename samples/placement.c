@@ -32,7 +32,7 @@ static void work(const tdm_buffer *b, const void *args, size_t size) {
   int kind = *(const int *)args;
   float *v = b[0].ptr;
   for (int r = 0; r < 200; r++) /* some arithmetic, the same on every worker */
-    for (size_t i = 0; i < b[0].nx; i++)
+    for (size_t i = 0; i < b[0].rows; i++)
       v[i] = v[i] * 0.999f + 0.001f * (float)i;
   int w = tdm_worker_id(rt), ncpu = (int)tdm_runtime_ncpu_workers(rt);
   int where = w < ncpu ? 0 : 1 + w - ncpu;

@@ -89,7 +89,7 @@ built=$(find "$sub/build/subprojects/tandem" -type f -executable \( -name 'tande
 [ -z "$built" ] || fail "the subproject built more than the library: $built"
 meson install -C "$sub/build" --destdir "$out/subproject-dest" >>"$out/subproject.log" 2>&1 ||
   fail "meson install: $(tail -20 "$out/subproject.log")"
-extra=$(cd "$out/subproject-dest" && find . -type f | grep -Ev '/lib/libtandem\.(so|a)|/include/tandem(\.h|/opencl\.h)$|/lib/pkgconfig/tandem\.pc$|/lib/cmake/tandem/' || true)
+extra=$(cd "$out/subproject-dest" && find . -type f | grep -Ev '/lib/libtandem\.(so|a)|/include/tandem(\.h|/opencl\.h|/glib\.h)$|/lib/pkgconfig/tandem\.pc$|/lib/cmake/tandem/' || true)
 [ -z "$extra" ] || fail "the subproject installed more than the library: $extra"
 cp "$sub/build/consumer" "$out/subproject-consumer"
 LD_LIBRARY_PATH=$sub/build/subprojects/tandem run subproject-consumer

@@ -17,6 +17,8 @@
 #                        program against it through pkg-config (shared and
 #                        static), CMake (find_package) and as a meson
 #                        subproject (test/consumer)
+#   tools/dev.sh peers   install oneTBB, StarPU and GLib, then run
+#                        bench-peers: Tandem beside them (docs/why.md)
 #
 # Build folders: build/ (demo, test, bench), build-asan/, build-tsan/,
 # build-cpuonly/, build-fuzz/, build-consumers/.
@@ -72,9 +74,13 @@ case "${1:-}" in
   demo | test | asan | tsan | cpuonly) packages="$packages $test_packages" ;;
   # libFuzzer comes with clang's runtime libraries
   fuzz) packages="$packages clang libclang-rt-14-dev" ;;
-  # cmake for the CMake consumer; libudev-dev for `pkg-config --static`
-  # (hwloc lists libudev among its private libraries)
-  consumers) packages="$packages cmake libudev-dev" ;;
+  # cmake for the CMake consumer; for `pkg-config --static`, exactly the
+  # packages docs/using.md tells a user to install (CI checks the docs)
+  # the peers bench-peers compares Tandem with
+  peers) packages="$packages g++ libtbb-dev libstarpu-dev libglib2.0-dev" ;;
+  consumers)
+    packages="$packages cmake $(sed -n 's/^apt-get install \(.*\)  *# what a static link needs$/\1/p' docs/using.md)"
+    ;;
 esac
 install_missing
 case "${1:-}" in
@@ -128,8 +134,14 @@ case "${1:-}" in
   consumers)
     bash tools/consumers.sh
     ;;
+  peers)
+    setup build
+    meson setup --reconfigure build >/dev/null # finds the peers just installed
+    ninja -C build >/dev/null
+    build/test/bench/bench-peers
+    ;;
   *)
-    sed -n '2,18p' "$0" >&2
+    sed -n '2,20p' "$0" >&2
     exit 2
     ;;
 esac

@@ -21,8 +21,11 @@
  * With flags = TDM_OPENCL_POINTERS, each buffer is its pointer alone
  * (then the by-value arguments, which carry whatever sizes the kernel
  * needs): a three-buffer kernel takes three pointers. A matrix is then
- * always given packed (ld = cols); a task whose matrix is not (a tile of
- * a partitioned matrix) is refused at submission (TDM_ERR_INVALID_ARG).
+ * always given packed (ld = cols): a device with memory of its own
+ * copies a tile packed, but one working in the host's memory cannot, so
+ * a task with a tile does not go there (a warning says so): it runs on
+ * another device or its CPU variant, and without either its submission
+ * is refused (TDM_ERR_INVALID_ARG).
  *
  * The default work size is one work-item per element of the first
  * buffer; for a matrix, dimension 0 (get_global_id(0)) runs along a row,
