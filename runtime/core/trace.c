@@ -170,7 +170,8 @@ static void sort_edges(all_events *a) {
     else
       a->ev[kept++] = a->ev[i];
   }
-  qsort(edges, nedges, sizeof *edges, by_edge);
+  if (nedges) /* qsort takes no NULL, even for nothing */
+    qsort(edges, nedges, sizeof *edges, by_edge);
   for (size_t i = 0; i < nedges; i++)
     if (!i || by_edge(&edges[i], &edges[i - 1]))
       a->ev[kept++] = edges[i];
