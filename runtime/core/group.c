@@ -199,9 +199,11 @@ tdm_status tdm_group_cancel(tdm_group *g) {
   if (!g)
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(g->rt, "tdm_group_cancel");
+  /* read first: once the flag is up, its queued tasks end at once */
+  int64_t not_ended = atomic_load(&g->pending);
   if (!atomic_exchange(&g->cancel, true)) {
     tdm__log(g->rt, TDM_LOG_DEBUG, "group %s cancelled", g->name);
-    tdm__trace_mark(g->rt, TDM_EV_CANCEL, g->name, (uint64_t)atomic_load(&g->pending));
+    tdm__trace_mark(g->rt, TDM_EV_CANCEL, g->name, (uint64_t)not_ended);
   }
   return TDM_OK;
 }

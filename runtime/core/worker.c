@@ -400,6 +400,8 @@ static tdm_status set_limit(tdm_runtime *rt, int paused, unsigned active, const 
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, what);
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->park_lock));
+  if (paused >= 0 && rt->paused != (paused != 0)) /* the trace shows changes */
+    tdm__trace_mark(rt, paused ? TDM_EV_PAUSE : TDM_EV_RESUME, NULL, 0);
   if (paused >= 0)
     rt->paused = paused;
   if (active)
@@ -417,17 +419,11 @@ static tdm_status set_limit(tdm_runtime *rt, int paused, unsigned active, const 
 }
 
 tdm_status tdm_runtime_pause(tdm_runtime *rt) {
-  tdm_status st = set_limit(rt, 1, 0, "tdm_runtime_pause");
-  if (!st)
-    tdm__trace_mark(rt, TDM_EV_PAUSE, NULL, 0);
-  return st;
+  return set_limit(rt, 1, 0, "tdm_runtime_pause");
 }
 
 tdm_status tdm_runtime_resume(tdm_runtime *rt) {
-  tdm_status st = set_limit(rt, 0, 0, "tdm_runtime_resume");
-  if (!st)
-    tdm__trace_mark(rt, TDM_EV_RESUME, NULL, 0);
-  return st;
+  return set_limit(rt, 0, 0, "tdm_runtime_resume");
 }
 
 tdm_status tdm_runtime_set_active_workers(tdm_runtime *rt, unsigned n) {
