@@ -1147,7 +1147,12 @@ typedef struct tdm_task_desc {
  * dyn_handles), TDM_ERR_TOO_MANY_BUFFERS, TDM_ERR_INVALID_MODE,
  * TDM_ERR_WRONG_RUNTIME (a handle of another runtime),
  * TDM_ERR_STALE_HANDLE, TDM_ERR_PARTITIONED, TDM_ERR_SHUTTING_DOWN,
- * TDM_ERR_NO_MEMORY. Any thread, including tasks. From a thread of the
+ * TDM_ERR_NO_MEMORY; and for a codelet with an OpenCL variant and no CPU
+ * variant, when no device can run it: TDM_ERR_NO_DEVICE (none is used),
+ * TDM_ERR_BUILD (its program did not build), TDM_ERR_KERNEL (its kernel
+ * cannot be launched as written), TDM_ERR_TOO_LARGE (a buffer does not
+ * fit), TDM_ERR_INVALID_ARG (see TDM_OPENCL_POINTERS). Each is logged.
+ * Any thread, including tasks. From a thread of the
  * application, waits first while tdm_config.max_pending tasks are
  * unfinished (back-pressure; see there, and tdm_submit_try).
  */

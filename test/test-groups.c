@@ -343,12 +343,24 @@ static void test_cancel_is_quiet(void **state) {
     assert_int_equal(
         tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_write, .handles = {h}, .group = g}),
         TDM_OK);
+  /* and the tiles of a partitioned matrix */
+  long m[4 * 4] = {0};
+  tdm_handle *hm;
+  assert_int_equal(tdm_register_matrix(rt, m, 4, 4, 4, sizeof *m, &hm), TDM_OK);
+  assert_int_equal(tdm_matrix_partition(hm, 2, 2, 0), TDM_OK);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_write,
+                                                     .handles = {tdm_matrix_tile(hm, i / 2, i % 2)},
+                                                     .group = g}),
+                     TDM_OK);
   assert_int_equal(tdm_group_cancel(g), TDM_OK);
   atomic_store(&gate, 1);
   assert_int_equal(tdm_group_wait(g), TDM_ERR_CANCELLED);
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
   assert_int_equal(tdm_handle_unregister(h), TDM_ERR_LOST);
   assert_int_equal(value, 7);
+  assert_int_equal(tdm_matrix_unpartition(hm, 0), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hm), TDM_ERR_LOST);
   tdm_group_release(g);
   if (test_log_count(&log) != said)
     fail_msg("logged after a cancel: %s", log.last);

@@ -53,6 +53,19 @@ static const tdm_opencl_variant work_cl = {
     .kernel = "saxpy",
     .work_size = bad_local};
 
+/* an escape hatch that sets its kernel up wrong */
+static cl_int wrong_enqueue(cl_command_queue queue, const cl_mem *mems, const tdm_buffer *bufs,
+                            const void *args, size_t args_size, cl_event *done) {
+  (void)queue;
+  (void)mems;
+  (void)bufs;
+  (void)args;
+  (void)args_size;
+  (void)done;
+  return CL_INVALID_ARG_SIZE;
+}
+static const tdm_opencl_variant enqueue_cl = {.enqueue = wrong_enqueue};
+
 static bool quarantined(tdm_runtime *rt) {
   tdm_device_info r = {.struct_size = sizeof r};
   assert_int_equal(tdm_runtime_device(rt, (unsigned)the_device(rt), &r), TDM_OK);
@@ -82,7 +95,8 @@ static void mismatch(const tdm_opencl_variant *bad, const char *says) {
   assert_int_equal(atomic_load(&cpu_runs), TASKS); /* all of them, once each */
   assert_int_equal(atomic_load(&device_events), 0);
   assert_false(quarantined(rt));
-  assert_true(test_log_has(&log, "codelet bad saxpy, kernel saxpy, on device"));
+  assert_true(test_log_has(&log, bad->enqueue ? "codelet bad saxpy, kernel (its enqueue function), on device"
+                                              : "codelet bad saxpy, kernel saxpy, on device"));
   if (!test_log_has(&log, says))
     fprintf(stderr, "%s\n", log.all);
   assert_true(test_log_has(&log, says));
@@ -127,6 +141,11 @@ static void test_work_group_size(void **state) {
   mismatch(&work_cl, "CL_INVALID_WORK_GROUP_SIZE");
 }
 
+static void test_enqueue_function(void **state) {
+  (void)state;
+  mismatch(&enqueue_cl, "its enqueue function returned an error that says its arguments");
+}
+
 /* A codelet with only a bad OpenCL variant: its task ends with
  * TDM_ERR_KERNEL (not retried: one event, no quarantine), a submission
  * after that is refused at once, the handle keeps its contents. */
@@ -154,6 +173,8 @@ static void test_only_a_bad_kernel(void **state) {
   assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl, .handles = {hx, hy},
                                                     .args = &a, .args_size = sizeof a}),
                    TDM_ERR_KERNEL);
+  assert_true(test_log_has(&log, "tdm_submit: codelet bad only: no device can run its OpenCL "
+                                 "variant (ERR_KERNEL"));
   assert_int_equal(atomic_load(&kernel_events), 1);
   assert_int_equal(atomic_load(&device_events), 0);
   assert_false(quarantined(rt));
@@ -272,6 +293,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_too_few_params),    cmocka_unit_test(test_uint_for_ulong),
       cmocka_unit_test(test_pointer_for_value), cmocka_unit_test(test_work_group_size),
+      cmocka_unit_test(test_enqueue_function),
       cmocka_unit_test(test_only_a_bad_kernel), cmocka_unit_test(test_pointers_only),
   };
   return opencl_fixture_main(argc, argv, "test-opencl-kernels", tests,

@@ -947,7 +947,11 @@ static int launch(cl_device *g, tdm_task *t) {
     bool wrong = err != CL_SUCCESS && p && programming_error(err);
     if (wrong) {
       char msg[160];
-      snprintf(msg, sizeof msg, "the driver refused to launch it (%s, error %d)", CL_ERR(err));
+      snprintf(msg, sizeof msg, "%s (%s, error %d)",
+               t->codelet->opencl->enqueue ? "its enqueue function returned an error that says "
+                                             "its arguments or work size are wrong"
+                                           : "the driver refused to launch it",
+               CL_ERR(err));
       disable(g, p, t, msg);
     } else if (err != CL_SUCCESS) {
       tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s on device %u: enqueue failed (%s, error %d)",

@@ -610,5 +610,8 @@ tdm_status tdm__cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
              what, name, tdm_status_name(st));
     return TDM_OK;
   }
+  tdm__log(rt, TDM_LOG_ERROR, "%s: codelet %s: no device can run its OpenCL variant (%s: %s) "
+           "and it has no CPU variant: refused", what, name, tdm_status_name(st),
+           tdm_strerror(st));
   return st;
 }
