@@ -101,10 +101,15 @@ int tdm_runtime_event_fd(tdm_runtime *rt) {
 
 _Thread_local const tdm_runtime *tdm__dispatch_of TDM_TLS_MODEL;
 
-static _Thread_local char thread_mark TDM_TLS_MODEL;
+/* A number of the calling thread's own, never given to another thread of
+ * the process (a thread's address or pthread_t may be a dead thread's). */
+static _Thread_local uintptr_t thread_mark TDM_TLS_MODEL;
+static _Atomic uintptr_t marks_given;
 
 uintptr_t tdm__thread_mark(void) {
-  return (uintptr_t)&thread_mark;
+  if (TDM_UNLIKELY(!thread_mark))
+    thread_mark = atomic_fetch_add_explicit(&marks_given, 1, memory_order_relaxed) + 1;
+  return thread_mark;
 }
 
 void tdm__wait_dispatching(tdm_runtime *rt, bool (*done)(const void *), const void *arg) {
