@@ -170,7 +170,8 @@ typedef void (*tdm_device_event_fn)(void *user_data, unsigned device, const char
  * the codelet's name, `device` numbered as tdm_runtime_device numbers
  * devices, `why` what the log says (valid during the call). Once per
  * codelet variant and device, on a thread of the runtime; it must not
- * block, and may call the query functions. */
+ * block (the runtime's waits return TDM_ERR_IN_TASK there), and may call
+ * the query functions and submit. */
 typedef void (*tdm_kernel_event_fn)(void *user_data, const char *codelet, unsigned device,
                                     tdm_status status, const char *why);
 
@@ -488,8 +489,9 @@ typedef struct tdm_config {
    * application wait until tasks finish (tdm_submit_try returns
    * TDM_ERR_WOULD_BLOCK instead), so that a producer faster than the
    * machine keeps its memory bounded. Never from code the runtime runs
-   * (a task's function, a completion callback, an OpenCL enqueue
-   * function) nor from a thread holding a handle it acquired: there a
+   * (a task's function, a completion callback; an OpenCL enqueue
+   * function may not submit at all) nor from a thread holding a handle
+   * it acquired: there a
    * submission goes through at once, past the bound, since the tasks
    * that would make room may wait for that code or that release. The
    * default, 65536 tasks (about 25 MiB of task records at most), keeps

@@ -498,6 +498,10 @@ struct tdm_runtime {
   unsigned nattached;
   bool sim_beside_opencl; /* tdm_config.sim's "+opencl" */
   bool sim_from_env;      /* tdm_config.sim is TANDEM_SIM's: a bad one is ignored */
+  /* A topology the environment named (TANDEM_SYNTHETIC_TOPOLOGY or
+   * _XML: its name), in place of the config's (kept: a bad one is
+   * ignored, creation uses the config's). During creation only. */
+  const char *topology_env, *cfg_synthetic, *cfg_xml;
   uint8_t attached_of[TDM_MAX_DEVICE_WORKERS];
   /* Every CPU task is timed: recording, timing, or an emulated machine
    * whose CPU tasks are stretched (cpu_stretch, its backend's
@@ -595,6 +599,28 @@ extern _Thread_local const tdm_runtime *tdm__dispatch_of TDM_TLS_MODEL;
     tdm__in_user_code++;                                                       \
     call;                                                                      \
     tdm__in_user_code--;                                                       \
+  } while (0)
+/* Code of the application that a runtime calls on a thread where a
+ * blocking call could deadlock it (an event callback, a build callback,
+ * an enqueue function or work-size function: TDM_EVENT_CODE), and the
+ * runtime whose device lock this thread holds meanwhile (an enqueue or
+ * work-size function: TDM_LOCKED_CODE), so that the calls that would
+ * wait, or take that lock, refuse (TDM_ERR_IN_TASK). */
+extern _Thread_local const struct tdm_runtime *tdm__event_of TDM_TLS_MODEL;
+extern _Thread_local const struct tdm_runtime *tdm__locked_of TDM_TLS_MODEL;
+#define TDM_EVENT_CODE(rt, call)                                               \
+  do {                                                                         \
+    const struct tdm_runtime *tdm_was_ = tdm__event_of;                         \
+    tdm__event_of = (rt);                                                      \
+    TDM_USER_CODE(call);                                                       \
+    tdm__event_of = tdm_was_;                                                  \
+  } while (0)
+#define TDM_LOCKED_CODE(rt, call)                                              \
+  do {                                                                         \
+    const struct tdm_runtime *tdm_held_ = tdm__locked_of;                       \
+    tdm__locked_of = (rt);                                                     \
+    TDM_EVENT_CODE(rt, call);                                                  \
+    tdm__locked_of = tdm_held_;                                                \
   } while (0)
 /* Handles this thread acquired and has not released yet (any runtime). */
 extern _Thread_local int tdm__acquired_here TDM_TLS_MODEL;

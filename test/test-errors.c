@@ -538,6 +538,11 @@ static void test_environment_values(void **state) {
       {"TANDEM_SIM", "gpu:colour=1"},
       {"TANDEM_SIM", "+opencl;gpu:speedup=2;"},
       {"TANDEM_SIM", "cpu.7:speedup=2"}, /* no kind 7 of core: found later */
+      {"TANDEM_SIM", ";"},
+      {"TANDEM_SIM", "+opencl;;"},
+      {"TANDEM_SYNTHETIC_TOPOLOGY", "garbage"},
+      {"TANDEM_SYNTHETIC_TOPOLOGY", "pack:100000 pu:100000"},
+      {"TANDEM_TOPOLOGY_XML", "/nonexistent.xml"},
       {"TANDEM_FAULTS", "launch:p=2"},
       {"TANDEM_FAULTS", "device=0"},
       {"TANDEM_VERIFY", "twice:2"},

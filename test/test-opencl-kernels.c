@@ -38,6 +38,36 @@ static const tdm_opencl_variant order_cl = {
               "                    ulong nx, ulong ny, float a)" BODY,
     .kernel = "saxpy"};
 
+static const tdm_opencl_variant double_cl = {
+    .source = "__kernel void saxpy(__global const float *x, double nx,\n"
+              "                    __global float *y, ulong ny, float a)" BODY,
+    .kernel = "saxpy"};
+static const tdm_opencl_variant wide_cl = {
+    .source = "__kernel void saxpy(__global const double *x, ulong nx,\n"
+              "                    __global float *y, ulong ny, float a)" BODY,
+    .kernel = "saxpy"};
+static const tdm_opencl_variant image_cl = {
+    .source = "__kernel void saxpy(__read_only image2d_t x, ulong nx,\n"
+              "                    __global float *y, ulong ny, float a) {\n"
+              "  y[get_global_id(0)] += a; }\n",
+    .kernel = "saxpy"};
+
+/* no work at all: OpenCL 2.1 would call it success */
+static void zero_size(const tdm_buffer *bufs, const void *args, size_t args_size,
+                      unsigned *dims, size_t global[3], size_t local[3]) {
+  (void)bufs;
+  (void)args;
+  (void)args_size;
+  (void)local;
+  *dims = 1;
+  global[0] = 0;
+}
+static const tdm_opencl_variant zero_cl = {
+    .source = "__kernel void saxpy(__global const float *x, ulong nx,\n"
+              "                    __global float *y, ulong ny, float a)" BODY,
+    .kernel = "saxpy",
+    .work_size = zero_size};
+
 /* a work-group size that does not divide the work size */
 static void bad_local(const tdm_buffer *bufs, const void *args, size_t args_size,
                       unsigned *dims, size_t global[3], size_t local[3]) {
@@ -141,6 +171,26 @@ static void test_work_group_size(void **state) {
   mismatch(&work_cl, "CL_INVALID_WORK_GROUP_SIZE");
 }
 
+static void test_double_for_ulong(void **state) {
+  (void)state;
+  mismatch(&double_cl, "parameter 1 is a double (8 bytes), where Tandem passes a ulong");
+}
+
+static void test_wider_elements(void **state) {
+  (void)state;
+  mismatch(&wide_cl, "parameter 0 points to 8-byte elements (double*)");
+}
+
+static void test_image_parameter(void **state) {
+  (void)state;
+  mismatch(&image_cl, "parameter 0 is a image2d_t, which Tandem never passes");
+}
+
+static void test_zero_work_size(void **state) {
+  (void)state;
+  mismatch(&zero_cl, "CL_INVALID_GLOBAL_WORK_SIZE");
+}
+
 static void test_enqueue_function(void **state) {
   (void)state;
   mismatch(&enqueue_cl, "its enqueue function returned an error that says its arguments");
@@ -182,6 +232,150 @@ static void test_only_a_bad_kernel(void **state) {
   assert_int_equal(tdm_handle_unregister(hy), TDM_ERR_LOST);
   for (int i = 0; i < N; i++)
     assert_true(y[i] == 5.0f);
+  run_end(rt, x, y);
+}
+
+/* ---- enqueue functions that fail after doing something ------------------------ */
+
+/* Returns success and an event that had failed already. */
+static cl_int failed_event(cl_command_queue queue, const cl_mem *mems, const tdm_buffer *bufs,
+                           const void *args, size_t args_size, cl_event *done) {
+  (void)mems;
+  (void)bufs;
+  (void)args;
+  (void)args_size;
+  cl_context ctx;
+  cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL);
+  cl_event e = err ? NULL : clCreateUserEvent(ctx, &err);
+  if (!e)
+    return err ? err : CL_OUT_OF_HOST_MEMORY;
+  clSetUserEventStatus(e, CL_OUT_OF_RESOURCES);
+  *done = e;
+  return CL_SUCCESS;
+}
+
+/* Runs saxpy (its own kernel), then says it failed. */
+static cl_int wrote_then_failed(cl_command_queue queue, const cl_mem *mems,
+                                const tdm_buffer *bufs, const void *args, size_t args_size,
+                                cl_event *done) {
+  (void)args_size;
+  (void)done;
+  static cl_kernel k;
+  cl_context ctx;
+  cl_device_id dev;
+  cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL);
+  if (!err)
+    err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+  if (!err && !k) {
+    const char *src = saxpy_cl.source;
+    cl_program prog = clCreateProgramWithSource(ctx, 1, (const char **)&src, NULL, &err);
+    if (!err)
+      err = clBuildProgram(prog, 1, &dev, NULL, NULL, NULL);
+    if (!err)
+      k = clCreateKernel(prog, "saxpy", &err);
+    clReleaseProgram(prog);
+  }
+  cl_ulong n = bufs[0].rows;
+  size_t global = n;
+  if (!err)
+    err = clSetKernelArg(k, 0, sizeof(cl_mem), &mems[0]) | clSetKernelArg(k, 1, 8, &n) |
+          clSetKernelArg(k, 2, sizeof(cl_mem), &mems[1]) | clSetKernelArg(k, 3, 8, &n) |
+          clSetKernelArg(k, 4, sizeof(float), args);
+  if (!err)
+    err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &global, NULL, 0, NULL, NULL);
+  return err ? err : CL_OUT_OF_RESOURCES;
+}
+
+/* An enqueue function whose event had failed when it returned: the task
+ * is not reported done (it ends with an error, the data untouched); one
+ * that wrote (on a device working in host memory) and then failed: its
+ * writes are undone before the CPU variant runs the task again, which
+ * applies saxpy once, not twice. */
+static void test_enqueue_failures(void **state) {
+  (void)state;
+  static const tdm_opencl_variant failed_cl = {.enqueue = failed_event};
+  static const tdm_opencl_variant wrote_cl = {.enqueue = wrote_then_failed};
+  static const tdm_codelet failed_only = {
+      .name = "failed event", .nbuffers = 2, .modes = {TDM_R, TDM_RW}, .opencl = &failed_cl};
+  tdm_codelet wrote = saxpy_both;
+  wrote.name = "wrote then failed";
+  wrote.opencl = &wrote_cl;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  float *x = array(1, 1), *y = array(5, 0);
+  tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
+  saxpy(rt, &failed_only, hx, hy, 2);
+  assert_int_equal(tdm_wait_all(rt), TDM_ERR_TASK_FAILED);
+  tdm_handle_unregister(hx);
+  assert_int_equal(tdm_handle_unregister(hy), TDM_ERR_LOST);
+  for (int i = 0; i < N; i++)
+    assert_true(y[i] == 5.0f);
+  run_end(rt, x, y);
+
+  rt = device_runtime(&log, 1);
+  x = array(1, 1);
+  y = array(5, 0);
+  hx = vector_of(rt, x);
+  hy = vector_of(rt, y);
+  atomic_store(&cpu_runs, 0);
+  for (int i = 0; i < 4; i++) /* the device is tried first: each fails there */
+    saxpy(rt, &wrote, hx, hy, 2);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  tdm_handle_unregister(hx);
+  assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
+  assert_true(atomic_load(&cpu_runs) >= 1);
+  for (int i = 0; i < N; i++)
+    if (y[i] != 5.0f + 4 * 2.0f * x[i])
+      fail_msg("y[%d] = %g, not %g: a failed try's writes were kept", i, y[i],
+               5.0f + 8.0f * x[i]);
+  run_end(rt, x, y);
+}
+
+/* ---- what an enqueue function may not call ----------------------------------- */
+
+static tdm_runtime *calling_rt;
+static _Atomic int from_enqueue[4] = {1, 1, 1, 1};
+
+/* Calls what would take its device's lock or wait, then gives up. */
+static cl_int calls_back(cl_command_queue queue, const cl_mem *mems, const tdm_buffer *bufs,
+                         const void *args, size_t args_size, cl_event *done) {
+  (void)queue;
+  (void)mems;
+  (void)bufs;
+  (void)args;
+  (void)args_size;
+  (void)done;
+  static const tdm_codelet nothing = {.name = "nothing"};
+  atomic_store(&from_enqueue[0], tdm_submit(calling_rt, &(tdm_task_desc){.codelet = &nothing}));
+  atomic_store(&from_enqueue[1], tdm_runtime_resume(calling_rt));
+  atomic_store(&from_enqueue[2], tdm_wait_all(calling_rt));
+  atomic_store(&from_enqueue[3], tdm_codelet_build(calling_rt, &nothing, NULL, NULL));
+  return CL_INVALID_KERNEL_ARGS;
+}
+
+/* They return TDM_ERR_IN_TASK instead of waiting forever for the lock
+ * the function runs under. */
+static void test_enqueue_calling_back(void **state) {
+  (void)state;
+  static const tdm_opencl_variant cl = {.enqueue = calls_back};
+  tdm_codelet both = saxpy_both;
+  both.name = "calls back";
+  both.opencl = &cl;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  calling_rt = rt;
+  float *x = array(1, 1), *y = array(0, 0);
+  tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
+  for (int i = 0; i < 4; i++)
+    saxpy(rt, &both, hx, hy, 1);
+  assert_int_equal(tdm_wait_all(rt), TDM_ERR_KERNEL);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(atomic_load(&from_enqueue[i]), TDM_ERR_IN_TASK);
+  assert_true(test_log_has(&log, "tdm_submit called from an enqueue or work-size function"));
+  tdm_handle_unregister(hx);
+  assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
+  for (int i = 0; i < N; i++)
+    assert_true(y[i] == 4.0f * x[i]);
   run_end(rt, x, y);
 }
 
@@ -293,7 +487,10 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_too_few_params),    cmocka_unit_test(test_uint_for_ulong),
       cmocka_unit_test(test_pointer_for_value), cmocka_unit_test(test_work_group_size),
-      cmocka_unit_test(test_enqueue_function),
+      cmocka_unit_test(test_enqueue_function),  cmocka_unit_test(test_double_for_ulong),
+      cmocka_unit_test(test_wider_elements),    cmocka_unit_test(test_image_parameter),
+      cmocka_unit_test(test_zero_work_size),    cmocka_unit_test(test_enqueue_failures),
+      cmocka_unit_test(test_enqueue_calling_back),
       cmocka_unit_test(test_only_a_bad_kernel), cmocka_unit_test(test_pointers_only),
   };
   return opencl_fixture_main(argc, argv, "test-opencl-kernels", tests,

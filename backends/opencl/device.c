@@ -643,26 +643,46 @@ static void disable(cl_device *g, program *p, const tdm_task *t, const char *why
     memcpy(p->untold, msg, len);
 }
 
-/* A parameter of p's kernel against what Tandem passes there: a buffer's
- * pointer (`value` 0), or a value of `value` bytes; why not, into why. */
-static bool param_fits(const program *p, unsigned i, size_t value, const char *what, char *why,
-                       size_t n) {
+/* What Tandem passes a parameter: a buffer's pointer (elements of
+ * `elem` bytes), a ulong (a shape), or the task's by-value arguments. */
+enum { PASS_POINTER, PASS_ULONG, PASS_ARGS };
+
+/* A parameter of p's kernel against what Tandem passes there (`bytes`:
+ * the elements' size of a buffer, the by-value arguments' size); why not,
+ * into why. */
+static bool param_fits(const program *p, unsigned i, int pass, size_t bytes, const char *what,
+                       char *why, size_t n) {
   const param *pa = &p->params[i];
   if (pa->kind == PARAM_UNKNOWN)
     return true;
-  if (!value && pa->kind != PARAM_POINTER) {
-    snprintf(why, n, "parameter %u is not a __global or __constant pointer, where Tandem passes "
-             "%s", i, what);
+  if (pa->kind == PARAM_OTHER) {
+    snprintf(why, n, "parameter %u is a %s, which Tandem never passes (it passes %s there)", i,
+             pa->type, what);
     return false;
   }
-  if (value && pa->kind != PARAM_VALUE) {
-    snprintf(why, n, "parameter %u is a %s pointer, where Tandem passes %s (%zu bytes, by value)",
-             i, pa->kind == PARAM_LOCAL ? "__local" : "__global", what, value);
+  if (pass == PASS_POINTER && pa->kind != PARAM_POINTER) {
+    snprintf(why, n, "parameter %u (%s) is not a __global or __constant pointer, where Tandem "
+             "passes %s", i, pa->type, what);
     return false;
   }
-  if (value && pa->size && pa->size != value) {
+  if (pass == PASS_POINTER && pa->pointee && (pa->pointee > bytes || bytes % pa->pointee)) {
+    snprintf(why, n, "parameter %u points to %u-byte elements (%s), where Tandem passes %s, of "
+             "%zu-byte elements", i, pa->pointee, pa->type, what, bytes);
+    return false;
+  }
+  if (pass != PASS_POINTER && pa->kind != PARAM_VALUE) {
+    snprintf(why, n, "parameter %u is a %s pointer, where Tandem passes %s (by value)", i,
+             pa->kind == PARAM_LOCAL ? "__local" : "__global", what);
+    return false;
+  }
+  if (pass == PASS_ULONG && pa->size && (pa->size != 8 || !pa->integer)) {
+    snprintf(why, n, "parameter %u is a %s (%u bytes), where Tandem passes %s (8 bytes)", i,
+             pa->type, pa->size, what);
+    return false;
+  }
+  if (pass == PASS_ARGS && pa->size && pa->size != bytes) {
     snprintf(why, n, "parameter %u takes %u bytes, where Tandem passes %s (%zu bytes)", i,
-             pa->size, what, value);
+             pa->size, what, bytes);
     return false;
   }
   return true;
@@ -685,11 +705,11 @@ static bool args_fit(const program *p, const tdm_task *t, char *why, size_t n) {
     if (at + 1 + values > p->nparams)
       break; /* the count says it */
     snprintf(what, sizeof what, "buffer %u's data", i);
-    if (!param_fits(p, at++, 0, what, why, n))
+    if (!param_fits(p, at++, PASS_POINTER, hs[i]->buf.elem_size, what, why, n))
       return false;
     for (unsigned v = 0; v < values; v++) {
       snprintf(what, sizeof what, "a ulong, %s of buffer %u", vector ? "the count" : shape[v], i);
-      if (!param_fits(p, at++, sizeof(cl_ulong), what, why, n))
+      if (!param_fits(p, at++, PASS_ULONG, 8, what, why, n))
         return false;
     }
   }
@@ -699,7 +719,8 @@ static bool args_fit(const program *p, const tdm_task *t, char *why, size_t n) {
              expected);
     return false;
   }
-  if (t->args_size && !param_fits(p, at, t->args_size, "the task's by-value arguments", why, n))
+  if (t->args_size &&
+      !param_fits(p, at, PASS_ARGS, t->args_size, "the task's by-value arguments", why, n))
     return false;
   return true;
 }
@@ -777,14 +798,14 @@ static cl_int enqueue(cl_device *g, tdm_task *t, const cl_mem *mems, const tdm_b
     if (ready)
       api->ReleaseEvent(ready);
     if (err == CL_SUCCESS)
-      TDM_USER_CODE(err = v->enqueue(g->compute, (cl_mem *)mems, bufs, t->args, t->args_size,
+      TDM_LOCKED_CODE(g->rt, err = v->enqueue(g->compute, (cl_mem *)mems, bufs, t->args, t->args_size,
                                      done));
     return err;
   }
   unsigned dims = 0;
   size_t global[3] = {1, 1, 1}, local[3] = {0, 0, 0};
   if (v->work_size)
-    TDM_USER_CODE(v->work_size(bufs, t->args, t->args_size, &dims, global, local));
+    TDM_LOCKED_CODE(g->rt, v->work_size(bufs, t->args, t->args_size, &dims, global, local));
   else if (t->nbuf)
     default_work_size(&bufs[0], tdm__task_handles(t)[0]->kind == TDM_HANDLE_VECTOR, &dims,
                       global);
@@ -792,6 +813,9 @@ static cl_int enqueue(cl_device *g, tdm_task *t, const cl_mem *mems, const tdm_b
     dims = 1;
   if (dims < 1 || dims > 3)
     return CL_INVALID_WORK_DIMENSION;
+  for (unsigned d = 0; d < dims; d++)
+    if (!global[d]) /* OpenCL 2.1 runs nothing and says success: no work is no task */
+      return CL_INVALID_GLOBAL_WORK_SIZE;
   cl_int err = set_args(api, p->kernel, t, mems, g->shared);
   if (err == CL_SUCCESS)
     err = api->EnqueueNDRangeKernel(g->compute, p->kernel, dims, NULL, global,
@@ -852,6 +876,28 @@ static bool hand_over(cl_device *g, tdm_task *t, const cl_mem *mems, cl_tok **do
     }
   }
   return true;
+}
+
+/* An enqueue function that failed may have enqueued commands before it
+ * did: on a device working in host memory those write the application's
+ * memory, so the try is undone (x->before put back) once they have
+ * ended, which a marker after them says. g->lock held, as for the waits
+ * of the other failure paths (a hung device ends the wait). */
+static void undo_enqueue_function(cl_device *g, tdm_task *t, exec *x) {
+  tdm_runtime *rt = g->rt;
+  const cl_api *api = api_of(rt);
+  cl_event m = NULL;
+  cl_tok *tok = tdm__tok_alloc(rt);
+  if (tok && api->EnqueueMarkerWithWaitList(g->compute, 0, NULL, &m) == CL_SUCCESS && m) {
+    tdm__tok_start(tok, m, g->ctx, (int)g->k, false, 0, NULL, 0); /* m is its now */
+    CL_CHECK(rt, api->Flush(g->compute), "clFlush");
+    tdm__tok_wait(tok);
+  } else {
+    CL_CHECK(rt, api->Finish(g->compute), "clFinish");
+  }
+  tdm__tok_release(tok);
+  tdm__task_write_failed(rt, t, 0, x->before); /* frees it */
+  x->before = NULL;
 }
 
 /* t, which g did not launch, ends with `why` from cl_progress: its
@@ -944,7 +990,18 @@ static int launch(cl_device *g, tdm_task *t) {
                name);
       err = CL_INVALID_EVENT;
     }
-    bool wrong = err != CL_SUCCESS && p && programming_error(err);
+    cl_int evst = CL_QUEUED;
+    if (err == CL_SUCCESS && t->codelet->opencl->enqueue &&
+        api->GetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof evst, &evst, NULL) ==
+            CL_SUCCESS &&
+        evst < 0) { /* an enqueue function's event failed already: what waits on it would not run */
+      tdm__log(rt, TDM_LOG_ERROR, "OpenCL: codelet %s: its enqueue function's event had failed "
+               "already (%s, error %d)", name, CL_ERR(evst));
+      err = evst;
+    }
+    /* an enqueue function's positive return is no OpenCL status at all */
+    bool wrong = err != CL_SUCCESS && p &&
+                 (programming_error(err) || (t->codelet->opencl->enqueue && err > 0));
     if (wrong) {
       char msg[160];
       snprintf(msg, sizeof msg, "%s (%s, error %d)",
@@ -960,6 +1017,8 @@ static int launch(cl_device *g, tdm_task *t) {
     if (err != CL_SUCCESS) {
       if (ev)
         api->ReleaseEvent(ev);
+      if (g->shared && t->codelet->opencl->enqueue && x->before)
+        undo_enqueue_function(g, t, x);
       /* the copies it started read memory that a retry may write */
       settle_all(&ts);
       tdm__tokens_release(&rt->nodes, &ts);

@@ -18,11 +18,15 @@
  * thread (programs.c): until then `building` (under the device's lock);
  * program, kernel and status are the builder's until it clears it, and
  * `built` is set after (read without the lock by build waiters). */
-/* What a kernel declares of one parameter (as far as the driver says). */
-enum { PARAM_UNKNOWN, PARAM_POINTER, PARAM_LOCAL, PARAM_VALUE };
+/* What a kernel declares of one parameter (as far as the driver says):
+ * PARAM_OTHER is what Tandem never passes (an image, a sampler...). */
+enum { PARAM_UNKNOWN, PARAM_POINTER, PARAM_LOCAL, PARAM_VALUE, PARAM_OTHER };
 typedef struct param {
   uint8_t kind;
-  uint8_t size; /* of a PARAM_VALUE of a built-in type; 0: unknown (a struct) */
+  uint8_t size;    /* a PARAM_VALUE of a built-in type; 0: unknown (a struct) */
+  uint8_t pointee; /* a PARAM_POINTER's elements, when of a built-in type; else 0 */
+  bool integer;    /* a scalar integer type */
+  char type[24];   /* its type, for messages */
 } param;
 
 typedef struct program {

@@ -127,24 +127,41 @@ static void describe_kernel(cl_device *g, program *p) {
     if (!param_string(api, p->kernel, i, CL_KERNEL_ARG_NAME, name, sizeof name))
       snprintf(name, sizeof name, "p%u", (unsigned)i);
     param *pa = &p->params[i];
+    snprintf(pa->type, sizeof pa->type, "%.23s", type); /* cut: for messages */
     const char *qual = "";
+    size_t len = strlen(type);
+    bool pointer = len && type[len - 1] == '*';
+    if (pointer) /* its elements' type */
+      type[len - 1] = 0;
     if (q == CL_KERNEL_ARG_ADDRESS_GLOBAL || q == CL_KERNEL_ARG_ADDRESS_CONSTANT) {
-      pa->kind = PARAM_POINTER;
+      /* a __global image or pipe is no pointer */
+      pa->kind = pointer ? PARAM_POINTER : PARAM_OTHER;
+      pa->pointee = (uint8_t)type_size(type);
       qual = q == CL_KERNEL_ARG_ADDRESS_GLOBAL ? "__global " : "__constant ";
     } else if (q == CL_KERNEL_ARG_ADDRESS_LOCAL) {
       pa->kind = PARAM_LOCAL;
       qual = "__local ";
     } else {
+      static const char *const opaque[] = {"sampler_t", "image", "pipe", "queue_t",
+                                           "clk_event_t", "event_t", "reserve_id_t"};
       pa->kind = PARAM_VALUE;
+      for (size_t o = 0; o < sizeof opaque / sizeof opaque[0]; o++)
+        if (!strncmp(type, opaque[o], strlen(opaque[o])))
+          pa->kind = PARAM_OTHER;
       pa->size = (uint8_t)type_size(type);
+      pa->integer = !strcmp(type, "char") || !strcmp(type, "uchar") || !strcmp(type, "short") ||
+                    !strcmp(type, "ushort") || !strcmp(type, "int") || !strcmp(type, "uint") ||
+                    !strcmp(type, "long") || !strcmp(type, "ulong");
     }
+    if (pointer)
+      type[len - 1] = '*';
     int w = snprintf(text + at, cap - at, "%s%s%s %s", i ? ", " : "", qual, type, name);
     at += w > 0 && (size_t)w < cap - at ? (size_t)w : 0;
   }
   if (!known) { /* the count alone */
     free(text);
     for (cl_uint i = 0; i < n && p->params; i++)
-      p->params[i] = (param){PARAM_UNKNOWN, 0};
+      p->params[i] = (param){.kind = PARAM_UNKNOWN};
     return;
   }
   p->declared = text;
@@ -320,7 +337,7 @@ static void ready_waits(struct cl_builder *b, build_wait **fire) {
   }
 }
 
-static void fire_waits(build_wait *w) {
+static void fire_waits(tdm_runtime *rt, build_wait *w) {
   while (w) {
     build_wait *next = w->next;
     tdm_status st = w->n ? TDM_ERR_BUILD : TDM_OK;
@@ -328,7 +345,7 @@ static void fire_waits(build_wait *w) {
       if (!w->p[i]->status)
         st = TDM_OK; /* one device can run it */
     if (w->fn)
-      TDM_USER_CODE(w->fn(w->data, st));
+      TDM_EVENT_CODE(rt, w->fn(w->data, st));
     free(w);
     w = next;
   }
@@ -378,7 +395,7 @@ static void built(cl_device *g, program *p) {
   TDM_PTHREAD(rt, pthread_mutex_lock(&b->lock));
   ready_waits(b, &fire);
   TDM_PTHREAD(rt, pthread_mutex_unlock(&b->lock));
-  fire_waits(fire);
+  fire_waits(rt, fire);
 }
 
 static void *builder_main(void *arg) {
@@ -509,7 +526,7 @@ void tdm__cl_build(tdm_runtime *rt, const tdm_codelet *cl, tdm_build_fn done, vo
     tdm__log(rt, TDM_LOG_ERROR, "tdm_codelet_build: out of memory: its programs are built "
              "when its first task is submitted");
     if (done)
-      TDM_USER_CODE(done(data, TDM_ERR_NO_MEMORY));
+      TDM_EVENT_CODE(rt, done(data, TDM_ERR_NO_MEMORY));
     return;
   }
   w->fn = done;
@@ -532,7 +549,7 @@ void tdm__cl_build(tdm_runtime *rt, const tdm_codelet *cl, tdm_build_fn done, vo
     ready_waits(b, &fire); /* built already (or nothing to build) */
     TDM_PTHREAD(rt, pthread_mutex_unlock(&b->lock));
   }
-  fire_waits(fire);
+  fire_waits(rt, fire);
 }
 
 /* Whether g can run t: its program builds there, and each of its buffers
@@ -551,7 +568,8 @@ static tdm_status can_run_locked(cl_device *g, const tdm_task *t, bool say) {
       continue;
     if (say) /* a kernel given pointers alone could not find its rows */
       tdm__log(rt, TDM_LOG_WARNING,
-               "OpenCL: codelet %s: buffer %u is a tile (%zu columns, %zu between rows): its "
+               "OpenCL: codelet %s: buffer %u's rows are not contiguous (%zu columns, %zu "
+               "elements from a row to the next: a tile, or a matrix with a larger ld): its "
                "pointers-only variant cannot take it on device %u, which works in the host's "
                "memory",
                tdm__codelet_name(t), i, b->cols, b->ld, g->device);

@@ -24,6 +24,7 @@ typedef struct watched {
   cl_event e; /* a reference */
   void(CL_CALLBACK *fn)(cl_event, cl_int, void *);
   void *data;
+  const cl_api *api;
   _Atomic int claimed;   /* fn was called, or is being called */
   _Atomic int came;      /* the implementation's callback returned */
   struct watched *next;  /* under the watch's lock */
@@ -41,6 +42,15 @@ struct cl_watch {
 
 static void CL_CALLBACK came(cl_event e, cl_int status, void *arg) {
   watched *w = arg;
+  /* A callback registered on an event that had failed already may say
+   * CL_COMPLETE (PoCL does, for a user event an enqueue function gave):
+   * the event's own status has the last word. */
+  cl_int own = CL_COMPLETE;
+  if (status == CL_COMPLETE &&
+      w->api->GetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof own, &own,
+                                  NULL) == CL_SUCCESS &&
+      own < 0)
+    status = own;
   if (!atomic_exchange(&w->claimed, 1))
     w->fn(e, status, w->data);
   atomic_store_explicit(&w->came, 1, memory_order_release); /* last: w may go */
@@ -126,7 +136,7 @@ bool tdm__cl_when_complete(tdm_runtime *rt, cl_event e,
     free(w);
     return api->SetEventCallback(e, CL_COMPLETE, fn, data) == CL_SUCCESS;
   }
-  *w = (watched){.e = e, .fn = fn, .data = data};
+  *w = (watched){.e = e, .fn = fn, .data = data, .api = api};
   TDM_PTHREAD(rt, pthread_mutex_lock(&cw->lock));
   bool idle = !cw->head;
   w->next = cw->head;

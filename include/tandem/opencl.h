@@ -93,8 +93,14 @@ typedef struct tdm_opencl_variant {
    * library...) on `queue`, an in-order queue on which the task's input
    * transfers are already waited for; mems[i] holds buffer i on the
    * device. It returns CL_SUCCESS and in *done an event marking the end
-   * of its last command (the runtime releases it), or an error code. It
-   * is called with the device's lock held: it must not wait. */
+   * of its last command (the runtime releases it), or an error code
+   * (CL_INVALID_ARG_SIZE and the other programming errors disable the
+   * variant on the device, as for a kernel; on a device working in host
+   * memory, what it enqueued before failing is waited for and its writes
+   * undone). It is called with the device's lock held: it must not wait,
+   * and the calls of this runtime that would take that lock or wait
+   * (submissions, pause, resume, tdm_codelet_build, the waits) return
+   * TDM_ERR_IN_TASK there. The same holds for work_size. */
   cl_int (*enqueue)(cl_command_queue queue, const cl_mem *mems, const tdm_buffer *bufs,
                     const void *args, size_t args_size, cl_event *done);
   /** 0 (default) or TDM_OPENCL_POINTERS: see the kernel arguments above. */

@@ -200,30 +200,42 @@ static tdm_status try_verify(tdm_runtime *rt, const char *s) {
   return st;
 }
 
-/* Its syntax (what the emulator checks against the machine comes later:
- * sim_discover). */
-static tdm_status try_sim(tdm_runtime *rt, const char *s) {
-  char *text = strdup(s), *out = text;
-  if (!text)
-    return TDM_ERR_NO_MEMORY;
-  for (const char *p = s;;) { /* without its "+opencl" terms */
-    const char *end = strchr(p, ';');
-    size_t n = end ? (size_t)(end - p) : strlen(p);
-    if (!(n == 7 && !memcmp(p, "+opencl", 7))) {
-      if (out != text)
+/* tdm_config.sim's text without its "+opencl" terms (in place): what
+ * the emulator parses. Whether there was one. */
+static bool strip_opencl_terms(char *text) {
+  char *out = text;
+  bool first = true, beside = false;
+  for (char *s = text;;) {
+    char *end = strchr(s, ';');
+    size_t n = end ? (size_t)(end - s) : strlen(s);
+    if (n == 7 && !memcmp(s, "+opencl", 7)) {
+      beside = true;
+    } else {
+      if (!first)
         *out++ = ';';
-      memcpy(out, p, n);
+      memmove(out, s, n);
       out += n;
+      first = false;
     }
     if (!end)
       break;
-    p = end + 1;
+    s = end + 1;
   }
   *out = 0;
+  return beside;
+}
+
+/* Its syntax, as the emulator will read it (what it checks against the
+ * machine comes later: sim_discover). */
+static tdm_status try_sim(tdm_runtime *rt, const char *s) {
+  char *text = strdup(s);
+  if (!text)
+    return TDM_ERR_NO_MEMORY;
+  bool beside = strip_opencl_terms(text);
   tdm_vt_machine m;
   char err[160];
   tdm_status st = TDM_OK;
-  if (*text && tdm__vt_parse_machine(text, NULL, 0, &m, err, sizeof err)) {
+  if ((*text || !beside) && tdm__vt_parse_machine(text, NULL, 0, &m, err, sizeof err)) {
     tdm__log(rt, TDM_LOG_ERROR, "%s", err);
     st = TDM_ERR_INVALID_ARG;
   }
@@ -373,8 +385,14 @@ void tdm__config_env(tdm_runtime *rt) {
   env_unsigned(rt, "TANDEM_LINEAGE", TDM_MAX_LINEAGE, &rt->cfg.lineage);
   env_unsigned(rt, "TANDEM_QUARANTINE", TDM_MAX_QUARANTINE_FAILURES,
                &rt->cfg.quarantine_failures);
+  rt->cfg_synthetic = rt->cfg.synthetic_topology;
+  rt->cfg_xml = rt->cfg.topology_xml;
   env_string("TANDEM_SYNTHETIC_TOPOLOGY", &rt->cfg.synthetic_topology);
   env_string("TANDEM_TOPOLOGY_XML", &rt->cfg.topology_xml);
+  if (rt->cfg.synthetic_topology != rt->cfg_synthetic)
+    rt->topology_env = "TANDEM_SYNTHETIC_TOPOLOGY";
+  else if (rt->cfg.topology_xml != rt->cfg_xml)
+    rt->topology_env = "TANDEM_TOPOLOGY_XML";
   env_flag(rt, "TANDEM_OPENCL_CPU", &rt->cfg.opencl_cpu_devices);
   if (env_choice(rt, "TANDEM_DEVICE_MEMORY", memory, &choice))
     rt->cfg.device_memory = (tdm_device_memory)choice;
@@ -389,6 +407,42 @@ void tdm__config_env(tdm_runtime *rt) {
   env_parsed(rt, "TANDEM_VERIFY", try_verify, &rt->cfg.verify);
   env_flag(rt, "TANDEM_STATS", &rt->cfg.stats);
   env_checked(rt);
+}
+
+tdm_status tdm__config_topology(tdm_runtime *rt) {
+  const char *name = rt->topology_env;
+  if (!name)
+    return tdm__topology_load(rt, rt->cfg.synthetic_topology, rt->cfg.topology_xml, &rt->topo);
+  const char *value = rt->cfg.synthetic_topology ? rt->cfg.synthetic_topology
+                                                 : rt->cfg.topology_xml;
+  char why[400] = "";
+  tdm_log_fn fn = rt->cfg.log_fn;
+  void *data = rt->cfg.log_data;
+  tdm_log_level level = rt->cfg.log_level;
+  rt->cfg.log_fn = capture;
+  rt->cfg.log_data = why;
+  rt->cfg.log_level = TDM_LOG_ERROR;
+  tdm_status st =
+      tdm__topology_load(rt, rt->cfg.synthetic_topology, rt->cfg.topology_xml, &rt->topo);
+  rt->cfg.log_fn = fn;
+  rt->cfg.log_data = data;
+  rt->cfg.log_level = level;
+  if (st != TDM_ERR_TOPOLOGY)
+    return st;
+  /* as every variable: ignored, the config's own topology (or the
+   * machine) instead */
+  tdm__log(rt, TDM_LOG_WARNING, "ignoring %s=\"%s\": %s", name, value, why);
+  for (int i = 0; i < 2; i++) { /* copies[0], [1]: tdm__config_copy's of the two */
+    const char *want = i ? rt->cfg_xml : rt->cfg_synthetic;
+    free(rt->copies[i]);
+    rt->copies[i] = want ? strdup(want) : NULL;
+    if (want && !rt->copies[i])
+      return TDM_ERR_NO_MEMORY;
+  }
+  rt->cfg.synthetic_topology = rt->copies[0];
+  rt->cfg.topology_xml = rt->copies[1];
+  rt->topology_env = NULL;
+  return tdm__topology_load(rt, rt->cfg.synthetic_topology, rt->cfg.topology_xml, &rt->topo);
 }
 
 /* The config's strings are only valid during tdm_runtime_create: the
@@ -422,29 +476,11 @@ void tdm__config_free(tdm_runtime *rt) {
  * a list left empty is no emulated device at all. */
 static void take_sim_terms(tdm_runtime *rt) {
   char *text = rt->copies[COPY_SIM];
-  if (!text)
-    return;
-  char *out = text;
-  bool first = true;
-  for (char *s = text;;) {
-    char *end = strchr(s, ';');
-    size_t n = end ? (size_t)(end - s) : strlen(s);
-    if (n == 7 && !memcmp(s, "+opencl", 7)) {
-      rt->sim_beside_opencl = true;
-    } else {
-      if (!first)
-        *out++ = ';';
-      memmove(out, s, n);
-      out += n;
-      first = false;
-    }
-    if (!end)
-      break;
-    s = end + 1;
+  if (text && strip_opencl_terms(text)) {
+    rt->sim_beside_opencl = true;
+    if (!*text)
+      rt->cfg.sim = NULL; /* OpenCL's devices alone */
   }
-  *out = 0;
-  if (rt->sim_beside_opencl && !*text)
-    rt->cfg.sim = NULL; /* OpenCL's devices alone */
 }
 
 /* Checks the device fields of the config (after the environment). */

@@ -197,6 +197,13 @@ void tdm__sub_inflight(tdm_runtime *rt, int64_t n);
 void tdm__task_wait_state(tdm_task *t, uint32_t state);
 void tdm__pool_destroy(tdm_runtime *rt);
 tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what);
+/* Loads the topology the config names, or TANDEM_SYNTHETIC_TOPOLOGY /
+ * TANDEM_TOPOLOGY_XML's, which is ignored with a warning when it does not
+ * load (config.c). */
+tdm_status tdm__config_topology(tdm_runtime *rt);
+/* TDM_ERR_IN_TASK (logged) when the caller runs under one of rt's device
+ * locks (an enqueue or work-size function): for calls that take one. */
+tdm_status tdm__check_unlocked(const tdm_runtime *rt, const char *what);
 
 /* Submits t (created, all checks done but those needing handle locks).
  * Used for codelet tasks and host acquisitions alike. give_ref: the

@@ -241,7 +241,7 @@ void tdm__device_quarantine(tdm_runtime *rt, unsigned k, const char *why) {
   atomic_store(&r->quarantined, true);
   tdm__log(rt, TDM_LOG_WARNING, "device %u (%s) taken out of placement: %s", d, r->name, why);
   if (rt->cfg.device_event_fn)
-    TDM_USER_CODE(rt->cfg.device_event_fn(rt->cfg.device_event_data, d, why));
+    TDM_EVENT_CODE(rt, rt->cfg.device_event_fn(rt->cfg.device_event_data, d, why));
   drain(rt, k); /* see rt_send */
 }
 
@@ -490,6 +490,8 @@ tdm_status tdm_codelet_build(tdm_runtime *rt, const tdm_codelet *cl, tdm_build_f
   if (!rt || !cl)
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, "tdm_codelet_build");
+  if (tdm__check_unlocked(rt, "tdm_codelet_build"))
+    return TDM_ERR_IN_TASK;
   const tdm_backend *b = NULL;
   for (unsigned i = 0; i < rt->nattached && !b; i++)
     if (rt->attached[i].n && rt->attached[i].ops->build)
@@ -497,7 +499,7 @@ tdm_status tdm_codelet_build(tdm_runtime *rt, const tdm_codelet *cl, tdm_build_f
   if (b && cl->opencl)
     b->build(rt, cl, done, data);
   else if (done) /* nothing to build */
-    TDM_USER_CODE(done(data, TDM_OK));
+    TDM_EVENT_CODE(rt, done(data, TDM_OK));
   return TDM_OK;
 }
 
@@ -522,7 +524,7 @@ void tdm__kernel_disabled(tdm_runtime *rt, unsigned k, const char *codelet, tdm_
     snprintf(rt->first_kernel, sizeof rt->first_kernel, "%s", codelet);
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->fail_lock));
   if (rt->cfg.kernel_event_fn)
-    TDM_USER_CODE(rt->cfg.kernel_event_fn(rt->cfg.kernel_event_data, codelet, rt->device_of[k],
+    TDM_EVENT_CODE(rt, rt->cfg.kernel_event_fn(rt->cfg.kernel_event_data, codelet, rt->device_of[k],
                                           status, why));
 }
 

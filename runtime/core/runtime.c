@@ -286,7 +286,7 @@ tdm_status tdm_runtime_create(const tdm_config *config, tdm_runtime **out) {
     rt->cfg.log_level = TDM_LOG_INFO; /* the summary is logged at info */
   rt->timing = rt->cfg.trace_path || rt->cfg.stats;
   rt->trace_t0 = tdm__now_ns();
-  st = tdm__topology_load(rt, rt->cfg.synthetic_topology, rt->cfg.topology_xml, &rt->topo);
+  st = tdm__config_topology(rt);
   if (st)
     goto fail;
   st = tdm__plan_workers(rt, rt->topo, rt->cfg.nworkers, &rt->plan);
@@ -319,6 +319,16 @@ fail:
   return st;
 }
 
+tdm_status tdm__check_unlocked(const tdm_runtime *rt, const char *what) {
+  if (TDM_UNLIKELY(tdm__locked_of == rt)) {
+    tdm__log(rt, TDM_LOG_ERROR, "%s called from an enqueue or work-size function, which runs "
+             "under its device's lock: it would wait for that lock (enqueue OpenCL commands "
+             "there, and submit from the task's callback)", what);
+    return TDM_ERR_IN_TASK;
+  }
+  return TDM_OK;
+}
+
 tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what) {
   if (tdm__self_in(rt)) {
     tdm__log(rt, TDM_LOG_ERROR,
@@ -329,6 +339,12 @@ tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what) {
     tdm__log(rt, TDM_LOG_ERROR,
              "%s called from a task or callback that tdm_dispatch runs: it would wait for "
              "the thread it runs on", what);
+    return TDM_ERR_IN_TASK;
+  }
+  if (TDM_UNLIKELY(tdm__event_of == rt)) {
+    tdm__log(rt, TDM_LOG_ERROR,
+             "%s called from an event or build callback, or an enqueue or work-size function, "
+             "of the same runtime: it could deadlock", what);
     return TDM_ERR_IN_TASK;
   }
   return TDM_OK;

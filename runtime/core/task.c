@@ -240,7 +240,10 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, what);
   desc_bufs b = {0, NULL, NULL, false};
-  tdm_status st = check_desc(rt, desc, what, &b);
+  tdm_status st = tdm__check_unlocked(rt, what);
+  if (TDM_UNLIKELY(st))
+    return st;
+  st = check_desc(rt, desc, what, &b);
   if (st)
     return st;
   const tdm_codelet *cl = desc->codelet;
@@ -453,6 +456,8 @@ void tdm__sub_inflight(tdm_runtime *rt, int64_t n) {
 }
 
 _Thread_local unsigned tdm__in_user_code TDM_TLS_MODEL;
+_Thread_local const struct tdm_runtime *tdm__event_of TDM_TLS_MODEL;
+_Thread_local const struct tdm_runtime *tdm__locked_of TDM_TLS_MODEL;
 _Thread_local int tdm__acquired_here TDM_TLS_MODEL;
 
 /* Back-pressure (tdm_config.max_pending), when as many tasks are
@@ -824,6 +829,8 @@ tdm_status tdm_task_submit(tdm_task *task) {
   if (!task)
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(task->rt, "tdm_task_submit");
+  if (tdm__check_unlocked(task->rt, "tdm_task_submit"))
+    return TDM_ERR_IN_TASK;
   if (atomic_load(&task->state) != TDM_TS_CREATED)
     return bad(task->rt, TDM_ERR_ALREADY_SUBMITTED, "%s: task already submitted",
                "tdm_task_submit");

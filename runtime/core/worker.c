@@ -399,6 +399,8 @@ static tdm_status set_limit(tdm_runtime *rt, int paused, unsigned active, const 
   if (!rt)
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, what);
+  if (tdm__check_unlocked(rt, what)) /* it kicks the devices */
+    return TDM_ERR_IN_TASK;
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->park_lock));
   if (paused >= 0 && rt->paused != (paused != 0)) /* the trace shows changes */
     tdm__trace_mark(rt, paused ? TDM_EV_PAUSE : TDM_EV_RESUME, NULL, 0);
