@@ -203,7 +203,10 @@ tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what);
 tdm_status tdm__config_topology(tdm_runtime *rt);
 /* TDM_ERR_IN_TASK (logged) when the caller runs under one of rt's device
  * locks (an enqueue or work-size function): for calls that take one. */
-tdm_status tdm__check_unlocked(const tdm_runtime *rt, const char *what);
+__attribute__((cold)) tdm_status tdm__refuse_locked(const tdm_runtime *rt, const char *what);
+static inline tdm_status tdm__check_unlocked(const tdm_runtime *rt, const char *what) {
+  return TDM_UNLIKELY(tdm__locked_of == rt) ? tdm__refuse_locked(rt, what) : TDM_OK;
+}
 
 /* Submits t (created, all checks done but those needing handle locks).
  * Used for codelet tasks and host acquisitions alike. give_ref: the

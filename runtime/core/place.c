@@ -452,6 +452,10 @@ void tdm__sched_stop(tdm_runtime *rt) {
 }
 
 tdm_status tdm__device_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
+  /* a device's lock is taken below, and when it is placed there */
+  tdm_status locked = tdm__check_unlocked(rt, what);
+  if (TDM_UNLIKELY(locked))
+    return locked;
   t->device_ok = false;
   t->sched_cls = -1;
   t->dev_mask = 0;

@@ -319,14 +319,11 @@ fail:
   return st;
 }
 
-tdm_status tdm__check_unlocked(const tdm_runtime *rt, const char *what) {
-  if (TDM_UNLIKELY(tdm__locked_of == rt)) {
-    tdm__log(rt, TDM_LOG_ERROR, "%s called from an enqueue or work-size function, which runs "
-             "under its device's lock: it would wait for that lock (enqueue OpenCL commands "
-             "there, and submit from the task's callback)", what);
-    return TDM_ERR_IN_TASK;
-  }
-  return TDM_OK;
+tdm_status tdm__refuse_locked(const tdm_runtime *rt, const char *what) {
+  tdm__log(rt, TDM_LOG_ERROR, "%s called from an enqueue or work-size function, which runs "
+           "under its device's lock: it would wait for that lock (enqueue OpenCL commands "
+           "there, and submit from the task's callback)", what);
+  return TDM_ERR_IN_TASK;
 }
 
 tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what) {

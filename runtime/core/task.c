@@ -240,10 +240,7 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, what);
   desc_bufs b = {0, NULL, NULL, false};
-  tdm_status st = tdm__check_unlocked(rt, what);
-  if (TDM_UNLIKELY(st))
-    return st;
-  st = check_desc(rt, desc, what, &b);
+  tdm_status st = check_desc(rt, desc, what, &b);
   if (st)
     return st;
   const tdm_codelet *cl = desc->codelet;
@@ -829,7 +826,7 @@ tdm_status tdm_task_submit(tdm_task *task) {
   if (!task)
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(task->rt, "tdm_task_submit");
-  if (tdm__check_unlocked(task->rt, "tdm_task_submit"))
+  if (tdm__check_unlocked(task->rt, "tdm_task_submit")) /* placing it may lock a device */
     return TDM_ERR_IN_TASK;
   if (atomic_load(&task->state) != TDM_TS_CREATED)
     return bad(task->rt, TDM_ERR_ALREADY_SUBMITTED, "%s: task already submitted",
