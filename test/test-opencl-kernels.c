@@ -150,50 +150,26 @@ static void mismatch(const tdm_opencl_variant *bad, const char *says) {
   run_end(rt, x, y);
 }
 
-static void test_too_few_params(void **state) {
+/* Each kind of mismatch, and what the log says of it. */
+static void test_each_mismatch(void **state) {
   (void)state;
-  mismatch(&too_few_cl, "declares 4 parameters where Tandem passes 5");
-}
-
-static void test_uint_for_ulong(void **state) {
-  (void)state;
-  /* from the parameters' sizes, or from the driver's refusal */
-  mismatch(&uint_cl, "uint");
-}
-
-static void test_pointer_for_value(void **state) {
-  (void)state;
-  mismatch(&order_cl, "parameter 1 is a __global pointer");
-}
-
-static void test_work_group_size(void **state) {
-  (void)state;
-  mismatch(&work_cl, "CL_INVALID_WORK_GROUP_SIZE");
-}
-
-static void test_double_for_ulong(void **state) {
-  (void)state;
-  mismatch(&double_cl, "parameter 1 is a double (8 bytes), where Tandem passes a ulong");
-}
-
-static void test_wider_elements(void **state) {
-  (void)state;
-  mismatch(&wide_cl, "parameter 0 points to 8-byte elements (double*)");
-}
-
-static void test_image_parameter(void **state) {
-  (void)state;
-  mismatch(&image_cl, "parameter 0 is a image2d_t, which Tandem never passes");
-}
-
-static void test_zero_work_size(void **state) {
-  (void)state;
-  mismatch(&zero_cl, "CL_INVALID_GLOBAL_WORK_SIZE");
-}
-
-static void test_enqueue_function(void **state) {
-  (void)state;
-  mismatch(&enqueue_cl, "its enqueue function returned an error that says its arguments");
+  static const struct {
+    const tdm_opencl_variant *variant;
+    const char *says;
+  } kinds[] = {
+      {&too_few_cl, "declares 4 parameters where Tandem passes 5"},
+      /* from the parameters' sizes, or from the driver's refusal */
+      {&uint_cl, "uint"},
+      {&order_cl, "parameter 1 is a __global pointer"},
+      {&work_cl, "CL_INVALID_WORK_GROUP_SIZE"},
+      {&double_cl, "parameter 1 is a double (8 bytes), where Tandem passes a ulong"},
+      {&wide_cl, "parameter 0 points to 8-byte elements (double*)"},
+      {&image_cl, "parameter 0 is a image2d_t, which Tandem never passes"},
+      {&zero_cl, "CL_INVALID_GLOBAL_WORK_SIZE"},
+      {&enqueue_cl, "its enqueue function returned an error that says its arguments"},
+  };
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    mismatch(kinds[i].variant, kinds[i].says);
 }
 
 /* A codelet with only a bad OpenCL variant: its task ends with
@@ -485,11 +461,7 @@ static void test_pointers_only(void **state) {
 
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_too_few_params),    cmocka_unit_test(test_uint_for_ulong),
-      cmocka_unit_test(test_pointer_for_value), cmocka_unit_test(test_work_group_size),
-      cmocka_unit_test(test_enqueue_function),  cmocka_unit_test(test_double_for_ulong),
-      cmocka_unit_test(test_wider_elements),    cmocka_unit_test(test_image_parameter),
-      cmocka_unit_test(test_zero_work_size),    cmocka_unit_test(test_enqueue_failures),
+      cmocka_unit_test(test_each_mismatch),     cmocka_unit_test(test_enqueue_failures),
       cmocka_unit_test(test_enqueue_calling_back),
       cmocka_unit_test(test_only_a_bad_kernel), cmocka_unit_test(test_pointers_only),
   };

@@ -243,15 +243,10 @@ static tdm_status try_sim(tdm_runtime *rt, const char *s) {
   return st;
 }
 
-/* A setting that tdm_runtime_create parses (parse), into *field when it
- * parses, else ignored with a warning saying why, as any other variable:
- * the environment never stops a program from starting. Whether taken. */
-static bool env_parsed(tdm_runtime *rt, const char *name,
-                       tdm_status (*parse)(tdm_runtime *, const char *), const char **field) {
-  const char *s = env(name);
-  if (!s || !*s)
-    return false;
-  char why[400] = "";
+/* parse(rt, s) with what it logs kept in why[400] (the first message),
+ * not logged: an environment value's trial. */
+static tdm_status quietly(tdm_runtime *rt, tdm_status (*parse)(tdm_runtime *, const char *),
+                          const char *s, char *why) {
   tdm_log_fn fn = rt->cfg.log_fn;
   void *data = rt->cfg.log_data;
   tdm_log_level level = rt->cfg.log_level;
@@ -262,6 +257,19 @@ static bool env_parsed(tdm_runtime *rt, const char *name,
   rt->cfg.log_fn = fn;
   rt->cfg.log_data = data;
   rt->cfg.log_level = level;
+  return st;
+}
+
+/* A setting that tdm_runtime_create parses (parse), into *field when it
+ * parses, else ignored with a warning saying why, as any other variable:
+ * the environment never stops a program from starting. Whether taken. */
+static bool env_parsed(tdm_runtime *rt, const char *name,
+                       tdm_status (*parse)(tdm_runtime *, const char *), const char **field) {
+  const char *s = env(name);
+  if (!s || !*s)
+    return false;
+  char why[400] = "";
+  tdm_status st = quietly(rt, parse, s, why);
   if (st != TDM_ERR_INVALID_ARG) { /* out of memory: creation says so */
     *field = s;
     return true;
@@ -409,24 +417,20 @@ void tdm__config_env(tdm_runtime *rt) {
   env_checked(rt);
 }
 
+/* The topology the config (after the environment) names. */
+static tdm_status load_topology(tdm_runtime *rt, const char *unused) {
+  (void)unused;
+  return tdm__topology_load(rt, rt->cfg.synthetic_topology, rt->cfg.topology_xml, &rt->topo);
+}
+
 tdm_status tdm__config_topology(tdm_runtime *rt) {
   const char *name = rt->topology_env;
   if (!name)
-    return tdm__topology_load(rt, rt->cfg.synthetic_topology, rt->cfg.topology_xml, &rt->topo);
+    return load_topology(rt, NULL);
   const char *value = rt->cfg.synthetic_topology ? rt->cfg.synthetic_topology
                                                  : rt->cfg.topology_xml;
   char why[400] = "";
-  tdm_log_fn fn = rt->cfg.log_fn;
-  void *data = rt->cfg.log_data;
-  tdm_log_level level = rt->cfg.log_level;
-  rt->cfg.log_fn = capture;
-  rt->cfg.log_data = why;
-  rt->cfg.log_level = TDM_LOG_ERROR;
-  tdm_status st =
-      tdm__topology_load(rt, rt->cfg.synthetic_topology, rt->cfg.topology_xml, &rt->topo);
-  rt->cfg.log_fn = fn;
-  rt->cfg.log_data = data;
-  rt->cfg.log_level = level;
+  tdm_status st = quietly(rt, load_topology, NULL, why);
   if (st != TDM_ERR_TOPOLOGY)
     return st;
   /* as every variable: ignored, the config's own topology (or the
@@ -442,7 +446,7 @@ tdm_status tdm__config_topology(tdm_runtime *rt) {
   rt->cfg.synthetic_topology = rt->copies[0];
   rt->cfg.topology_xml = rt->copies[1];
   rt->topology_env = NULL;
-  return tdm__topology_load(rt, rt->cfg.synthetic_topology, rt->cfg.topology_xml, &rt->topo);
+  return load_topology(rt, NULL);
 }
 
 /* The config's strings are only valid during tdm_runtime_create: the
