@@ -13,16 +13,20 @@
 
 enum { GEMM, SMALL, POTRF, TRSM, SYRK };
 
-/* A graph builder: tasks with their data and dependencies. */
+/* A graph builder: tasks with their data and dependencies (large: keep
+ * it static). Up to 32x32 tiles (GEMM: 32,768 tasks). */
+#define VT_MAX_TILES 32
+#define VT_MAX_TASKS (VT_MAX_TILES * VT_MAX_TILES * VT_MAX_TILES)
+#define VT_MAX_DATA 4096
 typedef struct builder {
-  tdm_vt_task tasks[4096];
-  unsigned deps[4096][16];
+  tdm_vt_task tasks[VT_MAX_TASKS];
+  unsigned deps[VT_MAX_TASKS][16];
   unsigned ntasks;
-  uint64_t bytes[1024];
+  uint64_t bytes[VT_MAX_DATA];
   unsigned ndata;
   /* the last writer of each data item, and its readers since */
-  int writer[1024];
-  unsigned readers[1024][64], nreaders[1024];
+  int writer[VT_MAX_DATA];
+  unsigned readers[VT_MAX_DATA][64], nreaders[VT_MAX_DATA];
 } builder;
 
 static inline unsigned data(builder *b, uint64_t bytes) {
@@ -71,7 +75,8 @@ static const uint64_t TILE_BYTES = 2u << 20;
 
 static inline void tiled_gemm(builder *b, unsigned nt) {
   memset(b, 0, sizeof *b);
-  unsigned A[8][8], B[8][8], C[8][8];
+  unsigned A[VT_MAX_TILES][VT_MAX_TILES], B[VT_MAX_TILES][VT_MAX_TILES],
+      C[VT_MAX_TILES][VT_MAX_TILES];
   for (unsigned i = 0; i < nt; i++)
     for (unsigned j = 0; j < nt; j++) {
       A[i][j] = data(b, TILE_BYTES);
@@ -90,7 +95,7 @@ static inline void tiled_gemm(builder *b, unsigned nt) {
  * trsm, syrk and gemm on the lower triangle of tiles. */
 static inline void tiled_cholesky(builder *b, unsigned nt) {
   memset(b, 0, sizeof *b);
-  unsigned A[8][8];
+  unsigned A[VT_MAX_TILES][VT_MAX_TILES];
   for (unsigned i = 0; i < nt; i++)
     for (unsigned j = 0; j <= i; j++)
       A[i][j] = data(b, TILE_BYTES);
@@ -106,6 +111,35 @@ static inline void tiled_cholesky(builder *b, unsigned nt) {
         task(b, GEMM, TILE_GEMM, 3, (unsigned[]){A[i][k], A[j][k], A[i][j]},
              (uint8_t[]){TDM_R, TDM_R, TDM_RW});
     }
+  }
+}
+
+/* nt * nt * nt independent gemm-sized tasks, each on a tile of its own
+ * (width: no dependency at all). */
+static inline void independent(builder *b, unsigned nt) {
+  memset(b, 0, sizeof *b);
+  unsigned n = nt * nt * nt, ndata = n < VT_MAX_DATA ? n : VT_MAX_DATA;
+  for (unsigned i = 0; i < ndata; i++)
+    data(b, TILE_BYTES);
+  for (unsigned i = 0; i < n; i++) /* tiles shared only by readers */
+    task(b, GEMM, TILE_GEMM, 1, (unsigned[]){i % ndata}, (uint8_t[]){TDM_R});
+}
+
+/* A 1-D stencil: nt * nt cells (tiles), nt steps; cell i at step s reads
+ * cells i-1, i, i+1 of step s-1 and writes cell i of step s (two
+ * generations of tiles, as a double buffer). */
+static inline void stencil(builder *b, unsigned nt) {
+  memset(b, 0, sizeof *b);
+  unsigned w = nt * nt, gen[2][VT_MAX_TILES * VT_MAX_TILES];
+  for (unsigned g = 0; g < 2; g++)
+    for (unsigned i = 0; i < w; i++)
+      gen[g][i] = data(b, TILE_BYTES);
+  for (unsigned s = 0; s < nt; s++) {
+    const unsigned *in = gen[s % 2], *out = gen[(s + 1) % 2];
+    for (unsigned i = 0; i < w; i++)
+      task(b, GEMM, TILE_GEMM, 4,
+           (unsigned[]){in[i ? i - 1 : i], in[i], in[i + 1 < w ? i + 1 : i], out[i]},
+           (uint8_t[]){TDM_R, TDM_R, TDM_R, TDM_W});
   }
 }
 

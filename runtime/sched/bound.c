@@ -105,28 +105,39 @@ static double pool_time(const tdm_vt_machine *m, const pools *p, unsigned k,
   return s > 0 ? t->cpu_time / s : INFINITY;
 }
 
+/* A task and pool 1's advantage on it. */
+typedef struct by_adv {
+  double adv;
+  unsigned idx;
+} by_adv;
+
+static int adv_descending(const void *a, const void *b) {
+  const by_adv *x = a, *y = b;
+  if (x->adv != y->adv)
+    return x->adv < y->adv ? 1 : -1;
+  return (x->idx > y->idx) - (x->idx < y->idx); /* stable: the same split every run */
+}
+
 /* Two pools: the best split, found by bisection on the makespan T: pool
  * 1 takes the tasks it speeds up most, as much as fits in T (the
  * boundary task split), pool 0 the rest; 0 without memory. */
 static double two_pool_area(const tdm_vt_machine *m, const tdm_vt_graph *g, const pools *p) {
   unsigned n = g->ntasks, *idx = malloc((n ? n : 1) * sizeof *idx);
-  double *adv = malloc((n ? n : 1) * sizeof *adv), lo = 0, hi = 0;
+  by_adv *adv = malloc((n ? n : 1) * sizeof *adv);
+  double lo = 0, hi = 0;
   if (!idx || !adv) {
     free(idx);
     free(adv);
     return 0;
   }
   for (unsigned i = 0; i < n; i++) {
-    idx[i] = i;
-    adv[i] = pool_time(m, p, 0, &g->tasks[i]) / pool_time(m, p, 1, &g->tasks[i]);
+    adv[i] = (by_adv){pool_time(m, p, 0, &g->tasks[i]) / pool_time(m, p, 1, &g->tasks[i]), i};
     hi += fmin(pool_time(m, p, 0, &g->tasks[i]), pool_time(m, p, 1, &g->tasks[i]));
   }
-  for (unsigned i = 1; i < n; i++) /* by advantage of pool 1, descending */
-    for (unsigned j = i; j > 0 && adv[idx[j - 1]] < adv[idx[j]]; j--) {
-      unsigned x = idx[j];
-      idx[j] = idx[j - 1];
-      idx[j - 1] = x;
-    }
+  if (n) /* by advantage of pool 1, descending */
+    qsort(adv, n, sizeof *adv, adv_descending);
+  for (unsigned i = 0; i < n; i++)
+    idx[i] = adv[i].idx;
   hi /= fmin(p->cap[0], p->cap[1]); /* everything on the smaller pool: an upper end */
   for (int it = 0; it < 100; it++) {
     double T = 0.5 * (lo + hi), room1 = p->cap[1] * T, need0 = 0;
@@ -154,10 +165,12 @@ static double two_pool_area(const tdm_vt_machine *m, const tdm_vt_graph *g, cons
 
 /* The area bound: the fractional assignment of the work that finishes
  * first. One pool: total work over total speed; two: the best split;
- * more: the weaker bound of each task at its fastest over all workers. */
-static double area_bound(const tdm_vt_machine *m, const tdm_vt_graph *g) {
+ * more: the weaker bound of each task at its fastest over all workers.
+ * Its kind in *kind. */
+static double area_bound(const tdm_vt_machine *m, const tdm_vt_graph *g, const char **kind) {
   pools p;
   find_pools(m, g, &p);
+  *kind = p.n == 1 ? "area, one pool" : p.n == 2 ? "area, two pools" : "area, all workers";
   if (p.n == 2)
     return two_pool_area(m, g, &p);
   double work = 0;
@@ -174,8 +187,17 @@ static double area_bound(const tdm_vt_machine *m, const tdm_vt_graph *g) {
   return workers ? work / workers : 0;
 }
 
+tdm_vt_bound tdm__vt_bound(const tdm_vt_machine *m, const tdm_vt_graph *g) {
+  tdm_vt_bound b = {.critical_path = critical_path(m, g)};
+  b.area = area_bound(m, g, &b.by);
+  if (b.critical_path >= b.area)
+    b.by = "critical path";
+  b.bound = fmax(b.critical_path, b.area);
+  return b;
+}
+
 double tdm__vt_lower_bound(const tdm_vt_machine *m, const tdm_vt_graph *g) {
-  return fmax(critical_path(m, g), area_bound(m, g));
+  return tdm__vt_bound(m, g).bound;
 }
 
 /* ---- machine descriptions -------------------------------------------------- */

@@ -299,5 +299,15 @@ tdm_status tdm__vt_parse_machine(const char *text, const char *const *codelets,
  * (the work spread over all workers at their speeds, as a fractional
  * assignment would). */
 double tdm__vt_lower_bound(const tdm_vt_machine *m, const tdm_vt_graph *g);
+/* The same bound, with its two parts and which one bounds: "critical
+ * path" (each task at its fastest class), or the area bound's kind ("one
+ * pool", "two pools" (the best fractional split), "all workers" (each
+ * task at its fastest over every worker: a weaker bound, for three pools
+ * or more)). */
+typedef struct tdm_vt_bound {
+  double bound, critical_path, area;
+  const char *by;
+} tdm_vt_bound;
+tdm_vt_bound tdm__vt_bound(const tdm_vt_machine *m, const tdm_vt_graph *g);
 
 #endif

@@ -1,7 +1,10 @@
 /*
- * bench-sched: tiled GEMM and tiled Cholesky scheduled in virtual time
+ * bench-sched: tiled GEMM, tiled Cholesky, independent tasks and a 1-D
+ * stencil, at 8x8 and 32x32 tiles, scheduled in virtual time
  * (runtime/sched/vtime.c) on emulated machines, under each policy: makespan,
- * ratio to the lower bound, tasks per kind of worker, bytes moved. Every
+ * ratio to the lower bound, tasks per kind of worker, bytes moved; each
+ * machine's bound with its two parts (the critical path, the area) and
+ * which one bounds. Every
  * task and copy takes its modelled duration, so the figures are exact and
  * the same on every run; they say how the policies place work, not how
  * fast this machine is.
@@ -55,7 +58,8 @@ static tdm_vt_machine make(const machine_def *d) {
   return m;
 }
 
-static void table(const char *what, unsigned nt, void (*build)(builder *, unsigned)) {
+static void table(const char *what, unsigned nt, void (*build)(builder *, unsigned),
+                  bool big) {
   static const machine_def machines[] = {
       {"2 CPU cores", 2, 0, 0, {0}},
       {"2 cores + integrated GPU", 2, 1, 0, {0}},
@@ -70,8 +74,12 @@ static void table(const char *what, unsigned nt, void (*build)(builder *, unsign
          "tasks CPU/GPUs", "MiB moved");
   for (size_t k = 0; k < sizeof machines / sizeof machines[0]; k++) {
     tdm_vt_machine m = make(&machines[k]);
-    double lb = tdm__vt_lower_bound(&m, &g);
-    for (int p = TDM_POLICY_HEFT; p <= TDM_POLICY_RANDOM; p++) {
+    tdm_vt_bound bd = tdm__vt_bound(&m, &g);
+    double lb = bd.bound;
+    printf("%-38s bound %.1f ms (%s; critical path %.1f, area %.1f)\n", machines[k].name,
+           lb * 1e3, bd.by, bd.critical_path * 1e3, bd.area * 1e3);
+    /* the big graphs: heft and ws (eager and random add nothing there) */
+    for (int p = TDM_POLICY_HEFT; p <= (big ? TDM_POLICY_WS : TDM_POLICY_RANDOM); p++) {
       tdm_vt_result r;
       if (tdm__vt_run(&m, &g, (tdm_policy)p, 42, &r) != TDM_OK) {
         printf("%-38s %-7s failed\n", machines[k].name, tdm__policy_name((tdm_policy)p));
@@ -82,7 +90,7 @@ static void table(const char *what, unsigned nt, void (*build)(builder *, unsign
         on_gpus += r.tasks_per_class[c];
       char tasks[32];
       snprintf(tasks, sizeof tasks, "%u/%u", r.tasks_per_class[0], on_gpus);
-      printf("%-38s %-7s %12.1f %9.3f %16s %12.1f\n", p == 0 ? machines[k].name : "",
+      printf("%-38s %-7s %12.1f %9.3f %16s %12.1f\n", "",
              tdm__policy_name((tdm_policy)p), r.makespan * 1e3, r.makespan / lb, tasks,
              (double)r.bytes_moved / (1 << 20));
       tdm__vt_result_free(&r);
@@ -130,18 +138,28 @@ static int one_machine(const char *text, unsigned nt) {
 int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "--machine")) {
     unsigned nt = argc >= 5 && !strcmp(argv[3], "--tiles") ? (unsigned)atoi(argv[4]) : 8;
-    if (nt < 1 || nt > 8) {
-      fprintf(stderr, "bench-sched: --tiles between 1 and 8\n");
+    if (nt < 1 || nt > VT_MAX_TILES) {
+      fprintf(stderr, "bench-sched: --tiles between 1 and %d\n", VT_MAX_TILES);
       return 2;
     }
     return one_machine(argv[2], nt);
   }
-  if (argc > 1) {
-    fprintf(stderr, "usage: bench-sched [--machine DESCRIPTION [--tiles N]]\n");
+  /* the table up to 16x16 tiles (seconds); --big: 32x32 too (minutes) */
+  unsigned big = argc == 2 && !strcmp(argv[1], "--big") ? VT_MAX_TILES : 16;
+  if (argc > 1 && big != VT_MAX_TILES) {
+    fprintf(stderr, "usage: bench-sched [--big | --machine DESCRIPTION [--tiles N]]\n");
     return 2;
   }
   printf("bench-sched: schedules in virtual time (exact; the same on every run)\n");
-  table("tiled GEMM", 8, tiled_gemm);
-  table("tiled Cholesky", 8, tiled_cholesky);
+  static const struct {
+    const char *what;
+    void (*build)(builder *, unsigned);
+  } graphs[] = {{"tiled GEMM", tiled_gemm},
+                {"tiled Cholesky", tiled_cholesky},
+                {"independent tasks", independent},
+                {"1-D stencil", stencil}};
+  for (unsigned size = 8; size <= big; size *= 2)
+    for (size_t k = 0; k < sizeof graphs / sizeof graphs[0]; k++)
+      table(graphs[k].what, size, graphs[k].build, size > 8);
   return 0;
 }
