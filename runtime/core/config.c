@@ -176,11 +176,12 @@ static void env_string(const char *name, const char **field) {
 }
 
 /* What a parse tried on an environment value logged first. */
+enum { WHY_ROOM = 400 };
 static void capture(void *data, tdm_log_level level, const char *message) {
   char *first = data;
   (void)level;
   if (!first[0])
-    snprintf(first, 400, "%s", message);
+    snprintf(first, WHY_ROOM, "%s", message);
 }
 
 /* The parses tdm_runtime_create makes of these settings, tried on a
@@ -243,7 +244,7 @@ static tdm_status try_sim(tdm_runtime *rt, const char *s) {
   return st;
 }
 
-/* parse(rt, s) with what it logs kept in why[400] (the first message),
+/* parse(rt, s) with what it logs kept in why[WHY_ROOM] (the first message),
  * not logged: an environment value's trial. */
 static tdm_status quietly(tdm_runtime *rt, tdm_status (*parse)(tdm_runtime *, const char *),
                           const char *s, char *why) {
@@ -268,7 +269,7 @@ static bool env_parsed(tdm_runtime *rt, const char *name,
   const char *s = env(name);
   if (!s || !*s)
     return false;
-  char why[400] = "";
+  char why[WHY_ROOM] = "";
   tdm_status st = quietly(rt, parse, s, why);
   if (st != TDM_ERR_INVALID_ARG) { /* out of memory: creation says so */
     *field = s;
@@ -417,6 +418,21 @@ void tdm__config_env(tdm_runtime *rt) {
   env_checked(rt);
 }
 
+/* The config's strings are only valid during tdm_runtime_create: the
+ * runtime keeps copies (rt->copies, these indexes), and cfg points at
+ * them. */
+enum { COPY_SYNTHETIC = 0, COPY_XML = 1, COPY_SIM = TDM_CONFIG_COPIES - 1 };
+
+/* *field's copy becomes the runtime's copy i, and *field points at it
+ * (NULL stays NULL); false without memory. */
+static bool keep_copy(tdm_runtime *rt, unsigned i, const char **field) {
+  free(rt->copies[i]);
+  rt->copies[i] = *field ? strdup(*field) : NULL;
+  bool kept = !*field || rt->copies[i];
+  *field = rt->copies[i];
+  return kept;
+}
+
 /* The topology the config (after the environment) names. */
 static tdm_status load_topology(tdm_runtime *rt, const char *unused) {
   (void)unused;
@@ -429,43 +445,37 @@ tdm_status tdm__config_topology(tdm_runtime *rt) {
     return load_topology(rt, NULL);
   const char *value = rt->cfg.synthetic_topology ? rt->cfg.synthetic_topology
                                                  : rt->cfg.topology_xml;
-  char why[400] = "";
+  char why[WHY_ROOM] = "";
   tdm_status st = quietly(rt, load_topology, NULL, why);
   if (st != TDM_ERR_TOPOLOGY)
     return st;
   /* as every variable: ignored, the config's own topology (or the
    * machine) instead */
   tdm__log(rt, TDM_LOG_WARNING, "ignoring %s=\"%s\": %s", name, value, why);
-  for (int i = 0; i < 2; i++) { /* copies[0], [1]: tdm__config_copy's of the two */
-    const char *want = i ? rt->cfg_xml : rt->cfg_synthetic;
-    free(rt->copies[i]);
-    rt->copies[i] = want ? strdup(want) : NULL;
-    if (want && !rt->copies[i])
-      return TDM_ERR_NO_MEMORY;
-  }
-  rt->cfg.synthetic_topology = rt->copies[0];
-  rt->cfg.topology_xml = rt->copies[1];
+  rt->cfg.synthetic_topology = rt->cfg_synthetic;
+  rt->cfg.topology_xml = rt->cfg_xml;
+  if (!keep_copy(rt, COPY_SYNTHETIC, &rt->cfg.synthetic_topology) ||
+      !keep_copy(rt, COPY_XML, &rt->cfg.topology_xml))
+    return TDM_ERR_NO_MEMORY;
   rt->topology_env = NULL;
   return load_topology(rt, NULL);
 }
 
-/* The config's strings are only valid during tdm_runtime_create: the
- * runtime keeps copies, and cfg points at them. */
-enum { COPY_SIM = TDM_CONFIG_COPIES - 1 };
 tdm_status tdm__config_copy(tdm_runtime *rt) {
   const char **strs[TDM_CONFIG_COPIES] = {
-      &rt->cfg.synthetic_topology, &rt->cfg.topology_xml, &rt->cfg.devices,
-      &rt->cfg.opencl_library,     &rt->cfg.cache_dir,    &rt->cfg.app,
-      &rt->cfg.trace_path,         &rt->cfg.dag_path,     [COPY_SIM] = &rt->cfg.sim,
+      [COPY_SYNTHETIC] = &rt->cfg.synthetic_topology,
+      [COPY_XML] = &rt->cfg.topology_xml,
+      &rt->cfg.devices,
+      &rt->cfg.opencl_library,
+      &rt->cfg.cache_dir,
+      &rt->cfg.app,
+      &rt->cfg.trace_path,
+      &rt->cfg.dag_path,
+      [COPY_SIM] = &rt->cfg.sim,
   };
-  for (size_t i = 0; i < TDM_CONFIG_COPIES; i++) {
-    if (!*strs[i])
-      continue;
-    rt->copies[i] = strdup(*strs[i]);
-    *strs[i] = rt->copies[i];
-    if (!rt->copies[i])
+  for (unsigned i = 0; i < TDM_CONFIG_COPIES; i++)
+    if (!keep_copy(rt, i, strs[i]))
       return TDM_ERR_NO_MEMORY;
-  }
   return TDM_OK;
 }
 

@@ -39,14 +39,6 @@ static void signal_fd(tdm_runtime *rt) {
     tdm__log(rt, TDM_LOG_ERROR, "dispatch: write to its eventfd failed: %s", strerror(errno));
 }
 
-/* A wait of the dispatching thread is blocked: it dispatches what was
- * just queued (tdm__wait_dispatching). */
-static void wake_dispatcher(tdm_runtime *rt) {
-  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
-  TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
-}
-
 void tdm__dispatch_task(tdm_runtime *rt, tdm_task *t) {
   t->pool_next = NULL; /* the reference it holds goes with it */
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->dispatch_lock));
@@ -60,8 +52,8 @@ void tdm__dispatch_task(tdm_runtime *rt, tdm_task *t) {
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->dispatch_lock));
   if (signal)
     signal_fd(rt);
-  if (wake)
-    wake_dispatcher(rt);
+  if (wake) /* a wait of the dispatching thread is blocked: it dispatches it */
+    tdm__wake_waiters(rt);
 }
 
 void tdm__dispatch_progress(tdm_group *g) {

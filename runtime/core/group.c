@@ -187,12 +187,8 @@ void tdm__group_ended(tdm_task *t) {
   if (g->progress_fn)
     progress(g, idle);
   bool last = atomic_fetch_sub(&g->ending, 1) == 1;
-  if (last && !atomic_load(&g->pending) && atomic_load(&g->waiters)) {
-    tdm_runtime *rt = g->rt;
-    TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
-    TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
-    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
-  }
+  if (last && !atomic_load(&g->pending) && atomic_load(&g->waiters))
+    tdm__wake_waiters(g->rt);
 }
 
 tdm_status tdm_group_cancel(tdm_group *g) {

@@ -72,8 +72,7 @@ void tdm__trace_mark(tdm_runtime *rt, uint8_t kind, const char *name, uint64_t c
   tdm_trace_marks *m = &rt->trace_marks;
   tdm_trace_mark mk = {.kind = kind, .t = tdm__now_ns(), .count = count};
   snprintf(mk.name, sizeof mk.name, "%s", name ? name : "");
-  while (atomic_exchange_explicit(&m->lock, 1, memory_order_acquire))
-    tdm__cpu_relax();
+  tdm__spin_lock(&m->lock);
   if (m->n == m->cap) {
     size_t cap = m->cap ? 2 * m->cap : 16;
     tdm_trace_mark *v = realloc(m->v, cap * sizeof *v);
@@ -85,7 +84,7 @@ void tdm__trace_mark(tdm_runtime *rt, uint8_t kind, const char *name, uint64_t c
   bool kept = m->n < m->cap;
   if (kept)
     m->v[m->n++] = mk;
-  atomic_store_explicit(&m->lock, 0, memory_order_release);
+  tdm__spin_unlock(&m->lock);
   if (!kept)
     tdm__log(rt, TDM_LOG_WARNING, "trace: out of memory, a mark is lost");
 }
@@ -297,8 +296,7 @@ static void track_names(FILE *f, tdm_runtime *rt) {
 /* The application's acts, as instant events on its track. */
 static void write_marks(FILE *f, tdm_runtime *rt) {
   tdm_trace_marks *m = &rt->trace_marks;
-  while (atomic_exchange_explicit(&m->lock, 1, memory_order_acquire))
-    tdm__cpu_relax();
+  tdm__spin_lock(&m->lock);
   for (size_t i = 0; i < m->n; i++) {
     const tdm_trace_mark *k = &m->v[i];
     const char *what = k->kind == TDM_EV_PAUSE    ? "pause"
@@ -314,7 +312,7 @@ static void write_marks(FILE *f, tdm_runtime *rt) {
     }
     fprintf(f, "}");
   }
-  atomic_store_explicit(&m->lock, 0, memory_order_release);
+  tdm__spin_unlock(&m->lock);
 }
 
 static bool write_trace(tdm_runtime *rt, const all_events *a, const task_index *x) {

@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../support/spinlock.h"
+
 enum tdm_trace_kind {
   TDM_EV_TASK = 1,     /* a task ran on a CPU worker or a device: track = worker */
   TDM_EV_IDLE = 2,     /* a CPU worker looked for work */
@@ -46,7 +48,7 @@ typedef struct tdm_trace_mark {
 } tdm_trace_mark;
 
 typedef struct tdm_trace_marks {
-  _Atomic int lock;
+  tdm_spinlock lock;
   tdm_trace_mark *v;
   size_t n, cap;
 } tdm_trace_marks;
