@@ -12,7 +12,10 @@
  *  - a GPU that slows down mid-run gets fewer tasks afterwards;
  *  - every policy respects the lower bound and is deterministic;
  *  - the policies are the runtime's tables: heft calibrates each class
- *    before it trusts it, ws's idle devices steal from the CPU workers.
+ *    before it trusts it (and not again with the model of a first run),
+ *    ws's idle devices steal from the CPU workers;
+ *  - a device's queue fetches its tasks' inputs ahead; GPUs behind one
+ *    link share its time.
  */
 #include "common.h"
 
@@ -219,6 +222,71 @@ static void test_heft_calibrates(void **state) {
   /* the last calibration try ends at 20 ms: two rounds on two cores */
   assert_true(fabs(r.makespan - 20e-3) < 1e-9);
   tdm__vt_result_free(&r);
+  /* a second run with what the first learnt (a model file kept): no
+   * tries, everything on the GPU */
+  tdm_perfmodel *model = tdm__model_new();
+  assert_non_null(model);
+  tdm_vt_graph g = graph(&b);
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(tdm__vt_run_model(&m, &g, TDM_POLICY_HEFT, 42, model, &r), TDM_OK);
+    printf("run %d with the model kept: %u tasks on the CPUs, %u on the GPU, %.2f ms\n", k + 1,
+           r.codelet_class[GEMM][0], r.codelet_class[GEMM][1], r.makespan * 1e3);
+    assert_int_equal(r.codelet_class[GEMM][0], k ? 0 : TDM_MODEL_CALIBRATION);
+    assert_true(k ? r.makespan < 1e-3 : fabs(r.makespan - 20e-3) < 1e-9);
+    tdm__vt_result_free(&r);
+  }
+  tdm__model_free(model);
+}
+
+/* A GPU alone and n independent tasks, each reading 10 MB of its own
+ * (1 ms over the link) and running 2 ms: calibrated, the GPU's queue
+ * fetches the inputs of the tasks queued there while it runs the first,
+ * so only the first copy is not hidden (as the emulated devices'
+ * queues prefetch). With a second GPU behind the same link, the copies
+ * queue on it: 20 ms of copies where each GPU had 10. */
+static double gpus_on_links(unsigned gpus, bool shared) {
+  tdm_vt_machine m;
+  memset(&m, 0, sizeof m);
+  m.nclasses = 1 + gpus;
+  m.nnodes = 1 + gpus;
+  m.classes[0] = (struct tdm_vt_class){.name = "cpu", .workers = 0, .node = 0};
+  m.classes[0].speedup[GEMM] = 1;
+  for (unsigned k = 1; k <= gpus; k++) {
+    m.classes[k] = (struct tdm_vt_class){.name = "gpu", .workers = 1, .node = k};
+    m.classes[k].speedup[GEMM] = 5;
+    m.latency[k] = 0;
+    m.bandwidth[k] = 10e9;
+    m.link_of[k] = shared ? 1 : 0;
+  }
+  memset(&b, 0, sizeof b);
+  for (unsigned i = 0; i < 10 * gpus; i++) {
+    unsigned x = data(&b, 10000000), y = data(&b, 1);
+    task(&b, GEMM, 10e-3, 2, (unsigned[]){x, y}, (uint8_t[]){TDM_R, TDM_W});
+  }
+  tdm_perfmodel *model = tdm__model_new();
+  assert_non_null(model);
+  tdm_vt_graph g = graph(&b);
+  tdm_vt_result r;
+  double makespan = 0;
+  for (int k = 0; k < 2; k++) { /* calibrated in the second */
+    assert_int_equal(tdm__vt_run_model(&m, &g, TDM_POLICY_HEFT, 42, model, &r), TDM_OK);
+    makespan = r.makespan;
+    tdm__vt_result_free(&r);
+  }
+  tdm__model_free(model);
+  printf("%u GPU(s), %s: %.3f ms\n", gpus, shared ? "one link" : "a link each",
+         makespan * 1e3);
+  return makespan;
+}
+
+static void test_queue_prefetches_links_shared(void **state) {
+  (void)state;
+  /* 1 ms for the first copy, then 10 tasks of 2 ms back to back */
+  assert_true(fabs(gpus_on_links(1, false) - 21e-3) < 1e-9);
+  assert_true(fabs(gpus_on_links(2, false) - 21e-3) < 1e-9);
+  /* one link for two GPUs: 20 copies of 1 ms in a row, the last task
+   * after the last copy */
+  assert_true(fabs(gpus_on_links(2, true) - 22e-3) < 1e-9);
 }
 
 /* ws: tasks released by the application go to the CPU workers' queue;
@@ -369,6 +437,7 @@ int main(void) {
       cmocka_unit_test(test_priorities),
       cmocka_unit_test(test_heft_pick),
       cmocka_unit_test(test_heft_calibrates),
+      cmocka_unit_test(test_queue_prefetches_links_shared),
       cmocka_unit_test(test_ws_devices_steal),
       cmocka_unit_test(test_parse_machine),
       cmocka_unit_test(test_deterministic_and_bad_input),

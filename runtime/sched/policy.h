@@ -218,6 +218,10 @@ typedef struct tdm_vt_machine {
   unsigned nnodes;
   double latency[TDM_VT_MAX_CLASSES];   /* s, node n <-> host */
   double bandwidth[TDM_VT_MAX_CLASSES]; /* bytes/s */
+  /* 0: node n has a link of its own; else the node whose link it shares
+   * (two GPUs behind one PCIe switch): one copy at a time each way over
+   * both, at that link's latency and bandwidth */
+  unsigned link_of[TDM_VT_MAX_CLASSES];
 } tdm_vt_machine;
 
 /* A task graph: task i runs codelet `codelet` for `cpu_time` seconds on
@@ -267,6 +271,18 @@ typedef struct tdm_vt_result {
 tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_policy p,
                        uint64_t seed, tdm_vt_result *r);
 void tdm__vt_result_free(tdm_vt_result *r);
+/* The same, with the model `model` instead of an empty one (NULL: an
+ * empty one): the run starts from what it knows and leaves in it what it
+ * learnt, so that a second run is a calibrated one, as a program's is
+ * with a model file from an earlier run. */
+tdm_status tdm__vt_run_model(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_policy p,
+                             uint64_t seed, struct tdm_perfmodel *model, tdm_vt_result *r);
+/* The same, with the model `model` instead of an empty one (NULL: an
+ * empty one): the run starts from what it knows and leaves in it what it
+ * learnt, so that a second run is a calibrated one, as a program's is
+ * with a model file from an earlier run. */
+tdm_status tdm__vt_run_model(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_policy p,
+                             uint64_t seed, struct tdm_perfmodel *model, tdm_vt_result *r);
 
 /* Parses a machine description:
  *

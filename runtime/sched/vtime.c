@@ -50,6 +50,8 @@ typedef struct vt_state {
   const tdm_vt_graph *g;
   tdm_task *tasks;   /* per graph task: what the policies see of it */
   unsigned *left;    /* per task: predecessors not ended */
+  unsigned *succ_at, *succ; /* task i's successors: succ[succ_at[i] .. succ_at[i + 1]) */
+  struct tdm_perfmodel *own_model; /* the scheduler's, while it uses the caller's */
   double *rank;      /* per task: upward rank */
   unsigned nworkers;
   unsigned *class_of; /* per worker */
@@ -109,15 +111,22 @@ static void vt_free(void *ctx, unsigned node, void *mem) {
   (void)mem;
 }
 
+/* The link node n's copies go over. */
+static unsigned link_of(const tdm_vt_machine *m, unsigned node) {
+  unsigned l = m->link_of[node];
+  return l && l < m->nnodes ? l : node;
+}
+
 /* A copy starts when its inputs are there, the link is free and the
  * decision is made; it takes latency + bytes / bandwidth. */
 static bool vt_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
                     const tdm_token *after, unsigned nafter, tdm_token *done) {
   vt_state *s = ctx;
   uint64_t bytes = (uint64_t)c->host->nx * c->host->ny * c->host->elem_size;
-  double *link = &s->link_free[node][to_node ? 0 : 1];
+  unsigned l = link_of(s->m, node);
+  double *link = &s->link_free[l][to_node ? 0 : 1];
   double t0 = fmax(fmax(latest(after, nafter), *link), s->now);
-  double t = t0 + s->m->latency[node] + (double)bytes / s->m->bandwidth[node];
+  double t = t0 + s->m->latency[l] + (double)bytes / s->m->bandwidth[l];
   *link = t;
   s->bytes += bytes;
   *done = token_at(t);
@@ -154,7 +163,8 @@ static void vt_wait(void *ctx, const tdm_token *ts, unsigned n) {
 
 static double vt_link_time(void *ctx, unsigned node, uint64_t bytes) {
   const vt_state *s = ctx;
-  return s->m->latency[node] + (double)bytes / s->m->bandwidth[node];
+  unsigned l = link_of(s->m, node);
+  return s->m->latency[l] + (double)bytes / s->m->bandwidth[l];
 }
 
 static const tdm_node_ops vt_node_ops = {
@@ -195,15 +205,46 @@ static void items_free(vt_state *s) {
 
 /* ---- graph order ------------------------------------------------------- */
 
+/* Each task's successors, from the predecessors the graph lists
+ * (checked in range): false without memory. */
+static bool successors(vt_state *v) {
+  const tdm_vt_graph *g = v->g;
+  unsigned n = g->ntasks, edges = 0;
+  v->succ_at = calloc(n + 1, sizeof *v->succ_at);
+  if (!v->succ_at)
+    return false;
+  for (unsigned i = 0; i < n; i++)
+    for (unsigned k = 0; k < g->tasks[i].ndeps; k++) {
+      v->succ_at[g->tasks[i].deps[k] + 1]++;
+      edges++;
+    }
+  for (unsigned i = 0; i < n; i++)
+    v->succ_at[i + 1] += v->succ_at[i];
+  unsigned *fill = calloc(n ? n : 1, sizeof *fill);
+  v->succ = malloc((edges ? edges : 1) * sizeof *v->succ);
+  if (!fill || !v->succ) {
+    free(fill);
+    return false;
+  }
+  for (unsigned i = 0; i < n; i++) /* successors in the order of the tasks */
+    for (unsigned k = 0; k < g->tasks[i].ndeps; k++) {
+      unsigned u = g->tasks[i].deps[k];
+      v->succ[v->succ_at[u] + fill[u]++] = i;
+    }
+  free(fill);
+  return true;
+}
+
 /* Upward rank of each task (mean time over the workers that can run it,
  * plus the largest rank among its successors), by a reverse topological
- * order; false on a cycle. */
-static bool upward_ranks(const tdm_vt_machine *m, const tdm_vt_graph *g, double *rank,
-                         unsigned nworkers, const unsigned *class_of) {
+ * order; false on a cycle or without memory. */
+static bool upward_ranks(const vt_state *v, double *rank) {
+  const tdm_vt_machine *m = v->m;
+  const tdm_vt_graph *g = v->g;
   unsigned n = g->ntasks;
-  unsigned *nsucc = calloc(n, sizeof *nsucc), *order = malloc(n * sizeof *order);
-  unsigned *indeg = calloc(n, sizeof *indeg);
-  bool ok = nsucc && order && indeg;
+  unsigned *order = malloc((n ? n : 1) * sizeof *order);
+  unsigned *indeg = calloc(n ? n : 1, sizeof *indeg);
+  bool ok = order && indeg;
   for (unsigned i = 0; ok && i < n; i++)
     indeg[i] = g->tasks[i].ndeps;
   /* Kahn's algorithm for a topological order */
@@ -211,13 +252,11 @@ static bool upward_ranks(const tdm_vt_machine *m, const tdm_vt_graph *g, double 
   for (unsigned i = 0; ok && i < n; i++)
     if (!indeg[i])
       order[tail++] = i;
-  /* successors by scanning (graphs here are small) */
   while (ok && head < tail) {
     unsigned u = order[head++];
-    for (unsigned v = 0; v < n; v++)
-      for (unsigned k = 0; k < g->tasks[v].ndeps; k++)
-        if (g->tasks[v].deps[k] == u && --indeg[v] == 0)
-          order[tail++] = v;
+    for (unsigned e = v->succ_at[u]; e < v->succ_at[u + 1]; e++)
+      if (--indeg[v->succ[e]] == 0)
+        order[tail++] = v->succ[e];
   }
   ok = ok && tail == n;
   for (unsigned i = n; ok && i-- > 0;) {
@@ -225,21 +264,18 @@ static bool upward_ranks(const tdm_vt_machine *m, const tdm_vt_graph *g, double 
     const tdm_vt_task *t = &g->tasks[u];
     double sum = 0;
     unsigned cnt = 0;
-    for (unsigned w = 0; w < nworkers; w++) {
-      double sp = m->classes[class_of[w]].speedup[t->codelet];
-      if (sp > 0) {
-        sum += t->cpu_time / sp;
-        cnt++;
+    for (unsigned c = 0; c < m->nclasses; c++) {
+      double sp = m->classes[c].speedup[t->codelet];
+      if (sp > 0 && m->classes[c].workers) {
+        sum += m->classes[c].workers * (t->cpu_time / sp);
+        cnt += m->classes[c].workers;
       }
     }
     double best = 0;
-    for (unsigned v = 0; v < n; v++)
-      for (unsigned k = 0; k < g->tasks[v].ndeps; k++)
-        if (g->tasks[v].deps[k] == u && rank[v] > best)
-          best = rank[v];
+    for (unsigned e = v->succ_at[u]; e < v->succ_at[u + 1]; e++)
+      best = fmax(best, rank[v->succ[e]]);
     rank[u] = (cnt ? sum / cnt : 0) + best;
   }
-  free(nsucc);
   free(order);
   free(indeg);
   return ok;
@@ -305,8 +341,29 @@ static int vt_current(const tdm_sched *s) {
   return vt_of(s)->releaser;
 }
 
+/* t's inputs start moving to node now, as a device's queue prefetches
+ * them (backends/sim: sim_push); the latest of their arrivals. */
+static double fetch(vt_state *v, const tdm_task *t, unsigned node) {
+  const tdm_vt_task *vt = &v->g->tasks[index_of(v, t)];
+  double at = v->now;
+  for (unsigned k = 0; k < vt->nbuf; k++) {
+    if (!(vt->modes[k] & TDM_R))
+      continue;
+    tdm_tokens ts;
+    tdm__tokens_init(&ts);
+    /* cannot fail: simulated buffers always fit, copies always start */
+    tdm__coh_access(&v->nodes, &v->items[vt->data[k]], node, TDM_R, UINT32_MAX, &ts, NULL);
+    at = fmax(at, latest(ts.v, ts.n));
+    tdm__tokens_release(&v->nodes, &ts);
+  }
+  return at;
+}
+
 static void vt_send(tdm_sched *s, tdm_task *t, unsigned c) {
   vt_state *v = vt_of(s);
+  unsigned node = v->m->classes[c].node;
+  if (node)
+    fetch(v, t, node);
   tdm__taskq_put(&v->queue[c], t);
   v->placed++;
 }
@@ -386,17 +443,7 @@ static void start(vt_state *v, unsigned w, tdm_task *t, tdm_vt_result *r) {
   unsigned i = index_of(v, t), c = v->class_of[w];
   const tdm_vt_task *vt = &v->g->tasks[i];
   unsigned node = v->m->classes[c].node;
-  double at = v->now;
-  for (unsigned k = 0; k < vt->nbuf; k++) {
-    if (!(vt->modes[k] & TDM_R))
-      continue;
-    tdm_tokens ts;
-    tdm__tokens_init(&ts);
-    /* cannot fail: simulated buffers always fit, copies always start */
-    tdm__coh_access(&v->nodes, &v->items[vt->data[k]], node, TDM_R, UINT32_MAX, &ts, NULL);
-    at = fmax(at, latest(ts.v, ts.n));
-    tdm__tokens_release(&v->nodes, &ts);
-  }
+  double at = fetch(v, t, node);
   double end = at + true_time(v->m, vt, c, at);
   for (unsigned k = 0; k < vt->nbuf; k++)
     if (vt->modes[k] & TDM_W)
@@ -443,10 +490,9 @@ static void finish(vt_state *v, unsigned w, const tdm_vt_result *r, unsigned *re
   v->running[w] = NULL;
   if (device_ok(v, t))
     tdm__sched_finished(&v->s, t, c, r->end[i] - r->start[i]);
-  for (unsigned u = 0; u < v->g->ntasks; u++)
-    for (unsigned k = 0; k < v->g->tasks[u].ndeps; k++)
-      if (v->g->tasks[u].deps[k] == i && --v->left[u] == 0)
-        ready[n++] = u;
+  for (unsigned e = v->succ_at[i]; e < v->succ_at[i + 1]; e++)
+    if (--v->left[v->succ[e]] == 0)
+      ready[n++] = v->succ[e];
   place_ready(v, ready, n, (int)c);
 }
 
@@ -543,30 +589,42 @@ static tdm_status vt_new(vt_state *v, const tdm_vt_machine *m, const tdm_vt_grap
   for (unsigned c = 0, w = 0; c < m->nclasses; c++)
     for (unsigned k = 0; k < m->classes[c].workers; k++)
       v->class_of[w++] = c;
-  if (!check_tasks(v) || !upward_ranks(m, g, v->rank, v->nworkers, v->class_of))
-    return TDM_ERR_INVALID_ARG; /* (upward_ranks: a cycle) */
+  if (!check_tasks(v))
+    return TDM_ERR_INVALID_ARG;
+  if (!successors(v))
+    return TDM_ERR_NO_MEMORY;
+  if (!upward_ranks(v, v->rank))
+    return TDM_ERR_INVALID_ARG; /* a cycle (or no memory for the sweep) */
   return TDM_OK;
 }
 
 static void vt_free_state(vt_state *v) {
   items_free(v);
+  if (v->own_model) /* the caller's goes back, with what it learnt */
+    v->s.model = v->own_model;
   tdm__sched_fini(&v->s);
   free(v->tasks);
   free(v->left);
+  free(v->succ_at);
+  free(v->succ);
   free(v->rank);
   free(v->class_of);
   free(v->running);
   free(v->free_at);
 }
 
-tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_policy p,
-                       uint64_t seed, tdm_vt_result *r) {
+tdm_status tdm__vt_run_model(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_policy p,
+                             uint64_t seed, struct tdm_perfmodel *model, tdm_vt_result *r) {
   memset(r, 0, sizeof *r);
   if (!m->nclasses || m->nclasses > TDM_VT_MAX_CLASSES || m->nnodes > TDM_VT_MAX_CLASSES ||
       !m->nnodes || (unsigned)p >= TDM_NPOLICIES)
     return TDM_ERR_INVALID_ARG;
   vt_state v;
   tdm_status st = vt_new(&v, m, g, p, seed, r);
+  if (model && v.s.model) {
+    v.own_model = v.s.model;
+    v.s.model = model;
+  }
   unsigned *ready = st ? NULL : malloc((g->ntasks ? g->ntasks : 1) * sizeof *ready);
   if (!st && !ready)
     st = TDM_ERR_NO_MEMORY;
@@ -578,4 +636,9 @@ tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_polic
   if (st)
     tdm__vt_result_free(r);
   return st;
+}
+
+tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_policy p,
+                       uint64_t seed, tdm_vt_result *r) {
+  return tdm__vt_run_model(m, g, p, seed, NULL, r);
 }

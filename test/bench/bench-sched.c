@@ -1,23 +1,28 @@
 /*
  * bench-sched: tiled GEMM, tiled Cholesky, independent tasks and a 1-D
- * stencil, at 8x8 and 32x32 tiles, scheduled in virtual time
- * (runtime/sched/vtime.c) on emulated machines, under each policy: makespan,
- * ratio to the lower bound, tasks per kind of worker, bytes moved; each
- * machine's bound with its two parts (the critical path, the area) and
- * which one bounds. Every
- * task and copy takes its modelled duration, so the figures are exact and
- * the same on every run; they say how the policies place work, not how
- * fast this machine is.
+ * stencil, at 8x8 and 16x16 tiles (--big: 32x32 too), scheduled in
+ * virtual time (runtime/sched/vtime.c) on emulated machines, from 2 cores
+ * to 64 cores + 8 GPUs, under each policy: makespan and its ratio to the
+ * lower bound on a first run (the model empty: heft calibrates) and on a
+ * calibrated run (the model the first run left), tasks on the CPU cores
+ * and elsewhere, bytes moved; each machine's bound with its two parts
+ * (the critical path, the area) and which one bounds. Every task and copy
+ * takes its modelled duration, so the figures are exact and the same on
+ * every run; they say how the policies place work, not how fast this
+ * machine is.
  *
  * Tile: 10 ms of one CPU core for gemm, 5 ms for trsm and syrk, 1.7 ms for
  * potrf, 2 MiB of data. GPU speed-ups over a core: gemm 10, trsm and syrk
  * 8, potrf 2 (a discrete GPU); the integrated GPU is a third of that and
- * needs no copies; links: 10 us latency, 10 GB/s (PCIe 3 x16 in practice).
+ * needs no copies; an efficiency core (hybrid chips) 0.6 of a core;
+ * links: 10 us latency, 10 GB/s (PCIe 3 x16 in practice), one per GPU or
+ * one per pair of GPUs (behind a PCIe switch).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sched/perfmodel.h"
 #include "vt-graphs.h"
 
 static builder b;
@@ -25,9 +30,22 @@ static builder b;
 typedef struct machine_def {
   const char *name;
   unsigned cpus;
+  unsigned ecores;       /* efficiency cores (a hybrid chip), 0.6x a core */
   unsigned igpus, dgpus; /* of each kind */
   double dgpu_scale[8];  /* speed of each discrete GPU against the reference */
+  unsigned per_link;     /* discrete GPUs behind one PCIe link (0, 1: each its own) */
 } machine_def;
+
+static const machine_def machines[] = {
+    {"2 CPU cores", 2, 0, 0, 0, {0}, 0},
+    {"2 cores + integrated GPU", 2, 0, 1, 0, {0}, 0},
+    {"2 cores + discrete GPU", 2, 0, 0, 1, {1}, 0},
+    {"2 cores + 2 discrete GPUs (1x, 0.5x)", 2, 0, 0, 2, {1, 0.5}, 0},
+    {"4 P + 8 E cores + integrated GPU", 4, 8, 1, 0, {0}, 0},
+    {"16 cores + discrete GPU", 16, 0, 0, 1, {1}, 0},
+    {"64 cores + 8 dGPUs, own links", 64, 0, 0, 8, {1, 1, 1, 1, 1, 1, 1, 1}, 1},
+    {"64 cores + 8 dGPUs, a link per pair", 64, 0, 0, 8, {1, 1, 1, 1, 1, 1, 1, 1}, 2},
+};
 
 static tdm_vt_machine make(const machine_def *d) {
   tdm_vt_machine m;
@@ -37,6 +55,12 @@ static tdm_vt_machine make(const machine_def *d) {
   for (int k = 0; k < 8; k++)
     m.classes[0].speedup[k] = 1;
   m.nclasses = 1;
+  if (d->ecores) {
+    struct tdm_vt_class *c = &m.classes[m.nclasses++];
+    *c = (struct tdm_vt_class){.name = "E cores", .workers = d->ecores, .node = 0};
+    for (int k = 0; k < 8; k++)
+      c->speedup[k] = 0.6;
+  }
   static const double ref[8] = {[GEMM] = 10, [SMALL] = 0.5, [POTRF] = 2, [TRSM] = 8, [SYRK] = 8};
   if (d->igpus) {
     struct tdm_vt_class *c = &m.classes[m.nclasses++];
@@ -44,6 +68,7 @@ static tdm_vt_machine make(const machine_def *d) {
     for (int k = 0; k < 8; k++)
       c->speedup[k] = ref[k] / 3;
   }
+  unsigned first = m.nnodes;
   for (unsigned g = 0; g < d->dgpus; g++) {
     struct tdm_vt_class *c = &m.classes[m.nclasses++];
     /* a GPU of another speed has another name, as a real device would */
@@ -53,47 +78,56 @@ static tdm_vt_machine make(const machine_def *d) {
       c->speedup[k] = ref[k] * d->dgpu_scale[g];
     m.latency[m.nnodes] = 10e-6;
     m.bandwidth[m.nnodes] = 10e9;
+    if (d->per_link > 1 && g % d->per_link) /* behind the first GPU's link */
+      m.link_of[m.nnodes] = first + g - g % d->per_link;
     m.nnodes++;
   }
   return m;
 }
 
+/* The policies shown: all of them, or for the big graphs heft and ws
+ * (eager and random add nothing there). */
 static void table(const char *what, unsigned nt, void (*build)(builder *, unsigned),
                   bool big) {
-  static const machine_def machines[] = {
-      {"2 CPU cores", 2, 0, 0, {0}},
-      {"2 cores + integrated GPU", 2, 1, 0, {0}},
-      {"2 cores + discrete GPU", 2, 0, 1, {1}},
-      {"2 cores + 2 discrete GPUs (1x, 0.5x)", 2, 0, 2, {1, 0.5}},
-      {"64 cores + 8 discrete GPUs", 64, 0, 8, {1, 1, 1, 1, 1, 1, 1, 1}},
-  };
   build(&b, nt);
   tdm_vt_graph g = graph(&b);
   printf("\n%s, %ux%u tiles, %u tasks\n", what, nt, nt, b.ntasks);
-  printf("%-38s %-7s %12s %9s %16s %12s\n", "machine", "policy", "makespan ms", "/bound",
-         "tasks CPU/GPUs", "MiB moved");
+  printf("%-38s %-7s %12s %7s %12s %7s %14s %10s\n", "machine", "policy", "first run ms",
+         "/bound", "calibrated", "/bound", "tasks CPU/rest", "MiB moved");
   for (size_t k = 0; k < sizeof machines / sizeof machines[0]; k++) {
     tdm_vt_machine m = make(&machines[k]);
     tdm_vt_bound bd = tdm__vt_bound(&m, &g);
     double lb = bd.bound;
     printf("%-38s bound %.1f ms (%s; critical path %.1f, area %.1f)\n", machines[k].name,
            lb * 1e3, bd.by, bd.critical_path * 1e3, bd.area * 1e3);
-    /* the big graphs: heft and ws (eager and random add nothing there) */
     for (int p = TDM_POLICY_HEFT; p <= (big ? TDM_POLICY_WS : TDM_POLICY_RANDOM); p++) {
-      tdm_vt_result r;
-      if (tdm__vt_run(&m, &g, (tdm_policy)p, 42, &r) != TDM_OK) {
-        printf("%-38s %-7s failed\n", machines[k].name, tdm__policy_name((tdm_policy)p));
+      /* the first run starts with an empty model; the calibrated one with
+       * what the first learnt */
+      tdm_perfmodel *model = tdm__model_new();
+      tdm_vt_result first, r;
+      if (!model ||
+          tdm__vt_run_model(&m, &g, (tdm_policy)p, 42, model, &first) != TDM_OK) {
+        printf("%-38s %-7s failed\n", "", tdm__policy_name((tdm_policy)p));
+        tdm__model_free(model);
         continue;
       }
-      unsigned on_gpus = 0;
+      if (tdm__vt_run_model(&m, &g, (tdm_policy)p, 42, model, &r) != TDM_OK) {
+        printf("%-38s %-7s failed\n", "", tdm__policy_name((tdm_policy)p));
+        tdm__vt_result_free(&first);
+        tdm__model_free(model);
+        continue;
+      }
+      unsigned rest = 0;
       for (unsigned c = 1; c < m.nclasses; c++)
-        on_gpus += r.tasks_per_class[c];
+        rest += r.tasks_per_class[c];
       char tasks[32];
-      snprintf(tasks, sizeof tasks, "%u/%u", r.tasks_per_class[0], on_gpus);
-      printf("%-38s %-7s %12.1f %9.3f %16s %12.1f\n", "",
-             tdm__policy_name((tdm_policy)p), r.makespan * 1e3, r.makespan / lb, tasks,
-             (double)r.bytes_moved / (1 << 20));
+      snprintf(tasks, sizeof tasks, "%u/%u", r.tasks_per_class[0], rest);
+      printf("%-38s %-7s %12.1f %7.3f %12.1f %7.3f %14s %10.1f\n", "",
+             tdm__policy_name((tdm_policy)p), first.makespan * 1e3, first.makespan / lb,
+             r.makespan * 1e3, r.makespan / lb, tasks, (double)r.bytes_moved / (1 << 20));
+      tdm__vt_result_free(&first);
       tdm__vt_result_free(&r);
+      tdm__model_free(model);
     }
   }
 }
