@@ -72,6 +72,10 @@ typedef struct tdm_node_ops {
                     void *arg);
   /* Predicted seconds of a copy of `bytes` between the host and `node`. */
   double (*link_time)(void *ctx, unsigned node, uint64_t bytes);
+  /* Predicted seconds until the link from the host to `node` has carried
+   * the copies already started on it (0: free now); a copy started now
+   * waits that long first. May be NULL: not known, taken as 0. */
+  double (*link_wait)(void *ctx, unsigned node);
 } tdm_node_ops;
 
 typedef struct tdm_runtime tdm_runtime;

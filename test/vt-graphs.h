@@ -7,6 +7,7 @@
 #ifndef TDM_VT_GRAPHS_H
 #define TDM_VT_GRAPHS_H
 
+#include <stdio.h>
 #include <string.h>
 
 #include "sched/policy.h"
@@ -141,6 +142,70 @@ static inline void stencil(builder *b, unsigned nt) {
            (unsigned[]){in[i ? i - 1 : i], in[i], in[i + 1 < w ? i + 1 : i], out[i]},
            (uint8_t[]){TDM_R, TDM_R, TDM_R, TDM_W});
   }
+}
+
+/* The machines of bench-sched's table (test-vtime asserts targets on
+ * some): a CPU of `cpus` cores, efficiency cores, an integrated GPU,
+ * discrete GPUs of the given speeds on links of 10 us and 10 GB/s, one
+ * per GPU or one per `per_link` GPUs. */
+typedef struct vt_machine_def {
+  const char *name;
+  unsigned cpus;
+  unsigned ecores;       /* efficiency cores (a hybrid chip), 0.6x a core */
+  unsigned igpus, dgpus; /* of each kind */
+  double dgpu_scale[8];  /* speed of each discrete GPU against the reference */
+  unsigned per_link;     /* discrete GPUs behind one PCIe link (0, 1: each its own) */
+} vt_machine_def;
+
+static const vt_machine_def vt_machines[] = {
+    {"2 CPU cores", 2, 0, 0, 0, {0}, 0},
+    {"2 cores + integrated GPU", 2, 0, 1, 0, {0}, 0},
+    {"2 cores + discrete GPU", 2, 0, 0, 1, {1}, 0},
+    {"2 cores + 2 discrete GPUs (1x, 0.5x)", 2, 0, 0, 2, {1, 0.5}, 0},
+    {"4 P + 8 E cores + integrated GPU", 4, 8, 1, 0, {0}, 0},
+    {"16 cores + discrete GPU", 16, 0, 0, 1, {1}, 0},
+    {"64 cores + 8 dGPUs, own links", 64, 0, 0, 8, {1, 1, 1, 1, 1, 1, 1, 1}, 1},
+    {"64 cores + 8 dGPUs, a link per pair", 64, 0, 0, 8, {1, 1, 1, 1, 1, 1, 1, 1}, 2},
+};
+
+#define VT_NMACHINES (sizeof vt_machines / sizeof vt_machines[0])
+
+static inline tdm_vt_machine vt_machine(const vt_machine_def *d) {
+  tdm_vt_machine m;
+  memset(&m, 0, sizeof m);
+  m.nnodes = 1;
+  m.classes[0] = (struct tdm_vt_class){.name = "CPU cores", .workers = d->cpus, .node = 0};
+  for (int k = 0; k < 8; k++)
+    m.classes[0].speedup[k] = 1;
+  m.nclasses = 1;
+  if (d->ecores) {
+    struct tdm_vt_class *c = &m.classes[m.nclasses++];
+    *c = (struct tdm_vt_class){.name = "E cores", .workers = d->ecores, .node = 0};
+    for (int k = 0; k < 8; k++)
+      c->speedup[k] = 0.6;
+  }
+  static const double ref[8] = {[GEMM] = 10, [SMALL] = 0.5, [POTRF] = 2, [TRSM] = 8, [SYRK] = 8};
+  if (d->igpus) {
+    struct tdm_vt_class *c = &m.classes[m.nclasses++];
+    *c = (struct tdm_vt_class){.name = "integrated GPU", .workers = d->igpus, .node = 0};
+    for (int k = 0; k < 8; k++)
+      c->speedup[k] = ref[k] / 3;
+  }
+  unsigned first = m.nnodes;
+  for (unsigned g = 0; g < d->dgpus; g++) {
+    struct tdm_vt_class *c = &m.classes[m.nclasses++];
+    /* a GPU of another speed has another name, as a real device would */
+    *c = (struct tdm_vt_class){.workers = 1, .node = m.nnodes};
+    snprintf(c->name, sizeof c->name, "discrete GPU %gx", d->dgpu_scale[g]);
+    for (int k = 0; k < 8; k++)
+      c->speedup[k] = ref[k] * d->dgpu_scale[g];
+    m.latency[m.nnodes] = 10e-6;
+    m.bandwidth[m.nnodes] = 10e9;
+    if (d->per_link > 1 && g % d->per_link) /* behind the first GPU's link */
+      m.link_of[m.nnodes] = first + g - g % d->per_link;
+    m.nnodes++;
+  }
+  return m;
 }
 
 #endif

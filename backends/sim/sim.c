@@ -399,6 +399,16 @@ static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
   return sim_of(rt)->time_scale * (d->latency + (double)bytes / d->bandwidth);
 }
 
+static double node_link_wait(void *ctx, unsigned node) {
+  const tdm_runtime *rt = ctx;
+  sim_dev *d = dev_of(rt, node - 1);
+  uint64_t now = tdm__now_ns();
+  TDM_PTHREAD(rt, pthread_mutex_lock(&d->link_lock));
+  uint64_t free_at = d->link_free[0];
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&d->link_lock));
+  return free_at > now ? 1e-9 * (double)(free_at - now) : 0;
+}
+
 static const tdm_node_ops sim_node_ops = {
     .alloc = node_alloc,
     .free = node_free,
@@ -411,6 +421,7 @@ static const tdm_node_ops sim_node_ops = {
     .failed = node_failed,
     .when_done = NULL, /* a CPU task waits for its inputs on its worker */
     .link_time = node_link_time,
+    .link_wait = node_link_wait,
 };
 
 static unsigned node_of(const sim_dev *d) {

@@ -388,6 +388,9 @@ static void name_classes(tdm_runtime *rt, tdm_sched *s) {
     tdm_sclass *c = &s->cls[s->ncpu + k];
     snprintf(c->name, sizeof c->name, "%s:%s", tdm__backend_of(rt, k)->name, d->name);
     c->workers = 1;
+    /* copies start when a task is queued (emulated devices) or enters
+     * the device's window (OpenCL), while the work before it runs */
+    c->prefetches = true;
   }
 }
 

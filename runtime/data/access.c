@@ -428,5 +428,8 @@ double tdm__transfer_time(const tdm_nodes *nodes, unsigned node, const tdm_task 
     s += tdm__coh_estimate(h, node, nodes->ops->link_time, nodes->ctx);
     tdm__coh_unlock(&h->coh);
   }
+  /* copies to a device queue behind those already on its link */
+  if (s > 0 && node && nodes->ops->link_wait)
+    s += nodes->ops->link_wait(nodes->ctx, node);
   return s;
 }

@@ -276,6 +276,11 @@ static double mux_link_time(void *ctx, unsigned node, uint64_t bytes) {
   return w->ops->link_time(w->ctx, node, bytes);
 }
 
+static double mux_link_wait(void *ctx, unsigned node) {
+  const tdm_node_way *w = way_of_node(ctx, node);
+  return w->ops->link_wait ? w->ops->link_wait(w->ctx, node) : 0;
+}
+
 void tdm__tokens_for(const tdm_nodes *nodes, unsigned slot, tdm_tokens *w) {
   if (nodes->nways < 2 || w->way)
     return;
@@ -312,4 +317,5 @@ static const tdm_node_ops mux_ops = {
     .failed = mux_failed,
     .when_done = mux_when_done,
     .link_time = mux_link_time,
+    .link_wait = mux_link_wait,
 };

@@ -200,4 +200,123 @@ double tdm__vt_lower_bound(const tdm_vt_machine *m, const tdm_vt_graph *g) {
   return tdm__vt_bound(m, g).bound;
 }
 
+/* ---- a reference schedule ------------------------------------------------------ */
+
+typedef struct by_rank {
+  double rank;
+  unsigned idx, pos; /* the task, its place in a topological order */
+} by_rank;
+
+static int rank_descending(const void *a, const void *b) {
+  const by_rank *x = a, *y = b;
+  if (x->rank != y->rank)
+    return x->rank < y->rank ? 1 : -1;
+  return (x->pos > y->pos) - (x->pos < y->pos); /* a predecessor first, even at rank 0 */
+}
+
+/* Classic HEFT (Topcuoglu, Hariri and Wu, IEEE TPDS 13(3), 2002, without
+ * insertion) with the whole graph known ahead and the true times: tasks
+ * in order of upward rank (mean time over the workers that can run them,
+ * plus the largest rank of a successor), each on the worker where it
+ * finishes first, copies free. A schedule that exists, so the best one
+ * without copies is no longer. */
+double tdm__vt_reference(const tdm_vt_machine *m, const tdm_vt_graph *g) {
+  unsigned n = g->ntasks, nw = 0;
+  for (unsigned c = 0; c < m->nclasses; c++)
+    nw += m->classes[c].workers;
+  if (!n || !nw)
+    return 0;
+  unsigned *cls = malloc(nw * sizeof *cls), *order = malloc(n * sizeof *order);
+  unsigned *indeg = calloc(n, sizeof *indeg), *succ_at = calloc(n + 1, sizeof *succ_at);
+  double *mean = malloc(n * sizeof *mean), *finish = calloc(n, sizeof *finish);
+  double *avail = calloc(nw, sizeof *avail);
+  by_rank *rank = malloc(n * sizeof *rank);
+  unsigned edges = 0;
+  for (unsigned i = 0; i < n; i++)
+    edges += g->tasks[i].ndeps;
+  unsigned *succ = malloc((edges ? edges : 1) * sizeof *succ), *fill = calloc(n, sizeof *fill);
+  double makespan = 0;
+  if (!cls || !order || !indeg || !succ_at || !mean || !finish || !avail || !rank || !succ ||
+      !fill)
+    goto out;
+  for (unsigned c = 0, w = 0; c < m->nclasses; c++)
+    for (unsigned k = 0; k < m->classes[c].workers; k++)
+      cls[w++] = c;
+  for (unsigned i = 0; i < n; i++)
+    for (unsigned k = 0; k < g->tasks[i].ndeps; k++)
+      succ_at[g->tasks[i].deps[k] + 1]++;
+  for (unsigned i = 0; i < n; i++)
+    succ_at[i + 1] += succ_at[i];
+  for (unsigned i = 0; i < n; i++)
+    for (unsigned k = 0; k < g->tasks[i].ndeps; k++) {
+      unsigned u = g->tasks[i].deps[k];
+      succ[succ_at[u] + fill[u]++] = i;
+    }
+  /* a topological order (Kahn), then the ranks from the end */
+  unsigned head = 0, tail = 0;
+  for (unsigned i = 0; i < n; i++)
+    if (!(indeg[i] = g->tasks[i].ndeps))
+      order[tail++] = i;
+  while (head < tail) {
+    unsigned u = order[head++];
+    for (unsigned e = succ_at[u]; e < succ_at[u + 1]; e++)
+      if (--indeg[succ[e]] == 0)
+        order[tail++] = succ[e];
+  }
+  if (tail != n) /* a cycle */
+    goto out;
+  for (unsigned i = 0; i < n; i++) {
+    const tdm_vt_task *t = &g->tasks[i];
+    double sum = 0;
+    unsigned cnt = 0;
+    for (unsigned c = 0; c < m->nclasses; c++)
+      if (m->classes[c].workers && m->classes[c].speedup[t->codelet] > 0) {
+        sum += m->classes[c].workers * t->cpu_time / m->classes[c].speedup[t->codelet];
+        cnt += m->classes[c].workers;
+      }
+    mean[i] = cnt ? sum / cnt : 0;
+  }
+  for (unsigned o = n; o-- > 0;) {
+    unsigned u = order[o];
+    double best = 0;
+    for (unsigned e = succ_at[u]; e < succ_at[u + 1]; e++)
+      best = fmax(best, rank[succ[e]].rank);
+    rank[u] = (by_rank){mean[u] + best, u, o};
+  }
+  qsort(rank, n, sizeof *rank, rank_descending); /* predecessors first */
+  for (unsigned o = 0; o < n; o++) {
+    unsigned i = rank[o].idx;
+    const tdm_vt_task *t = &g->tasks[i];
+    double ready = 0, best = INFINITY;
+    for (unsigned k = 0; k < t->ndeps; k++)
+      ready = fmax(ready, finish[t->deps[k]]);
+    unsigned bw = nw;
+    for (unsigned w = 0; w < nw; w++) {
+      double sp = m->classes[cls[w]].speedup[t->codelet];
+      if (sp > 0 && fmax(avail[w], ready) + t->cpu_time / sp < best) {
+        best = fmax(avail[w], ready) + t->cpu_time / sp;
+        bw = w;
+      }
+    }
+    if (bw == nw) { /* no worker runs it */
+      makespan = 0;
+      goto out;
+    }
+    avail[bw] = finish[i] = best;
+    makespan = fmax(makespan, best);
+  }
+out:
+  free(cls);
+  free(order);
+  free(indeg);
+  free(succ_at);
+  free(mean);
+  free(finish);
+  free(avail);
+  free(rank);
+  free(succ);
+  free(fill);
+  return makespan;
+}
+
 /* ---- machine descriptions -------------------------------------------------- */

@@ -1,8 +1,11 @@
 /*
  * heft: a ready task goes to the class where it would finish earliest:
- * the class's backlog (predicted seconds of the work placed there and not
- * finished, over its workers) + the time its inputs need to get there +
- * its predicted execution time (Topcuoglu, Hariri and Wu, "Performance-
+ * when it could start there (the class's backlog: predicted seconds of
+ * the work placed there and not finished, over its workers; and the time
+ * its inputs need to get there, behind the copies already on the link:
+ * the later of the two on a device whose queue fetches inputs while the
+ * work before runs, their sum elsewhere) + its predicted execution time
+ * (Topcuoglu, Hariri and Wu, "Performance-
  * effective and low-complexity task scheduling for heterogeneous
  * computing", IEEE TPDS 13(3), 2002, as StarPU's dmda applies it at run
  * time). While a class has not run a codelet at a size
@@ -18,6 +21,7 @@
 #include "sched.h"
 
 #include <limits.h>
+#include <math.h>
 
 #define MAX_CLASSES (TDM_MAX_DEVICE_WORKERS + TDM_SCHED_MAX_CPU_CLASSES)
 
@@ -36,7 +40,10 @@ static unsigned choose(tdm_sched *s, tdm_task *t, const double *move, double *pr
     if (p >= 0)
       known = p;
     cls[n] = k;
-    c[n++] = (tdm_choice){.start = s->cls[k].backlog / s->cls[k].workers + move[k],
+    /* the worker free, and the inputs there: at once where the queue
+     * fetches them while the work before runs, after it elsewhere */
+    double wait = s->cls[k].backlog / s->cls[k].workers;
+    c[n++] = (tdm_choice){.start = s->cls[k].prefetches ? fmax(wait, move[k]) : wait + move[k],
                           .exec = p,
                           .calibrated = ok && p >= 0,
                           .trying = s->cls[k].calibrating};

@@ -110,6 +110,9 @@ typedef struct tdm_sclass {
   unsigned workers;   /* 0: none (never chosen) */
   double backlog;     /* predicted seconds placed here, not finished */
   unsigned calibrating; /* tasks placed here to calibrate, not finished */
+  /* Its queue starts a task's copies when the task is queued (a device
+   * with memory of its own): they overlap the work queued before it. */
+  bool prefetches;
 } tdm_sclass;
 
 /* A scheduler: a policy, its driver, the classes and the model. */
@@ -325,5 +328,10 @@ typedef struct tdm_vt_bound {
   const char *by;
 } tdm_vt_bound;
 tdm_vt_bound tdm__vt_bound(const tdm_vt_machine *m, const tdm_vt_graph *g);
+/* A reference: the makespan of a static list schedule that knows the
+ * whole graph and the true times ahead (HEFT as Topcuoglu et al. give
+ * it), copies free; the best schedule without copies lies between the
+ * bound and it. 0 on a cycle, a task no worker runs, or no memory. */
+double tdm__vt_reference(const tdm_vt_machine *m, const tdm_vt_graph *g);
 
 #endif

@@ -167,6 +167,11 @@ static double vt_link_time(void *ctx, unsigned node, uint64_t bytes) {
   return s->m->latency[l] + (double)bytes / s->m->bandwidth[l];
 }
 
+static double vt_link_wait(void *ctx, unsigned node) {
+  const vt_state *s = ctx;
+  return fmax(0, s->link_free[link_of(s->m, node)][0] - s->now);
+}
+
 static const tdm_node_ops vt_node_ops = {
     .alloc = vt_alloc,
     .free = vt_free,
@@ -177,6 +182,7 @@ static const tdm_node_ops vt_node_ops = {
     .test = vt_test,
     .wait = vt_wait,
     .link_time = vt_link_time,
+    .link_wait = vt_link_wait,
 };
 
 /* Data items as handles: d bytes in one row, valid on the host. */
@@ -572,6 +578,7 @@ static tdm_status vt_new(vt_state *v, const tdm_vt_machine *m, const tdm_vt_grap
   for (unsigned c = 0; c < m->nclasses; c++) {
     snprintf(v->s.cls[c].name, sizeof v->s.cls[c].name, "%s", m->classes[c].name);
     v->s.cls[c].workers = m->classes[c].workers;
+    v->s.cls[c].prefetches = m->classes[c].node != 0; /* vt_send */
   }
   size_t n = g->ntasks ? g->ntasks : 1, nw = v->nworkers ? v->nworkers : 1;
   v->tasks = tdm__zalloc_aligned(TDM_CACHE_LINE, n * sizeof *v->tasks);

@@ -6,7 +6,10 @@
  * lower bound on a first run (the model empty: heft calibrates) and on a
  * calibrated run (the model the first run left), tasks on the CPU cores
  * and elsewhere, bytes moved; each machine's bound with its two parts
- * (the critical path, the area) and which one bounds. Every task and copy
+ * (the critical path, the area) and which one bounds, and a reference:
+ * the makespan of HEFT knowing the whole graph and the true times ahead,
+ * copies free (tdm__vt_reference), a schedule that exists; calibrated
+ * runs are also given against it (/ref). Every task and copy
  * takes its modelled duration, so the figures are exact and the same on
  * every run; they say how the policies place work, not how fast this
  * machine is.
@@ -27,64 +30,6 @@
 
 static builder b;
 
-typedef struct machine_def {
-  const char *name;
-  unsigned cpus;
-  unsigned ecores;       /* efficiency cores (a hybrid chip), 0.6x a core */
-  unsigned igpus, dgpus; /* of each kind */
-  double dgpu_scale[8];  /* speed of each discrete GPU against the reference */
-  unsigned per_link;     /* discrete GPUs behind one PCIe link (0, 1: each its own) */
-} machine_def;
-
-static const machine_def machines[] = {
-    {"2 CPU cores", 2, 0, 0, 0, {0}, 0},
-    {"2 cores + integrated GPU", 2, 0, 1, 0, {0}, 0},
-    {"2 cores + discrete GPU", 2, 0, 0, 1, {1}, 0},
-    {"2 cores + 2 discrete GPUs (1x, 0.5x)", 2, 0, 0, 2, {1, 0.5}, 0},
-    {"4 P + 8 E cores + integrated GPU", 4, 8, 1, 0, {0}, 0},
-    {"16 cores + discrete GPU", 16, 0, 0, 1, {1}, 0},
-    {"64 cores + 8 dGPUs, own links", 64, 0, 0, 8, {1, 1, 1, 1, 1, 1, 1, 1}, 1},
-    {"64 cores + 8 dGPUs, a link per pair", 64, 0, 0, 8, {1, 1, 1, 1, 1, 1, 1, 1}, 2},
-};
-
-static tdm_vt_machine make(const machine_def *d) {
-  tdm_vt_machine m;
-  memset(&m, 0, sizeof m);
-  m.nnodes = 1;
-  m.classes[0] = (struct tdm_vt_class){.name = "CPU cores", .workers = d->cpus, .node = 0};
-  for (int k = 0; k < 8; k++)
-    m.classes[0].speedup[k] = 1;
-  m.nclasses = 1;
-  if (d->ecores) {
-    struct tdm_vt_class *c = &m.classes[m.nclasses++];
-    *c = (struct tdm_vt_class){.name = "E cores", .workers = d->ecores, .node = 0};
-    for (int k = 0; k < 8; k++)
-      c->speedup[k] = 0.6;
-  }
-  static const double ref[8] = {[GEMM] = 10, [SMALL] = 0.5, [POTRF] = 2, [TRSM] = 8, [SYRK] = 8};
-  if (d->igpus) {
-    struct tdm_vt_class *c = &m.classes[m.nclasses++];
-    *c = (struct tdm_vt_class){.name = "integrated GPU", .workers = d->igpus, .node = 0};
-    for (int k = 0; k < 8; k++)
-      c->speedup[k] = ref[k] / 3;
-  }
-  unsigned first = m.nnodes;
-  for (unsigned g = 0; g < d->dgpus; g++) {
-    struct tdm_vt_class *c = &m.classes[m.nclasses++];
-    /* a GPU of another speed has another name, as a real device would */
-    *c = (struct tdm_vt_class){.workers = 1, .node = m.nnodes};
-    snprintf(c->name, sizeof c->name, "discrete GPU %gx", d->dgpu_scale[g]);
-    for (int k = 0; k < 8; k++)
-      c->speedup[k] = ref[k] * d->dgpu_scale[g];
-    m.latency[m.nnodes] = 10e-6;
-    m.bandwidth[m.nnodes] = 10e9;
-    if (d->per_link > 1 && g % d->per_link) /* behind the first GPU's link */
-      m.link_of[m.nnodes] = first + g - g % d->per_link;
-    m.nnodes++;
-  }
-  return m;
-}
-
 /* The policies shown: all of them, or for the big graphs heft and ws
  * (eager and random add nothing there). */
 static void table(const char *what, unsigned nt, void (*build)(builder *, unsigned),
@@ -92,14 +37,16 @@ static void table(const char *what, unsigned nt, void (*build)(builder *, unsign
   build(&b, nt);
   tdm_vt_graph g = graph(&b);
   printf("\n%s, %ux%u tiles, %u tasks\n", what, nt, nt, b.ntasks);
-  printf("%-38s %-7s %12s %7s %12s %7s %14s %10s\n", "machine", "policy", "first run ms",
-         "/bound", "calibrated", "/bound", "tasks CPU/rest", "MiB moved");
-  for (size_t k = 0; k < sizeof machines / sizeof machines[0]; k++) {
-    tdm_vt_machine m = make(&machines[k]);
+  printf("%-38s %-7s %12s %7s %12s %7s %6s %14s %10s\n", "machine", "policy", "first run ms",
+         "/bound", "calibrated", "/bound", "/ref", "tasks CPU/rest", "MiB moved");
+  for (size_t k = 0; k < VT_NMACHINES; k++) {
+    tdm_vt_machine m = vt_machine(&vt_machines[k]);
     tdm_vt_bound bd = tdm__vt_bound(&m, &g);
-    double lb = bd.bound;
-    printf("%-38s bound %.1f ms (%s; critical path %.1f, area %.1f)\n", machines[k].name,
-           lb * 1e3, bd.by, bd.critical_path * 1e3, bd.area * 1e3);
+    double lb = bd.bound, ref = tdm__vt_reference(&m, &g);
+    printf("%-38s bound %.1f ms (%s; critical path %.1f, area %.1f); reference %.1f ms "
+           "(%.3f)\n",
+           vt_machines[k].name, lb * 1e3, bd.by, bd.critical_path * 1e3, bd.area * 1e3, ref * 1e3,
+           ref / lb);
     for (int p = TDM_POLICY_HEFT; p <= (big ? TDM_POLICY_WS : TDM_POLICY_RANDOM); p++) {
       /* the first run starts with an empty model; the calibrated one with
        * what the first learnt */
@@ -122,9 +69,10 @@ static void table(const char *what, unsigned nt, void (*build)(builder *, unsign
         rest += r.tasks_per_class[c];
       char tasks[32];
       snprintf(tasks, sizeof tasks, "%u/%u", r.tasks_per_class[0], rest);
-      printf("%-38s %-7s %12.1f %7.3f %12.1f %7.3f %14s %10.1f\n", "",
+      printf("%-38s %-7s %12.1f %7.3f %12.1f %7.3f %6.3f %14s %10.1f\n", "",
              tdm__policy_name((tdm_policy)p), first.makespan * 1e3, first.makespan / lb,
-             r.makespan * 1e3, r.makespan / lb, tasks, (double)r.bytes_moved / (1 << 20));
+             r.makespan * 1e3, r.makespan / lb, r.makespan / ref, tasks,
+             (double)r.bytes_moved / (1 << 20));
       tdm__vt_result_free(&first);
       tdm__vt_result_free(&r);
       tdm__model_free(model);
