@@ -1015,6 +1015,10 @@ TDM_API tdm_status tdm_handle_unregister(tdm_handle *h);
  * copy of its by-value arguments (NULL when it has none). */
 typedef void (*tdm_cpu_fn)(const tdm_buffer *bufs, const void *args,
                            size_t args_size);
+/** A task's footprint for the performance model (tdm_codelet.footprint),
+ * from its nbufs buffer views and its arguments. */
+typedef uint64_t (*tdm_footprint_fn)(const tdm_buffer *bufs, unsigned nbufs, const void *args,
+                                     size_t args_size);
 
 /**
  * What a kind of task does. The codelet is read when tasks using it run:
@@ -1075,6 +1079,21 @@ typedef struct tdm_codelet {
   /** How its results on a device and by its CPU variant may differ, for
    * the verification mode (tdm_config.verify); zero: exactly equal. */
   tdm_tolerance tolerance;
+  /** What the performance model tells this codelet's tasks apart by,
+   * besides the bytes of their buffers (along which it interpolates);
+   * tasks of equal footprints share a model (StarPU's footprints).
+   * NULL: their buffers' shapes: vectors and square matrices of every
+   * size share one model (footprint 0, the codelet's name alone), a
+   * matrix of another proportion (rows over columns, by powers of two)
+   * has its own, so that a 1000 x 10 matrix and a 100 x 100 one of the
+   * same bytes are not mistaken for each other. Otherwise a function of
+   * the task's buffer views and arguments, e.g. the dimensions of a
+   * kernel's loop; 0 means the codelet's name alone. The placement calls
+   * it several times per task, under its lock: it must be quick, give
+   * the same value for the same task each time, and not call Tandem
+   * (such calls fail with TDM_ERR_IN_TASK). Models show as "NAME" or
+   * "NAME#FOOTPRINT" (hexadecimal) in tandem-models. */
+  tdm_footprint_fn footprint;
 } tdm_codelet;
 
 typedef struct tdm_task tdm_task;

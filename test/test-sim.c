@@ -524,6 +524,124 @@ static void test_description_and_errors(void **state) {
   test_remove_dir(dir);
 }
 
+static bool count_names(void *data, const char *codelet, const char *cls, uint64_t size,
+                        unsigned k, const double *seen_times) {
+  (void)cls;
+  (void)size;
+  (void)k;
+  (void)seen_times;
+  unsigned *n = data; /* struct seen, in order */
+  if (!strcmp(codelet, "shaped"))
+    n[0]++;
+  else if (!strncmp(codelet, "shaped#", 7))
+    n[1]++;
+  else if (!strcmp(codelet, "tagged"))
+    n[2]++;
+  else if (!strcmp(codelet, "tagged#0000000000000001"))
+    n[3]++;
+  else if (!strcmp(codelet, "tagged#0000000000000002"))
+    n[4]++;
+  else
+    n[5]++;
+  return true;
+}
+
+/* Footprints (tdm_codelet.footprint): tasks of one codelet and the same
+ * bytes but other shapes have models of their own, vectors and square
+ * matrices of any size share the codelet's; a footprint function tells
+ * tasks apart by their arguments, its 0 meaning the codelet's name; it
+ * may not call Tandem; forgetting a codelet forgets every footprint. */
+static _Atomic int fp_calls;
+static _Atomic int fp_submit = -1, fp_wait = -1;
+
+static void plain_task(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b;
+  (void)args;
+  (void)n;
+}
+
+static const tdm_codelet shaped = {.name = "shaped", .cpu_fn = plain_task, .nbuffers = 1,
+                                   .modes = {TDM_RW}};
+
+static const tdm_codelet nobuf = {.name = "nobuf", .cpu_fn = plain_task};
+
+static uint64_t by_args(const tdm_buffer *bufs, unsigned n, const void *args, size_t size) {
+  (void)bufs;
+  assert_int_equal(n, 1);
+  assert_int_equal(size, sizeof(unsigned));
+  if (atomic_fetch_add(&fp_calls, 1) == 0) { /* no call back into Tandem */
+    atomic_store(&fp_submit, tdm_submit(the_rt, &(tdm_task_desc){.codelet = &nobuf}));
+    atomic_store(&fp_wait, tdm_wait_all(the_rt));
+  }
+  return *(const unsigned *)args;
+}
+
+static const tdm_codelet tagged = {.struct_size = sizeof(tdm_codelet), .name = "tagged",
+                                   .cpu_fn = plain_task, .nbuffers = 1, .modes = {TDM_RW},
+                                   .footprint = by_args};
+
+static void test_footprints(void **state) {
+  (void)state;
+  char dir[64];
+  test_temp_dir(dir, sizeof dir);
+  test_log log;
+  tdm_runtime *rt = sim_runtime("gpu:speedup=2,latency=10us,bandwidth=10G", NULL, dir, &log);
+  static double tall[64 * 4], square[16 * 16], big[32 * 32], vec[256];
+  tdm_handle *h[4];
+  assert_int_equal(tdm_register_matrix(rt, tall, 4, 64, 4, sizeof(double), &h[0]), TDM_OK);
+  assert_int_equal(tdm_register_matrix(rt, square, 16, 16, 16, sizeof(double), &h[1]), TDM_OK);
+  assert_int_equal(tdm_register_matrix(rt, big, 32, 32, 32, sizeof(double), &h[2]), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, vec, 256, sizeof(double), &h[3]), TDM_OK);
+  for (int r = 0; r < 4; r++)
+    for (int k = 0; k < 4; k++)
+      assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &shaped, .handles = {h[k]}}),
+                       TDM_OK);
+  for (unsigned r = 0; r < 12; r++) {
+    unsigned tag = r % 3; /* 0: the codelet's name */
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &tagged,
+                                                     .handles = {h[1]},
+                                                     .args = &tag,
+                                                     .args_size = sizeof tag}),
+                     TDM_OK);
+  }
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(atomic_load(&fp_submit), TDM_ERR_IN_TASK);
+  assert_int_equal(atomic_load(&fp_wait), TDM_ERR_IN_TASK);
+  assert_true(test_log_has(&log, "or a footprint function"));
+  for (int k = 0; k < 4; k++)
+    assert_int_equal(tdm_handle_unregister(h[k]), TDM_OK);
+  tdm_runtime_destroy(rt);
+
+  char path[128];
+  snprintf(path, sizeof path, "%s/perfmodel-v1-test-sim.txt", dir);
+  tdm_perfmodel *m = tdm__model_new();
+  assert_int_equal(tdm__model_load(m, AT_FDCWD, path, NULL), TDM_OK);
+  /* names seen: the shaped codelet's (vector, 16x16, 32x32) and one of a
+   * footprint (64x4, the same bytes as 16x16); tagged's: name, #1, #2 */
+  struct seen {
+    unsigned shaped, shaped_fp, tagged, tagged1, tagged2, other;
+  } seen = {0};
+  tdm__model_each(m, count_names, &seen);
+  printf("models: shaped %u, shaped#... %u, tagged %u, tagged#1 %u, tagged#2 %u, other %u\n",
+         seen.shaped, seen.shaped_fp, seen.tagged, seen.tagged1, seen.tagged2, seen.other);
+  assert_true(seen.shaped > 0 && seen.shaped_fp > 0);
+  assert_true(seen.tagged > 0 && seen.tagged1 > 0 && seen.tagged2 > 0);
+  assert_int_equal(seen.other, 0);
+  /* 16x16 and 64x4 hold the same bytes: each its own record at that size */
+  bool cal = false;
+  assert_true(tdm__model_predict(m, "shaped", 16 * 16 * 8, "cpu", &cal) > 0);
+  tdm__model_free(m);
+  unsigned removed = 0;
+  assert_int_equal(tdm__model_forget(AT_FDCWD, path, "shaped", NULL, &removed), TDM_OK);
+  m = tdm__model_new();
+  assert_int_equal(tdm__model_load(m, AT_FDCWD, path, NULL), TDM_OK);
+  seen = (struct seen){0};
+  tdm__model_each(m, count_names, &seen);
+  assert_true(removed > 0 && !seen.shaped && !seen.shaped_fp && seen.tagged1);
+  tdm__model_free(m);
+  test_remove_dir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gemm_on_device_small_on_cpu),
@@ -535,6 +653,7 @@ int main(void) {
       cmocka_unit_test(test_no_copies_shared_memory),
       cmocka_unit_test(test_cpu_kinds_are_classes),
       cmocka_unit_test(test_description_and_errors),
+      cmocka_unit_test(test_footprints),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

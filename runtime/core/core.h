@@ -121,8 +121,11 @@ void tdm__wake_waiters(tdm_runtime *rt);
 
 /* Runs t on worker w (the calling thread). */
 void tdm__task_execute(tdm_task *t, tdm_worker *w);
-/* The bytes of the elements of a task's buffers (for the trace). */
-uint64_t tdm__task_bytes(const tdm_task *t);
+/* t's footprint for the performance model (tdm_codelet.footprint): its
+ * codelet's function of its views and arguments (called as code of the
+ * application under a lock), else its buffers' shapes; 0: the codelet's
+ * name alone. */
+uint64_t tdm__task_footprint(tdm_runtime *rt, const tdm_task *t);
 /* Finishes t: releases successors, wakes waiters, drops the runtime's
  * reference. Used for codelet tasks and host acquisitions alike. */
 void tdm__task_finish(tdm_task *t);

@@ -16,6 +16,7 @@
  */
 #include "core.h"
 
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,14 +58,27 @@ static bool rt_runs(const tdm_sched *s, unsigned c, const tdm_task *t) {
   return ((t->dev_mask & ~out) >> (c - s->ncpu)) & 1;
 }
 
+/* The model's name for t: its codelet's, and its footprint when not 0
+ * (tdm_codelet.footprint) as "NAME#FOOTPRINT"; in buf when it needs
+ * room (lock held). */
+static const char *model_key(const tdm_sched *s, const tdm_task *t, char *buf, size_t size) {
+  uint64_t fp = tdm__task_footprint(s->rt, t);
+  if (!fp)
+    return tdm__codelet_name(t);
+  snprintf(buf, size, "%s#%016" PRIx64, tdm__codelet_name(t), fp);
+  return buf;
+}
+
 static double rt_predict(const tdm_sched *s, const tdm_task *t, unsigned c, bool *calibrated) {
-  return tdm__model_predict(s->model, tdm__codelet_name(t), tdm__task_bytes(t), s->cls[c].name,
-                            calibrated);
+  char key[TDM_MODEL_NAME_MAX];
+  return tdm__model_predict(s->model, model_key(s, t, key, sizeof key), tdm__task_bytes(t),
+                            s->cls[c].name, calibrated);
 }
 
 static bool rt_observe(tdm_sched *s, const tdm_task *t, unsigned c, double seconds) {
-  return tdm__model_observe(s->model, tdm__codelet_name(t), tdm__task_bytes(t), s->cls[c].name,
-                            seconds);
+  char key[TDM_MODEL_NAME_MAX];
+  return tdm__model_observe(s->model, model_key(s, t, key, sizeof key), tdm__task_bytes(t),
+                            s->cls[c].name, seconds);
 }
 
 static double rt_transfer(const tdm_sched *s, unsigned c, const tdm_task *t) {

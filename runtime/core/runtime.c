@@ -321,8 +321,9 @@ fail:
 
 tdm_status tdm__refuse_locked(const tdm_runtime *rt, const char *what) {
   tdm__log(rt, TDM_LOG_ERROR, "%s called from an enqueue or work-size function, which runs "
-           "under its device's lock: it would wait for that lock (enqueue OpenCL commands "
-           "there, and submit from the task's callback)", what);
+           "under its device's lock, or a footprint function, which runs under the "
+           "scheduler's: it would wait for that lock (enqueue OpenCL commands there, and "
+           "submit from the task's callback)", what);
   return TDM_ERR_IN_TASK;
 }
 
@@ -340,8 +341,8 @@ tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what) {
   }
   if (TDM_UNLIKELY(tdm__event_of == rt)) {
     tdm__log(rt, TDM_LOG_ERROR,
-             "%s called from an event or build callback, or an enqueue or work-size function, "
-             "of the same runtime: it could deadlock", what);
+             "%s called from an event or build callback, or an enqueue, work-size or "
+             "footprint function, of the same runtime: it could deadlock", what);
     return TDM_ERR_IN_TASK;
   }
   return TDM_OK;

@@ -40,6 +40,7 @@
 #include "core.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -871,4 +872,47 @@ void tdm_task_release(tdm_task *task) {
   if (created)
     count_unsubmitted(task, -1);
   tdm__task_unref(task);
+}
+
+/* ---- footprints --------------------------------------------------------- */
+
+/* A buffer's shape class: 0 for a vector or a square matrix, else its
+ * rows over columns as a power of two (rounded, within +-31). */
+static int shape_class(const tdm_buffer *b) {
+  if (b->nx <= 1 || b->ny <= 1)
+    return 0;
+  double r = log2((double)b->nx / (double)b->ny);
+  return (int)fmax(-31, fmin(31, lround(r)));
+}
+
+uint64_t tdm__task_footprint(tdm_runtime *rt, const tdm_task *t) {
+  const tdm_codelet *cl = t->codelet;
+  tdm_handle *const *hs = tdm__task_handles(t);
+  bool has_fn = cl && (!cl->struct_size || cl->struct_size >= offsetof(tdm_codelet, footprint) +
+                                                                   sizeof cl->footprint) &&
+                cl->footprint;
+  if (has_fn) {
+    tdm_buffer room[TDM_MAX_BUFFERS] = {{0}};
+    tdm_buffer *views = t->nbuf <= TDM_MAX_BUFFERS ? room : malloc(t->nbuf * sizeof *views);
+    if (!views)
+      return 0; /* the codelet's name alone, for want of memory */
+    for (unsigned i = 0; i < t->nbuf; i++)
+      views[i] = hs[i]->buf;
+    uint64_t fp = 0;
+    TDM_LOCKED_CODE(rt, fp = cl->footprint(views, t->nbuf, t->args, t->args_size));
+    if (views != room)
+      free(views);
+    return fp;
+  }
+  /* the shapes: FNV-1a (Fowler, Noll and Vo) over each buffer's element
+   * size and shape class, where one is neither a vector nor square */
+  uint64_t h = 14695981039346656037ull;
+  bool plain = true;
+  for (unsigned i = 0; i < t->nbuf; i++) {
+    int c = shape_class(&hs[i]->buf);
+    plain = plain && !c;
+    h = (h ^ (uint64_t)hs[i]->buf.elem_size) * 1099511628211ull;
+    h = (h ^ (uint64_t)(c + 32)) * 1099511628211ull;
+  }
+  return plain ? 0 : h | 1;
 }

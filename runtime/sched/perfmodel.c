@@ -345,6 +345,14 @@ static bool write_file(const tdm_perfmodel *m, int dirfd, const char *name,
   return tdm__out_commit(rt, &o);
 }
 
+/* Whether a model's name is that of `codelet`: the name itself, or the
+ * name with a footprint ("NAME#FOOTPRINT", core/place.c), unless the
+ * name asked for has its footprint. */
+static bool codelet_named(const char *model, const char *codelet) {
+  size_t n = strlen(codelet);
+  return !strncmp(model, codelet, n) && (!model[n] || (model[n] == '#' && !strchr(codelet, '#')));
+}
+
 tdm_status tdm__model_forget(int dirfd, const char *name, const char *codelet,
                              const tdm_runtime *rt, unsigned *removed) {
   *removed = 0;
@@ -357,7 +365,7 @@ tdm_status tdm__model_forget(int dirfd, const char *name, const char *codelet,
   tdm_status loaded = m ? tdm__model_load(m, dirfd, name, rt) : TDM_OK;
   for (entry **link = m ? &m->entries : NULL; link && *link;) {
     entry *e = *link;
-    if (codelet && strcmp(e->codelet, codelet)) {
+    if (codelet && !codelet_named(e->codelet, codelet)) {
       link = &e->next;
       continue;
     }

@@ -76,7 +76,8 @@ void tdm__model_each(const tdm_perfmodel *m, tdm_model_record_fn fn, void *data)
  * (codelet, cls); false when fewer than two sizes are calibrated. */
 bool tdm__model_law(const tdm_perfmodel *m, const char *codelet, const char *cls, double *c,
                     double *b);
-/* Removes `codelet`'s records (NULL: all) from the file `name` in dirfd,
+/* Removes `codelet`'s records (NULL: all; a name without a footprint:
+ * those of every footprint of it too) from the file `name` in dirfd,
  * under the writers' lock, counting them into *removed; the file goes
  * when nothing is left. TDM_OK, or TDM_ERR_SYSTEM (logged). */
 tdm_status tdm__model_forget(int dirfd, const char *name, const char *codelet,

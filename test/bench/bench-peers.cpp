@@ -84,8 +84,8 @@ tdm_runtime *tandem_new() {
   return rt;
 }
 
-const tdm_codelet cl_noop = {0, "noop", noop, 0, {}, nullptr, nullptr, {}};
-const tdm_codelet cl_bump = {0, "bump", bump, 1, {TDM_RW}, nullptr, nullptr, {}};
+const tdm_codelet cl_noop = {0, "noop", noop, 0, {}, nullptr, nullptr, {}, nullptr};
+const tdm_codelet cl_bump = {0, "bump", bump, 1, {TDM_RW}, nullptr, nullptr, {}, nullptr};
 
 double tandem_independent(tdm_runtime *rt, int n) {
   tdm_task_desc d{};
