@@ -28,6 +28,7 @@ typedef struct size_entry {
   bool fresh; /* observed since loaded: saving keeps this window */
   unsigned n; /* observations ever, the last TDM_MODEL_WINDOW kept */
   double seen[TDM_MODEL_WINDOW];
+  double med; /* their median, kept as they come: predictions read it */
 } size_entry;
 
 typedef struct entry {
@@ -67,9 +68,22 @@ void tdm__model_free(tdm_perfmodel *m) {
   free(m);
 }
 
+/* Whether a stored name (clean_copy's) is the one given, as clean_copy
+ * would make it, without making it. */
+static bool same_name(const char *stored, const char *given) {
+  given = tdm__name_or(given);
+  size_t i = 0;
+  for (; i < TDM_MODEL_NAME_MAX && given[i]; i++) {
+    char c = given[i] == '\t' || given[i] == '\n' || given[i] == '\r' ? ' ' : given[i];
+    if (stored[i] != c)
+      return false;
+  }
+  return !stored[i];
+}
+
 static entry *find(const tdm_perfmodel *m, const char *codelet, const char *cls) {
   for (entry *e = m->entries; e; e = e->next)
-    if (!strcmp(e->codelet, codelet) && !strcmp(e->cls, cls))
+    if (same_name(e->codelet, codelet) && same_name(e->cls, cls))
       return e;
   return NULL;
 }
@@ -129,14 +143,15 @@ bool tdm__model_observe(tdm_perfmodel *m, const char *codelet, uint64_t size, co
   s->seen[s->n % TDM_MODEL_WINDOW] = seconds;
   s->n++;
   s->fresh = true;
+  unsigned k = s->n < TDM_MODEL_WINDOW ? s->n : TDM_MODEL_WINDOW;
+  double v[TDM_MODEL_WINDOW];
+  memcpy(v, s->seen, k * sizeof *v);
+  s->med = tdm__median(v, k);
   return true;
 }
 
 static double median(const size_entry *s) {
-  unsigned k = s->n < TDM_MODEL_WINDOW ? s->n : TDM_MODEL_WINDOW;
-  double v[TDM_MODEL_WINDOW];
-  memcpy(v, s->seen, k * sizeof *v);
-  return tdm__median(v, k);
+  return s->med;
 }
 
 /* The calibrated sizes of e: their span and the range of their medians. */
@@ -182,10 +197,7 @@ double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t 
   if (!calibrated)
     calibrated = &dummy;
   *calibrated = false;
-  char *name = clean_copy(codelet), *klass = clean_copy(cls);
-  const entry *e = name && klass ? find(m, name, klass) : NULL;
-  free(name);
-  free(klass);
+  const entry *e = find(m, codelet, cls);
   if (!e)
     return -1;
   for (unsigned i = 0; i < e->nsizes; i++)
