@@ -203,6 +203,68 @@ static void test_device_chain_home_at_destroy(void **state) {
   device_chain(true);
 }
 
+/* Both CPU workers in tasks that spin until a chain of device-only tasks
+ * is done (5 s at most): the chain still advances, its completions ended
+ * by the watcher (they would otherwise wait for a CPU worker, and the
+ * spinning tasks time out); its result is right. */
+static _Atomic int spinning, chain_done, spin_timed_out;
+
+static void spin_until_chain(const tdm_buffer *b, const void *args, size_t size) {
+  (void)b;
+  (void)args;
+  (void)size;
+  atomic_fetch_add(&spinning, 1);
+  double end = now_s() + 5;
+  while (!atomic_load(&chain_done) && now_s() < end)
+    ;
+  if (!atomic_load(&chain_done))
+    atomic_store(&spin_timed_out, 1);
+}
+
+static const tdm_codelet spinner = {.name = "spinner", .cpu_fn = spin_until_chain};
+
+static void chain_ended(void *data) {
+  (void)data;
+  atomic_store(&chain_done, 1);
+}
+
+static void test_chain_while_cpus_busy(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  atomic_store(&spinning, 0);
+  atomic_store(&chain_done, 0);
+  atomic_store(&spin_timed_out, 0);
+  unsigned ncpu = tdm_runtime_ncpu_workers(rt);
+  for (unsigned i = 0; i < ncpu; i++)
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &spinner}), TDM_OK);
+  while (atomic_load(&spinning) < (int)ncpu) /* every CPU worker in one */
+    sleep_ms(1);
+  float *x = array(1, 0), *y = array(0, 0);
+  tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
+  enum { L = 10 };
+  double t0 = now_s();
+  for (int i = 0; i < L; i++) {
+    float a = 1;
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only,
+                                                     .handles = {hx, hy},
+                                                     .args = &a,
+                                                     .args_size = sizeof a,
+                                                     .callback = i == L - 1 ? chain_ended : NULL}),
+                     TDM_OK);
+  }
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  printf("a chain of %d device tasks with every CPU worker busy: %.1f ms\n", L,
+         1e3 * (now_s() - t0));
+  assert_false(atomic_load(&spin_timed_out));
+  tdm_handle_unregister(hx);
+  tdm_handle_unregister(hy);
+  for (int i = 0; i < N; i++)
+    assert_true(y[i] == L * x[i]);
+  run_end(rt, x, y);
+  assert_int_equal(test_log_errors(&log), 0);
+}
+
 /* Independent tasks with both variants: every one runs once, somewhere. */
 static void test_both_variants(void **state) {
   (void)state;
@@ -710,6 +772,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_saxpy_chain_alternating),
       cmocka_unit_test(test_device_chain),
       cmocka_unit_test(test_device_chain_home_at_destroy),
+      cmocka_unit_test(test_chain_while_cpus_busy),
       cmocka_unit_test(test_both_variants),
       cmocka_unit_test(test_tiled_gemm),
       cmocka_unit_test(test_tiled_gemm_both_variants),

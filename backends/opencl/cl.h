@@ -98,8 +98,11 @@ struct tdm_opencl {
   unsigned first, n;
   struct cl_device **dev;
   /* Tasks whose commands completed, pushed by their callbacks (a Treiber
-   * stack through pool_next), ended by CPU workers (cl_progress). */
+   * stack through pool_next), ended by CPU workers (cl_progress), or by
+   * the watcher when none came for them (all busy): since when the oldest
+   * waits (ns). */
   _Atomic(tdm_task *) completions;
+  _Atomic uint64_t completions_since;
   struct cl_watch *watch; /* watch.c, while devices run */
   struct cl_builder *builder; /* programs.c, while devices run */
   struct cl_toks *toks; /* tokens.c, while devices run */

@@ -340,6 +340,8 @@ static void cl_release(tdm_runtime *rt) {
 static void post_completion(tdm_runtime *rt, tdm_task *t) {
   tdm_opencl *cl = cl_of(rt);
   tdm_task *head = atomic_load_explicit(&cl->completions, memory_order_relaxed);
+  if (!head) /* (the watcher reads it only while some completion waits) */
+    atomic_store_explicit(&cl->completions_since, tdm__now_ns(), memory_order_relaxed);
   do
     t->pool_next = head;
   while (!atomic_compare_exchange_weak(&cl->completions, &head, t));
@@ -489,6 +491,20 @@ static void completed(tdm_runtime *rt, tdm_task *t) {
  * push's (see tdm__wake_for_completion). */
 static bool cl_ended(const tdm_runtime *rt) {
   return atomic_load(&cl_of(rt)->completions) != NULL;
+}
+
+static bool cl_progress(tdm_runtime *rt);
+
+bool tdm__cl_completions_waiting(const tdm_runtime *rt) {
+  return atomic_load_explicit(&cl_of(rt)->completions, memory_order_relaxed) != NULL;
+}
+
+void tdm__cl_progress_late(tdm_runtime *rt, uint64_t late_ns) {
+  tdm_opencl *cl = cl_of(rt);
+  if (tdm__cl_completions_waiting(rt) &&
+      tdm__now_ns() - atomic_load_explicit(&cl->completions_since, memory_order_relaxed) >=
+          late_ns)
+    cl_progress(rt);
 }
 
 static bool cl_progress(tdm_runtime *rt) {

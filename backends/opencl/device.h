@@ -142,8 +142,14 @@ tdm_status tdm__cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what);
  * it cannot: the caller waits instead. */
 bool tdm__cl_when_complete(tdm_runtime *rt, cl_event e,
                            void(CL_CALLBACK *fn)(cl_event, cl_int, void *), void *data);
+/* Whether completions wait to be ended; ends them (device.c's
+ * cl_progress, as a CPU worker would) when the oldest has waited late_ns
+ * or more: no CPU worker came between its tasks meanwhile. */
+bool tdm__cl_completions_waiting(const tdm_runtime *rt);
+void tdm__cl_progress_late(tdm_runtime *rt, uint64_t late_ns);
 /* The watcher's thread, started with the devices, stopped once every
- * command has finished. */
+ * command has finished; it also ends the completions that no CPU worker
+ * ended within a tick (tdm__cl_progress_late). */
 tdm_status tdm__cl_watch_start(tdm_runtime *rt);
 void tdm__cl_watch_stop(tdm_runtime *rt);
 

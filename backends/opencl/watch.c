@@ -10,6 +10,12 @@
  * are pending, at the events whose callback has not come, and calls it
  * itself for those that failed. The first of the implementation's call
  * and the watcher's runs the callback; the other does nothing.
+ *
+ * The watcher also ends the devices' completions that wait for a CPU
+ * worker (they come between their tasks) when none came within LATE_NS:
+ * with every CPU worker in a long task, a device's successors are
+ * released and its next commands enqueued within a tick, on this thread,
+ * which sleeps between ticks and reserves no core.
  */
 #include "device.h"
 
@@ -19,6 +25,7 @@
 #include <time.h>
 
 #define WATCH_NS 2000000 /* 2 ms */
+#define LATE_NS 500000   /* a completion no CPU worker took in 0.5 ms */
 
 typedef struct watched {
   cl_event e; /* a reference */
@@ -90,7 +97,7 @@ static void *watch_main(void *arg) {
   tdm__name_thread(rt, "tandem-clwatch");
   TDM_PTHREAD(rt, pthread_mutex_lock(&cw->lock));
   while (!cw->stop) {
-    if (!cw->head) {
+    if (!cw->head && !tdm__cl_completions_waiting(rt)) {
       TDM_PTHREAD(rt, pthread_cond_wait(&cw->cond, &cw->lock));
       continue;
     }
@@ -108,6 +115,9 @@ static void *watch_main(void *arg) {
     sweep(cw, &failed);
     TDM_PTHREAD(rt, pthread_mutex_unlock(&cw->lock));
     tdm__tok_check(rt); /* copies that stall */
+    /* completions no CPU worker took (all in long tasks): ended here, so
+     * that a device's successors and its next tasks do not wait for them */
+    tdm__cl_progress_late(rt, LATE_NS);
     for (watched *w = failed; w; w = w->next) {
       cl_int st = CL_QUEUED;
       api->GetEventInfo(w->e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
