@@ -1089,10 +1089,13 @@ typedef struct tdm_codelet {
    * same bytes are not mistaken for each other. Otherwise a function of
    * the task's buffer views and arguments, e.g. the dimensions of a
    * kernel's loop; 0 means the codelet's name alone. The placement calls
-   * it several times per task, under its lock: it must be quick, give
-   * the same value for the same task each time, and not call Tandem
-   * (such calls fail with TDM_ERR_IN_TASK). Models show as "NAME" or
-   * "NAME#FOOTPRINT" (hexadecimal) in tandem-models. */
+   * it several times per task, under its lock, on whatever thread places
+   * or ends the task: it must be quick, give the same value for the same
+   * task each time, and not call Tandem (the calls that wait, submit or
+   * dispatch fail there with TDM_ERR_IN_TASK; the others are not to be
+   * made). Models show as "NAME" or "NAME#FOOTPRINT" (16 hexadecimal
+   * digits) in tandem-models: '#' in a codelet's own name is best
+   * avoided, and codelets without a name share "(unnamed)". */
   tdm_footprint_fn footprint;
 } tdm_codelet;
 
@@ -1103,8 +1106,12 @@ typedef struct tdm_group tdm_group;
 /** Called once the task has ended, whatever its outcome, and before the
  * tasks that depend on it are released: on the worker that ran it, or on
  * a thread of the runtime when it ran on a device, failed or was
- * cancelled. tdm_callback_status tells the outcome. It may submit tasks;
- * it must not block. */
+ * cancelled (a CPU worker, an emulated device's thread, or the thread
+ * that ends OpenCL completions when every CPU worker is busy: there
+ * tdm_worker_id gives the device's worker or -1). tdm_callback_status
+ * tells the outcome. It may submit tasks, also while tdm_runtime_destroy
+ * waits; it must not block (the calls that would, and tdm_dispatch, fail
+ * with TDM_ERR_IN_TASK on every one of those threads). */
 typedef void (*tdm_task_callback)(void *user_data);
 
 /** Everything a task is made of; read during tdm_submit / tdm_task_create

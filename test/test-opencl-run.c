@@ -11,7 +11,9 @@
  * enqueueing its own commands; eviction under a small device-memory limit;
  * a buffer too large for the device; vector pieces; the OpenCL objects of
  * a device; an OpenCL-only task without a device; pausing; a task pinned
- * to the application's thread after a device's; two devices. The program
+ * to the application's thread after a device's; two devices; device
+ * chains that advance, and that destroy waits for, while every CPU
+ * worker is busy. The program
  * cache: test-opencl-cache; failures: test-opencl-failures. Exits 77
  * (skip) where no OpenCL CPU device is installed.
  */
@@ -207,7 +209,8 @@ static void test_device_chain_home_at_destroy(void **state) {
  * is done (5 s at most): the chain still advances, its completions ended
  * by the watcher (they would otherwise wait for a CPU worker, and the
  * spinning tasks time out); its result is right. */
-static _Atomic int spinning, chain_done, spin_timed_out;
+static _Atomic int spinning, chain_done, spin_timed_out, end_wait = -1, end_dispatch = -1;
+static tdm_runtime *chain_rt;
 
 static void spin_until_chain(const tdm_buffer *b, const void *args, size_t size) {
   (void)b;
@@ -223,8 +226,12 @@ static void spin_until_chain(const tdm_buffer *b, const void *args, size_t size)
 
 static const tdm_codelet spinner = {.name = "spinner", .cpu_fn = spin_until_chain};
 
+/* On the completions' watcher (every CPU worker spins): blocking calls
+ * refused there as on a worker. */
 static void chain_ended(void *data) {
   (void)data;
+  atomic_store(&end_wait, tdm_wait_all(chain_rt));
+  atomic_store(&end_dispatch, tdm_dispatch(chain_rt));
   atomic_store(&chain_done, 1);
 }
 
@@ -232,6 +239,7 @@ static void test_chain_while_cpus_busy(void **state) {
   (void)state;
   test_log log;
   tdm_runtime *rt = device_runtime(&log, 1);
+  chain_rt = rt;
   atomic_store(&spinning, 0);
   atomic_store(&chain_done, 0);
   atomic_store(&spin_timed_out, 0);
@@ -257,11 +265,67 @@ static void test_chain_while_cpus_busy(void **state) {
   printf("a chain of %d device tasks with every CPU worker busy: %.1f ms\n", L,
          1e3 * (now_s() - t0));
   assert_false(atomic_load(&spin_timed_out));
+  assert_int_equal(atomic_load(&end_wait), TDM_ERR_IN_TASK);
+  assert_int_equal(atomic_load(&end_dispatch), TDM_ERR_IN_TASK);
+  assert_true(test_log_has(&log, "a thread of the same runtime runs"));
   tdm_handle_unregister(hx);
   tdm_handle_unregister(hy);
   for (int i = 0; i < N; i++)
     assert_true(y[i] == L * x[i]);
   run_end(rt, x, y);
+  assert_int_equal(test_log_errors(&log), 2); /* the two refusals */
+}
+
+/* The same busy CPU workers, a chain that each step's callback extends
+ * (on the watcher), and tdm_runtime_destroy called after the first
+ * step: the steps submitted while it waits are accepted, the graph runs
+ * whole, as from a worker. */
+static _Atomic int steps;
+static tdm_handle *step_x, *step_y;
+
+static void next_step(void *data) {
+  (void)data;
+  if (atomic_fetch_add(&steps, 1) + 1 >= 10) {
+    atomic_store(&chain_done, 1);
+    return;
+  }
+  float a = 1;
+  if (tdm_submit(chain_rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only,
+                                            .handles = {step_x, step_y},
+                                            .args = &a,
+                                            .args_size = sizeof a,
+                                            .callback = next_step}) != TDM_OK)
+    atomic_store(&chain_done, 1); /* cut: the count says so */
+}
+
+static void test_destroy_while_device_chain_grows(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  chain_rt = rt;
+  atomic_store(&spinning, 0);
+  atomic_store(&chain_done, 0);
+  atomic_store(&spin_timed_out, 0);
+  atomic_store(&steps, 0);
+  unsigned ncpu = tdm_runtime_ncpu_workers(rt);
+  for (unsigned i = 0; i < ncpu; i++)
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &spinner}), TDM_OK);
+  while (atomic_load(&spinning) < (int)ncpu)
+    sleep_ms(1);
+  float *x = array(1, 0), *y = array(0, 0);
+  step_x = vector_of(rt, x);
+  step_y = vector_of(rt, y);
+  float a = 1;
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &saxpy_gpu_only,
+                                                   .handles = {step_x, step_y},
+                                                   .args = &a,
+                                                   .args_size = sizeof a,
+                                                   .callback = next_step}),
+                   TDM_OK);
+  run_end(rt, x, y); /* destroy: waits for the whole chain, brings y home */
+  printf("steps run with destroy waiting: %d of 10\n", atomic_load(&steps));
+  assert_int_equal(atomic_load(&steps), 10);
+  assert_false(atomic_load(&spin_timed_out));
   assert_int_equal(test_log_errors(&log), 0);
 }
 
@@ -773,6 +837,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_device_chain),
       cmocka_unit_test(test_device_chain_home_at_destroy),
       cmocka_unit_test(test_chain_while_cpus_busy),
+      cmocka_unit_test(test_destroy_while_device_chain_grows),
       cmocka_unit_test(test_both_variants),
       cmocka_unit_test(test_tiled_gemm),
       cmocka_unit_test(test_tiled_gemm_both_variants),

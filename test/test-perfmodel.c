@@ -114,6 +114,48 @@ static void test_save_and_load(void **state) {
   tdm__model_free(l);
 }
 
+/* A codelet named "" is "(unnamed)", and its record keeps the file
+ * readable; a record removed from the file (tandem-models reset) while
+ * a process that loaded it runs stays removed when that process saves,
+ * unless it measured it again. */
+static void test_empty_name_and_reset_kept(void **state) {
+  (void)state;
+  unlink(path);
+  tdm_perfmodel *m = tdm__model_new();
+  for (int i = 0; i < 3; i++) {
+    assert_true(tdm__model_observe(m, "", 8, "cpu", 1e-3));
+    assert_true(tdm__model_observe(m, "x", 8, "cpu", 2e-3));
+    assert_true(tdm__model_observe(m, "y", 8, "cpu", 3e-3));
+  }
+  assert_int_equal(tdm__model_save(m, AT_FDCWD, path, NULL), TDM_OK);
+  tdm__model_free(m);
+  tdm_perfmodel *running = tdm__model_new(); /* a process that loaded x and y */
+  assert_int_equal(tdm__model_load(running, AT_FDCWD, path, NULL), TDM_OK);
+  assert_true(tdm__model_predict(running, "(unnamed)", 8, "cpu", NULL) > 0);
+  unsigned removed = 0;
+  assert_int_equal(tdm__model_forget(AT_FDCWD, path, "x", NULL, &removed), TDM_OK);
+  assert_int_equal(removed, 1);
+  assert_true(tdm__model_observe(running, "y", 8, "cpu", 3e-3)); /* y measured again */
+  assert_int_equal(tdm__model_save(running, AT_FDCWD, path, NULL), TDM_OK);
+  tdm__model_free(running);
+  tdm_perfmodel *l = tdm__model_new();
+  assert_int_equal(tdm__model_load(l, AT_FDCWD, path, NULL), TDM_OK);
+  assert_true(tdm__model_predict(l, "x", 8, "cpu", NULL) < 0); /* stays removed */
+  assert_true(tdm__model_predict(l, "y", 8, "cpu", NULL) > 0);
+  assert_true(tdm__model_predict(l, "", 8, "cpu", NULL) > 0); /* "" is "(unnamed)" */
+  tdm__model_free(l);
+  /* the whole file removed meanwhile: nothing loaded comes back */
+  running = tdm__model_new();
+  assert_int_equal(tdm__model_load(running, AT_FDCWD, path, NULL), TDM_OK);
+  assert_int_equal(tdm__model_forget(AT_FDCWD, path, NULL, NULL, &removed), TDM_OK);
+  assert_int_equal(tdm__model_save(running, AT_FDCWD, path, NULL), TDM_OK);
+  tdm__model_free(running);
+  l = tdm__model_new();
+  assert_int_equal(tdm__model_load(l, AT_FDCWD, path, NULL), TDM_OK);
+  assert_true(tdm__model_predict(l, "y", 8, "cpu", NULL) < 0);
+  tdm__model_free(l);
+}
+
 /* Each bad file: ignored, said, the model left empty. */
 static void expect_ignored(const char *why) {
   test_log log;
@@ -201,6 +243,7 @@ int main(void) {
       cmocka_unit_test(test_regression_over_size),
       cmocka_unit_test(test_noisy_law),
       cmocka_unit_test(test_save_and_load),
+      cmocka_unit_test(test_empty_name_and_reset_kept),
       cmocka_unit_test(test_bad_files),
       cmocka_unit_test(test_link_model),
   };

@@ -4,7 +4,8 @@
  * GPU. Tasks spin for a given wall time, so that their durations hold on
  * a loaded machine; the bounds below leave room for calibration and for
  * a machine busy with other work (the exact figures are asserted in
- * virtual time, test-vtime).
+ * virtual time, test-vtime). Also: footprints for the models, and the
+ * devices' threads refusing blocking calls as the CPU workers do.
  */
 #include "common.h"
 
@@ -552,7 +553,7 @@ static bool count_names(void *data, const char *codelet, const char *cls, uint64
  * tasks apart by their arguments, its 0 meaning the codelet's name; it
  * may not call Tandem; forgetting a codelet forgets every footprint. */
 static _Atomic int fp_calls;
-static _Atomic int fp_submit = -1, fp_wait = -1;
+static _Atomic int fp_submit = -1, fp_wait = -1, fp_dispatch = -1;
 
 static void plain_task(const tdm_buffer *b, const void *args, size_t n) {
   (void)b;
@@ -572,6 +573,7 @@ static uint64_t by_args(const tdm_buffer *bufs, unsigned n, const void *args, si
   if (atomic_fetch_add(&fp_calls, 1) == 0) { /* no call back into Tandem */
     atomic_store(&fp_submit, tdm_submit(the_rt, &(tdm_task_desc){.codelet = &nobuf}));
     atomic_store(&fp_wait, tdm_wait_all(the_rt));
+    atomic_store(&fp_dispatch, tdm_dispatch(the_rt));
   }
   return *(const unsigned *)args;
 }
@@ -607,6 +609,7 @@ static void test_footprints(void **state) {
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
   assert_int_equal(atomic_load(&fp_submit), TDM_ERR_IN_TASK);
   assert_int_equal(atomic_load(&fp_wait), TDM_ERR_IN_TASK);
+  assert_int_equal(atomic_load(&fp_dispatch), TDM_ERR_IN_TASK);
   assert_true(test_log_has(&log, "or a footprint function"));
   for (int k = 0; k < 4; k++)
     assert_int_equal(tdm_handle_unregister(h[k]), TDM_OK);
@@ -642,6 +645,64 @@ static void test_footprints(void **state) {
   test_remove_dir(dir);
 }
 
+/* Tasks and callbacks that an emulated device's thread runs are the
+ * runtime's code as on a CPU worker: a blocking call or tdm_dispatch
+ * there fails with TDM_ERR_IN_TASK (it would wait for the device). */
+static _Atomic int blocked_calls, refused_calls, on_device;
+
+static void try_blocking(void) {
+  atomic_fetch_add(&blocked_calls, 2);
+  if (tdm_wait_all(the_rt) == TDM_ERR_IN_TASK)
+    atomic_fetch_add(&refused_calls, 1);
+  if (tdm_dispatch(the_rt) == TDM_ERR_IN_TASK)
+    atomic_fetch_add(&refused_calls, 1);
+  if (tdm_worker_id(the_rt) >= (int)tdm_runtime_ncpu_workers(the_rt))
+    atomic_fetch_add(&on_device, 1);
+}
+
+static void blocking_task(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b;
+  (void)args;
+  (void)n;
+  try_blocking();
+}
+
+static void blocking_callback(void *data) {
+  (void)data;
+  try_blocking();
+}
+
+static const tdm_codelet blocker = {.name = "blocker", .cpu_fn = blocking_task, .nbuffers = 1,
+                                    .modes = {TDM_RW}};
+
+static void test_device_threads_refuse_blocking(void **state) {
+  (void)state;
+  /* random: about a third of the tasks on the device, however loaded
+   * the machine (heft may keep such short tasks on the CPU workers) */
+  tdm_runtime *rt = sim_runtime("gpu:speedup=50,latency=1us,bandwidth=10G", "random", NULL, NULL);
+  atomic_store(&blocked_calls, 0);
+  atomic_store(&refused_calls, 0);
+  atomic_store(&on_device, 0);
+  static double v[32][4];
+  tdm_handle *h[32];
+  for (int i = 0; i < 32; i++)
+    assert_int_equal(tdm_register_vector(rt, v[i], 4, sizeof(double), &h[i]), TDM_OK);
+  for (int r = 0; r < 4; r++)
+    for (int i = 0; i < 32; i++)
+      assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &blocker,
+                                                       .handles = {h[i]},
+                                                       .callback = blocking_callback}),
+                       TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  printf("%d blocking calls from tasks and callbacks, %d refused, %d on the device's thread\n",
+         atomic_load(&blocked_calls), atomic_load(&refused_calls), atomic_load(&on_device));
+  assert_int_equal(atomic_load(&refused_calls), atomic_load(&blocked_calls));
+  assert_true(atomic_load(&on_device) > 0);
+  for (int i = 0; i < 32; i++)
+    assert_int_equal(tdm_handle_unregister(h[i]), TDM_OK);
+  tdm_runtime_destroy(rt);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gemm_on_device_small_on_cpu),
@@ -654,6 +715,7 @@ int main(void) {
       cmocka_unit_test(test_cpu_kinds_are_classes),
       cmocka_unit_test(test_description_and_errors),
       cmocka_unit_test(test_footprints),
+      cmocka_unit_test(test_device_threads_refuse_blocking),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

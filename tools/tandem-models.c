@@ -232,7 +232,8 @@ static int show(const tool *t, const char *app, const char *codelet) {
   if (!m || !load(t, file, m, &rs))
     goto done;
   size_t first = 0;
-  while (codelet && first < rs.n && strcmp(rs.r[first].codelet, codelet))
+  /* a codelet's name shows its models of every footprint too */
+  while (codelet && first < rs.n && !tdm__model_named(rs.r[first].codelet, codelet))
     first++;
   if (codelet && first == rs.n) {
     fprintf(stderr, "tandem-models: %s has no model of codelet %s\n", app, codelet);
@@ -248,7 +249,11 @@ static int show(const tool *t, const char *app, const char *codelet) {
     printf("application %s (%s/%s)\n", app, t->dir_path, file);
   }
   char b1[32], b2[32], b3[32];
-  for (size_t i = first; i < rs.n && (!codelet || !strcmp(rs.r[i].codelet, codelet));) {
+  for (size_t i = first; i < rs.n;) {
+    if (codelet && !tdm__model_named(rs.r[i].codelet, codelet)) {
+      i++;
+      continue;
+    }
     const char *name = rs.r[i].codelet;
     if (t->json) {
       printf("%s{\"codelet\": ", i > first ? ", " : "");

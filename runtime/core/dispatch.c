@@ -141,9 +141,16 @@ int tdm_dispatch(tdm_runtime *rt) {
   if (!rt)
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, "tdm_dispatch");
-  if (tdm__self_in(rt)) {
-    tdm__log(rt, TDM_LOG_ERROR, "tdm_dispatch called from a task: it runs on the application's "
-             "thread");
+  if (tdm__self_in(rt) || TDM_UNLIKELY(tdm__thread_of == rt)) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_dispatch called from a task or a callback the runtime "
+             "runs: it runs on the application's thread");
+    return TDM_ERR_IN_TASK;
+  }
+  if (TDM_UNLIKELY(tdm__locked_of == rt))
+    return tdm__refuse_locked(rt, "tdm_dispatch");
+  if (TDM_UNLIKELY(tdm__event_of == rt)) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_dispatch called from an event or build callback of the "
+             "same runtime: it could deadlock");
     return TDM_ERR_IN_TASK;
   }
   if (atomic_exchange(&rt->dispatching, true)) {

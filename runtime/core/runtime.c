@@ -328,6 +328,8 @@ tdm_status tdm__refuse_locked(const tdm_runtime *rt, const char *what) {
 }
 
 tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what) {
+  if (TDM_UNLIKELY(tdm__locked_of == rt)) /* under a lock: say which code */
+    return tdm__refuse_locked(rt, what);
   if (tdm__self_in(rt)) {
     tdm__log(rt, TDM_LOG_ERROR,
              "%s called from a task of the same runtime: it could deadlock", what);
@@ -343,6 +345,13 @@ tdm_status tdm__check_blocking(const tdm_runtime *rt, const char *what) {
     tdm__log(rt, TDM_LOG_ERROR,
              "%s called from an event or build callback, or an enqueue, work-size or "
              "footprint function, of the same runtime: it could deadlock", what);
+    return TDM_ERR_IN_TASK;
+  }
+  if (TDM_UNLIKELY(tdm__thread_of == rt)) { /* a device's thread, the OpenCL watcher */
+    tdm__log(rt, TDM_LOG_ERROR,
+             "%s called from a task or callback that a thread of the same runtime runs (an "
+             "emulated device's, or the one that ends OpenCL completions): it could deadlock",
+             what);
     return TDM_ERR_IN_TASK;
   }
   return TDM_OK;

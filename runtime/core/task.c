@@ -656,7 +656,9 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
    * then waits for inflight, so either it waits for us or we see it
    * closing (seq_cst on both sides). */
   atomic_fetch_add(&rt->inflight, 1);
-  if (atomic_load(&rt->closing) && !tdm__self_in(rt)) {
+  /* (a task of the runtime's, wherever it runs, may still submit: a
+   * running graph is not cut) */
+  if (atomic_load(&rt->closing) && tdm__thread_of != rt) {
     tdm__sub_inflight(rt, 1);
     tdm__log(rt, TDM_LOG_ERROR, "submit of %s refused: the runtime is being destroyed",
              tdm__codelet_name(t));

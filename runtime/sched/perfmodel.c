@@ -29,6 +29,7 @@ typedef struct size_entry {
   unsigned n; /* observations ever, the last TDM_MODEL_WINDOW kept */
   double seen[TDM_MODEL_WINDOW];
   double med; /* their median, kept as they come: predictions read it */
+  bool on_disk; /* while saving: the file still holds it */
 } size_entry;
 
 typedef struct entry {
@@ -305,22 +306,49 @@ static bool write_records(const tdm_perfmodel *m, FILE *f) {
 /* Takes the file on disk into m, under the writers' lock: its windows
  * replace those m has not added to since it was loaded, and its records
  * that m lacks are added, so that what another process saved meanwhile
- * is kept. */
+ * is kept; the records m loaded and has not added to that the file no
+ * longer holds (or no file) are dropped, so that a reset meanwhile
+ * (tdm__model_forget) is kept too. */
 static void merge_disk(tdm_perfmodel *m, int dirfd, const char *name) {
   tdm_perfmodel *disk = tdm__model_new();
+  if (!disk)
+    return;
   /* quietly (no runtime to log to): the load at start said what was wrong
    * with the file */
-  if (!disk || tdm__model_load(disk, dirfd, name, NULL) != TDM_OK) {
+  tdm_status st = tdm__model_load(disk, dirfd, name, NULL);
+  bool gone = st != TDM_OK && faccessat(dirfd, name, F_OK, 0) != 0 && errno == ENOENT;
+  if (st != TDM_OK && !gone) { /* unreadable: ours are written as they are */
     tdm__model_free(disk);
     return;
   }
+  for (entry *e = m->entries; e; e = e->next)
+    for (unsigned i = 0; i < e->nsizes; i++)
+      e->sizes[i].on_disk = false;
   for (const entry *e = disk->entries; e; e = e->next)
     for (unsigned i = 0; i < e->nsizes; i++) {
       size_entry *mine = size_slot(m, e->codelet, e->cls, e->sizes[i].size);
       if (mine && !mine->fresh)
         *mine = e->sizes[i];
+      if (mine)
+        mine->on_disk = true;
     }
   tdm__model_free(disk);
+  /* what this process loaded and did not measure again, and the file no
+   * longer holds, was removed (tdm__model_forget): it stays removed */
+  for (entry **link = &m->entries; *link;) {
+    entry *e = *link;
+    unsigned kept = 0;
+    for (unsigned i = 0; i < e->nsizes; i++)
+      if (e->sizes[i].fresh || e->sizes[i].on_disk)
+        e->sizes[kept++] = e->sizes[i];
+    e->nsizes = kept;
+    if (kept) {
+      link = &e->next;
+    } else {
+      *link = e->next;
+      entry_free(e);
+    }
+  }
 }
 
 /* One writer at a time: an exclusive flock on a lock file beside the
@@ -357,10 +385,7 @@ static bool write_file(const tdm_perfmodel *m, int dirfd, const char *name,
   return tdm__out_commit(rt, &o);
 }
 
-/* Whether a model's name is that of `codelet`: the name itself, or the
- * name with a footprint ("NAME#FOOTPRINT", core/place.c), unless the
- * name asked for has its footprint. */
-static bool codelet_named(const char *model, const char *codelet) {
+bool tdm__model_named(const char *model, const char *codelet) {
   size_t n = strlen(codelet);
   return !strncmp(model, codelet, n) && (!model[n] || (model[n] == '#' && !strchr(codelet, '#')));
 }
@@ -377,7 +402,7 @@ tdm_status tdm__model_forget(int dirfd, const char *name, const char *codelet,
   tdm_status loaded = m ? tdm__model_load(m, dirfd, name, rt) : TDM_OK;
   for (entry **link = m ? &m->entries : NULL; link && *link;) {
     entry *e = *link;
-    if (codelet && !codelet_named(e->codelet, codelet)) {
+    if (codelet && !tdm__model_named(e->codelet, codelet)) {
       link = &e->next;
       continue;
     }

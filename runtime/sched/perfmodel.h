@@ -56,7 +56,9 @@ double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t 
  * Save merges with the file as it is now, under a lock (name + ".lock"),
  * so that concurrent processes lose none of each other's records: the
  * windows m added to since it was loaded win, the file's other records
- * are kept. It returns TDM_OK or TDM_ERR_SYSTEM (logged). */
+ * are kept, and those removed from the file since m was loaded (a reset)
+ * are not written back unless m measured them again. It returns TDM_OK
+ * or TDM_ERR_SYSTEM (logged). */
 tdm_status tdm__model_save(tdm_perfmodel *m, int dirfd, const char *name, const tdm_runtime *rt);
 tdm_status tdm__model_load(tdm_perfmodel *m, int dirfd, const char *name, const tdm_runtime *rt);
 /* Model files are per application: TDM_MODEL_PREFIX + its name +
@@ -76,6 +78,10 @@ void tdm__model_each(const tdm_perfmodel *m, tdm_model_record_fn fn, void *data)
  * (codelet, cls); false when fewer than two sizes are calibrated. */
 bool tdm__model_law(const tdm_perfmodel *m, const char *codelet, const char *cls, double *c,
                     double *b);
+/* Whether a model's name is that of `codelet`: the name itself, or the
+ * name with a footprint ("NAME#FOOTPRINT", core/place.c), unless the
+ * name asked for has a footprint itself. */
+bool tdm__model_named(const char *model, const char *codelet);
 /* Removes `codelet`'s records (NULL: all; a name without a footprint:
  * those of every footprint of it too) from the file `name` in dirfd,
  * under the writers' lock, counting them into *removed; the file goes

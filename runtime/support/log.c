@@ -71,7 +71,10 @@ tdm_status tdm__refuse(const tdm_runtime *rt, tdm_status st, const char *what, c
   return st;
 }
 
+_Thread_local const tdm_runtime *tdm__thread_of TDM_TLS_MODEL;
+
 void tdm__name_thread(const tdm_runtime *rt, const char *fmt, ...) {
+  tdm__thread_of = rt;
   char name[16]; /* what the kernel keeps: 15 characters */
   va_list ap;
   va_start(ap, fmt);

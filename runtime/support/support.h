@@ -233,11 +233,14 @@ void tdm__log_stderr(void *data, tdm_log_level level, const char *msg);
 void tdm__vlog(tdm_log_fn fn, void *data, tdm_log_level max,
                tdm_log_level level, const char *fmt, va_list ap);
 
-/* Names the calling thread (printf-style, cut to 15 characters: what
- * `top -H`, `perf` and debuggers show, e.g. "tandem-cpu3"); a failure is
- * logged as a warning. */
+/* Names the calling thread, one that rt started (printf-style, cut to 15
+ * characters: what `top -H`, `perf` and debuggers show, e.g.
+ * "tandem-cpu3"; a failure is logged as a warning), and records it as
+ * rt's in tdm__thread_of: a task or callback run there is the runtime's
+ * code, whatever thread (worker, device, watcher) it is. */
 void tdm__name_thread(const tdm_runtime *rt, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+extern _Thread_local const tdm_runtime *tdm__thread_of TDM_TLS_MODEL;
 
 /* Calls a pthread function whose failure can only come from a bug (an
  * invalid or corrupted object): logs it, and goes on. */
@@ -251,7 +254,7 @@ void tdm__name_thread(const tdm_runtime *rt, const char *fmt, ...)
 
 /* A name for messages: s, or "(unnamed)" when it is NULL. */
 static inline const char *tdm__name_or(const char *s) {
-  return s ? s : "(unnamed)";
+  return s && *s ? s : "(unnamed)";
 }
 
 /* Logs "what: why" as an error and returns st. */
