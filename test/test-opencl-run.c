@@ -235,10 +235,9 @@ static void chain_ended(void *data) {
   atomic_store(&chain_done, 1);
 }
 
-static void test_chain_while_cpus_busy(void **state) {
-  (void)state;
-  test_log log;
-  tdm_runtime *rt = device_runtime(&log, 1);
+/* A runtime on PoCL whose every CPU worker spins until chain_done. */
+static tdm_runtime *busy_runtime(test_log *log) {
+  tdm_runtime *rt = device_runtime(log, 1);
   chain_rt = rt;
   atomic_store(&spinning, 0);
   atomic_store(&chain_done, 0);
@@ -248,6 +247,13 @@ static void test_chain_while_cpus_busy(void **state) {
     assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &spinner}), TDM_OK);
   while (atomic_load(&spinning) < (int)ncpu) /* every CPU worker in one */
     sleep_ms(1);
+  return rt;
+}
+
+static void test_chain_while_cpus_busy(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = busy_runtime(&log);
   float *x = array(1, 0), *y = array(0, 0);
   tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
   enum { L = 10 };
@@ -301,17 +307,8 @@ static void next_step(void *data) {
 static void test_destroy_while_device_chain_grows(void **state) {
   (void)state;
   test_log log;
-  tdm_runtime *rt = device_runtime(&log, 1);
-  chain_rt = rt;
-  atomic_store(&spinning, 0);
-  atomic_store(&chain_done, 0);
-  atomic_store(&spin_timed_out, 0);
   atomic_store(&steps, 0);
-  unsigned ncpu = tdm_runtime_ncpu_workers(rt);
-  for (unsigned i = 0; i < ncpu; i++)
-    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &spinner}), TDM_OK);
-  while (atomic_load(&spinning) < (int)ncpu)
-    sleep_ms(1);
+  tdm_runtime *rt = busy_runtime(&log);
   float *x = array(1, 0), *y = array(0, 0);
   step_x = vector_of(rt, x);
   step_y = vector_of(rt, y);

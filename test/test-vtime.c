@@ -313,11 +313,10 @@ static void test_reference(void **state) {
   tdm_vt_task c2[2] = {{.codelet = GEMM, .cpu_time = 1e-3, .ndeps = 1, .deps = cyc[0]},
                        {.codelet = GEMM, .cpu_time = 1e-3, .ndeps = 1, .deps = cyc[1]}};
   assert_true(tdm__vt_reference(&m, &(tdm_vt_graph){2, c2, 0, NULL}) == 0);
-  void (*builds[])(builder *, unsigned) = {tiled_gemm, tiled_cholesky, independent, stencil};
   for (size_t k = 0; k < VT_NMACHINES; k++) {
     tdm_vt_machine vm = vt_machine(&vt_machines[k]);
-    for (size_t i = 0; i < sizeof builds / sizeof builds[0]; i++) {
-      builds[i](&b, 6);
+    for (size_t i = 0; i < VT_NGRAPHS; i++) {
+      vt_graphs[i].build(&b, 6);
       tdm_vt_graph bg = graph(&b);
       assert_true(tdm__vt_reference(&vm, &bg) >= tdm__vt_bound(&vm, &bg).bound * (1 - 1e-9));
     }
@@ -342,16 +341,10 @@ static double run_on(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_perfmod
 
 static void test_targets(void **state) {
   (void)state;
-  static const struct {
-    const char *what;
-    void (*build)(builder *, unsigned);
-  } graphs[] = {{"GEMM", tiled_gemm},
-                {"Cholesky", tiled_cholesky},
-                {"independent", independent},
-                {"stencil", stencil}};
   unsigned judged = 0;
-  for (size_t i = 0; i < sizeof graphs / sizeof graphs[0]; i++) {
-    graphs[i].build(&b, 16);
+  for (size_t i = 0; i < VT_NGRAPHS; i++) {
+    const vt_graph_def *gd = &vt_graphs[i];
+    gd->build(&b, 16);
     tdm_vt_graph g = graph(&b);
     for (size_t k = 0; k < VT_NMACHINES; k++) {
       const vt_machine_def *d = &vt_machines[k];
@@ -368,14 +361,14 @@ static void test_targets(void **state) {
       double alone = run_on(&cpus, &g, NULL);
       if (m.nclasses > 1)
         alone = fmin(alone, run_on(&others, &g, NULL));
-      printf("%-11s 16x16, %-38s first %.3f, calibrated %.3f, reference %.3f, one side "
+      printf("%-17s 16x16, %-38s first %.3f, calibrated %.3f, reference %.3f, one side "
              "alone %.3f\n",
-             graphs[i].what, d->name, first / lb, calibrated / lb, ref / lb, alone / lb);
+             gd->name, d->name, first / lb, calibrated / lb, ref / lb, alone / lb);
       assert_true(calibrated <= alone * (1 + 1e-9));
       if (ref > 1.10 * lb)
         continue; /* too little parallel work for the machine to judge */
       judged++;
-      bool missed = !strcmp(graphs[i].what, "stencil") && d->per_link == 2;
+      bool missed = gd->build == stencil && d->per_link == 2;
       assert_true(calibrated <= (missed ? 1.17 : 1.10) * lb);
       assert_true(first <= 1.25 * lb);
     }

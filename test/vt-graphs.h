@@ -144,6 +144,18 @@ static inline void stencil(builder *b, unsigned nt) {
   }
 }
 
+/* The graphs of bench-sched's table (test-vtime asserts targets on them). */
+typedef struct vt_graph_def {
+  const char *name;
+  void (*build)(builder *, unsigned);
+} vt_graph_def;
+
+static const vt_graph_def vt_graphs[] = {{"tiled GEMM", tiled_gemm},
+                                         {"tiled Cholesky", tiled_cholesky},
+                                         {"independent tasks", independent},
+                                         {"1-D stencil", stencil}};
+#define VT_NGRAPHS (sizeof vt_graphs / sizeof vt_graphs[0])
+
 /* The machines of bench-sched's table (test-vtime asserts targets on
  * some): a CPU of `cpus` cores, efficiency cores, an integrated GPU,
  * discrete GPUs of the given speeds on links of 10 us and 10 GB/s, one

@@ -117,7 +117,74 @@ static int one_machine(const char *text, unsigned nt) {
   return 0;
 }
 
+/* Each task's bottom level on m (its mean time over the workers that can
+ * run it, plus the largest bottom level of a successor) as its priority,
+ * scaled to 0 .. 1e6: what an application that knows its graph would
+ * give (the builder lists a task after its predecessors). */
+static void bottom_levels(const tdm_vt_machine *m) {
+  static double w[VT_MAX_TASKS], bl[VT_MAX_TASKS];
+  for (unsigned i = 0; i < b.ntasks; i++) {
+    const tdm_vt_task *t = &b.tasks[i];
+    double sum = 0;
+    unsigned n = 0;
+    for (unsigned c = 0; c < m->nclasses; c++)
+      if (m->classes[c].workers && m->classes[c].speedup[t->codelet] > 0) {
+        sum += m->classes[c].workers * t->cpu_time / m->classes[c].speedup[t->codelet];
+        n += m->classes[c].workers;
+      }
+    bl[i] = w[i] = n ? sum / n : 0;
+  }
+  double most = 0;
+  for (unsigned i = b.ntasks; i-- > 0;) { /* bl[i] final: its successors come later */
+    for (unsigned k = 0; k < b.tasks[i].ndeps; k++) {
+      unsigned p = b.tasks[i].deps[k];
+      if (w[p] + bl[i] > bl[p])
+        bl[p] = w[p] + bl[i];
+    }
+    most = bl[i] > most ? bl[i] : most;
+  }
+  for (unsigned i = 0; i < b.ntasks; i++)
+    b.tasks[i].priority = most > 0 ? (int)(1e6 * bl[i] / most) : 0;
+}
+
+/* heft calibrated with no priorities (the bench's graphs carry none of
+ * the user's) and with bottom levels as priorities, at 16x16 and 32x32. */
+static void priorities(void) {
+  printf("heft, calibrated, against the bound: no priorities / bottom levels as priorities\n");
+  printf("%-20s %-38s %16s %16s\n", "graph", "machine", "16x16", "32x32");
+  for (size_t k = 0; k < VT_NGRAPHS; k++)
+    for (size_t j = 0; j < VT_NMACHINES; j++) {
+      tdm_vt_machine m = vt_machine(&vt_machines[j]);
+      char cell[2][40];
+      for (unsigned s = 0; s < 2; s++) {
+        double ratio[2];
+        for (int with = 0; with < 2; with++) {
+          vt_graphs[k].build(&b, s ? 32 : 16);
+          if (with)
+            bottom_levels(&m);
+          tdm_vt_graph g = graph(&b);
+          tdm_perfmodel *model = tdm__model_new();
+          tdm_vt_result r;
+          ratio[with] = -1;
+          for (int run = 0; model && run < 2; run++) /* the second calibrated */
+            if (tdm__vt_run_model(&m, &g, TDM_POLICY_HEFT, 42, model, &r) == TDM_OK) {
+              ratio[with] = r.makespan / tdm__vt_bound(&m, &g).bound;
+              tdm__vt_result_free(&r);
+            }
+          tdm__model_free(model);
+        }
+        snprintf(cell[s], sizeof cell[s], "%.3f / %.3f", ratio[0], ratio[1]);
+      }
+      printf("%-20s %-38s %16s %16s\n", j ? "" : vt_graphs[k].name, vt_machines[j].name,
+             cell[0], cell[1]);
+    }
+}
+
 int main(int argc, char **argv) {
+  if (argc == 2 && !strcmp(argv[1], "--priorities")) {
+    priorities();
+    return 0;
+  }
   if (argc >= 3 && !strcmp(argv[1], "--machine")) {
     unsigned nt = argc >= 5 && !strcmp(argv[3], "--tiles") ? (unsigned)atoi(argv[4]) : 8;
     if (nt < 1 || nt > VT_MAX_TILES) {
@@ -129,19 +196,13 @@ int main(int argc, char **argv) {
   /* the table up to 16x16 tiles (seconds); --big: 32x32 too (minutes) */
   unsigned big = argc == 2 && !strcmp(argv[1], "--big") ? VT_MAX_TILES : 16;
   if (argc > 1 && big != VT_MAX_TILES) {
-    fprintf(stderr, "usage: bench-sched [--big | --machine DESCRIPTION [--tiles N]]\n");
+    fprintf(stderr,
+            "usage: bench-sched [--big | --priorities | --machine DESCRIPTION [--tiles N]]\n");
     return 2;
   }
   printf("bench-sched: schedules in virtual time (exact; the same on every run)\n");
-  static const struct {
-    const char *what;
-    void (*build)(builder *, unsigned);
-  } graphs[] = {{"tiled GEMM", tiled_gemm},
-                {"tiled Cholesky", tiled_cholesky},
-                {"independent tasks", independent},
-                {"1-D stencil", stencil}};
   for (unsigned size = 8; size <= big; size *= 2)
-    for (size_t k = 0; k < sizeof graphs / sizeof graphs[0]; k++)
-      table(graphs[k].what, size, graphs[k].build, size > 8);
+    for (size_t k = 0; k < VT_NGRAPHS; k++)
+      table(vt_graphs[k].name, size, vt_graphs[k].build, size > 8);
   return 0;
 }
