@@ -124,6 +124,7 @@ static void test_vector_add(void **state) {
   tdm_handle_unregister(hb);
   tdm_handle_unregister(hc);
   assert_int_equal(counters(rt).bytes_to_host, k.bytes_to_host); /* nothing more */
+
   tdm_runtime_destroy(rt);
   tdm_free(a);
   tdm_free(b);

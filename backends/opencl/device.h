@@ -200,6 +200,9 @@ void tdm__tok_fail_device(tdm_runtime *rt, unsigned k);
 /* A copy that has not completed within its ceiling after it could
  * start makes its device hung (on the watcher's thread). */
 void tdm__tok_check(tdm_runtime *rt);
+/* Bytes of the copies started on device worker k's transfer queue (both
+ * ways: one in-order queue) that have not settled. */
+uint64_t tdm__tok_copying(tdm_runtime *rt, unsigned k);
 
 /* What a command waits for, retained. */
 typedef struct waitlist {

@@ -218,6 +218,14 @@ static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
   return s >= 0 ? s : CL_LATENCY + (double)bytes / CL_BANDWIDTH;
 }
 
+/* The copies queued on the device's transfer queue before a new one
+ * (both ways share it), at the link's predicted speed. */
+static double node_link_wait(void *ctx, unsigned node) {
+  cl_device *g = dev_of_node(ctx, node);
+  uint64_t bytes = tdm__tok_copying(g->rt, g->k);
+  return bytes ? node_link_time(ctx, node, bytes) : 0;
+}
+
 const tdm_node_ops tdm__cl_node_ops = {
     .alloc = node_alloc,
     .free = node_free,
@@ -230,4 +238,5 @@ const tdm_node_ops tdm__cl_node_ops = {
     .failed = node_failed,
     .when_done = node_when_done,
     .link_time = node_link_time,
+    .link_wait = node_link_wait,
 };

@@ -63,6 +63,7 @@ struct cl_toks {
   pthread_cond_t cond;  /* broadcast when a token settles */
   cl_tok *pending;
   uint64_t progress[TDM_MAX_DEVICE_WORKERS]; /* ns: when a command there last settled */
+  uint64_t copying[TDM_MAX_DEVICE_WORKERS];  /* bytes of copies there not settled */
   uint64_t checked;                          /* ns: the last stall check */
 };
 
@@ -161,6 +162,8 @@ static void finish(cl_tok *t, cl_int force) {
   t->prev = t->next = NULL;
   if (t->k >= 0 && atomic_load(&t->ran))
     s->progress[t->k] = tdm__now_ns();
+  if (t->copy && t->k >= 0)
+    s->copying[t->k] -= t->bytes;
   tok_waiter *w = t->waiters;
   t->waiters = NULL;
   TDM_PTHREAD(t->rt, pthread_cond_broadcast(&s->cond));
@@ -258,7 +261,19 @@ static void start(cl_tok *t, unsigned nbefore) {
   if (t->next)
     t->next->prev = t;
   s->pending = t;
+  if (t->copy && t->k >= 0) /* (t->k, copy and bytes are set before) */
+    s->copying[t->k] += t->bytes;
   TDM_PTHREAD(t->rt, pthread_mutex_unlock(&s->lock));
+}
+
+uint64_t tdm__tok_copying(tdm_runtime *rt, unsigned k) {
+  struct cl_toks *s = toks_of(rt);
+  if (!s)
+    return 0;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&s->lock));
+  uint64_t bytes = s->copying[k];
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&s->lock));
+  return bytes;
 }
 
 void tdm__tok_start(cl_tok *t, cl_event e, cl_context ctx, int k, bool copy, uint64_t bytes,
