@@ -202,6 +202,17 @@ double tdm__vt_lower_bound(const tdm_vt_machine *m, const tdm_vt_graph *g) {
 
 /* ---- a reference schedule ------------------------------------------------------ */
 
+double tdm__vt_mean_time(const tdm_vt_machine *m, const tdm_vt_task *t) {
+  double sum = 0;
+  unsigned n = 0;
+  for (unsigned c = 0; c < m->nclasses; c++)
+    if (m->classes[c].workers && m->classes[c].speedup[t->codelet] > 0) {
+      sum += m->classes[c].workers * t->cpu_time / m->classes[c].speedup[t->codelet];
+      n += m->classes[c].workers;
+    }
+  return n ? sum / n : 0;
+}
+
 typedef struct by_rank {
   double rank;
   unsigned idx, pos; /* the task, its place in a topological order */
@@ -265,17 +276,8 @@ double tdm__vt_reference(const tdm_vt_machine *m, const tdm_vt_graph *g) {
   }
   if (tail != n) /* a cycle */
     goto out;
-  for (unsigned i = 0; i < n; i++) {
-    const tdm_vt_task *t = &g->tasks[i];
-    double sum = 0;
-    unsigned cnt = 0;
-    for (unsigned c = 0; c < m->nclasses; c++)
-      if (m->classes[c].workers && m->classes[c].speedup[t->codelet] > 0) {
-        sum += m->classes[c].workers * t->cpu_time / m->classes[c].speedup[t->codelet];
-        cnt += m->classes[c].workers;
-      }
-    mean[i] = cnt ? sum / cnt : 0;
-  }
+  for (unsigned i = 0; i < n; i++)
+    mean[i] = tdm__vt_mean_time(m, &g->tasks[i]);
   for (unsigned o = n; o-- > 0;) {
     unsigned u = order[o];
     double best = 0;

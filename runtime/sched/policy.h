@@ -328,6 +328,9 @@ typedef struct tdm_vt_bound {
   const char *by;
 } tdm_vt_bound;
 tdm_vt_bound tdm__vt_bound(const tdm_vt_machine *m, const tdm_vt_graph *g);
+/* t's mean time over m's workers that can run it (HEFT's weight of a
+ * task); 0 when none can. */
+double tdm__vt_mean_time(const tdm_vt_machine *m, const tdm_vt_task *t);
 /* A reference: the makespan of a static list schedule that knows the
  * whole graph and the true times ahead (HEFT as Topcuoglu et al. give
  * it), copies free; the best schedule without copies lies between the

@@ -267,20 +267,10 @@ static bool upward_ranks(const vt_state *v, double *rank) {
   ok = ok && tail == n;
   for (unsigned i = n; ok && i-- > 0;) {
     unsigned u = order[i];
-    const tdm_vt_task *t = &g->tasks[u];
-    double sum = 0;
-    unsigned cnt = 0;
-    for (unsigned c = 0; c < m->nclasses; c++) {
-      double sp = m->classes[c].speedup[t->codelet];
-      if (sp > 0 && m->classes[c].workers) {
-        sum += m->classes[c].workers * (t->cpu_time / sp);
-        cnt += m->classes[c].workers;
-      }
-    }
     double best = 0;
     for (unsigned e = v->succ_at[u]; e < v->succ_at[u + 1]; e++)
       best = fmax(best, rank[v->succ[e]]);
-    rank[u] = (cnt ? sum / cnt : 0) + best;
+    rank[u] = tdm__vt_mean_time(m, &g->tasks[u]) + best;
   }
   free(order);
   free(indeg);

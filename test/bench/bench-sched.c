@@ -123,17 +123,8 @@ static int one_machine(const char *text, unsigned nt) {
  * give (the builder lists a task after its predecessors). */
 static void bottom_levels(const tdm_vt_machine *m) {
   static double w[VT_MAX_TASKS], bl[VT_MAX_TASKS];
-  for (unsigned i = 0; i < b.ntasks; i++) {
-    const tdm_vt_task *t = &b.tasks[i];
-    double sum = 0;
-    unsigned n = 0;
-    for (unsigned c = 0; c < m->nclasses; c++)
-      if (m->classes[c].workers && m->classes[c].speedup[t->codelet] > 0) {
-        sum += m->classes[c].workers * t->cpu_time / m->classes[c].speedup[t->codelet];
-        n += m->classes[c].workers;
-      }
-    bl[i] = w[i] = n ? sum / n : 0;
-  }
+  for (unsigned i = 0; i < b.ntasks; i++)
+    bl[i] = w[i] = tdm__vt_mean_time(m, &b.tasks[i]);
   double most = 0;
   for (unsigned i = b.ntasks; i-- > 0;) { /* bl[i] final: its successors come later */
     for (unsigned k = 0; k < b.tasks[i].ndeps; k++) {
