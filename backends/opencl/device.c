@@ -346,6 +346,7 @@ static void post_completion(tdm_runtime *rt, tdm_task *t) {
     t->pool_next = head;
   while (!atomic_compare_exchange_weak(&cl->completions, &head, t));
   tdm__wake_for_completion(rt);
+  tdm__cl_watch_wake(rt); /* posted from outside a watched callback */
 }
 
 static void exec_unref(exec *x) {

@@ -147,6 +147,9 @@ bool tdm__cl_when_complete(tdm_runtime *rt, cl_event e,
  * or more: no CPU worker came between its tasks meanwhile. */
 bool tdm__cl_completions_waiting(const tdm_runtime *rt);
 void tdm__cl_progress_late(tdm_runtime *rt, uint64_t late_ns);
+/* A completion was posted: the watcher, asleep with nothing pending,
+ * looks again (it ends it if no CPU worker does). */
+void tdm__cl_watch_wake(tdm_runtime *rt);
 /* The watcher's thread, started with the devices, stopped once every
  * command has finished; it also ends the completions that no CPU worker
  * ended within a tick (tdm__cl_progress_late). */

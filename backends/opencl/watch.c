@@ -44,6 +44,7 @@ struct cl_watch {
   watched *head;  /* callbacks pending */
   watched *given; /* called by the watcher; freed at the end */
   bool stop;
+  _Atomic bool asleep; /* in its untimed wait: a completion posted wakes it */
   pthread_t thread;
 };
 
@@ -97,9 +98,16 @@ static void *watch_main(void *arg) {
   tdm__name_thread(rt, "tandem-clwatch");
   TDM_PTHREAD(rt, pthread_mutex_lock(&cw->lock));
   while (!cw->stop) {
-    if (!cw->head && !tdm__cl_completions_waiting(rt)) {
-      TDM_PTHREAD(rt, pthread_cond_wait(&cw->cond, &cw->lock));
-      continue;
+    if (!cw->head) {
+      /* seq_cst, with tdm__cl_watch_wake's: a completion posted after
+       * the look below finds it asleep, and wakes it */
+      atomic_store(&cw->asleep, true);
+      if (!tdm__cl_completions_waiting(rt)) {
+        TDM_PTHREAD(rt, pthread_cond_wait(&cw->cond, &cw->lock));
+        atomic_store(&cw->asleep, false);
+        continue;
+      }
+      atomic_store(&cw->asleep, false);
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -135,6 +143,15 @@ static void *watch_main(void *arg) {
   }
   TDM_PTHREAD(rt, pthread_mutex_unlock(&cw->lock));
   return NULL;
+}
+
+void tdm__cl_watch_wake(tdm_runtime *rt) {
+  struct cl_watch *cw = cl_of(rt)->watch;
+  if (!cw || !atomic_load(&cw->asleep))
+    return;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&cw->lock));
+  TDM_PTHREAD(rt, pthread_cond_signal(&cw->cond));
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&cw->lock));
 }
 
 bool tdm__cl_when_complete(tdm_runtime *rt, cl_event e,
