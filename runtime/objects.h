@@ -91,7 +91,11 @@ typedef struct tdm_task {
   /* Where the scheduler placed it (0: the CPU workers, 1 + k: device k;
    * -1: not placed by a model) and the execution time it predicted. */
   int8_t sched_cls;
-  bool sched_calib; /* placed there to calibrate the model */
+  bool sched_calib : 1; /* placed there to calibrate the model */
+  /* Only the CPU workers run it, and the scheduler's counts of such
+   * tasks have it (place.c: tdm__cpu_only_*): as ready, and as started.
+   * (Bits: written in turn by the threads that place, run and end it.) */
+  bool cpu_counted : 1, cpu_started : 1;
   uint8_t modes[TDM_MAX_BUFFERS];
   tdm_runtime *rt;
   const tdm_codelet *codelet;
@@ -358,6 +362,12 @@ typedef struct tdm_worker {
   unsigned nfree;
   /* Tasks finished here and not yet subtracted from rt->inflight. */
   unsigned unflushed;
+  /* Tasks only the CPU workers run (place.c, tdm__cpu_only_*), made
+   * ready, started and ended by this worker: written by it only
+   * (tdm__count), summed by the scheduler. runs: its CPU-only tasks so
+   * far, to time one in TDM_SCHED_CPU_ONLY_SAMPLE. */
+  _Atomic uint64_t cpu_only_in, cpu_only_started, cpu_only_out;
+  unsigned cpu_only_runs;
   /* Statistics (trace.c): written by this worker only (tdm__count),
    * read by anyone. Times only while rt->timing. */
   _Atomic uint64_t tasks_run, busy_ns, idle_ns, parked_ns, steals_tried, steals_won;
@@ -549,6 +559,13 @@ struct tdm_runtime {
   uint64_t failed_at[TDM_MAX_DEVICE_WORKERS][TDM_MAX_QUARANTINE_FAILURES];
   _Atomic uint64_t nretries; /* tries of failed tasks placed again (complete.c) */
   _Atomic uint64_t nreplayed; /* tasks run again by lineage (lineage.c) */
+  /* Tasks only the CPU workers run, counted while a scheduler places
+   * work (place.c): seen once any was; the counts of threads that are
+   * not workers; the last sums read, refreshed every few placements on a
+   * machine of many workers (under the scheduler's lock). */
+  _Atomic bool cpu_only_seen;
+  _Atomic uint64_t cpu_only_in, cpu_only_started, cpu_only_out;
+  unsigned cpu_only_reads, cpu_only_queued, cpu_only_running;
   /* The watchdog (watchdog.c; NULL: off), and the device workers it
    * found hung (bit k): nothing more starts there (tdm__fault). */
   struct tdm_watchdog *watchdog;

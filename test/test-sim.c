@@ -218,6 +218,67 @@ static void test_slowed_device_gets_less(void **state) {
   assert_true(a < 0.7 * b);
 }
 
+/* n small tasks of 40 ms and n gemm tasks of 8 ms, independent, all
+ * submitted at once, the small ones first. */
+static void small_and_gemm(tdm_runtime *rt, unsigned n) {
+  static uint64_t data[2 * 16][8];
+  tdm_handle *h[2 * 16];
+  assert_true(n <= 16);
+  for (unsigned i = 0; i < 2 * n; i++) {
+    memset(data[i], 0, sizeof data[i]);
+    assert_int_equal(tdm_register_vector(rt, data[i], 8, sizeof(uint64_t), &h[i]), TDM_OK);
+  }
+  for (unsigned i = 0; i < 2 * n; i++) {
+    unsigned k = i < n ? SMALL : GEMM;
+    work w = {.us = k == SMALL ? 40000 : 8000, .codelet = k, .id = i, .record = true};
+    tdm_task_desc d = {.codelet = k == GEMM ? &gemm : &small, .handles = {h[i]}, .args = &w,
+                       .args_size = sizeof w};
+    assert_int_equal(tdm_submit(rt, &d), TDM_OK);
+  }
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  for (unsigned i = 0; i < 2 * n; i++) {
+    assert_int_equal(tdm_handle_unregister(h[i]), TDM_OK);
+    assert_int_equal(data[i][0], i + 1);
+  }
+}
+
+/* 2 CPU workers and a device as fast as a core for gemm that cannot run
+ * small: small tasks only the CPU workers run, which no policy places.
+ * Once heft has seen a few of each (a first batch), a second batch of
+ * 10 small tasks of 40 ms (200 ms of both workers) and 10 gemm tasks of
+ * 8 ms, all ready at once: the workers' small tasks are counted in their
+ * backlog (tdm__sched_cpu_only_wait), so the gemm tasks go to the device
+ * (80 ms). Not counted, heft saw idle workers and gave them most of the
+ * gemm tasks (in virtual time: 13 of 20). The counts return to zero. */
+static void test_cpu_only_work_counted(void **state) {
+  (void)state;
+  char dir[64];
+  test_temp_dir(dir, sizeof dir);
+  tdm_runtime *rt = sim_runtime("gpu:gemm=1,small=0,latency=10us,bandwidth=10G", "heft", dir,
+                                NULL);
+  small_and_gemm(rt, 8); /* gemm calibrated on both, small's time seen */
+  reset_counts();
+  small_and_gemm(rt, 10);
+  unsigned on_device = atomic_load(&ran_on[GEMM][1]);
+  printf("gemm: %u of 10 on the device, %u on the CPU workers; small: %u on the CPU workers\n",
+         on_device, atomic_load(&ran_on[GEMM][0]), atomic_load(&ran_on[SMALL][0]));
+  assert_int_equal(atomic_load(&ran_on[SMALL][0]), 10);
+  /* every count made returns: none left queued or running */
+  uint64_t in = atomic_load(&rt->cpu_only_in), out = atomic_load(&rt->cpu_only_out);
+  uint64_t started = atomic_load(&rt->cpu_only_started);
+  for (unsigned i = 0; i < rt->nworkers; i++) {
+    in += atomic_load(&rt->workers[i].cpu_only_in);
+    started += atomic_load(&rt->workers[i].cpu_only_started);
+    out += atomic_load(&rt->workers[i].cpu_only_out);
+  }
+  assert_int_equal(in, 18); /* 8 + 10 small tasks */
+  assert_int_equal(started, in);
+  assert_int_equal(out, in);
+  tdm_runtime_destroy(rt);
+  test_remove_dir(dir);
+  assert_true(on_device >= 8);
+}
+
 /* What one runtime learnt, the next one knows: gemm goes to the device
  * at once, without trying it on the CPU again. */
 static void test_models_persist(void **state) {
@@ -708,6 +769,7 @@ int main(void) {
       cmocka_unit_test(test_gemm_on_device_small_on_cpu),
       cmocka_unit_test(test_two_devices_in_proportion),
       cmocka_unit_test(test_slowed_device_gets_less),
+      cmocka_unit_test(test_cpu_only_work_counted),
       cmocka_unit_test(test_models_persist),
       cmocka_unit_test(test_corrupt_model_file),
       cmocka_unit_test(test_copies_own_memory),

@@ -242,6 +242,47 @@ static void test_heft_calibrates(void **state) {
   tdm__model_free(model);
 }
 
+/* 2 cores and a GPU as fast as a core; 20 tasks only the cores can run
+ * (50 ms each: 500 ms of the two cores) and 20 either can (10 ms), all
+ * ready at once. The cores' CPU-only work is in no policy's backlog;
+ * counted (tdm__sched_cpu_only_wait, its time learnt by a first run),
+ * heft leaves the cores to it and gives the GPU the others: 500 ms, the
+ * bound. Not counted, it sent 13 of the 20 to the busy cores: 570 ms. */
+static void test_cpu_only_work_counted(void **state) {
+  (void)state;
+  tdm_vt_machine m = cpus_and_gpu();
+  m.classes[1].speedup[SMALL] = 0; /* SMALL: CPU-only here */
+  m.classes[1].speedup[GEMM] = 1;
+  memset(&b, 0, sizeof b);
+  for (int i = 0; i < 20; i++) {
+    unsigned x = data(&b, 1 << 10), y = data(&b, 1 << 10);
+    task(&b, SMALL, 50e-3, 1, (unsigned[]){x}, (uint8_t[]){TDM_RW});
+    task(&b, GEMM, 10e-3, 1, (unsigned[]){y}, (uint8_t[]){TDM_RW});
+  }
+  tdm_vt_graph g = graph(&b);
+  double lb = tdm__vt_lower_bound(&m, &g);
+  assert_true(fabs(lb - 0.5) < 1e-9);
+  tdm_perfmodel *model = tdm__model_new();
+  assert_non_null(model);
+  tdm_vt_result r;
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(tdm__vt_run_model(&m, &g, TDM_POLICY_HEFT, 42, model, &r), TDM_OK);
+    printf("%s run: %.1f ms (bound %.1f); the others: %u on the cores, %u on the GPU\n",
+           k ? "calibrated" : "first", r.makespan * 1e3, lb * 1e3, r.codelet_class[GEMM][0],
+           r.codelet_class[GEMM][1]);
+    assert_int_equal(r.codelet_class[SMALL][0], 20);
+    if (k) { /* at most one on the cores: they end with the rest */
+      assert_true(r.codelet_class[GEMM][0] <= 1);
+      assert_true(r.makespan <= 1.02 * lb);
+    }
+    tdm__vt_result_free(&r);
+  }
+  bool calibrated = false;
+  assert_true(tdm__model_predict(model, TDM_SCHED_CPU_ONLY, 0, "cpu", &calibrated) > 0);
+  assert_true(calibrated);
+  tdm__model_free(model);
+}
+
 /* A GPU alone and n independent tasks, each reading 10 MB of its own
  * (1 ms over the link) and running 2 ms: calibrated, the GPU's queue
  * fetches the inputs of the tasks queued there while it runs the first,
@@ -525,6 +566,7 @@ int main(void) {
       cmocka_unit_test(test_heft_pick),
       cmocka_unit_test(test_heft_calibrates),
       cmocka_unit_test(test_queue_prefetches_links_shared),
+      cmocka_unit_test(test_cpu_only_work_counted),
       cmocka_unit_test(test_reference),
       cmocka_unit_test(test_targets),
       cmocka_unit_test(test_ws_devices_steal),

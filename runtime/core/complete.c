@@ -199,8 +199,12 @@ static inline void task_done(tdm_task *t, tdm_worker *w, unsigned worker, tdm_st
     tdm__task_ended_badly(t, status);
   else if (rt->recording && !t->main_thread) /* not on a worker's track */
     tdm__trace_task(rt, t, worker, t0, t1);
-  if (tdm__sched_timed(t)) /* the backlog shrinks; the model learns a success */
-    tdm__sched_done(t, worker, status ? -1 : 1e-9 * (double)(t1 - t0));
+  if (rt->sched) { /* the backlogs shrink; the model learns a success */
+    if (TDM_UNLIKELY(t->cpu_counted))
+      tdm__cpu_only_ended(t, w);
+    if (t->device_ok)
+      tdm__sched_done(t, worker, status ? -1 : 1e-9 * (double)(t1 - t0));
+  }
   if (t->callback) {
     if (TDM_UNLIKELY(t->callback_on_dispatch)) {
       /* on the application's thread; queued before the end is counted,
@@ -242,6 +246,28 @@ void tdm__cpu_run(const tdm_task *t, const tdm_buffer *bufs) {
   cl->cpu_fn(bufs, t->args, t->args_size);
 }
 
+/* Runs t on CPU worker w, timed: for the trace or the statistics, for
+ * the scheduler's model (a task a device could run, or a sample of those
+ * only the CPU workers run), or to stretch it on an emulated machine. */
+static __attribute__((noinline)) void run_timed(tdm_task *t, tdm_worker *w, bool sample) {
+  tdm_runtime *rt = t->rt;
+  uint64_t t0 = tdm__now_ns();
+  tdm__cpu_run(t, NULL);
+  uint64_t t1 = tdm__now_ns();
+  if (rt->cpu_stretch) { /* an emulated machine is slower than this one */
+    double stretched = (double)(t1 - t0) * 1e-9 * rt->cpu_stretch(rt, w->id, t);
+    tdm__sleep_until(t0 + tdm__ns_of(stretched));
+    t1 = tdm__now_ns();
+  }
+  if (rt->timing) /* the statistics measure times only when asked */
+    tdm__count(&w->busy_ns, t1 - t0);
+  if (sample)
+    tdm__cpu_only_ran(w, 1e-9 * (double)(t1 - t0));
+  if (rt->ndevice_workers)
+    tdm__host_written(t);
+  task_done(t, w, w->id, TDM_OK, t0, t1);
+}
+
 void tdm__task_execute(tdm_task *t, tdm_worker *w) {
   tdm_runtime *rt = t->rt;
   /* cancelled, or its inputs could not be brought home: it ends here */
@@ -250,32 +276,27 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
     if (!tdm__host_ready(t, fetched))
       return; /* its inputs are coming home; it is queued again then */
     failed = atomic_load_explicit(&t->outcome, memory_order_relaxed);
+    /* one in a few of the tasks only the CPU workers run, while devices
+     * take others: the scheduler learns how long they keep them busy */
+    if (!failed && t->cpu_counted && tdm__cpu_only_start(w, t)) {
+      tdm__count(&w->tasks_run, 1);
+      run_timed(t, w, true);
+      return;
+    }
   }
   if (TDM_UNLIKELY(failed)) {
     task_done(t, w, w->id, failed, 0, 0);
     return;
   }
   tdm__count(&w->tasks_run, 1);
-  /* timed when tracing or counting, for the scheduler's model (a task a
-   * device could run), or to stretch it on an emulated machine */
-  uint64_t t0 = 0, t1 = 0;
-  if (!rt->time_cpu_tasks && !tdm__sched_timed(t)) {
-    tdm__cpu_run(t, NULL);
-  } else {
-    t0 = tdm__now_ns();
-    tdm__cpu_run(t, NULL);
-    t1 = tdm__now_ns();
-    if (rt->cpu_stretch) { /* an emulated machine is slower than this one */
-      double stretched = (double)(t1 - t0) * 1e-9 * rt->cpu_stretch(rt, w->id, t);
-      tdm__sleep_until(t0 + tdm__ns_of(stretched));
-      t1 = tdm__now_ns();
-    }
-    if (rt->timing) /* the statistics measure times only when asked */
-      tdm__count(&w->busy_ns, t1 - t0);
+  if (rt->time_cpu_tasks || tdm__sched_timed(t)) {
+    run_timed(t, w, false);
+    return;
   }
+  tdm__cpu_run(t, NULL);
   if (rt->ndevice_workers)
     tdm__host_written(t);
-  task_done(t, w, w->id, TDM_OK, t0, t1);
+  task_done(t, w, w->id, TDM_OK, 0, 0);
 }
 
 void tdm__task_run_here(tdm_task *t) {

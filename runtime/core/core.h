@@ -301,6 +301,17 @@ void tdm__sched_work_shown(tdm_runtime *rt);
  * device k) after `seconds` of execution: the model of its kind of
  * worker learns, the backlog shrinks. */
 void tdm__sched_done(tdm_task *t, unsigned worker, double seconds);
+/* Tasks only the CPU workers run, while a scheduler places others: no
+ * policy places them, so the scheduler counts them (queued, running) for
+ * the CPU workers' backlog, and learns their time from a sample
+ * (sched/policy.h, TDM_SCHED_CPU_ONLY). Ready (once: t->cpu_counted;
+ * then queued for the CPU workers);
+ * started by worker w (true: time this run, and tell
+ * tdm__cpu_only_ran); ended, on worker w or another thread (w NULL). */
+void tdm__cpu_only_ready(tdm_runtime *rt, tdm_task *t);
+bool tdm__cpu_only_start(tdm_worker *w, tdm_task *t);
+void tdm__cpu_only_ran(tdm_worker *w, double seconds);
+void tdm__cpu_only_ended(tdm_task *t, tdm_worker *w);
 /* Whether t's duration should be measured (the scheduler learns it). */
 static inline bool tdm__sched_timed(const tdm_task *t) {
   return t->device_ok && t->rt->sched;

@@ -183,6 +183,73 @@ static tdm_task *rt_steal_cpu(tdm_sched *s, unsigned c) {
   return NULL;
 }
 
+/* ---- tasks only the CPU workers run ------------------------------------------ */
+
+/* Adds one to the calling thread's count: its worker's (mine, written by
+ * that worker only: no locked instruction), else (NULL) the count of the
+ * threads that are not workers. */
+static void count_one(_Atomic uint64_t *mine, _Atomic uint64_t *others) {
+  if (mine)
+    tdm__count(mine, 1);
+  else
+    atomic_fetch_add_explicit(others, 1, memory_order_relaxed);
+}
+
+void tdm__cpu_only_ready(tdm_runtime *rt, tdm_task *t) {
+  t->cpu_counted = true;
+  if (!atomic_load_explicit(&rt->cpu_only_seen, memory_order_relaxed))
+    atomic_store_explicit(&rt->cpu_only_seen, true, memory_order_relaxed);
+  tdm_worker *w = tdm__self_in(rt);
+  count_one(w ? &w->cpu_only_in : NULL, &rt->cpu_only_in);
+  tdm__schedule(rt, t); /* the CPU workers' (a cancelled one ends there) */
+}
+
+bool tdm__cpu_only_start(tdm_worker *w, tdm_task *t) {
+  if (!t->cpu_started) {
+    t->cpu_started = true;
+    tdm__count(&w->cpu_only_started, 1);
+  }
+  return w->cpu_only_runs++ % TDM_SCHED_CPU_ONLY_SAMPLE == 0;
+}
+
+void tdm__cpu_only_ran(tdm_worker *w, double seconds) {
+  tdm_runtime *rt = w->rt;
+  tdm__sched_cpu_only_ran(rt->sched, class_of(rt, w->id), seconds);
+}
+
+void tdm__cpu_only_ended(tdm_task *t, tdm_worker *w) {
+  tdm_runtime *rt = t->rt;
+  if (!t->cpu_started) /* cancelled, or its inputs not home: it never ran */
+    count_one(w ? &w->cpu_only_started : NULL, &rt->cpu_only_started);
+  count_one(w ? &w->cpu_only_out : NULL, &rt->cpu_only_out);
+}
+
+/* The CPU-only tasks queued and running: the sums of every thread's
+ * counts, read again at each placement on a machine of up to 16 workers,
+ * every eighth beyond (lock held). */
+static void rt_cpu_only(const tdm_sched *s, unsigned *queued, unsigned *running) {
+  tdm_runtime *rt = rt_of(s);
+  *queued = *running = 0;
+  if (!atomic_load_explicit(&rt->cpu_only_seen, memory_order_relaxed))
+    return;
+  if (rt->nworkers <= 16 || rt->cpu_only_reads++ % 8 == 0) {
+    uint64_t in = atomic_load_explicit(&rt->cpu_only_in, memory_order_relaxed);
+    uint64_t started = atomic_load_explicit(&rt->cpu_only_started, memory_order_relaxed);
+    uint64_t out = atomic_load_explicit(&rt->cpu_only_out, memory_order_relaxed);
+    for (unsigned i = 0; i < rt->nworkers; i++) {
+      tdm_worker *w = &rt->workers[i];
+      in += atomic_load_explicit(&w->cpu_only_in, memory_order_relaxed);
+      started += atomic_load_explicit(&w->cpu_only_started, memory_order_relaxed);
+      out += atomic_load_explicit(&w->cpu_only_out, memory_order_relaxed);
+    }
+    /* read one after another while they change: never below zero */
+    rt->cpu_only_queued = in > started ? (unsigned)(in - started) : 0;
+    rt->cpu_only_running = started > out ? (unsigned)(started - out) : 0;
+  }
+  *queued = rt->cpu_only_queued;
+  *running = rt->cpu_only_running;
+}
+
 static const tdm_sched_driver rt_driver = {
     .runs = rt_runs,
     .predict = rt_predict,
@@ -196,6 +263,7 @@ static const tdm_sched_driver rt_driver = {
     .take = rt_take,
     .steal_cpu = rt_steal_cpu,
     .kick_devices = rt_kick_devices,
+    .cpu_only = rt_cpu_only,
 };
 
 /* ---- what the runtime's threads call ------------------------------------------ */
@@ -342,6 +410,9 @@ void tdm__place(tdm_runtime *rt, tdm_task *t) {
       without_quarantined(rt, t, out);
     if (TDM_UNLIKELY(rt->verify)) /* devices whose variant gave wrong results */
       tdm__verify_mask(rt, t);
+  } else if (rt->sched && !t->cpu_counted) { /* in no class's backlog */
+    tdm__cpu_only_ready(rt, t); /* counted, then queued as below */
+    return;
   }
   /* the CPU workers' (no call through the tables); a cancelled task ends
    * on one of them without running */

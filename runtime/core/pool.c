@@ -137,6 +137,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->tries = 0;
   t->unkept = t->spoiled = t->homeless = t->issued = false;
   t->main_thread = t->callback_on_dispatch = t->dispatch_ended = false;
+  t->sched_calib = t->cpu_counted = t->cpu_started = false;
   t->nbuf = 0;
   t->tile_mask = 0;
   t->more = NULL;

@@ -268,8 +268,7 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   t->callback_data = desc->callback_data;
   t->priority = desc->priority;
   t->device_ok = false;
-  t->sched_cls = -1;
-  t->sched_calib = false;
+  t->sched_cls = -1; /* (sched_calib: cleared by tdm__task_alloc) */
   if (TDM_UNLIKELY(b.extras))
     build_extras(t, desc);
   if (rt->recording)

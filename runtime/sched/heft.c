@@ -1,7 +1,9 @@
 /*
  * heft: a ready task goes to the class where it would finish earliest:
  * when it could start there (the class's backlog: predicted seconds of
- * the work placed there and not finished, over its workers; and the time
+ * the work placed there and not finished, over its workers, plus on the
+ * CPU workers their share of the tasks only they run, which no policy
+ * places: tdm__sched_cpu_only_wait; and the time
  * its inputs need to get there, behind the copies already on the link:
  * the later of the two on a device whose queue fetches inputs while the
  * work before runs, their sum elsewhere) + its predicted execution time
@@ -32,6 +34,8 @@ static unsigned choose(tdm_sched *s, tdm_task *t, const double *move, double *pr
   tdm_choice c[MAX_CLASSES];
   unsigned cls[MAX_CLASSES], n = 0;
   double known = -1;
+  /* the CPU workers are busy with tasks no policy placed too */
+  double others = s->ncpu ? tdm__sched_cpu_only_wait(s) : 0;
   for (unsigned k = 0; k < s->nclasses && k < MAX_CLASSES; k++) {
     if (move[k] < 0)
       continue; /* cannot run it */
@@ -42,7 +46,7 @@ static unsigned choose(tdm_sched *s, tdm_task *t, const double *move, double *pr
     cls[n] = k;
     /* the worker free, and the inputs there: at once where the queue
      * fetches them while the work before runs, after it elsewhere */
-    double wait = s->cls[k].backlog / s->cls[k].workers;
+    double wait = s->cls[k].backlog / s->cls[k].workers + (k < s->ncpu ? others : 0);
     c[n++] = (tdm_choice){.start = s->cls[k].prefetches ? fmax(wait, move[k]) : wait + move[k],
                           .exec = p,
                           .calibrated = ok && p >= 0,

@@ -42,6 +42,7 @@ tdm_status tdm__sched_init(tdm_sched *s, tdm_runtime *rt, tdm_policy p,
   s->ncpu = ncpu;
   s->nclasses = nclasses;
   s->rng = seed ? seed : 0x9e3779b97f4a7c15ull;
+  s->cpu_only_stale = true;
   s->cls = calloc(nclasses ? nclasses : 1, sizeof *s->cls);
   s->model = tdm__model_new();
   if (!s->cls || !s->model) {
@@ -82,6 +83,44 @@ void tdm__sched_place(tdm_sched *s, tdm_task *t, bool device_ok) {
     s->policy->place(s, t);
   else
     s->drv->to_cpu(s, t);
+}
+
+void tdm__sched_cpu_only_ran(tdm_sched *s, unsigned c, double seconds) {
+  if (c >= s->ncpu || !(seconds >= 0))
+    return;
+  TDM_PTHREAD(s->rt, pthread_mutex_lock(&s->lock));
+  if (tdm__model_observe(s->model, TDM_SCHED_CPU_ONLY, 0, s->cls[c].name, seconds)) {
+    s->dirty = true;
+    s->cpu_only_stale = true;
+  }
+  TDM_PTHREAD(s->rt, pthread_mutex_unlock(&s->lock));
+}
+
+double tdm__sched_cpu_only_wait(tdm_sched *s) {
+  unsigned queued = 0, running = 0;
+  if (s->drv->cpu_only)
+    s->drv->cpu_only(s, &queued, &running);
+  if (!queued && !running)
+    return 0;
+  unsigned workers = 0;
+  for (unsigned c = 0; c < s->ncpu; c++)
+    workers += s->cls[c].workers;
+  if (s->cpu_only_stale) { /* a mean over the classes that know, by workers */
+    double sum = 0;
+    unsigned known = 0;
+    for (unsigned c = 0; c < s->ncpu; c++) {
+      double p = tdm__model_predict(s->model, TDM_SCHED_CPU_ONLY, 0, s->cls[c].name, NULL);
+      if (p >= 0 && s->cls[c].workers) {
+        sum += p * s->cls[c].workers;
+        known += s->cls[c].workers;
+      }
+    }
+    s->cpu_only_time = known ? sum / known : -1;
+    s->cpu_only_stale = false;
+  }
+  if (!(s->cpu_only_time > 0) || !workers)
+    return 0;
+  return ((double)queued + 0.5 * (double)running) * s->cpu_only_time / workers;
 }
 
 tdm_task *tdm__sched_shared(tdm_sched *s, unsigned c) {

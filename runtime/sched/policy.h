@@ -74,6 +74,11 @@ typedef struct tdm_sched_driver {
   struct tdm_task *(*steal_cpu)(tdm_sched *s, unsigned c);
   /* Tells the devices that work may be waiting for them. */
   void (*kick_devices)(tdm_sched *s);
+  /* Tasks only the CPU workers can run, which no policy places: how many
+   * wait in their queues and how many run now (may be NULL: none
+   * counted). The runtime's counts are a moment's sums of per-thread
+   * counters, not a snapshot. */
+  void (*cpu_only)(const tdm_sched *s, unsigned *queued, unsigned *running);
 } tdm_sched_driver;
 
 /* A placement policy. Every entry but `name` and `place` may be NULL. */
@@ -126,7 +131,12 @@ struct tdm_sched {
   struct tdm_perfmodel *model;
   bool dirty; /* the model learnt something */
   uint64_t rng;
-  pthread_mutex_t lock; /* guards cls, model, dirty, rng */
+  /* The model's time for a task only the CPU workers run, averaged over
+   * their classes by workers (tdm__sched_cpu_only_wait); stale: to be
+   * read from the model again; <= 0: not known yet. */
+  double cpu_only_time;
+  bool cpu_only_stale;
+  pthread_mutex_t lock; /* guards cls, model, dirty, rng, cpu_only_* */
 };
 
 /* Makes s with nclasses classes (named and counted by the caller), an
@@ -148,6 +158,23 @@ struct tdm_task *tdm__sched_idle(tdm_sched *s, unsigned c);
 /* t ended on class c after `seconds` (< 0: failed): the policy's account
  * and, for a success, the model. */
 void tdm__sched_finished(tdm_sched *s, struct tdm_task *t, unsigned c, double seconds);
+
+/* Tasks only the CPU workers can run do not pass through a policy (no
+ * model lookup, no lock on their path), so the CPU classes' backlogs do
+ * not hold them. Their durations are learnt from a sample of them (every
+ * one in virtual time; in the runtime one in TDM_SCHED_CPU_ONLY_SAMPLE
+ * per worker, the first included), as one record of the model under this
+ * name per CPU class: the median of the last ones seen. */
+#define TDM_SCHED_CPU_ONLY "(cpu-only tasks)"
+#define TDM_SCHED_CPU_ONLY_SAMPLE 32
+/* A CPU-only task ran for `seconds` on CPU class c: the model learns it
+ * (takes the lock). */
+void tdm__sched_cpu_only_ran(tdm_sched *s, unsigned c, double seconds);
+/* The seconds that the CPU-only tasks queued and running keep each CPU
+ * worker busy, on average: (queued + running / 2) times their learnt
+ * time, over the CPU workers (a running one is half done, on average);
+ * 0 while none are counted or their time is not known (lock held). */
+double tdm__sched_cpu_only_wait(tdm_sched *s);
 
 /* Shared by the policies (policy.c). */
 #define TDM_SCHED_UNKNOWN_TIME 1e-3 /* s: the backlog a task of unknown duration adds */

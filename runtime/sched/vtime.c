@@ -60,6 +60,8 @@ typedef struct vt_state {
   tdm_taskq queue[TDM_VT_MAX_CLASSES]; /* per class */
   tdm_taskq shared;
   unsigned placed;   /* tasks queued on a class so far */
+  /* tasks only the CPU workers run: queued, running */
+  unsigned cpu_only_queued, cpu_only_running;
   int releaser;      /* the device class whose task ended, or -1 */
   /* The data items, whose copies the coherence module decides (as for
    * the runtime's devices): a token is a time, the bits of a double. */
@@ -393,6 +395,12 @@ static void vt_kick_devices(tdm_sched *s) {
   (void)s; /* idle workers look at every change */
 }
 
+static void vt_cpu_only(const tdm_sched *s, unsigned *queued, unsigned *running) {
+  const vt_state *v = vt_of(s);
+  *queued = v->cpu_only_queued;
+  *running = v->cpu_only_running;
+}
+
 static const tdm_sched_driver vt_driver = {
     .runs = vt_runs,
     .predict = vt_predict,
@@ -406,6 +414,7 @@ static const tdm_sched_driver vt_driver = {
     .take = vt_take,
     .steal_cpu = vt_steal_cpu,
     .kick_devices = vt_kick_devices,
+    .cpu_only = vt_cpu_only,
 };
 
 /* ---- the simulation ---------------------------------------------------------- */
@@ -429,7 +438,9 @@ static void place_ready(vt_state *v, unsigned *ready, unsigned n, int releaser) 
   v->releaser = releaser >= 1 ? releaser : -1;
   for (unsigned i = 0; i < n; i++) {
     tdm_task *t = &v->tasks[ready[i]];
-    tdm__sched_place(&v->s, t, device_ok(v, t));
+    bool ok = device_ok(v, t);
+    v->cpu_only_queued += !ok;
+    tdm__sched_place(&v->s, t, ok);
   }
   v->releaser = -1;
 }
@@ -441,6 +452,10 @@ static void start(vt_state *v, unsigned w, tdm_task *t, tdm_vt_result *r) {
   unsigned node = v->m->classes[c].node;
   double at = fetch(v, t, node);
   double end = at + true_time(v->m, vt, c, at);
+  if (!device_ok(v, t)) {
+    v->cpu_only_queued--;
+    v->cpu_only_running++;
+  }
   for (unsigned k = 0; k < vt->nbuf; k++)
     if (vt->modes[k] & TDM_W)
       tdm__coh_written(&v->nodes, &v->items[vt->data[k]], node, token_at(end), NULL, true);
@@ -484,8 +499,12 @@ static void finish(vt_state *v, unsigned w, const tdm_vt_result *r, unsigned *re
   tdm_task *t = v->running[w];
   unsigned i = index_of(v, t), c = v->class_of[w], n = 0;
   v->running[w] = NULL;
-  if (device_ok(v, t))
+  if (device_ok(v, t)) {
     tdm__sched_finished(&v->s, t, c, r->end[i] - r->start[i]);
+  } else { /* every one learnt: the runtime samples them */
+    v->cpu_only_running--;
+    tdm__sched_cpu_only_ran(&v->s, c, r->end[i] - r->start[i]);
+  }
   for (unsigned e = v->succ_at[i]; e < v->succ_at[i + 1]; e++)
     if (--v->left[v->succ[e]] == 0)
       ready[n++] = v->succ[e];
