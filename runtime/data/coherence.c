@@ -453,11 +453,19 @@ static bool gather(const tdm_nodes *nodes, tdm_handle *h) {
   bool changed = false;
   for (size_t k = 0; k < g->n; k++)
     changed |= g->tiles[k]->coh.written;
-  /* The tiles are dead: their copies elsewhere are no longer current (an
-   * eviction must not write them back), and they go with the tiles once
-   * their readers are done, the tiles released by tdm__coh_reap. */
+  /* The tiles are dead: nothing writes them any more, and they go once
+   * their readers are done, released by tdm__coh_reap. Their copies on
+   * devices hold their last version still, which those readers (tasks
+   * submitted before the unpartition, which need not have started) read:
+   * they stay valid. Dropped, a reader placed on such a device would copy
+   * the version into the buffer another reader reads there at that
+   * moment, and a copy that fails would leave it garbage under that
+   * reader. Each tile is valid on the host too (copied home, landed,
+   * above), so an eviction drops those copies and never writes one back
+   * over the matrix's memory, which later writers change. */
   for (size_t k = 0; k < g->n; k++) {
-    only_on(g->tiles[k], 0);
+    tdm__nodeset_add(&g->tiles[k]->coh.valid, 0);
+    g->tiles[k]->coh.written = true;
     /* its memory is the matrix's from here (which it does not change) */
     if (g->tiles[k]->coh.npins)
       tdm__lineage_keep(nodes, g->tiles[k]);
