@@ -97,6 +97,9 @@ size_t tdm__coh_bytes(const tdm_handle *h);
 size_t tdm__coh_span(const tdm_handle *h);
 void tdm__mem_usage(const tdm_nodes *nodes, unsigned node, uint64_t *used, uint64_t *limit,
                     uint64_t *evictions);
+/* Predicted seconds to bring a task's inputs to a node, behind the
+ * copies on its link: an adaptive window's look ahead (data.h). */
+double tdm__transfer_time(const tdm_nodes *nodes, unsigned node, const tdm_task *t);
 
 /* ---- scheduling (runtime/sched) ----------------------------------------- */
 
@@ -135,6 +138,9 @@ void tdm__task_done(tdm_task *t, unsigned worker, tdm_status status, uint64_t t0
                     uint64_t t1);
 /* A CPU worker should call the backend's progress. */
 void tdm__wake_for_completion(tdm_runtime *rt);
+/* The model's time for t on device k (*calibrated: to be trusted), or
+ * < 0: an adaptive window's measure of the work in flight (core.h). */
+double tdm__sched_predict_on(tdm_runtime *rt, const tdm_task *t, unsigned k, bool *calibrated);
 /* The watchdog: the try a device runs now; a device found hung. */
 bool tdm__watch(tdm_runtime *rt, unsigned k, const tdm_task *t, uint64_t since);
 void tdm__device_hung(tdm_runtime *rt, unsigned k, const char *why);

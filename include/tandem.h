@@ -274,10 +274,17 @@ typedef struct tdm_config {
    * file (not a link) of the user's that neither group nor others may
    * write. Environment: TANDEM_CACHE_DIR. */
   const char *cache_dir;
-  /** Tasks each device may have in flight (their transfers and kernels
-   * enqueued): while one kernel runs, the inputs of the next ones are
-   * copied. 0 (default): 4. 1 serialises transfers and kernels.
-   * Environment: TANDEM_DEVICE_TASKS. */
+  /** Tasks each OpenCL device may have in flight (their transfers and
+   * kernels enqueued): while one kernel runs, the inputs of the next ones
+   * are copied. A task in flight can no longer go to a faster worker that
+   * falls idle. 0 (default): adaptive, up to 8: the next task is enqueued
+   * only when the device would otherwise run dry before its inputs are
+   * there (the model's time for the tasks in flight against the next
+   * one's copies, looked at again every 2 ms), so a slow device keeps
+   * about one task and a fast one behind a slow link as many as hide the
+   * copies; up to 8 while a task's time there is not known yet. N: N at
+   * most, always (1 serialises transfers and kernels). Environment:
+   * TANDEM_DEVICE_TASKS. */
   unsigned device_tasks;
   /** Path of a trace to write (Chrome trace-event JSON: open it in
    * https://ui.perfetto.dev or chrome://tracing; tools/tandem-trace turns

@@ -361,6 +361,104 @@ static void test_both_variants(void **state) {
   assert_int_equal(test_log_errors(&log), 0);
 }
 
+/* ---- the adaptive window ------------------------------------------------ */
+
+/* A kernel that takes long on PoCL (iters steps of a generator), and a
+ * CPU variant that takes none: the CPU workers are far faster. Both add
+ * 1 to x[0] (the kernel 2 only if the generator hit 0: never). */
+static const tdm_opencl_variant slow_cl = {
+    .source = "__kernel void slow(__global ulong *x, ulong nx, ulong iters) {\n"
+              "  ulong acc = iters;\n"
+              "  for (ulong i = 0; i < iters; i++)\n"
+              "    acc = acc * 6364136223846793005UL + 1442695040888963407UL;\n"
+              "  x[0] += 1 + (acc == 0);\n"
+              "}\n",
+    .kernel = "slow"};
+
+static void slow_cpu(const tdm_buffer *b, const void *args, size_t size) {
+  (void)args;
+  (void)size;
+  ((uint64_t *)b[0].ptr)[0] += 1;
+}
+
+/* One name, one model: the device-only one calibrates the device. */
+static const tdm_codelet slow_gpu_only = {
+    .name = "slow", .nbuffers = 1, .modes = {TDM_RW}, .opencl = &slow_cl};
+static const tdm_codelet slow_both = {
+    .name = "slow", .nbuffers = 1, .modes = {TDM_RW}, .opencl = &slow_cl, .cpu_fn = slow_cpu};
+
+#define SLOW_ITERS 20000000ull
+
+/* n tasks of cl, each on a vector of one element of its own, under eager
+ * (the first free worker, CPU core or device, takes the next task):
+ * checked; returns how many the device ran. */
+static unsigned slow_tasks(tdm_runtime *rt, const tdm_codelet *cl, unsigned n) {
+  uint64_t *v[64];
+  tdm_handle *h[64];
+  uint64_t before = counters(rt).tasks, iters = SLOW_ITERS;
+  assert_true(n <= 64);
+  for (unsigned i = 0; i < n; i++) {
+    v[i] = tdm_malloc(sizeof(uint64_t));
+    assert_non_null(v[i]);
+    v[i][0] = 0;
+    assert_int_equal(tdm_register_vector(rt, v[i], 1, sizeof(uint64_t), &h[i]), TDM_OK);
+  }
+  for (unsigned i = 0; i < n; i++)
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = cl, .handles = {h[i]},
+                                                     .args = &iters, .args_size = sizeof iters}),
+                     TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  for (unsigned i = 0; i < n; i++) {
+    assert_int_equal(tdm_handle_unregister(h[i]), TDM_OK);
+    assert_int_equal(v[i][0], 1);
+    tdm_free(v[i]);
+  }
+  return (unsigned)(counters(rt).tasks - before);
+}
+
+/* Under eager, a slow device takes the shared queue's head whenever its
+ * window has room. With the window fixed at 4 (device_tasks 4), it takes
+ * 4 tasks at once and the graph ends when the last of them does; the
+ * adaptive window (device_tasks 0, the default) launches the next task
+ * only when the device would otherwise run dry, so the fast CPU workers
+ * take the rest meanwhile: the device runs 1 or 2, not 4. (A first batch
+ * of device-only tasks calibrates the device: a window knows nothing of
+ * a task whose time there is unknown, and is as deep as allowed.) */
+static double window_run(unsigned device_tasks, unsigned *on_device) {
+  test_log log;
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.cache_dir = cache_dir;
+  cfg.ignore_env = 1;
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.opencl_cpu_devices = 1;
+  cfg.device_memory = discrete ? TDM_MEMORY_SEPARATE : TDM_MEMORY_SHARED;
+  cfg.scheduler = "eager";
+  cfg.device_tasks = device_tasks;
+  test_log_attach(&cfg, &log);
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  assert_int_equal(slow_tasks(rt, &slow_gpu_only, 4), 4);
+  double t0 = now_s();
+  *on_device = slow_tasks(rt, &slow_both, 40);
+  double took = now_s() - t0;
+  tdm_runtime_destroy(rt);
+  assert_int_equal(test_log_errors(&log), 0);
+  return took;
+}
+
+static void test_adaptive_window(void **state) {
+  (void)state;
+  unsigned fixed, adaptive;
+  double t_fixed = window_run(4, &fixed);
+  double t_adaptive = window_run(0, &adaptive);
+  printf("40 tasks, eager: window of 4: %u on the device, %.1f ms; adaptive: %u, %.1f ms\n",
+         fixed, 1e3 * t_fixed, adaptive, 1e3 * t_adaptive);
+  assert_true(fixed >= 3); /* the test sees what a fixed window costs */
+  assert_true(adaptive <= 2);
+}
+
 /* ---- a tiled matrix multiply -------------------------------------------- */
 
 static const tdm_opencl_variant gemm_cl = {
@@ -837,6 +935,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_chain_while_cpus_busy),
       cmocka_unit_test(test_destroy_while_device_chain_grows),
       cmocka_unit_test(test_both_variants),
+      cmocka_unit_test(test_adaptive_window),
       cmocka_unit_test(test_tiled_gemm),
       cmocka_unit_test(test_tiled_gemm_both_variants),
       cmocka_unit_test(test_escape_hatch),

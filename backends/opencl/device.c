@@ -73,6 +73,9 @@ typedef struct exec {
                         inputs' copies have, failed if any of them failed */
   cl_event kernel;   /* while recording: the kernel itself */
   uint64_t launched; /* when its commands were enqueued */
+  /* Its kernel's predicted time there, s (an adaptive window's; < 0:
+   * not known, or not adaptive). */
+  double predicted;
   _Atomic cl_int status; /* a failure of its own (a hand-over not enqueued) */
   /* On a device working in host memory: what the task writes, as it
    * was, to undo a run that fails (tdm__task_snapshot). */
@@ -209,7 +212,8 @@ static tdm_status cl_start(tdm_runtime *rt) {
     g->shared = rt->devices[d].shared_memory;
     g->ctx = cl->contexts[d];
     g->id = cl->ids[d];
-    g->cap = rt->cfg.device_tasks ? rt->cfg.device_tasks : 4;
+    g->adaptive = !rt->cfg.device_tasks;
+    g->cap = g->adaptive ? TDM_CL_WINDOW_MAX : rt->cfg.device_tasks;
     g->max_alloc = rt->devices[d].max_alloc;
     g->limit = rt->devices[d].global_mem ? rt->devices[d].global_mem : UINT64_MAX;
     if (rt->cfg.device_memory_limit && rt->cfg.device_memory_limit < g->limit)
@@ -506,6 +510,20 @@ void tdm__cl_progress_late(tdm_runtime *rt, uint64_t late_ns) {
       tdm__now_ns() - atomic_load_explicit(&cl->completions_since, memory_order_relaxed) >=
           late_ns)
     cl_progress(rt);
+}
+
+void tdm__cl_pump_windows(tdm_runtime *rt) {
+  tdm_opencl *cl = cl_of(rt);
+  for (unsigned k = cl->first; k < cl->first + cl->n; k++) {
+    cl_device *g = dev_of(rt, k);
+    if (!g->adaptive)
+      continue;
+    TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
+    bool flying = g->inflight > 0;
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&g->lock));
+    if (flying)
+      pump(g);
+  }
 }
 
 static bool cl_progress(tdm_runtime *rt) {
@@ -1066,6 +1084,12 @@ static int launch(cl_device *g, tdm_task *t) {
     return LAUNCHED;
   }
   x->launched = tdm__now_ns();
+  x->predicted = -1;
+  if (g->adaptive) {
+    bool calibrated = false;
+    double p = tdm__sched_predict_on(rt, t, g->k, &calibrated); /* the scheduler's lock is after ours */
+    x->predicted = calibrated ? p : -1;
+  }
   if (rt->recording && api->RetainEvent(ev) == CL_SUCCESS)
     x->kernel = ev; /* before a map/unmap follows it */
   /* the kernel comes after its inputs' copies: their failure is its */
@@ -1096,11 +1120,61 @@ static int launch(cl_device *g, tdm_task *t) {
   return LAUNCHED;
 }
 
+/* The adaptive window (tdm_config.device_tasks 0). A task launched has
+ * its copies and kernel enqueued: no faster idle worker can take it back
+ * any more. So the next task is launched only when the device would
+ * otherwise run dry before its inputs are there: when the predicted work
+ * still in flight is no more than its inputs' copy time (behind those on
+ * the link) plus WINDOW_SLACK_S (a watcher's tick, which looks again,
+ * and a launch). A slow device keeps one task in flight and the next
+ * within the idle workers' reach until shortly before it is needed; a
+ * fast one behind a slow link as many as hide the copies, up to
+ * TDM_CL_WINDOW_MAX. While the device's time for a task in flight is not
+ * known (not calibrated there), the window is that maximum. */
+#define WINDOW_SLACK_S 3e-3
+
+/* Predicted seconds of work left in flight on g, or < 0 when not known
+ * (lock held). The first runs since its launch or the last end. */
+static double flight_left(const cl_device *g, uint64_t now) {
+  double left = 0;
+  const exec *first = NULL;
+  for (const exec *x = g->flight; x; x = x->next) {
+    if (atomic_load_explicit(&x->state, memory_order_relaxed) != RUNNING)
+      continue; /* its end came */
+    if (x->predicted < 0)
+      return -1;
+    if (!first)
+      first = x;
+    left += x->predicted;
+  }
+  if (first) {
+    uint64_t since = first->launched > g->last_done ? first->launched : g->last_done;
+    double ran = now > since ? 1e-9 * (double)(now - since) : 0;
+    left -= ran < first->predicted ? ran : first->predicted;
+  }
+  return left;
+}
+
+/* Whether g's window takes one more task now (lock held). */
+static bool window_more(cl_device *g) {
+  if (g->inflight >= g->cap)
+    return false;
+  if (!g->adaptive || !g->inflight)
+    return true;
+  double left = flight_left(g, tdm__now_ns());
+  if (left < 0)
+    return true;
+  /* the next one's copies; one from the shared queue: none counted */
+  const tdm_task *next = g->q.head;
+  double copy = next ? tdm__transfer_time(&g->rt->nodes, node_of(g), next) : 0;
+  return left <= copy + WINDOW_SLACK_S;
+}
+
 static void pump(cl_device *g) {
   tdm_runtime *rt = g->rt;
   tdm_task *away = NULL;
   TDM_PTHREAD(rt, pthread_mutex_lock(&g->lock));
-  while (g->inflight < g->cap) {
+  while (window_more(g)) {
     tdm_task *t = tdm__taskq_next(rt, g->k, &g->q, &g->lock);
     if (!t)
       break;

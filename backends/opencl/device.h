@@ -60,7 +60,11 @@ struct cl_device {
   pthread_mutex_t lock; /* guards all below */
   tdm_taskq q; /* tasks placed here, not yet launched */
   tdm_taskq unbuilt; /* tasks placed here whose program is being built */
+  /* Tasks launched and not ended, and how many may be (the window):
+   * tdm_config.device_tasks, or, adaptive (its 0), as many as the
+   * copies need up to TDM_CL_WINDOW_MAX (device.c: window_more). */
   unsigned inflight, cap;
+  bool adaptive;
   /* Launched tasks whose completion was not taken yet, in launch order
    * (the compute queue's: the first runs, the others wait behind it);
    * the watchdog watches the first (device.c). */
@@ -147,6 +151,12 @@ bool tdm__cl_when_complete(tdm_runtime *rt, cl_event e,
  * or more: no CPU worker came between its tasks meanwhile. */
 bool tdm__cl_completions_waiting(const tdm_runtime *rt);
 void tdm__cl_progress_late(tdm_runtime *rt, uint64_t late_ns);
+/* The devices with an adaptive window and tasks in flight launch what
+ * the window lets in now (the watcher's tick: the work in flight shrank
+ * since the last look). */
+void tdm__cl_pump_windows(tdm_runtime *rt);
+/* An adaptive window's most tasks in flight. */
+#define TDM_CL_WINDOW_MAX 8
 /* A completion was posted: the watcher, asleep with nothing pending,
  * looks again (it ends it if no CPU worker does). */
 void tdm__cl_watch_wake(tdm_runtime *rt);

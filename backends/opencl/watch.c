@@ -126,6 +126,8 @@ static void *watch_main(void *arg) {
     /* completions no CPU worker took (all in long tasks): ended here, so
      * that a device's successors and its next tasks do not wait for them */
     tdm__cl_progress_late(rt, LATE_NS);
+    /* adaptive windows: the work in flight shrank, the next may go */
+    tdm__cl_pump_windows(rt);
     for (watched *w = failed; w; w = w->next) {
       cl_int st = CL_QUEUED;
       api->GetEventInfo(w->e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);

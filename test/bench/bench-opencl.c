@@ -4,7 +4,8 @@
  * copied to it). Measures the makespan with transfers serialised (one task
  * in flight: the next task's input is copied only when the kernel before
  * it has finished) and with prefetch (several tasks in flight: inputs are
- * copied while the kernel before runs), the bytes moved, and the overlap
+ * copied while the kernel before runs) and with the adaptive window (the
+ * default: as many in flight as hide the copies), the bytes moved, and the overlap
  * ratio (transfer time + compute time) / makespan, where the transfer
  * time is the same stream with a kernel that does nothing but read, and
  * the compute time the same stream with no copies (the device told to
@@ -42,10 +43,11 @@ static const tdm_opencl_variant work_cl = {
 static const tdm_codelet work = {
     .name = "work", .nbuffers = 2, .modes = {TDM_R, TDM_W}, .opencl = &work_cl};
 
-enum { SERIAL, PREFETCH, TRANSFER_ONLY, COMPUTE_ONLY, NCONF };
+enum { SERIAL, PREFETCH, ADAPTIVE, TRANSFER_ONLY, COMPUTE_ONLY, NCONF };
 static const char *const conf_name[NCONF] = {
     "serialised (1 task in flight)", "prefetch (4 tasks in flight)",
-    "transfers alone (kernel reads only)", "compute alone (no copies)"};
+    "adaptive window (the default)", "transfers alone (kernel reads only)",
+    "compute alone (no copies)"};
 
 typedef struct bench {
   int tasks;
@@ -59,7 +61,7 @@ static tdm_runtime *make_runtime(int conf) {
   tdm_config_init(&cfg);
   cfg.opencl_cpu_devices = 1;
   cfg.device_memory = conf == COMPUTE_ONLY ? TDM_MEMORY_SHARED : TDM_MEMORY_SEPARATE;
-  cfg.device_tasks = conf == SERIAL ? 1 : 4;
+  cfg.device_tasks = conf == SERIAL ? 1 : conf == ADAPTIVE ? 0 : 4;
   tdm_runtime *rt = NULL;
   tdm_status st = tdm_runtime_create(&cfg, &rt);
   if (st) {
@@ -211,11 +213,13 @@ int main(int argc, char **argv) {
     t[c] = calloc((size_t)runs, sizeof(double));
   double *ratio = calloc((size_t)runs, sizeof(double));
   double *overlap = calloc((size_t)runs, sizeof(double));
+  double *adaptive = calloc((size_t)runs, sizeof(double));
   for (int r = 0; r < runs; r++) {
     for (int c = 0; c < NCONF; c++)
       t[c][r] = run(rts[c], &b, c == TRANSFER_ONLY ? 0 : b.work, &bytes[c]);
     ratio[r] = t[SERIAL][r] / t[PREFETCH][r];
     overlap[r] = (t[TRANSFER_ONLY][r] + t[COMPUTE_ONLY][r]) / t[PREFETCH][r];
+    adaptive[r] = t[ADAPTIVE][r] / t[PREFETCH][r];
   }
   double serial_overlap[64];
   int ns = runs < 64 ? runs : 64;
@@ -227,6 +231,8 @@ int main(int argc, char **argv) {
            (unsigned long long)(bytes[c] / (uint64_t)runs));
   printf("\nmedians of %d runs; per-run ratios, median:\n", runs);
   printf("  serialised / prefetch makespan:                  %.2f\n", bench_median(ratio, runs));
+  printf("  adaptive / prefetch makespan:                    %.2f\n",
+         bench_median(adaptive, runs));
   printf("  overlap (transfers + compute) / makespan, prefetch:   %.2f\n",
          bench_median(overlap, runs));
   printf("  overlap (transfers + compute) / makespan, serialised: %.2f\n",
@@ -243,5 +249,6 @@ int main(int argc, char **argv) {
   free(b.out);
   free(ratio);
   free(overlap);
+  free(adaptive);
   return 0;
 }
