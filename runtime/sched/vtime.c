@@ -439,6 +439,7 @@ static void place_ready(vt_state *v, unsigned *ready, unsigned n, int releaser) 
   for (unsigned i = 0; i < n; i++) {
     tdm_task *t = &v->tasks[ready[i]];
     bool ok = device_ok(v, t);
+    t->cpu_counted = !ok; /* as the runtime marks them: counted till they end */
     v->cpu_only_queued += !ok;
     tdm__sched_place(&v->s, t, ok);
   }
@@ -452,7 +453,7 @@ static void start(vt_state *v, unsigned w, tdm_task *t, tdm_vt_result *r) {
   unsigned node = v->m->classes[c].node;
   double at = fetch(v, t, node);
   double end = at + true_time(v->m, vt, c, at);
-  if (!device_ok(v, t)) {
+  if (t->cpu_counted) {
     v->cpu_only_queued--;
     v->cpu_only_running++;
   }
@@ -499,7 +500,7 @@ static void finish(vt_state *v, unsigned w, const tdm_vt_result *r, unsigned *re
   tdm_task *t = v->running[w];
   unsigned i = index_of(v, t), c = v->class_of[w], n = 0;
   v->running[w] = NULL;
-  if (device_ok(v, t)) {
+  if (!t->cpu_counted) {
     tdm__sched_finished(&v->s, t, c, r->end[i] - r->start[i]);
   } else { /* every one learnt: the runtime samples them */
     v->cpu_only_running--;
