@@ -76,6 +76,21 @@ typedef struct tdm_node_ops {
    * the copies already started on it (0: free now); a copy started now
    * waits that long first. May be NULL: not known, taken as 0. */
   double (*link_wait)(void *ctx, unsigned node);
+  /* Device-to-device copies, for a backend whose devices can copy
+   * between their memories without the host (two GPUs in one OpenCL
+   * context; GPUs behind one PCIe switch). Both may be NULL: every copy
+   * between devices goes through the host.
+   * peer_time: predicted seconds of a copy of `bytes` from device node
+   * `from` straight into device node `to`; < 0 when those two cannot
+   * (then it goes through the host).
+   * peer_copy: starts copying `bytes` (packed) from `from_mem` on node
+   * `from` into `to_mem` on node `to`, after the tokens after[0 ..
+   * nafter-1]; *done gets its token (a reference), which fails when the
+   * copy failed or one it came after did. False when it could not be
+   * started (logged; the caller goes through the host instead). */
+  double (*peer_time)(void *ctx, unsigned from, unsigned to, uint64_t bytes);
+  bool (*peer_copy)(void *ctx, unsigned from, unsigned to, void *from_mem, void *to_mem,
+                    size_t bytes, const tdm_token *after, unsigned nafter, tdm_token *done);
 } tdm_node_ops;
 
 typedef struct tdm_runtime tdm_runtime;

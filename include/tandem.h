@@ -519,6 +519,16 @@ typedef struct tdm_config {
    * TDM_ERR_KERNEL once (TDM_ERR_TASK_FAILED when tasks failed too). */
   tdm_kernel_event_fn kernel_event_fn;
   void *kernel_event_data;
+  /** Nonzero (default): the OpenCL devices of one platform that have
+   * memory of their own share one OpenCL context, so that a handle one
+   * of them holds is copied straight into another's memory
+   * (clEnqueueCopyBuffer, peer to peer where the driver can) instead of
+   * through the host, and their commands wait for each other's events
+   * directly. Where the platform refuses such a context, each device
+   * gets its own. 0: a context per device, copies between devices
+   * through the host. tdm_opencl_device returns the shared context.
+   * Environment: TANDEM_OPENCL_PEER=0|1. */
+  int opencl_peer;
 } tdm_config;
 
 /** tdm_config.worker_nice: the workers run under SCHED_IDLE. */
@@ -799,11 +809,17 @@ typedef struct tdm_device_counters {
   uint64_t bytes_to_host;   /**< device to host */
   uint64_t copies_to_device, copies_to_host; /**< number of transfers */
   uint64_t evictions; /**< copies dropped to make room on the device */
+  /** Copies into this device straight from another device's memory (two
+   * GPUs of one OpenCL context, emulated devices declared with peer=),
+   * not through the host, and their bytes; counted in neither of the
+   * above. */
+  uint64_t copies_from_devices, bytes_from_devices;
 } tdm_device_counters;
 
 /** Counters of a device (numbered as tdm_runtime_device numbers them);
  * zero for a device the runtime does not use. Any thread; the figures of
- * a running runtime may be a moment old. */
+ * a running runtime may be a moment old. A struct_size that ends at
+ * `evictions` (the first version of the struct) gets those fields. */
 TDM_API tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
                                                tdm_device_counters *counters);
 

@@ -29,7 +29,7 @@
  *                    in its queue.
  *
  * The commands: clEnqueueNDRangeKernel, clEnqueueWriteBuffer(Rect),
- * clEnqueueReadBuffer(Rect), clEnqueueMapBuffer, clEnqueueUnmapMemObject
+ * clEnqueueReadBuffer(Rect), clEnqueueCopyBuffer, clEnqueueMapBuffer, clEnqueueUnmapMemObject
  * (these two do their work, then their event fails as the mode says),
  * clEnqueueMarkerWithWaitList. clCreateBuffer and clSetEventCallback
  * fail as FAILCL_RETURN whatever the mode. failcl_calls() tells how many calls of the entry
@@ -357,6 +357,13 @@ cl_int clEnqueueReadBufferRect(cl_command_queue q, cl_mem m, cl_bool blocking, c
                                        n, wl, event);
 }
 
+cl_int clEnqueueCopyBuffer(cl_command_queue q, cl_mem from, cl_mem to, size_t from_off,
+                           size_t to_off, size_t size, cl_uint n, const cl_event *wl,
+                           cl_event *event) {
+  FAIL_AS_ASKED(q, n, wl, event);
+  return REAL(clEnqueueCopyBuffer)(q, from, to, from_off, to_off, size, n, wl, event);
+}
+
 cl_int clEnqueueMarkerWithWaitList(cl_command_queue q, cl_uint n, const cl_event *wl,
                                    cl_event *event) {
   FAIL_AS_ASKED(q, n, wl, event);
@@ -492,6 +499,7 @@ FORWARD(cl_context, clCreateContext,
          cl_int *e),
         (p, n, d, fn, data, e))
 FORWARD(cl_int, clReleaseContext, (cl_context c), (c))
+FORWARD(cl_int, clRetainContext, (cl_context c), (c))
 FORWARD(cl_command_queue, clCreateCommandQueue,
         (cl_context c, cl_device_id d, cl_command_queue_properties p, cl_int *e), (c, d, p, e))
 FORWARD(cl_int, clReleaseCommandQueue, (cl_command_queue q), (q))

@@ -31,8 +31,14 @@ static void on_kernel_event(void *data, const char *codelet, unsigned device, td
 }
 
 tdm_runtime *device_runtime(test_log *log, int admit) {
+  return device_runtime_with(log, admit, NULL, 1);
+}
+
+tdm_runtime *device_runtime_with(test_log *log, int admit, const char *policy, int peer) {
   tdm_config cfg;
   tdm_config_init(&cfg);
+  cfg.scheduler = policy;
+  cfg.opencl_peer = peer;
   cfg.device_event_fn = on_device_event;
   cfg.kernel_event_fn = on_kernel_event;
   cfg.device_memory_limit = memory_limit;

@@ -30,6 +30,9 @@ extern char kernel_event_codelet[64];  /* the last one's codelet */
 
 /* A runtime with PoCL's device (admitted when `admit`), its log in log. */
 tdm_runtime *device_runtime(test_log *log, int admit);
+/* The same, under placement policy `policy` (NULL: the default), with
+ * tdm_config.opencl_peer `peer`. */
+tdm_runtime *device_runtime_with(test_log *log, int admit, const char *policy, int peer);
 /* The device record PoCL is, and its counters. */
 int the_device(tdm_runtime *rt);
 tdm_device_counters counters(tdm_runtime *rt);

@@ -464,6 +464,10 @@ static tdm_runtime *make(const setup *s, char *dir, size_t size) {
   return rt;
 }
 
+static uint64_t peer_copies; /* copies straight between devices: all runs */
+static bool opencl_discrete;
+static bool opencl_two; /* two PoCL devices */
+
 /* The tasks the devices ran, and their evictions; by_kind[0] and [1]
  * get the tasks emulated devices and OpenCL ones ran added. */
 static unsigned device_tasks(tdm_runtime *rt, uint64_t *evictions, uint64_t by_kind[2]) {
@@ -477,6 +481,7 @@ static unsigned device_tasks(tdm_runtime *rt, uint64_t *evictions, uint64_t by_k
     by_kind[d.device_class == TDM_DEVICE_EMULATED ? 0 : 1] += c.tasks;
     n += (unsigned)c.tasks;
     *evictions += c.evictions;
+    peer_copies += c.copies_from_devices;
   }
   return n;
 }
@@ -533,6 +538,10 @@ static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps
 }
 
 #define TWO_OWN "a:speedup=2,latency=1us,bandwidth=1G;b:speedup=1.5,latency=2us,bandwidth=2G"
+/* The same two, copying straight between each other. */
+#define TWO_PEER                                                                           \
+  "a:speedup=2,latency=1us,bandwidth=1G,peer=4G;b:speedup=1.5,latency=2us,bandwidth=2G,"   \
+  "peer=4G"
 
 static const char *const policies[] = {"heft", "ws", "eager", "random"};
 
@@ -548,7 +557,7 @@ static void test_cpu_only(void **state) {
  * run on the CPU) and, with a memory limit, memory must have run short. */
 static void every_policy(const setup *base, uint64_t first, unsigned nseeds, unsigned steps) {
   uint64_t totals[3] = {0, 0, 0};
-  retried = replayed = 0;
+  retried = replayed = peer_copies = 0;
   stopped = 0;
   for (unsigned p = 0; p < 4; p++) {
     setup s = *base;
@@ -568,6 +577,15 @@ static void every_policy(const setup *base, uint64_t first, unsigned nseeds, uns
   if (base->faults)
     printf("%llu tries placed again, %llu tasks replayed by lineage\n",
            (unsigned long long)retried, (unsigned long long)replayed);
+  /* devices that copy between each other did (emulated ones declared
+   * so, two PoCL devices with memory of their own: one context), others
+   * never; a device lost early leaves none to copy to */
+  printf("%llu copies between devices\n", (unsigned long long)peer_copies);
+  bool peers = base->sim ? strstr(base->sim, "peer=") != NULL : opencl_two && base->discrete;
+  if (!base->lost)
+    assert_int_equal(peer_copies > 0, peers);
+  else if (!peers)
+    assert_int_equal(peer_copies, 0);
 }
 
 static void test_emulated_every_policy(void **state) {
@@ -642,8 +660,25 @@ static void test_emulated_copy_faults_evictions(void **state) {
                6800, 3, 400);
 }
 
-static bool opencl_discrete;
-static bool opencl_two; /* two PoCL devices */
+/* Devices that copy straight between each other, copies failing (one
+ * in sixteen), memory short, no write-back: a copy between devices that
+ * fails leaves the source the holder and is made again; an evicted
+ * buffer whose version another device holds goes without a copy home. */
+static void test_emulated_peer_copy_faults(void **state) {
+  (void)state;
+  every_policy(&(setup){.sim = TWO_PEER, .copies_only = true, .limit = 2 * ROWS * COLS * 8},
+               6900, 8, 400);
+}
+
+/* The same devices, runs and copies failing, without write-back: a
+ * failed run that replaced a version only a device held is undone by
+ * lineage, whichever device the version came from. */
+static void test_emulated_peer_faults_lineage(void **state) {
+  (void)state;
+  every_policy(&(setup){.sim = TWO_PEER, .faults = true, .copies = true, .lineage = true},
+               7000, 8, 400);
+}
+
 
 static void test_opencl_copy_faults(void **state) {
   (void)state;
@@ -779,6 +814,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_emulated_lost_lineage),
         cmocka_unit_test(test_emulated_copy_faults),
         cmocka_unit_test(test_emulated_copy_faults_evictions),
+        cmocka_unit_test(test_emulated_peer_copy_faults),
+        cmocka_unit_test(test_emulated_peer_faults_lineage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
   }
@@ -808,6 +845,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_opencl_every_policy),
         cmocka_unit_test(test_opencl_one_of_two_lost),
         cmocka_unit_test(test_opencl_one_of_two_lost_lineage),
+        /* copies between the two (one context) failing too */
+        cmocka_unit_test(test_opencl_copy_faults),
+        cmocka_unit_test(test_opencl_copy_faults_evictions),
         cmocka_unit_test(test_opencl_hung),
         cmocka_unit_test(test_opencl_hung_lineage),
     };

@@ -39,6 +39,8 @@ typedef struct {
   tdm_buffer host;
   void *mem;
   size_t pitch;
+  void *from; /* a copy between devices: from here into mem, bytes of it */
+  size_t bytes;
   unsigned nafter;
   tdm_token after[16];
 } pending_op;
@@ -58,6 +60,7 @@ static tdm_token new_token(void) {
   refs[++ntok] = 1;
   ops_of[ntok].pending = false;
   ops_of[ntok].failed = false;
+  ops_of[ntok].from = NULL;
   return ntok;
 }
 
@@ -70,6 +73,13 @@ static void land(tdm_token t) {
   for (unsigned i = 0; i < o->nafter; i++) {
     land(o->after[i]);
     o->failed |= ops_of[o->after[i]].failed;
+  }
+  if (o->from) { /* between two devices' packed buffers */
+    if (o->failed)
+      memset(o->mem, 0xa5, o->bytes);
+    else
+      memcpy(o->mem, o->from, o->bytes);
+    return;
   }
   for (size_t r = 0; !o->join && r < o->host.nx; r++) {
     uint64_t *host = (uint64_t *)o->host.ptr + r * o->host.ld;
@@ -131,6 +141,39 @@ static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
   return true;
 }
 
+/* Copies between the two devices: each on a link of its own to the
+ * host, and straight between them at that speed. */
+static unsigned peer_copies;
+
+static double node_peer_time(void *ctx, unsigned from, unsigned to, uint64_t bytes) {
+  (void)ctx;
+  assert_true(from > 0 && from < NNODES && to > 0 && to < NNODES && from != to);
+  return 1e-6 + (double)bytes * 1e-9;
+}
+
+static bool node_peer_copy(void *ctx, unsigned from, unsigned to, void *from_mem, void *to_mem,
+                           size_t bytes, const tdm_token *after, unsigned nafter,
+                           tdm_token *done) {
+  (void)ctx;
+  assert_true(from > 0 && from < NNODES && to > 0 && to < NNODES && from != to);
+  assert_non_null(from_mem);
+  assert_non_null(to_mem);
+  for (unsigned i = 0; i < nafter; i++)
+    use(after[i]);
+  copies++;
+  peer_copies++;
+  *done = later(after, nafter, false);
+  pending_op *o = &ops_of[*done];
+  if (fail_at && --fail_at == 0)
+    o->failed = true;
+  o->from = from_mem;
+  o->mem = to_mem;
+  o->bytes = bytes;
+  if (land_at_once)
+    land(*done);
+  return true;
+}
+
 static tdm_token node_join(void *ctx, const tdm_token *ts, unsigned n) {
   (void)ctx;
   for (unsigned i = 0; i < n; i++)
@@ -185,6 +228,10 @@ static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
 static const tdm_node_ops ops = {MODEL_OPS};
 /* The same, with copies that can fail (fail_at). */
 static const tdm_node_ops failing_ops = {MODEL_OPS, .failed = node_failed};
+/* The same two, with copies between the devices. */
+#define PEER_OPS .peer_time = node_peer_time, .peer_copy = node_peer_copy
+static const tdm_node_ops peer_ops = {MODEL_OPS, PEER_OPS};
+static const tdm_node_ops failing_peer_ops = {MODEL_OPS, .failed = node_failed, PEER_OPS};
 
 /* ---- the model ------------------------------------------------------------- */
 
@@ -364,13 +411,21 @@ static void end(world *w) {
     w->parted = false;
   }
   read_on(w, w->m, 0);
-  /* every copy lands; none may change what the host holds now */
-  for (tdm_token t = 1; t <= ntok; t++)
+  /* every copy lands, the newest first (each after what it comes
+   * after): none may change what the host holds now */
+  for (tdm_token t = ntok; t >= 1; t--)
     land(t);
   for (size_t r = 0; r < ROWS; r++)
     for (size_t c = 0; c < COLS; c++)
       if (w->data[r * LD + c] != w->truth[r * LD + c])
         fail_msg("a copy that landed late overwrote element (%zu, %zu) of the host%s", r, c, seq_text);
+  /* nor of a device still holding the version */
+  for (unsigned n = 1; n < NNODES && !w->m->coh.damaged; n++)
+    for (size_t r = 0; r < ROWS && tdm__nodeset_has(&w->m->coh.valid, n); r++)
+      for (size_t c = 0; c < COLS; c++)
+        if (*at(w->m, n, r, c) != w->truth[r * LD + c])
+          fail_msg("a copy that landed late overwrote element (%zu, %zu) of node %u%s", r, c,
+                   n, seq_text);
   for (unsigned i = 0; i < w->nall; i++)
     tdm__coh_forget(&w->nodes, w->all[i], true);
   tdm__coh_forget(&w->nodes, w->m, true);
@@ -409,10 +464,11 @@ static void teardown_world(world *w) {
   tdm_runtime_destroy(w->rt);
 }
 
+/* state: the node operations (NULL: ops). */
 static void test_every_sequence(void **state) {
-  (void)state;
   static world w;
-  setup_world(&w);
+  setup_world_with(&w, *state ? *state : &ops);
+  unsigned peers = peer_copies;
   const unsigned len = 5;
   unsigned long total = 1, runs = 0;
   for (unsigned i = 0; i < len; i++)
@@ -428,13 +484,14 @@ static void test_every_sequence(void **state) {
     runs++;
   }
   printf("%lu sequences of %u events, %u copies\n", runs, len, copies);
+  /* with copies between devices, some went straight */
+  assert_int_equal(peer_copies > peers, *state == &peer_ops);
   teardown_world(&w);
 }
 
 static void test_long_random_sequences(void **state) {
-  (void)state;
   static world w;
-  setup_world(&w);
+  setup_world_with(&w, *state ? *state : &ops);
   uint64_t x = 88172645463325252ull;
   for (unsigned s = 0; s < 20000; s++) {
     begin(&w);
@@ -442,6 +499,97 @@ static void test_long_random_sequences(void **state) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       event(&w, (unsigned)(x % NEVENTS));
     }
+    end(&w);
+  }
+  teardown_world(&w);
+}
+
+/* Long random sequences with copies between devices, where copies fail:
+ * before an event, one of its first two copies fails now and then. A
+ * read or write whose copy failed is tried again, as a task's try would
+ * be, and must then hold the current contents; an eviction whose copy
+ * home failed keeps the buffer. Every read sees the version, and the end
+ * finds the host's memory current. */
+static void test_random_sequences_copies_fail(void **state) {
+  (void)state;
+  static world w;
+  setup_world_with(&w, &failing_peer_ops);
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  unsigned failed = 0, peers = peer_copies;
+  for (unsigned s = 0; s < 5000; s++) {
+    begin(&w);
+    for (unsigned i = 0; i < 24; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      unsigned e = (unsigned)(x % NEVENTS);
+      fail_at = (x >> 32) % 5 == 0 ? 1 + (unsigned)(x >> 40) % 2 : 0;
+      tdm_handle *hs[2];
+      unsigned n = handles(&w, hs);
+      if (e < 12) {
+        tdm_handle *h = hs[(e % 6) / 3 % n];
+        unsigned node = e % 3, mode = e < 6 ? TDM_R : TDM_W;
+        if (!attempt(&w, h, node, mode)) {
+          failed++;
+          fail_at = 0;
+        }
+        if (mode == TDM_R)
+          read_on(&w, h, node); /* (tried again when the first failed) */
+        else
+          write_on(&w, h, node);
+      } else if (e < 14) {
+        unsigned node = 1 + (e - 12);
+        tdm_handle *list[3] = {w.m, n > 1 ? hs[0] : NULL, n > 1 ? hs[1] : NULL};
+        for (unsigned k = 0; k < 3; k++) {
+          tdm_handle *h = list[k];
+          if (!h || !h->coh.rep || !h->coh.rep[node].mem)
+            continue;
+          tdm__coh_lock(&h->coh);
+          int r;
+          while ((r = tdm__coh_evict(&w.nodes, h, node)) == TDM_EVICT_LATER)
+            for (unsigned m = 0; m < NNODES; m++)
+              land(h->coh.rep[m].fill);
+          if (r == TDM_EVICTED)
+            tdm__mem_drop(&w.nodes, h, node);
+          tdm__coh_unlock(&h->coh);
+        }
+      } else {
+        event(&w, e);
+      }
+      fail_at = 0;
+    }
+    end(&w);
+  }
+  printf("%u accesses tried again after a copy failed\n", failed);
+  assert_true(failed > 100);
+  assert_true(peer_copies - peers > 1000);
+  teardown_world(&w);
+}
+
+/* A version only device 1 holds, read on device 2: one copy, straight
+ * between the devices; the host stays invalid until it reads. When that
+ * copy fails, the read's try fails, device 2 holds nothing, device 1
+ * still the version, and the try again copies straight again. */
+static void test_copy_between_devices(void **state) {
+  (void)state;
+  static world w;
+  setup_world_with(&w, &failing_peer_ops);
+  for (unsigned fail = 0; fail < 2; fail++) {
+    begin(&w);
+    write_on(&w, w.m, 1);
+    unsigned before = copies, peers = peer_copies;
+    fail_at = fail;
+    if (fail) {
+      assert_false(attempt(&w, w.m, 2, TDM_R));
+      assert_int_equal(fail_at, 0);
+      assert_false(tdm__nodeset_has(&w.m->coh.valid, 2));
+      assert_true(tdm__nodeset_has(&w.m->coh.valid, 1));
+    }
+    read_on(&w, w.m, 2);
+    assert_int_equal(copies - before, 1 + fail);
+    assert_int_equal(peer_copies - peers, 1 + fail);
+    assert_false(tdm__nodeset_has(&w.m->coh.valid, 0));
+    assert_true(tdm__nodeset_has(&w.m->coh.valid, 1));
+    read_on(&w, w.m, 0); /* from one of them */
+    assert_int_equal(copies - before, 2 + fail);
     end(&w);
   }
   teardown_world(&w);
@@ -716,7 +864,11 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nodeset_past_64),
       cmocka_unit_test(test_every_sequence),
+      cmocka_unit_test_prestate(test_every_sequence, (void *)&peer_ops),
       cmocka_unit_test(test_long_random_sequences),
+      cmocka_unit_test_prestate(test_long_random_sequences, (void *)&peer_ops),
+      cmocka_unit_test(test_random_sequences_copies_fail),
+      cmocka_unit_test(test_copy_between_devices),
       cmocka_unit_test(test_unwritten_tiles_keep_copies),
       cmocka_unit_test(test_write_waits_for_eviction_copy),
       cmocka_unit_test(test_gather_copy_fails),

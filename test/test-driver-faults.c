@@ -13,7 +13,11 @@
  * unregister says TDM_OK must hold the exact result), within a time
  * limit: never a wrong result reported as success, never a hang.
  *
- *   test-driver-faults integrated|discrete [MODE [ENTRY]]
+ *   test-driver-faults integrated|discrete|two [MODE [ENTRY]]
+ *
+ * "two": two discrete PoCL devices (POCL_DEVICES="pthread pthread") in
+ * one context, the data moving between them straight: the entry point
+ * that copies between them (clEnqueueCopyBuffer) fails.
  *
  * Each case runs in a child process (the parent never touches OpenCL),
  * which the parent kills at the time limit. The failing driver is
@@ -40,6 +44,7 @@
 #define CASE_LIMIT 30 /* s: past it, the case hung */
 
 static bool discrete;
+static bool two; /* two devices, copies between them */
 static bool blind; /* the mutation: Tandem blind to events' failures */
 static char cache_dir[128]; /* a fresh one per run of this program */
 static const char *only_mode, *only_entry;
@@ -280,6 +285,7 @@ static const char *const entries_discrete[] = {
     "clEnqueueNDRangeKernel",   "clEnqueueWriteBuffer",    "clEnqueueReadBuffer",
     "clEnqueueWriteBufferRect", "clEnqueueReadBufferRect", "clCreateBuffer",
     "clSetEventCallback"};
+static const char *const entries_two[] = {"clEnqueueCopyBuffer"};
 static const char *const entries_integrated[] = {"clEnqueueNDRangeKernel", "clEnqueueMapBuffer",
                                                  "clEnqueueUnmapMemObject", "clCreateBuffer",
                                                  "clSetEventCallback"};
@@ -293,9 +299,10 @@ static int nodev;
 static void run_mode(int mode) {
   if (only_mode && strcmp(only_mode, mode_name[mode]))
     skip();
-  const char *const *entries = discrete ? entries_discrete : entries_integrated;
-  size_t nentries = discrete ? sizeof entries_discrete / sizeof *entries_discrete
-                             : sizeof entries_integrated / sizeof *entries_integrated;
+  const char *const *entries = two ? entries_two : discrete ? entries_discrete : entries_integrated;
+  size_t nentries = two        ? sizeof entries_two / sizeof *entries_two
+                    : discrete ? sizeof entries_discrete / sizeof *entries_discrete
+                               : sizeof entries_integrated / sizeof *entries_integrated;
   int bad = 0, unreached = 0;
   for (size_t e = 0; e < nentries; e++) {
     if (only_entry && strcmp(only_entry, entries[e]))
@@ -354,7 +361,7 @@ static void test_never_completes(void **state) {
  * reported right. */
 static void test_slow_kernel_taken_as_hung(void **state) {
   (void)state;
-  if ((only_mode && strcmp(only_mode, "slow")) || only_entry)
+  if ((only_mode && strcmp(only_mode, "slow")) || only_entry || two)
     skip();
   const fault_case c = {.entry = "slow kernel", .slow = true};
   double took;
@@ -371,7 +378,7 @@ static void test_slow_kernel_taken_as_hung(void **state) {
  * a check that goes missing). */
 static void test_mutation_blind_to_events(void **state) {
   (void)state;
-  if (only_mode || only_entry)
+  if (only_mode || only_entry || two)
     skip();
   static const fault_case cases[] = {
       {.entry = "clEnqueueNDRangeKernel", .mode = FAILCL_EVENT},
@@ -395,11 +402,15 @@ static void test_mutation_blind_to_events(void **state) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2 || (strcmp(argv[1], "integrated") && strcmp(argv[1], "discrete"))) {
-    fprintf(stderr, "usage: test-driver-faults integrated|discrete [MODE [ENTRY]]\n");
+  if (argc < 2 || (strcmp(argv[1], "integrated") && strcmp(argv[1], "discrete") &&
+                    strcmp(argv[1], "two"))) {
+    fprintf(stderr, "usage: test-driver-faults integrated|discrete|two [MODE [ENTRY]]\n");
     return 2;
   }
-  discrete = !strcmp(argv[1], "discrete");
+  two = !strcmp(argv[1], "two");
+  discrete = two || !strcmp(argv[1], "discrete");
+  if (two) /* PoCL makes two devices of the CPU (before it starts) */
+    setenv("POCL_DEVICES", "pthread pthread", 1);
   only_mode = argc > 2 ? argv[2] : NULL;
   only_entry = argc > 3 ? argv[3] : NULL;
   const struct CMUnitTest tests[] = {

@@ -34,11 +34,14 @@ static const tdm_codelet vadd = {
     .name = "vadd", .nbuffers = 3, .modes = {TDM_R, TDM_R, TDM_W}, .opencl = &vadd_cl};
 
 /* ---- two devices (PoCL with POCL_DEVICES="pthread pthread") -------------
- * Each device has its own OpenCL context: data moves between them through
- * the host, and commands wait for events of the other context through
- * joined user events. Placement spreads tasks over the devices by load,
- * so the tests check results, and counts per device that do not depend on
- * which device ran what. */
+ * As devices with memory of their own (discrete), the two share one
+ * OpenCL context (tdm_config.opencl_peer): data moves between them
+ * straight, and commands wait for each other's events. Working in the
+ * host's memory, or with opencl_peer 0, each has its own context: data
+ * moves between them through the host, and commands wait for events of
+ * the other context through joined user events. Placement spreads tasks
+ * over the devices by load, so the tests check results, and counts per
+ * device that do not depend on which device ran what. */
 
 static const tdm_opencl_variant scale_cl = {
     .source = "__kernel void scale(__global const float *x, ulong nx,\n"
@@ -95,6 +98,81 @@ static void test_two_devices_readers(void **state) {
   tdm_runtime_destroy(rt);
   tdm_free(x);
   assert_int_equal(test_log_errors(&log), 0);
+}
+
+/* Chains x -> y -> z on two devices with memory of their own, placed at
+ * random: a y written on one device and read on the other moves straight
+ * between them when they share a context (opencl_peer), through the host
+ * otherwise. Either way the results are exact; only x comes from the
+ * host to a device when they share, and nothing moves between them when
+ * they do not. */
+static void test_two_devices_copy_between(void **state) {
+  (void)state;
+  if (!discrete)
+    skip(); /* in the host's memory nothing is copied */
+  for (int peer = 1; peer >= 0; peer--) {
+    test_log log;
+    tdm_runtime *rt = device_runtime_with(&log, 1, "random", peer);
+    unsigned ids[8];
+    assert_int_equal(test_used_devices(rt, ids, 8), 2);
+    cl_context c0 = NULL, c1 = NULL;
+    assert_int_equal(tdm_opencl_device(rt, ids[0], NULL, &c0), TDM_OK);
+    assert_int_equal(tdm_opencl_device(rt, ids[1], NULL, &c1), TDM_OK);
+    assert_int_equal(c0 == c1, peer);
+    enum { T = 24 };
+    float *x = array(1, 1), *ys[T], *zs[T];
+    tdm_handle *hx, *hy[T], *hz[T];
+    assert_int_equal(tdm_register_vector(rt, x, N, sizeof(float), &hx), TDM_OK);
+    for (int t = 0; t < T; t++) {
+      ys[t] = array(0, 0);
+      zs[t] = array(0, 0);
+      assert_int_equal(tdm_register_vector(rt, ys[t], N, sizeof(float), &hy[t]), TDM_OK);
+      assert_int_equal(tdm_register_vector(rt, zs[t], N, sizeof(float), &hz[t]), TDM_OK);
+      assert_int_equal(
+          tdm_submit(rt, &(tdm_task_desc){.codelet = &scale, .handles = {hx, hy[t]}}), TDM_OK);
+      assert_int_equal(
+          tdm_submit(rt, &(tdm_task_desc){.codelet = &scale, .handles = {hy[t], hz[t]}}),
+          TDM_OK);
+    }
+    assert_int_equal(tdm_wait_all(rt), TDM_OK);
+    tdm_device_counters all = {0};
+    for (int k = 0; k < 2; k++) {
+      tdm_device_counters c = test_counters(rt, ids[k]);
+      printf("opencl_peer %d, device %u: %llu tasks, %llu copies in (%llu bytes), %llu from "
+             "the other device (%llu bytes)\n",
+             peer, ids[k], (unsigned long long)c.tasks, (unsigned long long)c.copies_to_device,
+             (unsigned long long)c.bytes_to_device, (unsigned long long)c.copies_from_devices,
+             (unsigned long long)c.bytes_from_devices);
+      all.tasks += c.tasks;
+      all.bytes_to_device += c.bytes_to_device;
+      all.copies_from_devices += c.copies_from_devices;
+      all.bytes_from_devices += c.bytes_from_devices;
+    }
+    const uint64_t bytes = N * sizeof(float);
+    assert_int_equal(all.tasks, 2 * T);
+    if (peer) {
+      assert_true(all.copies_from_devices > 0); /* (24 coin tosses) */
+      assert_int_equal(all.bytes_from_devices, all.copies_from_devices * bytes);
+      assert_true(all.bytes_to_device <= 2 * bytes); /* x, once per device */
+    } else {
+      assert_int_equal(all.copies_from_devices, 0);
+      assert_true(all.bytes_to_device > 2 * bytes); /* ys through the host */
+    }
+    for (int t = 0; t < T; t++) {
+      assert_int_equal(tdm_handle_unregister(hy[t]), TDM_OK);
+      assert_int_equal(tdm_handle_unregister(hz[t]), TDM_OK);
+      for (int i = 0; i < N; i++) {
+        assert_true(ys[t][i] == 2 * x[i]);
+        assert_true(zs[t][i] == 4 * x[i]);
+      }
+      tdm_free(ys[t]);
+      tdm_free(zs[t]);
+    }
+    assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+    tdm_runtime_destroy(rt);
+    tdm_free(x);
+    assert_int_equal(test_log_errors(&log), 0);
+  }
 }
 
 static void test_vector_add(void **state) {
@@ -949,6 +1027,7 @@ int main(int argc, char **argv) {
   };
   const struct CMUnitTest two[] = {
       cmocka_unit_test(test_two_devices_readers),
+      cmocka_unit_test(test_two_devices_copy_between),
       cmocka_unit_test(test_two_devices_gemm),
       cmocka_unit_test(test_two_devices_gemm_both_variants),
   };

@@ -159,7 +159,9 @@ static const vt_graph_def vt_graphs[] = {{"tiled GEMM", tiled_gemm},
 /* The machines of bench-sched's table (test-vtime asserts targets on
  * some): a CPU of `cpus` cores, efficiency cores, an integrated GPU,
  * discrete GPUs of the given speeds on links of 10 us and 10 GB/s, one
- * per GPU or one per `per_link` GPUs. */
+ * per GPU or one per `per_link` GPUs, copying between each other
+ * through the host or, with `peer`, straight (peer to peer, as GPUs
+ * behind one PCIe switch do, or two GPUs of one OpenCL context). */
 typedef struct vt_machine_def {
   const char *name;
   unsigned cpus;
@@ -167,17 +169,19 @@ typedef struct vt_machine_def {
   unsigned igpus, dgpus; /* of each kind */
   double dgpu_scale[8];  /* speed of each discrete GPU against the reference */
   unsigned per_link;     /* discrete GPUs behind one PCIe link (0, 1: each its own) */
+  double peer;           /* bytes/s of copies straight between GPUs; 0: through the host */
 } vt_machine_def;
 
 static const vt_machine_def vt_machines[] = {
-    {"2 CPU cores", 2, 0, 0, 0, {0}, 0},
-    {"2 cores + integrated GPU", 2, 0, 1, 0, {0}, 0},
-    {"2 cores + discrete GPU", 2, 0, 0, 1, {1}, 0},
-    {"2 cores + 2 discrete GPUs (1x, 0.5x)", 2, 0, 0, 2, {1, 0.5}, 0},
-    {"4 P + 8 E cores + integrated GPU", 4, 8, 1, 0, {0}, 0},
-    {"16 cores + discrete GPU", 16, 0, 0, 1, {1}, 0},
-    {"64 cores + 8 dGPUs, own links", 64, 0, 0, 8, {1, 1, 1, 1, 1, 1, 1, 1}, 1},
-    {"64 cores + 8 dGPUs, a link per pair", 64, 0, 0, 8, {1, 1, 1, 1, 1, 1, 1, 1}, 2},
+    {"2 CPU cores", 2, 0, 0, 0, {0}, 0, 0},
+    {"2 cores + integrated GPU", 2, 0, 1, 0, {0}, 0, 0},
+    {"2 cores + discrete GPU", 2, 0, 0, 1, {1}, 0, 0},
+    {"2 cores + 2 discrete GPUs (1x, 0.5x)", 2, 0, 0, 2, {1, 0.5}, 0, 0},
+    {"4 P + 8 E cores + integrated GPU", 4, 8, 1, 0, {0}, 0, 0},
+    {"16 cores + discrete GPU", 16, 0, 0, 1, {1}, 0, 0},
+    {"64 cores + 8 dGPUs, own links", 64, 0, 0, 8, {1, 1, 1, 1, 1, 1, 1, 1}, 1, 0},
+    {"64 cores + 8 dGPUs, a link per pair", 64, 0, 0, 8, {1, 1, 1, 1, 1, 1, 1, 1}, 2, 0},
+    {"64 cores + 8 dGPUs, pairs, GPU to GPU", 64, 0, 0, 8, {1, 1, 1, 1, 1, 1, 1, 1}, 2, 10e9},
 };
 
 #define VT_NMACHINES (sizeof vt_machines / sizeof vt_machines[0])
@@ -213,6 +217,7 @@ static inline tdm_vt_machine vt_machine(const vt_machine_def *d) {
       c->speedup[k] = ref[k] * d->dgpu_scale[g];
     m.latency[m.nnodes] = 10e-6;
     m.bandwidth[m.nnodes] = 10e9;
+    m.peer[m.nnodes] = d->peer;
     if (d->per_link > 1 && g % d->per_link) /* behind the first GPU's link */
       m.link_of[m.nnodes] = first + g - g % d->per_link;
     m.nnodes++;

@@ -79,6 +79,12 @@ typedef struct cl_api {
                                         cl_int *);
   cl_int (*GetProgramInfo)(cl_program, cl_program_info, size_t, void *, size_t *);
   cl_int (*GetEventProfilingInfo)(cl_event, cl_profiling_info, size_t, void *, size_t *);
+  /* optional: devices of a platform share a context only with
+   * RetainContext, and copy between each other only with
+   * EnqueueCopyBuffer (NULL where the loader lacks them) */
+  cl_int (*RetainContext)(cl_context);
+  cl_int (*EnqueueCopyBuffer)(cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t, cl_uint,
+                              const cl_event *, cl_event *);
   bool can_run; /* every entry point above was found */
   const char *missing; /* the first one that was not */
 } cl_api;

@@ -862,7 +862,7 @@ static cl_int enqueue(cl_device *g, tdm_task *t, const cl_mem *mems, const tdm_b
  * one *done stands for, becomes *done through t, a token not started. */
 static void chain(cl_device *g, cl_tok *t, cl_event e, cl_tok **done) {
   tdm_token before = tdm__tok_token(*done);
-  tdm__tok_start(t, e, g->ctx, (int)g->k, false, 0, &before, 1);
+  tdm__tok_start(t, e, g->ctx, (int)g->k, 0, 0, &before, 1);
   tdm__tok_release(*done);
   *done = t;
 }
@@ -924,7 +924,7 @@ static void undo_enqueue_function(cl_device *g, tdm_task *t, exec *x) {
   cl_event m = NULL;
   cl_tok *tok = tdm__tok_alloc(rt);
   if (tok && api->EnqueueMarkerWithWaitList(g->compute, 0, NULL, &m) == CL_SUCCESS && m) {
-    tdm__tok_start(tok, m, g->ctx, (int)g->k, false, 0, NULL, 0); /* m is its now */
+    tdm__tok_start(tok, m, g->ctx, (int)g->k, 0, 0, NULL, 0); /* m is its now */
     CL_CHECK(rt, api->Flush(g->compute), "clFlush");
     tdm__tok_wait(tok);
   } else {
@@ -1094,7 +1094,7 @@ static int launch(cl_device *g, tdm_task *t) {
     x->kernel = ev; /* before a map/unmap follows it */
   /* the kernel comes after its inputs' copies: their failure is its */
   cl_event last = api->RetainEvent(ev) == CL_SUCCESS ? ev : NULL;
-  tdm__tok_start(done, ev, g->ctx, (int)g->k, false, 0, ts.v, ts.n);
+  tdm__tok_start(done, ev, g->ctx, (int)g->k, 0, 0, ts.v, ts.n);
   tdm__tokens_release(&rt->nodes, &ts);
   if (last && !hand_over(g, t, mems, &done, &last))
     atomic_store(&x->status, CL_MAP_FAILURE);
@@ -1250,6 +1250,8 @@ static void cl_counters(const tdm_runtime *rt, unsigned k, tdm_device_counters *
   c->bytes_to_host = atomic_load(&g->to_host);
   c->copies_to_device = atomic_load(&g->copies_to_device);
   c->copies_to_host = atomic_load(&g->copies_to_host);
+  c->bytes_from_devices = atomic_load(&g->from_devices);
+  c->copies_from_devices = atomic_load(&g->copies_from_devices);
   uint64_t used, limit;
   if (!g->shared)
     tdm__mem_usage(&rt->nodes, 1 + k, &used, &limit, &c->evictions);

@@ -73,6 +73,7 @@ struct cl_device {
   /* its memory's size (counted and evicted by runtime/data/memory.c) */
   uint64_t limit, max_alloc;
   _Atomic uint64_t tasks, to_device, to_host, copies_to_device, copies_to_host;
+  _Atomic uint64_t from_devices, copies_from_devices; /* straight from another's memory */
   /* Busy time: kernels' profiled durations when recording, else the time
    * from a task's launch (or the previous completion) to its completion. */
   _Atomic uint64_t busy_ns;
@@ -187,9 +188,12 @@ void tdm__tok_fini(tdm_runtime *rt);
  * when out of memory (logged). Released unstarted, it is freed. */
 cl_tok *tdm__tok_alloc(tdm_runtime *rt);
 /* t stands for command e (its reference taken over) of context ctx on
- * device worker k's queues (-1: none), a copy of `bytes` or not, ordered
- * after the tokens before[0 .. n-1]. */
-void tdm__tok_start(cl_tok *t, cl_event e, cl_context ctx, int k, bool copy, uint64_t bytes,
+ * device worker k's queues (-1: none), ordered after the tokens
+ * before[0 .. n-1]; `copy`: a copy of `bytes`, between the host and the
+ * device (TOK_COPY: its time teaches the link's model) or from another
+ * device (TOK_PEER), watched for stalls either way; else 0. */
+enum { TOK_COPY = 1, TOK_PEER = 2 };
+void tdm__tok_start(cl_tok *t, cl_event e, cl_context ctx, int k, int copy, uint64_t bytes,
                     const tdm_token *before, unsigned n);
 /* A token settled when all of ts are (a reference), or 0 after waiting
  * for them here when none can be made. */

@@ -96,19 +96,25 @@ static void node_free(void *ctx, unsigned node, void *mem) {
   api_of(ctx)->ReleaseMemObject((cl_mem)mem);
 }
 
-static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
-                      const tdm_token *after, unsigned nafter, tdm_token *done) {
-  tdm_runtime *rt = ctx;
-  cl_device *g = dev_of_node(rt, node);
+/* A copy into or out of g's memory, on its transfer queue: what every
+ * copy goes through. `what` names it for messages ("host to device 1");
+ * enqueue(arg, w, &e) enqueues it after the events of w; `kind`: TOK_COPY
+ * (between the host and g: to_node says which way) or TOK_PEER (into g
+ * from another device). */
+typedef cl_int (*enqueue_fn)(const cl_api *api, cl_command_queue q, const void *arg,
+                             const waitlist *w, cl_event *e);
+
+static bool start_copy(tdm_runtime *rt, cl_device *g, const char *what, size_t bytes, int kind,
+                       bool to_node, enqueue_fn enqueue, const void *arg,
+                       const tdm_token *after, unsigned nafter, tdm_token *done) {
   const cl_api *api = api_of(rt);
-  size_t bytes = c->host->nx * c->host->ny * c->host->elem_size;
   /* An injected fault fails the enqueue, not the copy's event: PoCL 3.1
    * never runs, nor fails, a command enqueued after an event it waits
    * for failed, and the queue stalls behind it. */
   tdm_status fault = tdm__fault(rt, TDM_FAULT_COPY, g->k);
   if (fault) {
-    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: %s device %u, %zu bytes: injected fault (%s)",
-             to_node ? "host to" : "to host from", g->device, bytes, tdm_status_name(fault));
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: %s, %zu bytes: injected fault (%s)", what, bytes,
+             tdm_status_name(fault));
     return false;
   }
   cl_tok *tok = tdm__tok_alloc(rt);
@@ -120,24 +126,53 @@ static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
      * never run (PoCL stalls its queue) */
     tdm__cl_release_all(api, &w);
     tdm__tok_release(tok);
-    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: %s device %u, %zu bytes: not started, what it "
-             "waits for failed", to_node ? "host to" : "to host from", g->device, bytes);
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: %s, %zu bytes: not started, what it waits for failed",
+             what, bytes);
     return false;
   }
   cl_event e = NULL;
-  cl_int err = copy_rect(api, g->transfer, to_node, (cl_mem)c->mem, c, &w, &e);
+  cl_int err = enqueue(api, g->transfer, arg, &w, &e);
   tdm__cl_release_all(api, &w);
   if (err != CL_SUCCESS || !e) {
-    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: %s device %u, %zu bytes: %s, error %d",
-             to_node ? "host to" : "to host from", g->device, bytes, CL_ERR(err));
+    tdm__log(rt, TDM_LOG_ERROR, "OpenCL: %s, %zu bytes: %s, error %d", what, bytes, CL_ERR(err));
     tdm__tok_release(tok);
     return false;
   }
   CL_CHECK(rt, api->Flush(g->transfer), "clFlush");
-  count_copy(g, to_node, bytes, e);
-  tdm__tok_start(tok, e, g->ctx, (int)g->k, true, bytes, after, nafter);
+  if (kind == TOK_COPY) {
+    count_copy(g, to_node, bytes, e);
+  } else {
+    atomic_fetch_add_explicit(&g->from_devices, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->copies_from_devices, 1, memory_order_relaxed);
+  }
+  /* a copy between devices is watched as a copy, but does not teach the
+   * model of the host's link */
+  tdm__tok_start(tok, e, g->ctx, (int)g->k, kind, bytes, after, nafter);
   *done = tdm__tok_token(tok);
   return true;
+}
+
+typedef struct host_copy {
+  bool to_node;
+  cl_mem mem;
+  const tdm_copy *c;
+} host_copy;
+
+static cl_int enqueue_host_copy(const cl_api *api, cl_command_queue q, const void *arg,
+                                const waitlist *w, cl_event *e) {
+  const host_copy *h = arg;
+  return copy_rect(api, q, h->to_node, h->mem, h->c, w, e);
+}
+
+static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
+                      const tdm_token *after, unsigned nafter, tdm_token *done) {
+  tdm_runtime *rt = ctx;
+  cl_device *g = dev_of_node(rt, node);
+  char what[48];
+  snprintf(what, sizeof what, "%s device %u", to_node ? "host to" : "to host from", g->device);
+  host_copy h = {to_node, (cl_mem)c->mem, c};
+  return start_copy(rt, g, what, c->host->nx * c->host->ny * c->host->elem_size, TOK_COPY,
+                    to_node, enqueue_host_copy, &h, after, nafter, done);
 }
 
 static tdm_token node_join(void *ctx, const tdm_token *ts, unsigned n) {
@@ -226,6 +261,45 @@ static double node_link_wait(void *ctx, unsigned node) {
   return bytes ? node_link_time(ctx, node, bytes) : 0;
 }
 
+/* Between two devices with memory of their own in one context
+ * (probe.c: share_contexts): the slower of the two links, one hop. */
+static double node_peer_time(void *ctx, unsigned from, unsigned to, uint64_t bytes) {
+  tdm_runtime *rt = ctx;
+  const cl_device *a = dev_of_node(rt, from), *b = dev_of_node(rt, to);
+  if (a->shared || b->shared || a->ctx != b->ctx || !api_of(rt)->EnqueueCopyBuffer)
+    return -1;
+  double s = node_link_time(ctx, from, bytes), t = node_link_time(ctx, to, bytes);
+  return s > t ? s : t;
+}
+
+typedef struct peer_copy {
+  cl_mem from, to;
+  size_t bytes;
+} peer_copy;
+
+static cl_int enqueue_peer_copy(const cl_api *api, cl_command_queue q, const void *arg,
+                                const waitlist *w, cl_event *e) {
+  const peer_copy *p = arg;
+  return api->EnqueueCopyBuffer(q, p->from, p->to, 0, 0, p->bytes, w->n, w->n ? w->ev : NULL,
+                                e);
+}
+
+/* On the target's transfer queue, after what it waits for (events of
+ * either device: one context). */
+static bool node_peer_copy(void *ctx, unsigned from, unsigned to, void *from_mem, void *to_mem,
+                           size_t bytes, const tdm_token *after, unsigned nafter,
+                           tdm_token *done) {
+  tdm_runtime *rt = ctx;
+  cl_device *a = dev_of_node(rt, from), *g = dev_of_node(rt, to);
+  if (a->ctx != g->ctx || !api_of(rt)->EnqueueCopyBuffer)
+    return false;
+  char what[48];
+  snprintf(what, sizeof what, "device %u to device %u", a->device, g->device);
+  peer_copy p = {(cl_mem)from_mem, (cl_mem)to_mem, bytes};
+  return start_copy(rt, g, what, bytes, TOK_PEER, true, enqueue_peer_copy, &p, after, nafter,
+                    done);
+}
+
 const tdm_node_ops tdm__cl_node_ops = {
     .alloc = node_alloc,
     .free = node_free,
@@ -239,4 +313,6 @@ const tdm_node_ops tdm__cl_node_ops = {
     .when_done = node_when_done,
     .link_time = node_link_time,
     .link_wait = node_link_wait,
+    .peer_time = node_peer_time,
+    .peer_copy = node_peer_copy,
 };

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void share_contexts(tdm_runtime *rt, unsigned base);
+
 /* The OpenCL backend's discover (backends/backend.h), the first asked:
  * not when emulated devices are asked for (tdm_config.sim) without
  * "+opencl". Finds the devices, chooses those to use, opens a context on
@@ -45,6 +47,7 @@ tdm_status tdm__opencl_claim(tdm_runtime *rt, void **state, bool *last) {
       return TDM_ERR_NO_MEMORY;
     rt->device_of = of;
   }
+  share_contexts(rt, base);
   for (unsigned i = base; i < rt->ndevices; i++) {
     tdm_device_record *d = &rt->devices[i];
     if (d->used && rt->ndevice_workers == TDM_MAX_DEVICE_WORKERS) {
@@ -282,6 +285,8 @@ static tdm_status load_api(tdm_runtime *rt, const char *path, cl_api *api) {
     }
   }
   *(void **)&api->GetKernelArgInfo = dlsym(lib, "clGetKernelArgInfo");
+  *(void **)&api->RetainContext = dlsym(lib, "clRetainContext");
+  *(void **)&api->EnqueueCopyBuffer = dlsym(lib, "clEnqueueCopyBuffer");
   return TDM_OK;
 }
 
@@ -522,9 +527,64 @@ tdm_status tdm__opencl_discover(tdm_runtime *rt, const char *path, void **state)
   return TDM_OK;
 }
 
+/* tdm_config.opencl_peer: the devices of a platform to be used that
+ * have memory of their own get one context, shared (each record holds a
+ * reference), so that copies between them go straight
+ * (clEnqueueCopyBuffer) and their commands wait for each other's events
+ * without a bridge. Where that context cannot be made, each gets its own
+ * (tdm__opencl_activate). Those past the workers' limit are left out. */
+static void share_contexts(tdm_runtime *rt, unsigned base) {
+  tdm_opencl *cl = cl_of(rt);
+  if (!cl || !rt->cfg.opencl_peer || !cl->api.can_run || !cl->api.RetainContext ||
+      !cl->api.EnqueueCopyBuffer)
+    return;
+  for (unsigned p = 0; p < rt->nplatforms; p++) {
+    cl_device_id ids[TDM_MAX_DEVICE_WORKERS];
+    unsigned of[TDM_MAX_DEVICE_WORKERS], n = 0;
+    for (unsigned i = base; i < cl->rec_end && i < rt->ndevices; i++) {
+      const tdm_device_record *d = &rt->devices[i];
+      if (d->used && !d->shared_memory && d->platform == p && !cl->contexts[i] &&
+          rt->ndevice_workers + n < TDM_MAX_DEVICE_WORKERS) {
+        of[n] = i;
+        ids[n++] = cl->ids[i];
+      }
+    }
+    if (n < 2)
+      continue;
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
+                                     (cl_context_properties)cl->platform_of[of[0]], 0};
+    cl_int err = CL_SUCCESS;
+    cl_context ctx = cl->api.CreateContext(props, n, ids, NULL, NULL, &err);
+    if (!ctx || err != CL_SUCCESS) {
+      if (ctx)
+        cl->api.ReleaseContext(ctx);
+      tdm__log(rt, TDM_LOG_INFO,
+               "OpenCL: platform %s: no context for its %u devices together (%s, error %d): "
+               "one each, copies between them through the host",
+               rt->platforms[p].name, n, CL_ERR(err));
+      continue;
+    }
+    unsigned shared = 0;
+    for (unsigned j = 0; j < n; j++) {
+      /* the first reference is the creation's */
+      err = j ? cl->api.RetainContext(ctx) : CL_SUCCESS;
+      if (err != CL_SUCCESS) {
+        tdm__log(rt, TDM_LOG_WARNING, "OpenCL: clRetainContext: %s, error %d", CL_ERR(err));
+        break; /* the others get their own */
+      }
+      cl->contexts[of[j]] = ctx;
+      shared++;
+    }
+    tdm__log(rt, TDM_LOG_INFO, "OpenCL: platform %s: %u devices in one context: copies "
+             "between them go straight", rt->platforms[p].name, shared);
+  }
+}
+
 bool tdm__opencl_activate(tdm_runtime *rt, unsigned i) {
   tdm_opencl *cl = cl_of(rt);
   tdm_device_record *d = &rt->devices[i];
+  if (cl->contexts[i])
+    return true; /* shared with others of its platform */
   if (!cl->api.can_run) {
     d->used = false;
     snprintf(d->usage, sizeof d->usage,

@@ -44,7 +44,7 @@ struct cl_tok {
   cl_event ev;    /* the command's (a reference); NULL: a join */
   cl_context ctx; /* its context */
   int k;          /* the device worker whose queue runs it; -1: none */
-  bool copy;      /* a copy: watched for stalls */
+  int copy;       /* TOK_COPY, TOK_PEER: a copy, watched for stalls; else 0 */
   uint64_t bytes; /* a copy's */
   _Atomic int refs;
   _Atomic int left;     /* parts not settled yet: its event, and each token before it */
@@ -200,7 +200,7 @@ static void CL_CALLBACK event_settled(cl_event e, cl_int status, void *data) {
   int k = t->k;
   if (TDM_UNLIKELY(rt->blind_to_events))
     status = CL_COMPLETE; /* the tests' mutation */
-  if (t->copy && status == CL_COMPLETE && k >= 0)
+  if (t->copy == TOK_COPY && status == CL_COMPLETE && k >= 0) /* over the link */
     tdm__cl_copy_timed(dev_of(rt, k), e, t->bytes);
   settle(t, status < 0 ? status : CL_COMPLETE, true);
   tdm__tok_release(t);
@@ -276,7 +276,7 @@ uint64_t tdm__tok_copying(tdm_runtime *rt, unsigned k) {
   return bytes;
 }
 
-void tdm__tok_start(cl_tok *t, cl_event e, cl_context ctx, int k, bool copy, uint64_t bytes,
+void tdm__tok_start(cl_tok *t, cl_event e, cl_context ctx, int k, int copy, uint64_t bytes,
                     const tdm_token *before, unsigned nbefore) {
   const cl_api *api = api_of(t->rt);
   t->ev = e;
@@ -317,7 +317,7 @@ tdm_token tdm__tok_join(tdm_runtime *rt, const tdm_token *ts, unsigned n) {
   }
   /* a record of no command of its own: each of ts, not yet settled,
    * holds it through its waiter until it settles */
-  tdm__tok_start(t, NULL, NULL, -1, false, 0, ts, n);
+  tdm__tok_start(t, NULL, NULL, -1, 0, 0, ts, n);
   return tdm__tok_token(t);
 }
 

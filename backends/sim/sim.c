@@ -46,6 +46,7 @@ typedef struct sim_dev {
   struct tdm_vt_class decl; /* as declared: name, speed-ups, slowdown */
   bool shared;
   double latency, bandwidth; /* s, bytes/s (emulated time) */
+  double peer; /* bytes/s straight to and from other devices with one; 0: none */
   pthread_t thread;
   bool started;
   /* Lock order: a device's lock, the scheduler's, handle locks, link
@@ -62,6 +63,7 @@ typedef struct sim_dev {
   pthread_mutex_t link_lock;
   uint64_t link_free[2]; /* ns: when the link is free to the device, to the host */
   _Atomic uint64_t tasks, to_device, to_host, copies_to_device, copies_to_host, busy_ns;
+  _Atomic uint64_t from_devices, copies_from_devices;
 } sim_dev;
 
 #define SIM_KINDS 8
@@ -190,8 +192,8 @@ static void describe(tdm_device_record *r, const sim_dev *d, unsigned w) {
     snprintf(r->memory_reason, sizeof r->memory_reason, "declared: memory=shared");
   else
     snprintf(r->memory_reason, sizeof r->memory_reason,
-             "declared: memory=own, latency %g s, bandwidth %g bytes/s", d->latency,
-             d->bandwidth);
+             "declared: memory=own, latency %g s, bandwidth %g bytes/s%s", d->latency,
+             d->bandwidth, d->peer > 0 ? ", copies to and from other devices" : "");
   int len = snprintf(r->usage, sizeof r->usage, "used: speed-up %g", cls->speedup[0]);
   for (unsigned i = 0; i < cls->nnamed && len > 0 && (size_t)len < sizeof r->usage; i++)
     len += snprintf(r->usage + len, sizeof r->usage - (size_t)len, ", %s %g",
@@ -256,7 +258,8 @@ static tdm_status sim_discover(tdm_runtime *rt, void **state, bool *last) {
       unsigned i = s->n++, k = s->first + i;
       sim_dev *d = &s->dev[i];
       *d = (sim_dev){.rt = rt, .k = k, .decl = *cls, .shared = cls->node == 0,
-                     .latency = m.latency[cls->node], .bandwidth = m.bandwidth[cls->node]};
+                     .latency = m.latency[cls->node], .bandwidth = m.bandwidth[cls->node],
+                     .peer = m.peer[cls->node]};
       describe(&rt->devices[base + i], d, w);
       rt->devices[base + i].worker = (int)(rt->nworkers + k);
       rt->device_of[k] = base + i;
@@ -363,6 +366,65 @@ static bool node_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
   return true;
 }
 
+/* Straight between two devices that both declared peer=: the larger
+ * latency, the smaller bandwidth. */
+static double peer_seconds(const sim_dev *a, const sim_dev *b, uint64_t bytes) {
+  return fmax(a->latency, b->latency) + (double)bytes / fmin(a->peer, b->peer);
+}
+
+static double node_peer_time(void *ctx, unsigned from, unsigned to, uint64_t bytes) {
+  const tdm_runtime *rt = ctx;
+  const sim_dev *a = dev_of(rt, from - 1), *b = dev_of(rt, to - 1);
+  if (a->shared || b->shared || a->peer <= 0 || b->peer <= 0)
+    return -1;
+  return sim_of(rt)->time_scale * peer_seconds(a, b, bytes);
+}
+
+/* A copy between devices takes the source's link out and the target's
+ * in, one copy at a time on each (their locks in device order: leaves). */
+static bool node_peer_copy(void *ctx, unsigned from, unsigned to, void *from_mem, void *to_mem,
+                           size_t bytes, const tdm_token *after, unsigned nafter,
+                           tdm_token *done) {
+  tdm_runtime *rt = ctx;
+  sim_dev *a = dev_of(rt, from - 1), *b = dev_of(rt, to - 1);
+  if (node_peer_time(ctx, from, to, bytes) < 0)
+    return false;
+  tdm_token before = latest(after, nafter);
+  tdm_status fault = tdm__fault(rt, TDM_FAULT_COPY, to - 1);
+  if (fault == TDM_ERR_DEVICE_LOST)
+    return false;
+  tdm_token failed = (before & FAILED) || fault ? FAILED : 0;
+  if (failed)
+    memset(to_mem, 0xa5, bytes);
+  else
+    memcpy(to_mem, from_mem, bytes);
+  uint64_t now = tdm__now_ns();
+  sim_dev *first = a->k < b->k ? a : b, *second = a->k < b->k ? b : a;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&first->link_lock));
+  TDM_PTHREAD(rt, pthread_mutex_lock(&second->link_lock));
+  uint64_t start = now;
+  if (start < (before & ~FAILED))
+    start = before & ~FAILED;
+  if (start < a->link_free[1])
+    start = a->link_free[1];
+  if (start < b->link_free[0])
+    start = b->link_free[0];
+  uint64_t end = start + tdm__ns_of(sim_of(rt)->time_scale * peer_seconds(a, b, bytes));
+  a->link_free[1] = b->link_free[0] = end;
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&second->link_lock));
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&first->link_lock));
+  atomic_fetch_add_explicit(&b->from_devices, bytes, memory_order_relaxed);
+  atomic_fetch_add_explicit(&b->copies_from_devices, 1, memory_order_relaxed);
+  if (rt->recording)
+    tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_TO_DEVICE,
+                                          .track = (uint16_t)(rt->nworkers + b->k),
+                                          .t0 = start,
+                                          .t1 = end,
+                                          .bytes = bytes});
+  *done = end | failed;
+  return true;
+}
+
 static tdm_token node_join(void *ctx, const tdm_token *ts, unsigned n) {
   (void)ctx;
   return latest(ts, n);
@@ -422,6 +484,8 @@ static const tdm_node_ops sim_node_ops = {
     .when_done = NULL, /* a CPU task waits for its inputs on its worker */
     .link_time = node_link_time,
     .link_wait = node_link_wait,
+    .peer_time = node_peer_time,
+    .peer_copy = node_peer_copy,
 };
 
 static unsigned node_of(const sim_dev *d) {
@@ -661,6 +725,8 @@ static void sim_counters(const tdm_runtime *rt, unsigned k, tdm_device_counters 
   c->bytes_to_host = atomic_load(&d->to_host);
   c->copies_to_device = atomic_load(&d->copies_to_device);
   c->copies_to_host = atomic_load(&d->copies_to_host);
+  c->bytes_from_devices = atomic_load(&d->from_devices);
+  c->copies_from_devices = atomic_load(&d->copies_from_devices);
   uint64_t used, limit;
   if (!d->shared)
     tdm__mem_usage(&rt->nodes, 1 + k, &used, &limit, &c->evictions);

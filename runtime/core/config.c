@@ -26,6 +26,7 @@ void tdm_config_init(tdm_config *config) {
   config->watchdog_min = 1;
   config->watchdog_uncalibrated = 10;
   config->lineage = 16;
+  config->opencl_peer = 1;
 }
 
 /* Every TANDEM_* variable Tandem reads: the one list, which env() checks
@@ -38,6 +39,7 @@ static const char *const env_names[] = {
     "TANDEM_DEVICE_MEMORY_LIMIT", "TANDEM_DEVICE_TASKS", "TANDEM_FAULTS",
     "TANDEM_LINEAGE",       "TANDEM_LOG_LEVEL",    "TANDEM_MAX_PENDING",
     "TANDEM_NWORKERS",      "TANDEM_OPENCL_CPU",   "TANDEM_OPENCL_LIBRARY",
+    "TANDEM_OPENCL_PEER",
     "TANDEM_QUARANTINE",    "TANDEM_RETRIES",      "TANDEM_SCHED",
     "TANDEM_SIM",           "TANDEM_SIM_SCALE",    "TANDEM_SPIN_US",
     "TANDEM_STATS",         "TANDEM_SYNTHETIC_TOPOLOGY", "TANDEM_TOPOLOGY_XML",
@@ -403,6 +405,7 @@ void tdm__config_env(tdm_runtime *rt) {
   else if (rt->cfg.topology_xml != rt->cfg_xml)
     rt->topology_env = "TANDEM_TOPOLOGY_XML";
   env_flag(rt, "TANDEM_OPENCL_CPU", &rt->cfg.opencl_cpu_devices);
+  env_flag(rt, "TANDEM_OPENCL_PEER", &rt->cfg.opencl_peer);
   if (env_choice(rt, "TANDEM_DEVICE_MEMORY", memory, &choice))
     rt->cfg.device_memory = (tdm_device_memory)choice;
   env_string("TANDEM_OPENCL_LIBRARY", &rt->cfg.opencl_library);

@@ -622,7 +622,9 @@ void tdm__kernel_disabled(tdm_runtime *rt, unsigned k, const char *codelet, tdm_
 
 tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
                                        tdm_device_counters *out) {
-  if (!rt || !out || out->struct_size < sizeof *out)
+  /* the first version of the struct ended at evictions */
+  if (!rt || !out ||
+      out->struct_size < offsetof(tdm_device_counters, evictions) + sizeof out->evictions)
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, "tdm_runtime_device_counters");
   if (device >= rt->ndevices) {
@@ -637,7 +639,7 @@ tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
     tdm__backend_of(rt, k)->counters(rt, k, &c);
   }
   c.struct_size = room;
-  memcpy(out, &c, sizeof c);
+  memcpy(out, &c, room < sizeof c ? room : sizeof c);
   return TDM_OK;
 }
 

@@ -425,7 +425,7 @@ double tdm__transfer_time(const tdm_nodes *nodes, unsigned node, const tdm_task 
       continue;
     tdm_handle *h = hs[i];
     tdm__coh_lock(&h->coh);
-    s += tdm__coh_estimate(h, node, nodes->ops->link_time, nodes->ctx);
+    s += tdm__coh_estimate(nodes, h, node);
     tdm__coh_unlock(&h->coh);
   }
   /* copies to a device queue behind those already on its link */

@@ -594,8 +594,68 @@ static int home_source(const tdm_nodes *nodes, tdm_handle *h) {
   return src;
 }
 
-/* Makes `node` valid for h (settled), adding to w what a user waits for. */
+/* The device node a copy of h into device node `node` comes straight
+ * from (the nodes' peer_copy), when one can and it is quicker than
+ * through the host: a holder whose copy did not fail, whose device is
+ * not gone, the quickest. -1: through the host (which holds h, or
+ * decides where it comes home from: home_source). */
+static int peer_source(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
+  const tdm_node_ops *o = nodes->ops;
+  if (!o->peer_copy || !o->peer_time || h->coh.damaged || h->coh.writing ||
+      tdm__nodeset_has(&h->coh.valid, 0))
+    return -1;
+  uint64_t bytes = tdm__coh_bytes(h);
+  int src = -1;
+  double best = 0;
+  for (int n = tdm__nodeset_next(&h->coh.valid, 1); n >= 0;
+       n = tdm__nodeset_next(&h->coh.valid, (unsigned)n + 1)) {
+    tdm__coh_drop_failed(nodes, h, (unsigned)n); /* (not the last holder) */
+    if (!tdm__nodeset_has(&h->coh.valid, (unsigned)n) || gone(nodes, (unsigned)n) ||
+        tdm__coh_fill_failed(nodes, h, (unsigned)n))
+      continue;
+    double s = o->peer_time(nodes->ctx, (unsigned)n, node, bytes);
+    if (s >= 0 && (src < 0 || s < best)) {
+      src = n;
+      best = s;
+    }
+  }
+  if (src > 0 && best >= o->link_time(nodes->ctx, (unsigned)src, bytes) +
+                             o->link_time(nodes->ctx, node, bytes))
+    return -1;
+  return src;
+}
+
+/* Device node `node` gets h's version straight from device node src
+ * (*e: the copy's token). The copy reads src's memory after what fills
+ * it, and writes node's after what still writes there. Nothing else
+ * waits for it to have read src: a writer on src comes after h's
+ * readers, the task this copy is for among them, and a copy it reads
+ * torn makes no version (the write leaves src the only holder); an
+ * eviction of src frees a buffer the backend keeps until its commands
+ * are done. False when it could not start (the caller goes through the
+ * host). */
+static bool copy_peer(const tdm_nodes *nodes, tdm_handle *h, unsigned src, unsigned node,
+                      tdm_token *e) {
+  void *mem = tdm__mem_get(nodes, h, node, NULL);
+  if (!mem)
+    return false;
+  tdm_token after[2];
+  unsigned n = fills_of(nodes, h, src, node, after);
+  return nodes->ops->peer_copy(nodes->ctx, src, node, h->coh.rep[src].mem, mem,
+                               tdm__coh_bytes(h), after, n, e);
+}
+
+/* Makes `node` valid for h (settled), adding to w what a user waits for;
+ * from another device straight when `straight` and the nodes can. */
+static bool make_valid_from(const tdm_nodes *nodes, tdm_handle *h, unsigned node,
+                            tdm_tokens *w, bool straight);
+
 static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_tokens *w) {
+  return make_valid_from(nodes, h, node, w, true);
+}
+
+static bool make_valid_from(const tdm_nodes *nodes, tdm_handle *h, unsigned node,
+                            tdm_tokens *w, bool straight) {
   /* (a damaged copy is the version's holder until it is made again) */
   if (tdm__nodeset_has(&h->coh.valid, node) && !h->coh.damaged) {
     wait_add(nodes, w, fill_of(h, node));
@@ -604,13 +664,14 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
   if (!tdm__coh_replicas(nodes, h))
     return false;
   tdm_token e = 0;
+  int src;
   /* after what fills the source, and what still writes the target */
   if (node == 0) { /* from a device holding it */
     if (h->coh.lent) { /* not over its tiles' rectangles: landed, e stays 0 */
       if (!restore(nodes, h))
         return false;
     } else {
-      int src = home_source(nodes, h);
+      src = home_source(nodes, h);
       if (src < 0)
         return false;
       tdm_token after[2];
@@ -624,7 +685,8 @@ static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm
       }
     }
     host_holds(nodes, h, h->coh.ver);
-  } else { /* through the host */
+  } else if (!(straight && (src = peer_source(nodes, h, node)) > 0 &&
+                 copy_peer(nodes, h, (unsigned)src, node, &e))) { /* through the host */
     tdm_tokens before;
     tdm__tokens_init(&before);
     wait_add(nodes, &before, before_write(nodes, h, node));
@@ -666,7 +728,12 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
     return false;
   bool keep = node == 0 && nodes->keep_host && !(mode & TDM_R);
   if ((mode & TDM_R) || (keep && !tdm__nodeset_has(&h->coh.valid, 0))) {
-    if (!make_valid(nodes, h, node, w))
+    /* A read-write on a device takes the version through the host, which
+     * then keeps it should the write fail (below), unless lineage makes
+     * it again: a device it came from straight is not valid any more once
+     * the write is issued. */
+    bool straight = !(mode & TDM_W) || tdm__lineage_replays(nodes, h);
+    if (!make_valid_from(nodes, h, node, w, straight))
       return false;
   } else { /* what writes the node's memory lands first, valid or not */
     wait_add(nodes, w, before_write(nodes, h, node));
@@ -842,8 +909,7 @@ int tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
   return TDM_EVICTED;
 }
 
-double tdm__coh_estimate(const tdm_handle *h, unsigned node,
-                         double (*link)(void *ctx, unsigned node, uint64_t bytes), void *ctx) {
+double tdm__coh_estimate(const tdm_nodes *nodes, const tdm_handle *h, unsigned node) {
   /* a tile not used yet is where its matrix is; a matrix to gather comes
    * home first (counted as there) */
   const tdm_handle *x = h;
@@ -854,12 +920,20 @@ double tdm__coh_estimate(const tdm_handle *h, unsigned node,
     v = tdm__nodeset_of(0);
   if (tdm__nodeset_has(&v, node))
     return 0;
+  const tdm_node_ops *o = nodes->ops;
   uint64_t bytes = tdm__coh_bytes(h);
   double s = 0;
-  if (!tdm__nodeset_has(&v, 0))
-    s += link(ctx, (unsigned)tdm__nodeset_next(&v, 1), bytes);
+  if (!tdm__nodeset_has(&v, 0)) {
+    unsigned from = (unsigned)tdm__nodeset_next(&v, 1);
+    s += o->link_time(nodes->ctx, from, bytes);
+    /* or straight from there (as peer_source chooses, roughly: the first
+     * holder) */
+    double p = node && o->peer_time ? o->peer_time(nodes->ctx, from, node, bytes) : -1;
+    if (p >= 0 && p < s + o->link_time(nodes->ctx, node, bytes))
+      return p;
+  }
   if (node)
-    s += link(ctx, node, bytes);
+    s += o->link_time(nodes->ctx, node, bytes);
   return s;
 }
 

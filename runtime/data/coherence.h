@@ -9,7 +9,9 @@
  * holding its current contents ("valid") and, per node, a replica: the
  * backend's buffer there and the completion token of the copy that filled
  * it. The protocol is MSI-like: an access that reads on node n makes n
- * valid (copying from the host or, through the host, from a device); a
+ * valid (copying from the host; from a device, straight where the
+ * backend copies between its devices (peer_copy) and that is quicker,
+ * else through the host, which becomes valid too); a
  * write on n leaves n the only valid node. The task graph already orders
  * conflicting accesses, so the state may change when a task's commands are
  * issued, before they complete: a user of a node waits for its fill token.
@@ -367,11 +369,10 @@ bool tdm__coh_fill_failed(const tdm_nodes *nodes, const tdm_handle *h, unsigned 
  * the next access). Unless node was the only one holding it: that
  * version is lost (node stays its holder, every read of it failing). */
 void tdm__coh_drop_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
-/* Predicted seconds to make h valid on `node`, by link(ctx, node, bytes)
- * (the time of a copy between the host and device node `node`: a node
- * operation's link_time). */
-double tdm__coh_estimate(const tdm_handle *h, unsigned node,
-                         double (*link)(void *ctx, unsigned node, uint64_t bytes), void *ctx);
+/* Predicted seconds to make h valid on `node`, by the nodes' link_time
+ * (copies between the host and a device node) and peer_time (between
+ * two devices). */
+double tdm__coh_estimate(const tdm_nodes *nodes, const tdm_handle *h, unsigned node);
 /* Forgets h's replicas (their buffers freed) and a gather not done (its
  * tiles released), taking the family's lock when `lock` (not at destroy,
  * when handles go in any order and nothing runs). */

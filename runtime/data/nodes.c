@@ -170,26 +170,66 @@ static void wait_one(const tdm_nodes *nodes, tdm_token t) {
   w->ops->wait(w->ctx, &o, 1);
 }
 
-static bool mux_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
-                     const tdm_token *after, unsigned nafter, tdm_token *done) {
-  const tdm_nodes *nodes = ctx;
-  unsigned w = nodes->way_of[node];
-  tdm_token mine[ROOM] = {0};
-  tdm_token *list = nafter <= ROOM ? mine : tdm__malloc(nodes->rt, nafter * sizeof *list);
-  if (!list)
-    return false;
-  unsigned n = 0;
+/* after[0 .. nafter-1] as way w's own, in list (ROOM of them, else from
+ * the heap: *list changed, freed by the caller); other backends' waited
+ * for here. How many, or -1 when out of memory. */
+static int own_list(const tdm_nodes *nodes, unsigned w, const tdm_token *after,
+                    unsigned nafter, tdm_token **list) {
+  if (nafter > ROOM && !(*list = tdm__malloc(nodes->rt, nafter * sizeof **list)))
+    return -1;
+  int n = 0;
   for (unsigned i = 0; i < nafter; i++) {
     if (!after[i])
       continue;
     if (way_of_token(after[i]) == w)
-      list[n++] = own(after[i]);
+      (*list)[n++] = own(after[i]);
     else /* another backend's: waited for here */
       wait_one(nodes, after[i]);
   }
+  return n;
+}
+
+static bool mux_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
+                     const tdm_token *after, unsigned nafter, tdm_token *done) {
+  const tdm_nodes *nodes = ctx;
+  unsigned w = nodes->way_of[node];
+  tdm_token mine[ROOM] = {0}, *list = mine;
+  int n = own_list(nodes, w, after, nafter, &list);
+  if (n < 0)
+    return false;
   tdm_token t = 0;
   const tdm_node_way *way = &nodes->ways[w];
-  bool ok = way->ops->copy(way->ctx, node, to_node, c, list, n, &t);
+  bool ok = way->ops->copy(way->ctx, node, to_node, c, list, (unsigned)n, &t);
+  if (list != mine)
+    free(list);
+  *done = ok ? tagged_own(nodes, w, t) : 0;
+  return ok && (*done || !t);
+}
+
+/* Between the devices of one backend only. */
+static double mux_peer_time(void *ctx, unsigned from, unsigned to, uint64_t bytes) {
+  const tdm_nodes *nodes = ctx;
+  const tdm_node_way *w = way_of_node(nodes, to);
+  if (nodes->way_of[from] != nodes->way_of[to] || !w->ops->peer_time || !w->ops->peer_copy)
+    return -1;
+  return w->ops->peer_time(w->ctx, from, to, bytes);
+}
+
+static bool mux_peer_copy(void *ctx, unsigned from, unsigned to, void *from_mem, void *to_mem,
+                          size_t bytes, const tdm_token *after, unsigned nafter,
+                          tdm_token *done) {
+  const tdm_nodes *nodes = ctx;
+  unsigned w = nodes->way_of[to];
+  const tdm_node_way *way = &nodes->ways[w];
+  if (nodes->way_of[from] != w || !way->ops->peer_copy)
+    return false;
+  tdm_token mine[ROOM] = {0}, *list = mine;
+  int n = own_list(nodes, w, after, nafter, &list);
+  if (n < 0)
+    return false;
+  tdm_token t = 0;
+  bool ok = way->ops->peer_copy(way->ctx, from, to, from_mem, to_mem, bytes, list,
+                                (unsigned)n, &t);
   if (list != mine)
     free(list);
   *done = ok ? tagged_own(nodes, w, t) : 0;
@@ -257,8 +297,6 @@ static bool mux_test(void *ctx, tdm_token t) {
   return w->ops->test(w->ctx, own(t));
 }
 
-
-
 static bool mux_when_done(void *ctx, const tdm_token *ts, unsigned n, void (*fn)(void *, int),
                           void *arg) {
   const tdm_nodes *nodes = ctx;
@@ -318,4 +356,6 @@ static const tdm_node_ops mux_ops = {
     .when_done = mux_when_done,
     .link_time = mux_link_time,
     .link_wait = mux_link_wait,
+    .peer_time = mux_peer_time,
+    .peer_copy = mux_peer_copy,
 };

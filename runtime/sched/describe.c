@@ -47,7 +47,7 @@ typedef struct parse_ctx {
   const char *const *codelets;
   unsigned ncodelets;
   bool shared;
-  double latency, bandwidth;
+  double latency, bandwidth, peer;
 } parse_ctx;
 
 #define BAD(...) return (snprintf(x->err, x->err_size, __VA_ARGS__), TDM_ERR_INVALID_ARG)
@@ -117,12 +117,12 @@ static tdm_status setting(parse_ctx *x, struct tdm_vt_class *c, const char *q, s
       BAD("%.*s=%.*s: a time (s, ms, us, ns) up to %g s", (int)klen, q, (int)vlen, v,
           TDM_VT_MAX_TIME);
     *(KEY("latency") ? &x->latency : &c->slow_at) = n;
-  } else if (KEY("bandwidth")) {
+  } else if (KEY("bandwidth") || KEY("peer")) {
     if (!number(v, vlen, rates, rate_scale, &n) ||
         !within(n, TDM_VT_MIN_BANDWIDTH, TDM_VT_MAX_BANDWIDTH))
-      BAD("bandwidth=%.*s: bytes per second (k, M, G, T) from %g to %g", (int)vlen, v,
-          TDM_VT_MIN_BANDWIDTH, TDM_VT_MAX_BANDWIDTH);
-    x->bandwidth = n;
+      BAD("%.*s=%.*s: bytes per second (k, M, G, T) from %g to %g", (int)klen, q, (int)vlen,
+          v, TDM_VT_MIN_BANDWIDTH, TDM_VT_MAX_BANDWIDTH);
+    *(KEY("peer") ? &x->peer : &x->bandwidth) = n;
   } else {
     return codelet_speedup(x, c, q, klen, v, vlen);
   }
@@ -146,7 +146,7 @@ static tdm_status parse_class(parse_ctx *x, tdm_vt_machine *m, const char *p, co
   /* "cpu", and "cpu.N" (a kind of core, for emulated machines), work in
    * the host's memory */
   x->shared = (nlen == 3 && !strncmp(p, "cpu", 3)) || (nlen > 4 && !strncmp(p, "cpu.", 4));
-  x->latency = x->bandwidth = 0;
+  x->latency = x->bandwidth = x->peer = 0;
   for (int k = 0; k < 8; k++)
     c->speedup[k] = 1;
   for (const char *q = colon ? colon + 1 : end; q < end;) {
@@ -162,6 +162,9 @@ static tdm_status parse_class(parse_ctx *x, tdm_vt_machine *m, const char *p, co
       return st;
     q += slen + 1;
   }
+  if (x->shared && x->peer > 0)
+    BAD("class %s works in the host's memory: peer= is for devices with memory of their own",
+        c->name);
   if (x->shared)
     return TDM_OK;
   if (m->nnodes == TDM_VT_MAX_CLASSES)
@@ -171,6 +174,7 @@ static tdm_status parse_class(parse_ctx *x, tdm_vt_machine *m, const char *p, co
   c->node = m->nnodes;
   m->latency[m->nnodes] = x->latency;
   m->bandwidth[m->nnodes] = x->bandwidth;
+  m->peer[m->nnodes] = x->peer;
   m->nnodes++;
   return TDM_OK;
 }

@@ -252,6 +252,13 @@ typedef struct tdm_vt_machine {
    * (two GPUs behind one PCIe switch): one copy at a time each way over
    * both, at that link's latency and bandwidth */
   unsigned link_of[TDM_VT_MAX_CLASSES];
+  /* bytes/s of copies straight between node n and another device node
+   * with one (GPUs that copy peer to peer); 0: through the host. Such a
+   * copy takes the larger latency and the smaller of the two. In virtual
+   * time, only between nodes behind one link (a switch), which it leaves
+   * free (vtime.c); emulated devices, each on its own link, copy so
+   * between any two with peer= (backends/sim). */
+  double peer[TDM_VT_MAX_CLASSES];
 } tdm_vt_machine;
 
 /* A task graph: task i runs codelet `codelet` for `cpu_time` seconds on
@@ -327,6 +334,10 @@ tdm_status tdm__vt_run_model(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm
  *            | CODELET=X          for one codelet (its name in `codelets`)
  *            | latency=T          link latency: T in s, ms, us or ns
  *            | bandwidth=B        bytes per second, k M G T (powers of 1000)
+ *            | peer=B             copies straight to and from the other
+ *                                 devices with peer= at B bytes per second
+ *                                 (the smaller of the two), not through
+ *                                 the host
  *            | slow_at=T, slow_factor=X   slows down from T on
  *
  * e.g. "cpu:workers=2;gpu:speedup=10,small=0.5,latency=10us,bandwidth=10G".

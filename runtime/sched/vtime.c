@@ -69,6 +69,7 @@ typedef struct vt_state {
   tdm_nodes nodes;
   double now;
   double link_free[TDM_VT_MAX_CLASSES][2]; /* per node: to it, from it */
+  double port_free[TDM_VT_MAX_CLASSES][2]; /* copies between devices: the same */
   uint64_t bytes;
 } vt_state;
 
@@ -135,6 +136,42 @@ static bool vt_copy(void *ctx, unsigned node, bool to_node, const tdm_copy *c,
   return true;
 }
 
+/* Straight between device nodes behind one link (a PCIe switch) that
+ * both have a peer bandwidth: the larger latency, the smaller bandwidth;
+ * the shared link stays free. Devices behind different links copy
+ * through the host: peer traffic through a root complex takes both links
+ * anyway, and the host's copy, which its later readers use, would be
+ * lost. */
+static double vt_peer_time(void *ctx, unsigned from, unsigned to, uint64_t bytes) {
+  const vt_state *s = ctx;
+  const tdm_vt_machine *m = s->m;
+  if (!from || !to || m->peer[from] <= 0 || m->peer[to] <= 0 ||
+      link_of(m, from) != link_of(m, to))
+    return -1;
+  return fmax(m->latency[from], m->latency[to]) +
+         (double)bytes / fmin(m->peer[from], m->peer[to]);
+}
+
+/* A copy between devices holds each one's port (its end of the switch,
+ * one copy at a time each way). */
+static bool vt_peer_copy(void *ctx, unsigned from, unsigned to, void *from_mem, void *to_mem,
+                         size_t bytes, const tdm_token *after, unsigned nafter,
+                         tdm_token *done) {
+  (void)from_mem;
+  (void)to_mem;
+  vt_state *s = ctx;
+  double d = vt_peer_time(ctx, from, to, bytes);
+  if (d < 0)
+    return false;
+  double t = fmax(fmax(latest(after, nafter), s->now),
+                  fmax(s->port_free[from][1], s->port_free[to][0])) +
+             d;
+  s->port_free[from][1] = s->port_free[to][0] = t;
+  s->bytes += bytes;
+  *done = token_at(t);
+  return true;
+}
+
 static tdm_token vt_join(void *ctx, const tdm_token *ts, unsigned n) {
   (void)ctx;
   return token_at(latest(ts, n));
@@ -185,6 +222,8 @@ static const tdm_node_ops vt_node_ops = {
     .wait = vt_wait,
     .link_time = vt_link_time,
     .link_wait = vt_link_wait,
+    .peer_time = vt_peer_time,
+    .peer_copy = vt_peer_copy,
 };
 
 /* Data items as handles: d bytes in one row, valid on the host. */
