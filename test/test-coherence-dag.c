@@ -579,13 +579,15 @@ static void every_policy(const setup *base, uint64_t first, unsigned nseeds, uns
            (unsigned long long)retried, (unsigned long long)replayed);
   /* devices that copy between each other did (emulated ones declared
    * so, two PoCL devices with memory of their own: one context), others
-   * never; a device lost early leaves none to copy to */
+   * never. Not always: with write-back (faults without lineage) the host
+   * holds nearly every version, and a device lost early leaves none to
+   * copy to. */
   printf("%llu copies between devices\n", (unsigned long long)peer_copies);
   bool peers = base->sim ? strstr(base->sim, "peer=") != NULL : opencl_two && base->discrete;
-  if (!base->lost)
-    assert_int_equal(peer_copies > 0, peers);
-  else if (!peers)
+  if (!peers)
     assert_int_equal(peer_copies, 0);
+  else if (!base->lost && (!base->faults || base->lineage))
+    assert_true(peer_copies > 0);
 }
 
 static void test_emulated_every_policy(void **state) {
