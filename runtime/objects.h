@@ -562,10 +562,11 @@ struct tdm_runtime {
   /* Tasks only the CPU workers run, counted while a scheduler places
    * work (place.c): seen once any was; the counts of threads that are
    * not workers; the last sums read, refreshed every few placements on a
-   * machine of many workers (under the scheduler's lock). */
+   * machine of many workers: queued << 32 | running, and the reads. */
   _Atomic bool cpu_only_seen;
   _Atomic uint64_t cpu_only_in, cpu_only_started, cpu_only_out;
-  unsigned cpu_only_reads, cpu_only_queued, cpu_only_running;
+  _Atomic uint64_t cpu_only_sums;
+  _Atomic unsigned cpu_only_reads;
   /* The watchdog (watchdog.c; NULL: off), and the device workers it
    * found hung (bit k): nothing more starts there (tdm__fault). */
   struct tdm_watchdog *watchdog;

@@ -9,6 +9,8 @@
 #include "common.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "sched/perfmodel.h"
@@ -213,6 +215,99 @@ static void test_bad_files(void **state) {
 
 /* A link of 10 us and 10 GB/s seen through noisy copies, one of them
  * stalled 100 times longer: the estimate stays within 5 %. */
+/* Observations and predictions at once, from several threads, as the
+ * runtime makes them (no lock of its own around them): two threads teach
+ * new codelets, classes and sizes while two others predict. A size's
+ * time is the same at every observation, so a prediction of a size seen
+ * is exactly it, and one between sizes lies between theirs: anything
+ * else is a torn read. At the end every record is there, calibrated. */
+enum { CT_CODELETS = 6, CT_CLASSES = 3, CT_SIZES = 12, CT_ROUNDS = 4 };
+typedef struct {
+  tdm_perfmodel *m;
+  unsigned id;
+  _Atomic bool *stop;
+  unsigned bad, seen;
+} ct_arg;
+
+static double ct_time(uint64_t size) {
+  return 1e-6 * (double)size;
+}
+
+static void *ct_teach(void *p) {
+  ct_arg *a = p;
+  char codelet[16], cls[16];
+  for (unsigned r = 0; r < CT_ROUNDS; r++)
+    for (unsigned c = a->id; c < CT_CODELETS; c += 2)
+      for (unsigned k = 0; k < CT_CLASSES; k++)
+        for (unsigned z = 0; z < CT_SIZES; z++) {
+          snprintf(codelet, sizeof codelet, "c%u", c);
+          snprintf(cls, sizeof cls, "k%u", k);
+          uint64_t size = (uint64_t)1 << (z + 4);
+          if (!tdm__model_observe(a->m, codelet, size, cls, ct_time(size)))
+            a->bad++;
+        }
+  return NULL;
+}
+
+static void *ct_predict(void *p) {
+  ct_arg *a = p;
+  char codelet[16], cls[16];
+  uint64_t x = 0x9e3779b97f4a7c15ull * (a->id + 1);
+  while (!atomic_load(a->stop)) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    snprintf(codelet, sizeof codelet, "c%u", (unsigned)(x % CT_CODELETS));
+    snprintf(cls, sizeof cls, "k%u", (unsigned)(x >> 8) % CT_CLASSES);
+    unsigned z = (unsigned)(x >> 16) % CT_SIZES;
+    bool between = (x >> 24) & 1;
+    uint64_t size = ((uint64_t)1 << (z + 4)) + (between ? 3 : 0);
+    bool cal;
+    double t = tdm__model_predict(a->m, codelet, size, cls, &cal);
+    if (t < 0)
+      continue; /* not learnt yet */
+    a->seen++;
+    /* seen: exactly its time; between: within its neighbours' (the
+     * power law through calibrated sizes, clamped to their times) */
+    if (!between ? t != ct_time(size) : !(t >= ct_time(16) && t <= ct_time(16u << CT_SIZES)))
+      a->bad++;
+  }
+  return NULL;
+}
+
+static void test_concurrent_observe_predict(void **state) {
+  (void)state;
+  tdm_perfmodel *m = tdm__model_new();
+  assert_non_null(m);
+  _Atomic bool stop = false;
+  ct_arg args[4];
+  pthread_t th[4];
+  for (unsigned i = 0; i < 4; i++) {
+    args[i] = (ct_arg){.m = m, .id = i % 2, .stop = &stop};
+    assert_int_equal(pthread_create(&th[i], NULL, i < 2 ? ct_teach : ct_predict, &args[i]), 0);
+  }
+  for (unsigned i = 0; i < 2; i++)
+    assert_int_equal(pthread_join(th[i], NULL), 0);
+  atomic_store(&stop, true);
+  for (unsigned i = 2; i < 4; i++)
+    assert_int_equal(pthread_join(th[i], NULL), 0);
+  unsigned bad = 0;
+  for (unsigned i = 0; i < 4; i++)
+    bad += args[i].bad;
+  printf("%u and %u predictions made while learning\n", args[2].seen, args[3].seen);
+  assert_int_equal(bad, 0);
+  char codelet[16], cls[16];
+  for (unsigned c = 0; c < CT_CODELETS; c++)
+    for (unsigned k = 0; k < CT_CLASSES; k++)
+      for (unsigned z = 0; z < CT_SIZES; z++) {
+        snprintf(codelet, sizeof codelet, "c%u", c);
+        snprintf(cls, sizeof cls, "k%u", k);
+        uint64_t size = (uint64_t)1 << (z + 4);
+        bool cal = false;
+        assert_true(tdm__model_predict(m, codelet, size, cls, &cal) == ct_time(size));
+        assert_true(cal);
+      }
+  tdm__model_free(m);
+}
+
 static void test_link_model(void **state) {
   (void)state;
   tdm_link_model l = {.declared_latency = 1e-3, .declared_bandwidth = 1e9};
@@ -245,6 +340,7 @@ int main(void) {
       cmocka_unit_test(test_save_and_load),
       cmocka_unit_test(test_empty_name_and_reset_kept),
       cmocka_unit_test(test_bad_files),
+      cmocka_unit_test(test_concurrent_observe_predict),
       cmocka_unit_test(test_link_model),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

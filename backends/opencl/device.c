@@ -1087,7 +1087,7 @@ static int launch(cl_device *g, tdm_task *t) {
   x->predicted = -1;
   if (g->adaptive) {
     bool calibrated = false;
-    double p = tdm__sched_predict_on(rt, t, g->k, &calibrated); /* the scheduler's lock is after ours */
+    double p = tdm__sched_predict_on(rt, t, g->k, &calibrated); /* takes no lock */
     x->predicted = calibrated ? p : -1;
   }
   if (rt->recording && api->RetainEvent(ev) == CL_SUCCESS)

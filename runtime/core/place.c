@@ -60,7 +60,7 @@ static bool rt_runs(const tdm_sched *s, unsigned c, const tdm_task *t) {
 
 /* The model's name for t: its codelet's, and its footprint when not 0
  * (tdm_codelet.footprint) as "NAME#FOOTPRINT"; in buf when it needs
- * room (lock held). */
+ * room. */
 static const char *model_key(const tdm_sched *s, const tdm_task *t, char *buf, size_t size) {
   uint64_t fp = tdm__task_footprint(s->rt, t);
   if (!fp)
@@ -232,7 +232,8 @@ static void rt_cpu_only(const tdm_sched *s, unsigned *queued, unsigned *running)
   *queued = *running = 0;
   if (!atomic_load_explicit(&rt->cpu_only_seen, memory_order_relaxed))
     return;
-  if (rt->nworkers <= 16 || rt->cpu_only_reads++ % 8 == 0) {
+  if (rt->nworkers <= 16 ||
+      atomic_fetch_add_explicit(&rt->cpu_only_reads, 1, memory_order_relaxed) % 8 == 0) {
     uint64_t in = atomic_load_explicit(&rt->cpu_only_in, memory_order_relaxed);
     uint64_t started = atomic_load_explicit(&rt->cpu_only_started, memory_order_relaxed);
     uint64_t out = atomic_load_explicit(&rt->cpu_only_out, memory_order_relaxed);
@@ -243,11 +244,14 @@ static void rt_cpu_only(const tdm_sched *s, unsigned *queued, unsigned *running)
       out += atomic_load_explicit(&w->cpu_only_out, memory_order_relaxed);
     }
     /* read one after another while they change: never below zero */
-    rt->cpu_only_queued = in > started ? (unsigned)(in - started) : 0;
-    rt->cpu_only_running = started > out ? (unsigned)(started - out) : 0;
+    uint64_t q = in > started ? in - started : 0, r = started > out ? started - out : 0;
+    q = q < UINT32_MAX ? q : UINT32_MAX;
+    r = r < UINT32_MAX ? r : UINT32_MAX;
+    atomic_store_explicit(&rt->cpu_only_sums, q << 32 | r, memory_order_relaxed);
   }
-  *queued = rt->cpu_only_queued;
-  *running = rt->cpu_only_running;
+  uint64_t sums = atomic_load_explicit(&rt->cpu_only_sums, memory_order_relaxed);
+  *queued = (unsigned)(sums >> 32);
+  *running = (unsigned)(sums & UINT32_MAX);
 }
 
 static const tdm_sched_driver rt_driver = {
@@ -369,17 +373,13 @@ double tdm__sched_predict_on(tdm_runtime *rt, const tdm_task *t, unsigned k, boo
   if (!s)
     return -1;
   unsigned c = class_of(rt, rt->nworkers + k);
-  /* placed there by heft on a calibrated prediction: that one (the
-   * model's lock, which placement holds, is not taken on a device's way
-   * to run a task) */
+  /* placed there by heft on a calibrated prediction: that one (no model
+   * lookup on a device's way to run a task) */
   if (t->sched_cls == (int)c && !t->sched_calib && t->sched_predicted > 0) {
     *calibrated = true;
     return t->sched_predicted;
   }
-  TDM_PTHREAD(rt, pthread_mutex_lock(&s->lock));
-  double p = rt_predict(s, t, c, calibrated);
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&s->lock));
-  return p;
+  return rt_predict(s, t, c, calibrated);
 }
 
 double tdm__sched_predict_elsewhere(tdm_runtime *rt, const tdm_task *t, unsigned k) {
@@ -388,14 +388,12 @@ double tdm__sched_predict_elsewhere(tdm_runtime *rt, const tdm_task *t, unsigned
     return -1;
   unsigned mine = class_of(rt, rt->nworkers + k);
   double most = -1;
-  TDM_PTHREAD(rt, pthread_mutex_lock(&s->lock));
   for (unsigned c = 0; c < s->nclasses; c++) {
     bool calibrated = false;
     double p = c != mine ? rt_predict(s, t, c, &calibrated) : -1;
     if (calibrated && p > most)
       most = p;
   }
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&s->lock));
   return most;
 }
 
@@ -532,7 +530,7 @@ void tdm__sched_stop(tdm_runtime *rt) {
   tdm_sched *s = rt->sched;
   if (!s)
     return;
-  int dir = s->dirty ? tdm__cache_fd(rt) : -1;
+  int dir = atomic_load(&s->dirty) ? tdm__cache_fd(rt) : -1;
   if (dir >= 0)
     tdm__model_save(s->model, dir, rt->model_file, rt);
   free_sched((struct rt_sched *)s, s->ncpu > 1 ? s->ncpu : 0);

@@ -28,7 +28,7 @@
 #define MAX_CLASSES (TDM_MAX_DEVICE_WORKERS + TDM_SCHED_MAX_CPU_CLASSES)
 
 /* The class where t finishes first, a class to calibrate, or UINT_MAX:
- * not known yet where (lock held). */
+ * not known yet where. */
 static unsigned choose(tdm_sched *s, tdm_task *t, const double *move, double *predicted,
                        bool *calib) {
   tdm_choice c[MAX_CLASSES];
@@ -46,11 +46,12 @@ static unsigned choose(tdm_sched *s, tdm_task *t, const double *move, double *pr
     cls[n] = k;
     /* the worker free, and the inputs there: at once where the queue
      * fetches them while the work before runs, after it elsewhere */
-    double wait = s->cls[k].backlog / s->cls[k].workers + (k < s->ncpu ? others : 0);
+    double wait = tdm__sched_backlog(&s->cls[k]) / s->cls[k].workers + (k < s->ncpu ? others : 0);
     c[n++] = (tdm_choice){.start = s->cls[k].prefetches ? fmax(wait, move[k]) : wait + move[k],
                           .exec = p,
                           .calibrated = ok && p >= 0,
-                          .trying = s->cls[k].calibrating};
+                          .trying = atomic_load_explicit(&s->cls[k].calibrating,
+                                                         memory_order_relaxed)};
   }
   int i = tdm__heft_pick(c, n, TDM_MODEL_CALIBRATION, calib);
   if (i < 0)
@@ -61,22 +62,20 @@ static unsigned choose(tdm_sched *s, tdm_task *t, const double *move, double *pr
 }
 
 bool tdm__heft_place(tdm_sched *s, tdm_task *t) {
-  /* the transfers first, out of the lock: they look at the handles */
   double move[MAX_CLASSES];
   for (unsigned k = 0; k < s->nclasses && k < MAX_CLASSES; k++)
     move[k] = s->drv->runs(s, k, t) ? s->drv->transfer(s, k, t) : -1;
   double predicted = 0;
   bool calib = false;
-  TDM_PTHREAD(s->rt, pthread_mutex_lock(&s->lock));
   unsigned c = choose(s, t, move, &predicted, &calib);
   if (c != UINT_MAX) {
-    s->cls[c].backlog += predicted;
-    s->cls[c].calibrating += calib;
     t->sched_cls = (int8_t)c;
     t->sched_predicted = (float)predicted;
     t->sched_calib = calib;
+    tdm__sched_backlog_add(&s->cls[c], predicted);
+    if (calib)
+      atomic_fetch_add_explicit(&s->cls[c].calibrating, 1, memory_order_relaxed);
   }
-  TDM_PTHREAD(s->rt, pthread_mutex_unlock(&s->lock));
   if (c == UINT_MAX)
     return false;
   s->drv->send(s, t, c);

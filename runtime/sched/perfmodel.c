@@ -23,49 +23,84 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+/* Concurrency: tdm__model_predict runs on any thread with no lock, while
+ * tdm__model_observe runs on others. Entries and sizes are only added
+ * (published with release stores, read with acquire loads) and freed
+ * only by clear, merge, forget and free, which, with save, load, each
+ * and law, run while nothing else uses the model. A size's window is
+ * written under its entry's lock (one codelet on one class of worker:
+ * observations of others do not wait), and what predictions read of it,
+ * its count and median, is published atomically. Adding an entry takes
+ * the model's lock. */
 typedef struct size_entry {
   uint64_t size;
   bool fresh; /* observed since loaded: saving keeps this window */
   unsigned n; /* observations ever, the last TDM_MODEL_WINDOW kept */
   double seen[TDM_MODEL_WINDOW];
-  double med; /* their median, kept as they come: predictions read it */
   bool on_disk; /* while saving: the file still holds it */
+  /* for predictions: n and the median of the window, as of the last
+   * observation */
+  _Atomic unsigned count;
+  _Atomic double med;
+  struct size_entry *_Atomic next;
 } size_entry;
 
 typedef struct entry {
   char *codelet, *cls;
-  size_entry *sizes;
-  unsigned nsizes, cap;
-  struct entry *next;
+  pthread_mutex_t lock; /* its windows, and adding a size */
+  size_entry *_Atomic sizes;
+  size_entry *last; /* under lock */
+  struct entry *_Atomic next;
 } entry;
 
 struct tdm_perfmodel {
-  entry *entries;
+  pthread_mutex_t lock; /* adding an entry */
+  entry *_Atomic entries;
 };
 
+/* Lists as they are, with nothing else using the model (or under the
+ * locks that add to them). */
+#define FIRST(list) atomic_load_explicit(&(list), memory_order_acquire)
+#define NEXT(x) atomic_load_explicit(&(x)->next, memory_order_acquire)
+
 tdm_perfmodel *tdm__model_new(void) {
-  return calloc(1, sizeof(tdm_perfmodel));
+  tdm_perfmodel *m = calloc(1, sizeof(tdm_perfmodel));
+  if (m && pthread_mutex_init(&m->lock, NULL)) {
+    free(m);
+    return NULL;
+  }
+  return m;
+}
+
+static void sizes_free(size_entry *s) {
+  while (s) {
+    size_entry *next = NEXT(s);
+    free(s);
+    s = next;
+  }
 }
 
 static void entry_free(entry *e) {
   free(e->codelet);
   free(e->cls);
-  free(e->sizes);
+  sizes_free(FIRST(e->sizes));
+  pthread_mutex_destroy(&e->lock);
   free(e);
 }
 
 static void clear(tdm_perfmodel *m) {
-  for (entry *e = m->entries, *next; e; e = next) {
-    next = e->next;
+  for (entry *e = FIRST(m->entries), *next; e; e = next) {
+    next = NEXT(e);
     entry_free(e);
   }
-  m->entries = NULL;
+  atomic_store_explicit(&m->entries, NULL, memory_order_relaxed);
 }
 
 void tdm__model_free(tdm_perfmodel *m) {
   if (!m)
     return;
   clear(m);
+  pthread_mutex_destroy(&m->lock);
   free(m);
 }
 
@@ -83,9 +118,16 @@ static bool same_name(const char *stored, const char *given) {
 }
 
 static entry *find(const tdm_perfmodel *m, const char *codelet, const char *cls) {
-  for (entry *e = m->entries; e; e = e->next)
+  for (entry *e = FIRST(m->entries); e; e = NEXT(e))
     if (same_name(e->codelet, codelet) && same_name(e->cls, cls))
       return e;
+  return NULL;
+}
+
+static size_entry *size_in(const entry *e, uint64_t size) {
+  for (size_entry *s = FIRST(e->sizes); s; s = NEXT(s))
+    if (s->size == size)
+      return s;
   return NULL;
 }
 
@@ -99,60 +141,81 @@ static char *clean_copy(const char *s) {
   return c;
 }
 
-static size_entry *size_slot(tdm_perfmodel *m, const char *codelet, const char *cls,
-                             uint64_t size) {
+/* (codelet, cls)'s entry, made if new (published under the model's
+ * lock); NULL when out of memory. */
+static entry *entry_of(tdm_perfmodel *m, const char *codelet, const char *cls) {
   entry *e = find(m, codelet, cls);
-  if (!e) {
-    e = calloc(1, sizeof *e);
-    if (!e)
-      return NULL;
+  if (e)
+    return e;
+  TDM_PTHREAD(NULL, pthread_mutex_lock(&m->lock));
+  e = find(m, codelet, cls); /* another thread may have made it */
+  if (!e && (e = calloc(1, sizeof *e))) {
     e->codelet = clean_copy(codelet);
     e->cls = clean_copy(cls);
-    if (!e->codelet || !e->cls) {
+    if (!e->codelet || !e->cls || pthread_mutex_init(&e->lock, NULL)) {
       free(e->codelet);
       free(e->cls);
       free(e);
-      return NULL;
+      e = NULL;
+    } else {
+      atomic_store_explicit(&e->next, FIRST(m->entries), memory_order_relaxed);
+      atomic_store_explicit(&m->entries, e, memory_order_release);
     }
-    e->next = m->entries;
-    m->entries = e;
   }
-  for (unsigned i = 0; i < e->nsizes; i++)
-    if (e->sizes[i].size == size)
-      return &e->sizes[i];
-  if (e->nsizes == e->cap) {
-    unsigned cap = e->cap ? 2 * e->cap : 4;
-    size_entry *s = realloc(e->sizes, cap * sizeof *s);
-    if (!s)
-      return NULL;
-    e->sizes = s;
-    e->cap = cap;
-  }
-  size_entry *s = &e->sizes[e->nsizes++];
-  memset(s, 0, sizeof *s);
+  TDM_PTHREAD(NULL, pthread_mutex_unlock(&m->lock));
+  return e;
+}
+
+/* e's window for `size`, added last if new (e's lock held); NULL when out
+ * of memory. */
+static size_entry *size_slot(entry *e, uint64_t size) {
+  size_entry *s = size_in(e, size);
+  if (s || !(s = calloc(1, sizeof *s)))
+    return s;
   s->size = size;
+  if (e->last)
+    atomic_store_explicit(&e->last->next, s, memory_order_release);
+  else
+    atomic_store_explicit(&e->sizes, s, memory_order_release);
+  e->last = s;
   return s;
+}
+
+/* s's median published, from its window (e's lock held). */
+static void publish(size_entry *s) {
+  unsigned k = s->n < TDM_MODEL_WINDOW ? s->n : TDM_MODEL_WINDOW;
+  double v[TDM_MODEL_WINDOW];
+  memcpy(v, s->seen, k * sizeof *v);
+  atomic_store_explicit(&s->med, k ? tdm__median(v, k) : 0, memory_order_relaxed);
+  atomic_store_explicit(&s->count, s->n, memory_order_release);
 }
 
 bool tdm__model_observe(tdm_perfmodel *m, const char *codelet, uint64_t size, const char *cls,
                         double seconds) {
   if (!(seconds >= 0) || !isfinite(seconds))
     return true; /* not a duration: ignored */
-  size_entry *s = size_slot(m, codelet, cls, size);
-  if (!s)
+  entry *e = entry_of(m, codelet, cls);
+  if (!e)
     return false;
-  s->seen[s->n % TDM_MODEL_WINDOW] = seconds;
-  s->n++;
-  s->fresh = true;
-  unsigned k = s->n < TDM_MODEL_WINDOW ? s->n : TDM_MODEL_WINDOW;
-  double v[TDM_MODEL_WINDOW];
-  memcpy(v, s->seen, k * sizeof *v);
-  s->med = tdm__median(v, k);
-  return true;
+  TDM_PTHREAD(NULL, pthread_mutex_lock(&e->lock));
+  size_entry *s = size_slot(e, size);
+  if (s) {
+    s->seen[s->n % TDM_MODEL_WINDOW] = seconds;
+    s->n++;
+    s->fresh = true;
+    publish(s);
+  }
+  TDM_PTHREAD(NULL, pthread_mutex_unlock(&e->lock));
+  return s != NULL;
+}
+
+/* What a prediction reads of s: its observations, its median. */
+static unsigned count_of(const size_entry *s) {
+  return atomic_load_explicit(&((size_entry *)s)->count, memory_order_acquire);
 }
 
 static double median(const size_entry *s) {
-  return s->med;
+  return atomic_load_explicit(&((size_entry *)s)->med, memory_order_relaxed);
 }
 
 /* The calibrated sizes of e: their span and the range of their medians. */
@@ -167,9 +230,8 @@ static bool fit(const entry *e, double *a, double *b, span *sp) {
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   unsigned k = 0;
   span r = {UINT64_MAX, 0, INFINITY, 0};
-  for (unsigned i = 0; i < e->nsizes; i++) {
-    const size_entry *s = &e->sizes[i];
-    double t = s->n >= TDM_MODEL_CALIBRATION ? median(s) : 0;
+  for (const size_entry *s = FIRST(e->sizes); s; s = NEXT(s)) {
+    double t = count_of(s) >= TDM_MODEL_CALIBRATION ? median(s) : 0;
     if (s->size == 0 || t <= 0)
       continue;
     double x = log((double)s->size), y = log(t);
@@ -201,11 +263,12 @@ double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t 
   const entry *e = find(m, codelet, cls);
   if (!e)
     return -1;
-  for (unsigned i = 0; i < e->nsizes; i++)
-    if (e->sizes[i].size == size && e->sizes[i].n) {
-      *calibrated = e->sizes[i].n >= TDM_MODEL_CALIBRATION;
-      return median(&e->sizes[i]);
-    }
+  const size_entry *at = size_in(e, size);
+  unsigned n = at ? count_of(at) : 0;
+  if (n) {
+    *calibrated = n >= TDM_MODEL_CALIBRATION;
+    return median(at);
+  }
   /* A size not seen: the law fitted through the calibrated sizes, between
    * them only, and within the times seen there. Outside, a law fitted on
    * noise (two sizes close together, times from a loaded machine) can be
@@ -234,9 +297,8 @@ bool tdm__model_law(const tdm_perfmodel *m, const char *codelet, const char *cls
 
 void tdm__model_each(const tdm_perfmodel *m, tdm_model_record_fn fn, void *data) {
   double seen[TDM_MODEL_WINDOW];
-  for (const entry *e = m->entries; e; e = e->next)
-    for (unsigned i = 0; i < e->nsizes; i++) {
-      const size_entry *s = &e->sizes[i];
+  for (const entry *e = FIRST(m->entries); e; e = NEXT(e))
+    for (const size_entry *s = FIRST(e->sizes); s; s = NEXT(s)) {
       unsigned k = s->n < TDM_MODEL_WINDOW ? s->n : TDM_MODEL_WINDOW;
       for (unsigned j = 0; j < k; j++)
         seen[j] = s->seen[(s->n - k + j) % TDM_MODEL_WINDOW];
@@ -279,9 +341,8 @@ static bool write_records(const tdm_perfmodel *m, FILE *f) {
   char line[256];
   h = tdm__fnv1a(HEADER, strlen(HEADER), h);
   fputs(HEADER, f);
-  for (const entry *e = m->entries; e; e = e->next)
-    for (unsigned i = 0; i < e->nsizes; i++) {
-      const size_entry *s = &e->sizes[i];
+  for (const entry *e = FIRST(m->entries); e; e = NEXT(e))
+    for (const size_entry *s = FIRST(e->sizes); s; s = NEXT(s)) {
       unsigned k = s->n < TDM_MODEL_WINDOW ? s->n : TDM_MODEL_WINDOW;
       /* the names as they are, the numbers through a small buffer */
       int n = snprintf(line, sizeof line, "\t%llu\t%u", (unsigned long long)s->size, k);
@@ -321,31 +382,46 @@ static void merge_disk(tdm_perfmodel *m, int dirfd, const char *name) {
     tdm__model_free(disk);
     return;
   }
-  for (entry *e = m->entries; e; e = e->next)
-    for (unsigned i = 0; i < e->nsizes; i++)
-      e->sizes[i].on_disk = false;
-  for (const entry *e = disk->entries; e; e = e->next)
-    for (unsigned i = 0; i < e->nsizes; i++) {
-      size_entry *mine = size_slot(m, e->codelet, e->cls, e->sizes[i].size);
-      if (mine && !mine->fresh)
-        *mine = e->sizes[i];
+  for (entry *e = FIRST(m->entries); e; e = NEXT(e))
+    for (size_entry *s = FIRST(e->sizes); s; s = NEXT(s))
+      s->on_disk = false;
+  for (const entry *e = FIRST(disk->entries); e; e = NEXT(e))
+    for (const size_entry *d = FIRST(e->sizes); d; d = NEXT(d)) {
+      entry *me = entry_of(m, e->codelet, e->cls);
+      size_entry *mine = me ? size_slot(me, d->size) : NULL;
+      if (mine && !mine->fresh) { /* the file's window */
+        mine->n = d->n;
+        memcpy(mine->seen, d->seen, sizeof mine->seen);
+        publish(mine);
+      }
       if (mine)
         mine->on_disk = true;
     }
   tdm__model_free(disk);
   /* what this process loaded and did not measure again, and the file no
    * longer holds, was removed (tdm__model_forget): it stays removed */
-  for (entry **link = &m->entries; *link;) {
-    entry *e = *link;
-    unsigned kept = 0;
-    for (unsigned i = 0; i < e->nsizes; i++)
-      if (e->sizes[i].fresh || e->sizes[i].on_disk)
-        e->sizes[kept++] = e->sizes[i];
-    e->nsizes = kept;
+  entry *_Atomic *link = &m->entries;
+  for (entry *e; (e = FIRST(*link));) {
+    size_entry *kept = NULL, *last = NULL;
+    for (size_entry *s = FIRST(e->sizes), *next; s; s = next) {
+      next = NEXT(s);
+      if (s->fresh || s->on_disk) {
+        atomic_store_explicit(&s->next, NULL, memory_order_relaxed);
+        if (last)
+          atomic_store_explicit(&last->next, s, memory_order_relaxed);
+        else
+          kept = s;
+        last = s;
+      } else {
+        free(s);
+      }
+    }
+    atomic_store_explicit(&e->sizes, kept, memory_order_relaxed);
+    e->last = last;
     if (kept) {
       link = &e->next;
     } else {
-      *link = e->next;
+      atomic_store_explicit(link, NEXT(e), memory_order_relaxed);
       entry_free(e);
     }
   }
@@ -400,17 +476,18 @@ tdm_status tdm__model_forget(int dirfd, const char *name, const char *codelet,
   tdm_status st = m ? TDM_OK : TDM_ERR_NO_MEMORY;
   /* a file that is not there has nothing to forget; a bad one, everything */
   tdm_status loaded = m ? tdm__model_load(m, dirfd, name, rt) : TDM_OK;
-  for (entry **link = m ? &m->entries : NULL; link && *link;) {
-    entry *e = *link;
+  for (entry *_Atomic *link = m ? &m->entries : NULL; link && FIRST(*link);) {
+    entry *e = FIRST(*link);
     if (codelet && !tdm__model_named(e->codelet, codelet)) {
       link = &e->next;
       continue;
     }
-    *removed += e->nsizes;
-    *link = e->next;
+    for (const size_entry *s = FIRST(e->sizes); s; s = NEXT(s))
+      ++*removed;
+    atomic_store_explicit(link, NEXT(e), memory_order_relaxed);
     entry_free(e);
   }
-  if (m && (loaded == TDM_ERR_INVALID_ARG || (!m->entries && *removed))) {
+  if (m && (loaded == TDM_ERR_INVALID_ARG || (!FIRST(m->entries) && *removed))) {
     if (unlinkat(dirfd, name, 0) != 0 && errno != ENOENT) {
       tdm__log(rt, TDM_LOG_WARNING, "performance model: cannot remove %s: %s", name,
                strerror(errno));
@@ -433,9 +510,9 @@ tdm_status tdm__model_save(tdm_perfmodel *m, int dirfd, const char *name, const 
   bool ok = write_file(m, dirfd, name, rt);
   if (lock >= 0)
     close(lock); /* and the lock with it */
-  for (entry *e = m->entries; ok && e; e = e->next)
-    for (unsigned i = 0; i < e->nsizes; i++)
-      e->sizes[i].fresh = false;
+  for (entry *e = FIRST(m->entries); ok && e; e = NEXT(e))
+    for (size_entry *s = FIRST(e->sizes); s; s = NEXT(s))
+      s->fresh = false;
   return ok ? TDM_OK : TDM_ERR_SYSTEM;
 }
 
@@ -488,9 +565,9 @@ const char *tdm__model_parse(tdm_perfmodel *m, FILE *f) {
   }
   if (!why && !ended)
     why = "truncated (no end line)";
-  for (entry *e = m->entries; e; e = e->next) /* as loaded: nothing new */
-    for (unsigned i = 0; i < e->nsizes; i++)
-      e->sizes[i].fresh = false;
+  for (entry *e = FIRST(m->entries); e; e = NEXT(e)) /* as loaded: nothing new */
+    for (size_entry *s = FIRST(e->sizes); s; s = NEXT(s))
+      s->fresh = false;
   if (why)
     clear(m);
   return why;

@@ -41,8 +41,10 @@ tdm_status tdm__sched_init(tdm_sched *s, tdm_runtime *rt, tdm_policy p,
   s->ctx = ctx;
   s->ncpu = ncpu;
   s->nclasses = nclasses;
-  s->rng = seed ? seed : 0x9e3779b97f4a7c15ull;
-  s->cpu_only_stale = true;
+  atomic_init(&s->rng, seed ? seed : 0x9e3779b97f4a7c15ull);
+  atomic_init(&s->cpu_only_stale, true);
+  atomic_init(&s->cpu_only_time, 0.0);
+  atomic_init(&s->dirty, false);
   s->cls = calloc(nclasses ? nclasses : 1, sizeof *s->cls);
   s->model = tdm__model_new();
   if (!s->cls || !s->model) {
@@ -52,15 +54,6 @@ tdm_status tdm__sched_init(tdm_sched *s, tdm_runtime *rt, tdm_policy p,
     s->model = NULL;
     return TDM_ERR_NO_MEMORY;
   }
-  int err = pthread_mutex_init(&s->lock, NULL);
-  if (err) {
-    tdm__log(rt, TDM_LOG_ERROR, "pthread_mutex_init: %s", strerror(err));
-    tdm__model_free(s->model);
-    free(s->cls);
-    s->cls = NULL;
-    s->model = NULL;
-    return TDM_ERR_SYSTEM;
-  }
   if (s->policy->init)
     s->policy->init(s);
   return TDM_OK;
@@ -69,7 +62,6 @@ tdm_status tdm__sched_init(tdm_sched *s, tdm_runtime *rt, tdm_policy p,
 void tdm__sched_fini(tdm_sched *s) {
   if (!s->cls)
     return;
-  pthread_mutex_destroy(&s->lock);
   tdm__model_free(s->model);
   free(s->cls);
   s->cls = NULL;
@@ -88,12 +80,10 @@ void tdm__sched_place(tdm_sched *s, tdm_task *t, bool device_ok) {
 void tdm__sched_cpu_only_ran(tdm_sched *s, unsigned c, double seconds) {
   if (c >= s->ncpu || !(seconds >= 0))
     return;
-  TDM_PTHREAD(s->rt, pthread_mutex_lock(&s->lock));
   if (tdm__model_observe(s->model, TDM_SCHED_CPU_ONLY, 0, s->cls[c].name, seconds)) {
-    s->dirty = true;
-    s->cpu_only_stale = true;
+    atomic_store_explicit(&s->dirty, true, memory_order_relaxed);
+    atomic_store_explicit(&s->cpu_only_stale, true, memory_order_relaxed);
   }
-  TDM_PTHREAD(s->rt, pthread_mutex_unlock(&s->lock));
 }
 
 double tdm__sched_cpu_only_wait(tdm_sched *s) {
@@ -105,7 +95,9 @@ double tdm__sched_cpu_only_wait(tdm_sched *s) {
   unsigned workers = 0;
   for (unsigned c = 0; c < s->ncpu; c++)
     workers += s->cls[c].workers;
-  if (s->cpu_only_stale) { /* a mean over the classes that know, by workers */
+  /* a mean over the classes that know, by workers; two threads may both
+   * compute it, alike */
+  if (atomic_exchange_explicit(&s->cpu_only_stale, false, memory_order_relaxed)) {
     double sum = 0;
     unsigned known = 0;
     for (unsigned c = 0; c < s->ncpu; c++) {
@@ -115,12 +107,12 @@ double tdm__sched_cpu_only_wait(tdm_sched *s) {
         known += s->cls[c].workers;
       }
     }
-    s->cpu_only_time = known ? sum / known : -1;
-    s->cpu_only_stale = false;
+    atomic_store_explicit(&s->cpu_only_time, known ? sum / known : -1, memory_order_relaxed);
   }
-  if (!(s->cpu_only_time > 0) || !workers)
+  double each = atomic_load_explicit(&s->cpu_only_time, memory_order_relaxed);
+  if (!(each > 0) || !workers)
     return 0;
-  return ((double)queued + 0.5 * (double)running) * s->cpu_only_time / workers;
+  return ((double)queued + 0.5 * (double)running) * each / workers;
 }
 
 tdm_task *tdm__sched_shared(tdm_sched *s, unsigned c) {
@@ -146,20 +138,23 @@ tdm_task *tdm__sched_idle(tdm_sched *s, unsigned c) {
 }
 
 void tdm__sched_finished(tdm_sched *s, tdm_task *t, unsigned c, double seconds) {
-  TDM_PTHREAD(s->rt, pthread_mutex_lock(&s->lock));
   if (s->policy->done)
     s->policy->done(s, t, c, seconds);
   if (c < s->nclasses && seconds >= 0 && s->drv->observe(s, t, c, seconds))
-    s->dirty = true;
-  TDM_PTHREAD(s->rt, pthread_mutex_unlock(&s->lock));
+    atomic_store_explicit(&s->dirty, true, memory_order_relaxed);
 }
 
 uint64_t tdm__sched_random(tdm_sched *s) {
-  /* xorshift64 (Marsaglia, 2003) */
-  s->rng ^= s->rng << 13;
-  s->rng ^= s->rng >> 7;
-  s->rng ^= s->rng << 17;
-  return s->rng;
+  /* xorshift64 (Marsaglia, 2003), each draw its own step */
+  uint64_t x = atomic_load_explicit(&s->rng, memory_order_relaxed), y;
+  do {
+    y = x;
+    y ^= y << 13;
+    y ^= y >> 7;
+    y ^= y << 17;
+  } while (!atomic_compare_exchange_weak_explicit(&s->rng, &x, y, memory_order_relaxed,
+                                                  memory_order_relaxed));
+  return y;
 }
 
 void tdm__policy_release(tdm_sched *s, tdm_task *t, unsigned c, double seconds) {
@@ -167,9 +162,9 @@ void tdm__policy_release(tdm_sched *s, tdm_task *t, unsigned c, double seconds) 
   (void)seconds;
   if (t->sched_cls >= 0) {
     tdm_sclass *k = &s->cls[t->sched_cls];
-    k->backlog = fmax(0, k->backlog - t->sched_predicted);
-    if (t->sched_calib && k->calibrating)
-      k->calibrating--;
+    tdm__sched_backlog_add(k, -t->sched_predicted);
+    if (t->sched_calib)
+      atomic_fetch_sub_explicit(&k->calibrating, 1, memory_order_relaxed);
   }
   t->sched_cls = -1;
   t->sched_calib = false;
@@ -190,7 +185,6 @@ static bool worth_taking(tdm_task *t, void *data) {
   if (!s->drv->runs(s, x->to, t))
     return false;
   double move = x->always ? 0 : s->drv->transfer(s, x->to, t);
-  TDM_PTHREAD(s->rt, pthread_mutex_lock(&s->lock));
   bool ok = false;
   double here = s->drv->predict(s, t, x->to, &ok);
   bool take = x->always;
@@ -199,15 +193,14 @@ static bool worth_taking(tdm_task *t, void *data) {
   if (!take) {
     /* t, queued last on `from`, waits for the rest of its backlog */
     const tdm_sclass *from = &s->cls[x->from];
-    take = here >= 0 && ok && here + move < from->backlog / from->workers;
+    take = here >= 0 && ok && here + move < tdm__sched_backlog(from) / from->workers;
   }
-  if (take) {
+  if (take) { /* (t is queued, under its queue's lock: not released meanwhile) */
     tdm__policy_release(s, t, x->from, -1);
     t->sched_cls = (int8_t)x->to;
     t->sched_predicted = (float)here;
-    s->cls[x->to].backlog += here;
+    tdm__sched_backlog_add(&s->cls[x->to], here);
   }
-  TDM_PTHREAD(s->rt, pthread_mutex_unlock(&s->lock));
   return take;
 }
 

@@ -15,7 +15,9 @@
 #ifndef TDM_POLICY_H
 #define TDM_POLICY_H
 
+#include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,15 +44,16 @@ typedef struct tdm_sched tdm_sched;
 
 /* What a policy asks of the driver that runs it. Classes are numbered
  * 0 .. ncpu-1 for the CPU workers (one class per kind of core), then one
- * per device. Calls come with the scheduler's lock not held unless said. */
+ * per device. Any thread may call any of them: the scheduler has no lock
+ * of its own. */
 typedef struct tdm_sched_driver {
   /* Whether class c can run t (it has workers, and t a variant for it). */
   bool (*runs)(const tdm_sched *s, unsigned c, const struct tdm_task *t);
   /* The model's prediction for t on class c: seconds, or < 0 when none;
-   * *calibrated whether to trust it (lock held). */
+   * *calibrated whether to trust it. */
   double (*predict)(const tdm_sched *s, const struct tdm_task *t, unsigned c, bool *calibrated);
   /* Teaches the model that t took `seconds` on class c; true if the
-   * model changed (lock held). */
+   * model changed. */
   bool (*observe)(tdm_sched *s, const struct tdm_task *t, unsigned c, double seconds);
   /* Seconds that t's inputs need to reach class c's memory. */
   double (*transfer)(const tdm_sched *s, unsigned c, const struct tdm_task *t);
@@ -66,8 +69,7 @@ typedef struct tdm_sched_driver {
   void (*share)(tdm_sched *s, struct tdm_task *t, bool wake);
   struct tdm_task *(*take_shared)(tdm_sched *s);
   /* The last task queued on device class `from` if want(t, data) agrees
-   * (called with that queue's lock held, which comes before the
-   * scheduler's), else NULL. */
+   * (called with that queue's lock held), else NULL. */
   struct tdm_task *(*take)(tdm_sched *s, unsigned from, bool (*want)(struct tdm_task *, void *),
                            void *data);
   /* A task from the CPU workers' queues that class c can run, or NULL. */
@@ -95,7 +97,7 @@ typedef struct tdm_policy_ops {
    * task to run, taken from elsewhere, or NULL. */
   struct tdm_task *(*idle_cpu)(tdm_sched *s, unsigned c);
   struct tdm_task *(*idle_device)(tdm_sched *s, unsigned c);
-  /* t ended on class c, after `seconds` (< 0: it failed) (lock held). */
+  /* t ended on class c, after `seconds` (< 0: it failed). */
   void (*done)(tdm_sched *s, struct tdm_task *t, unsigned c, double seconds);
   /* Work appeared in the CPU workers' deques. */
   void (*work_shown)(tdm_sched *s);
@@ -109,12 +111,16 @@ extern const tdm_policy_ops *const tdm__policies[TDM_NPOLICIES];
  * one class. */
 #define TDM_SCHED_MAX_CPU_CLASSES 8
 
-/* A kind of worker, as the policies see it. */
+/* A kind of worker, as the policies see it. What changes as tasks are
+ * placed and end is atomic: placements and completions on any threads
+ * read and update it without a lock (two placements at once may both see
+ * a class free and choose it: a heuristic's race, not an error). */
 typedef struct tdm_sclass {
   char name[160];     /* the model's name for it */
   unsigned workers;   /* 0: none (never chosen) */
-  double backlog;     /* predicted seconds placed here, not finished */
-  unsigned calibrating; /* tasks placed here to calibrate, not finished */
+  /* predicted seconds placed here, not finished (never below 0) */
+  _Atomic double backlog;
+  _Atomic unsigned calibrating; /* tasks placed here to calibrate, not finished */
   /* Its queue starts a task's copies when the task is queued (a device
    * with memory of its own): they overlap the work queued before it. */
   bool prefetches;
@@ -128,20 +134,33 @@ struct tdm_sched {
   struct tdm_runtime *rt; /* the runtime whose threads drive it; NULL in virtual time */
   unsigned ncpu, nclasses;
   tdm_sclass *cls;
+  /* Read and taught on any thread (perfmodel.c: lock-free predictions,
+   * observations locked per codelet and class). */
   struct tdm_perfmodel *model;
-  bool dirty; /* the model learnt something */
-  uint64_t rng;
+  _Atomic bool dirty; /* the model learnt something */
+  _Atomic uint64_t rng;
   /* The model's time for a task only the CPU workers run, averaged over
    * their classes by workers (tdm__sched_cpu_only_wait); stale: to be
    * read from the model again; <= 0: not known yet. */
-  double cpu_only_time;
-  bool cpu_only_stale;
-  pthread_mutex_t lock; /* guards cls, model, dirty, rng, cpu_only_* */
+  _Atomic double cpu_only_time;
+  _Atomic bool cpu_only_stale;
 };
 
-/* Makes s with nclasses classes (named and counted by the caller), an
- * empty model and the lock, logging to rt (may be NULL); NULL-safe tdm__sched_fini undoes it. Returns
- * TDM_OK, TDM_ERR_NO_MEMORY or TDM_ERR_SYSTEM (the lock). */
+/* Class k's backlog in seconds; seconds added to it (< 0: taken away,
+ * down to 0 at most). */
+static inline double tdm__sched_backlog(const tdm_sclass *k) {
+  return atomic_load_explicit(&((tdm_sclass *)k)->backlog, memory_order_relaxed);
+}
+static inline void tdm__sched_backlog_add(tdm_sclass *k, double seconds) {
+  double was = atomic_load_explicit(&k->backlog, memory_order_relaxed);
+  while (!atomic_compare_exchange_weak_explicit(&k->backlog, &was, fmax(0, was + seconds),
+                                                memory_order_relaxed, memory_order_relaxed))
+    ;
+}
+
+/* Makes s with nclasses classes (named and counted by the caller) and an
+ * empty model, logging to rt (may be NULL); NULL-safe tdm__sched_fini
+ * undoes it. Returns TDM_OK or TDM_ERR_NO_MEMORY. */
 tdm_status tdm__sched_init(tdm_sched *s, struct tdm_runtime *rt, tdm_policy p,
                            const tdm_sched_driver *drv, void *ctx, unsigned ncpu,
                            unsigned nclasses, uint64_t seed);
@@ -167,13 +186,12 @@ void tdm__sched_finished(tdm_sched *s, struct tdm_task *t, unsigned c, double se
  * name per CPU class: the median of the last ones seen. */
 #define TDM_SCHED_CPU_ONLY "(cpu-only tasks)"
 #define TDM_SCHED_CPU_ONLY_SAMPLE 32
-/* A CPU-only task ran for `seconds` on CPU class c: the model learns it
- * (takes the lock). */
+/* A CPU-only task ran for `seconds` on CPU class c: the model learns it. */
 void tdm__sched_cpu_only_ran(tdm_sched *s, unsigned c, double seconds);
 /* The seconds that the CPU-only tasks queued and running keep each CPU
  * worker busy, on average: (queued + running / 2) times their learnt
  * time, over the CPU workers (a running one is half done, on average);
- * 0 while none are counted or their time is not known (lock held). */
+ * 0 while none are counted or their time is not known. */
 double tdm__sched_cpu_only_wait(tdm_sched *s);
 
 /* Shared by the policies (policy.c). */
@@ -190,7 +208,7 @@ void tdm__policy_release(tdm_sched *s, struct tdm_task *t, unsigned c, double se
  * when it would finish earlier here, transfers included), its share of
  * the backlog moved along; NULL if none. */
 struct tdm_task *tdm__policy_take_queued(tdm_sched *s, unsigned to, bool always);
-uint64_t tdm__sched_random(tdm_sched *s); /* lock held */
+uint64_t tdm__sched_random(tdm_sched *s); /* any thread */
 
 /* The choice heft makes for a ready task, among one candidate per class
  * that can run it (tdm__heft_place; the tests call it alone). */

@@ -10,9 +10,7 @@ static void place(tdm_sched *s, tdm_task *t) {
   for (unsigned c = 0; c < s->nclasses; c++)
     if (s->drv->runs(s, c, t))
       n += s->cls[c].workers;
-  TDM_PTHREAD(s->rt, pthread_mutex_lock(&s->lock));
   unsigned pick = (unsigned)(tdm__sched_random(s) % (n ? n : 1));
-  TDM_PTHREAD(s->rt, pthread_mutex_unlock(&s->lock));
   for (unsigned c = 0; c < s->nclasses; c++) {
     if (!s->drv->runs(s, c, t))
       continue;
