@@ -59,7 +59,11 @@ setup() {
     meson setup --wipe "$dir" -Dwerror=true "$@" >/dev/null
   fi
   echo "$want" >"$dir/.dev-options"
-  ninja -C "$dir" >/dev/null
+  # quiet, but what failed is shown
+  if ! ninja -C "$dir" >"$dir/.dev-build.log" 2>&1; then
+    grep -v '^\[' "$dir/.dev-build.log" >&2
+    exit 1
+  fi
 }
 
 run_tests() {

@@ -83,6 +83,11 @@ bool tdm__opencl_activate(tdm_runtime *rt, unsigned i) {
   return false;
 }
 
+static void share_contexts(tdm_runtime *rt, unsigned base) {
+  (void)rt;
+  (void)base;
+}
+
 void tdm__opencl_close(tdm_runtime *rt) {
   (void)rt;
 }
