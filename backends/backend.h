@@ -72,10 +72,11 @@ typedef struct tdm_node_ops {
                     void *arg);
   /* Predicted seconds of a copy of `bytes` between the host and `node`. */
   double (*link_time)(void *ctx, unsigned node, uint64_t bytes);
-  /* Predicted seconds until the link from the host to `node` has carried
-   * the copies already started on it (0: free now); a copy started now
+  /* Predicted seconds until the link between the host and `node` has
+   * carried the copies already started on it that way (to_node: from the
+   * host to node; else home), 0: free now; a copy started now that way
    * waits that long first. May be NULL: not known, taken as 0. */
-  double (*link_wait)(void *ctx, unsigned node);
+  double (*link_wait)(void *ctx, unsigned node, bool to_node);
   /* Device-to-device copies, for a backend whose devices can copy
    * between their memories without the host (two GPUs in one OpenCL
    * context; GPUs behind one PCIe switch). Both may be NULL: every copy

@@ -508,9 +508,12 @@ static void with(const setup *s, uint64_t first, unsigned nseeds, unsigned steps
    * that leaked would keep work away from that device for good */
   for (unsigned n = 1; rt->nodes.ops->link_wait && n < rt->nodes.n; n++) {
     double until = now_s() + 10;
-    while (rt->nodes.ops->link_wait(rt->nodes.ctx, n) > 0 && now_s() < until)
+    while ((rt->nodes.ops->link_wait(rt->nodes.ctx, n, true) > 0 ||
+            rt->nodes.ops->link_wait(rt->nodes.ctx, n, false) > 0) &&
+           now_s() < until)
       sleep_ms(1);
-    assert_true(rt->nodes.ops->link_wait(rt->nodes.ctx, n) == 0);
+    assert_true(rt->nodes.ops->link_wait(rt->nodes.ctx, n, true) == 0);
+    assert_true(rt->nodes.ops->link_wait(rt->nodes.ctx, n, false) == 0);
   }
   uint64_t evictions;
   unsigned on_devices = device_tasks(rt, &evictions, kind_tasks);

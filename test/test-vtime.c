@@ -417,15 +417,52 @@ static void test_copies_between_gpus(void **state) {
  * task as it becomes ready, gets within 1.10 too once calibrated and
  * within 1.25 on a first run; and never worse than the machine without
  * its CPU cores or without its other workers. Two rows miss: the
- * stencil on 64 cores + 8 GPUs sharing a link per pair (1.165, its
- * tiles between GPUs through the host; 1.154 where the GPUs of a pair
- * copy between each other), held to that. */
+ * stencil on 64 cores + 8 GPUs sharing a link per pair (1.136, its
+ * tiles between GPUs through the host, the links busy; 1.113 where the
+ * GPUs of a pair copy between each other), held to that. */
 static double run_on(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_perfmodel *model) {
   tdm_vt_result r;
   assert_int_equal(tdm__vt_run_model(m, g, TDM_POLICY_HEFT, 42, model, &r), TDM_OK);
   double makespan = r.makespan;
   tdm__vt_result_free(&r);
   return makespan;
+}
+
+/* Taking back: the stencil at 16x16 on 64 cores + 8 GPUs with a link
+ * each, calibrated: the idle cores take tasks back from the most loaded
+ * GPU first, so every GPU stays about as busy as the others. (Looking at
+ * the GPUs in a fixed order robbed the first ones: GPUs 0 to 3 were
+ * busy 50 to 68% of the time, 4 to 7 96 to 99%.) */
+static void test_take_back_spread(void **state) {
+  (void)state;
+  const vt_machine_def *d = NULL;
+  for (size_t k = 0; k < VT_NMACHINES; k++)
+    if (vt_machines[k].dgpus == 8 && vt_machines[k].per_link == 1)
+      d = &vt_machines[k];
+  assert_non_null(d);
+  tdm_vt_machine m = vt_machine(d);
+  stencil(&b, 16);
+  tdm_vt_graph g = graph(&b);
+  tdm_perfmodel *model = tdm__model_new();
+  assert_non_null(model);
+  tdm_vt_result r;
+  for (int k = 0; k < 2; k++) { /* calibrated in the second */
+    if (k)
+      tdm__vt_result_free(&r);
+    assert_int_equal(tdm__vt_run_model(&m, &g, TDM_POLICY_HEFT, 42, model, &r), TDM_OK);
+  }
+  double busy[8] = {0}, least = 1, most = 0;
+  for (unsigned i = 0; i < g.ntasks; i++)
+    if (r.worker[i] >= d->cpus)
+      busy[r.worker[i] - d->cpus] += r.end[i] - r.start[i];
+  for (unsigned k = 0; k < 8; k++) {
+    least = fmin(least, busy[k] / r.makespan);
+    most = fmax(most, busy[k] / r.makespan);
+  }
+  printf("GPUs busy %.1f%% to %.1f%% of %.1f ms\n", 100 * least, 100 * most, 1e3 * r.makespan);
+  assert_true(most - least < 0.10);
+  tdm__vt_result_free(&r);
+  tdm__model_free(model);
 }
 
 static void test_targets(void **state) {
@@ -458,7 +495,7 @@ static void test_targets(void **state) {
         continue; /* too little parallel work for the machine to judge */
       judged++;
       bool missed = gd->build == stencil && d->per_link == 2;
-      assert_true(calibrated <= (missed ? 1.17 : 1.10) * lb);
+      assert_true(calibrated <= (missed ? 1.14 : 1.10) * lb);
       assert_true(first <= 1.25 * lb);
     }
   }
@@ -617,6 +654,7 @@ int main(void) {
       cmocka_unit_test(test_cpu_only_work_counted),
       cmocka_unit_test(test_reference),
       cmocka_unit_test(test_copies_between_gpus),
+      cmocka_unit_test(test_take_back_spread),
       cmocka_unit_test(test_targets),
       cmocka_unit_test(test_ws_devices_steal),
       cmocka_unit_test(test_parse_machine),

@@ -254,8 +254,10 @@ static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
 }
 
 /* The copies queued on the device's transfer queue before a new one
- * (both ways share it), at the link's predicted speed. */
-static double node_link_wait(void *ctx, unsigned node) {
+ * (both ways share it, one after the other: the same either way), at
+ * the link's predicted speed. */
+static double node_link_wait(void *ctx, unsigned node, bool to_node) {
+  (void)to_node;
   cl_device *g = dev_of_node(ctx, node);
   uint64_t bytes = tdm__tok_copying(g->rt, g->k);
   return bytes ? node_link_time(ctx, node, bytes) : 0;

@@ -461,12 +461,12 @@ static double node_link_time(void *ctx, unsigned node, uint64_t bytes) {
   return sim_of(rt)->time_scale * (d->latency + (double)bytes / d->bandwidth);
 }
 
-static double node_link_wait(void *ctx, unsigned node) {
+static double node_link_wait(void *ctx, unsigned node, bool to_node) {
   const tdm_runtime *rt = ctx;
   sim_dev *d = dev_of(rt, node - 1);
   uint64_t now = tdm__now_ns();
   TDM_PTHREAD(rt, pthread_mutex_lock(&d->link_lock));
-  uint64_t free_at = d->link_free[0];
+  uint64_t free_at = d->link_free[!to_node];
   TDM_PTHREAD(rt, pthread_mutex_unlock(&d->link_lock));
   return free_at > now ? 1e-9 * (double)(free_at - now) : 0;
 }

@@ -8,6 +8,7 @@
 
 #include <limits.h>
 #include <sched.h>
+#include <math.h>
 #include <string.h>
 #include <stdlib.h>
 
@@ -417,7 +418,7 @@ unsigned tdm__device_node(const tdm_runtime *rt, unsigned k) {
 }
 
 double tdm__transfer_time(const tdm_nodes *nodes, unsigned node, const tdm_task *t) {
-  double s = 0;
+  double s = 0, home_wait = 0;
   tdm_handle *const *hs = tdm__task_handles(t);
   const uint8_t *modes = tdm__task_modes(t);
   for (unsigned i = 0; i < t->nbuf; i++) {
@@ -425,11 +426,16 @@ double tdm__transfer_time(const tdm_nodes *nodes, unsigned node, const tdm_task 
       continue;
     tdm_handle *h = hs[i];
     tdm__coh_lock(&h->coh);
-    s += tdm__coh_estimate(nodes, h, node);
+    unsigned from = 0;
+    s += tdm__coh_estimate(nodes, h, node, &from);
     tdm__coh_unlock(&h->coh);
+    /* copies home queue behind those already on their device's link
+     * home: the longest such wait (links work side by side) */
+    if (from && nodes->ops->link_wait)
+      home_wait = fmax(home_wait, nodes->ops->link_wait(nodes->ctx, from, false));
   }
   /* copies to a device queue behind those already on its link */
   if (s > 0 && node && nodes->ops->link_wait)
-    s += nodes->ops->link_wait(nodes->ctx, node);
-  return s;
+    s += nodes->ops->link_wait(nodes->ctx, node, true);
+  return s + home_wait;
 }

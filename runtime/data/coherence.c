@@ -909,7 +909,8 @@ int tdm__coh_evict(const tdm_nodes *nodes, tdm_handle *h, unsigned node) {
   return TDM_EVICTED;
 }
 
-double tdm__coh_estimate(const tdm_nodes *nodes, const tdm_handle *h, unsigned node) {
+double tdm__coh_estimate(const tdm_nodes *nodes, const tdm_handle *h, unsigned node,
+                         unsigned *home) {
   /* a tile not used yet is where its matrix is; a matrix to gather comes
    * home first (counted as there) */
   const tdm_handle *x = h;
@@ -931,6 +932,8 @@ double tdm__coh_estimate(const tdm_nodes *nodes, const tdm_handle *h, unsigned n
     double p = node && o->peer_time ? o->peer_time(nodes->ctx, from, node, bytes) : -1;
     if (p >= 0 && p < s + o->link_time(nodes->ctx, node, bytes))
       return p;
+    if (home)
+      *home = from;
   }
   if (node)
     s += o->link_time(nodes->ctx, node, bytes);

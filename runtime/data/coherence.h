@@ -371,8 +371,10 @@ bool tdm__coh_fill_failed(const tdm_nodes *nodes, const tdm_handle *h, unsigned 
 void tdm__coh_drop_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node);
 /* Predicted seconds to make h valid on `node`, by the nodes' link_time
  * (copies between the host and a device node) and peer_time (between
- * two devices). */
-double tdm__coh_estimate(const tdm_nodes *nodes, const tdm_handle *h, unsigned node);
+ * two devices); *home (may be NULL) gets the device node it would come
+ * home from, if it comes home (else untouched). */
+double tdm__coh_estimate(const tdm_nodes *nodes, const tdm_handle *h, unsigned node,
+                         unsigned *home);
 /* Forgets h's replicas (their buffers freed) and a gather not done (its
  * tiles released), taking the family's lock when `lock` (not at destroy,
  * when handles go in any order and nothing runs). */

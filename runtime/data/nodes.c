@@ -314,9 +314,9 @@ static double mux_link_time(void *ctx, unsigned node, uint64_t bytes) {
   return w->ops->link_time(w->ctx, node, bytes);
 }
 
-static double mux_link_wait(void *ctx, unsigned node) {
+static double mux_link_wait(void *ctx, unsigned node, bool to_node) {
   const tdm_node_way *w = way_of_node(ctx, node);
-  return w->ops->link_wait ? w->ops->link_wait(w->ctx, node) : 0;
+  return w->ops->link_wait ? w->ops->link_wait(w->ctx, node, to_node) : 0;
 }
 
 void tdm__tokens_for(const tdm_nodes *nodes, unsigned slot, tdm_tokens *w) {

@@ -18,7 +18,7 @@
  *
  * Dynamic correction: an idle CPU worker or device takes the last task
  * queued on a device when it would finish earlier itself, transfers
- * included.
+ * included, looking at the most loaded device first.
  */
 #include "sched.h"
 

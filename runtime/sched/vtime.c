@@ -206,9 +206,9 @@ static double vt_link_time(void *ctx, unsigned node, uint64_t bytes) {
   return s->m->latency[l] + (double)bytes / s->m->bandwidth[l];
 }
 
-static double vt_link_wait(void *ctx, unsigned node) {
+static double vt_link_wait(void *ctx, unsigned node, bool to_node) {
   const vt_state *s = ctx;
-  return fmax(0, s->link_free[link_of(s->m, node)][0] - s->now);
+  return fmax(0, s->link_free[link_of(s->m, node)][to_node ? 0 : 1] - s->now);
 }
 
 static const tdm_node_ops vt_node_ops = {
