@@ -416,10 +416,10 @@ static void test_copies_between_gpus(void **state) {
  * graph has the parallel work the machine needs, and heft, placing each
  * task as it becomes ready, gets within 1.10 too once calibrated and
  * within 1.25 on a first run; and never worse than the machine without
- * its CPU cores or without its other workers. Two rows miss: the
- * stencil on 64 cores + 8 GPUs sharing a link per pair (1.136, its
- * tiles between GPUs through the host, the links busy; 1.113 where the
- * GPUs of a pair copy between each other), held to that. */
+ * its CPU cores or without its other workers. (The stencil on 64
+ * cores + 8 GPUs sharing a link per pair was the last to miss, at
+ * 1.165, its links busy: the cores took tasks back from GPUs over
+ * them.) */
 static double run_on(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_perfmodel *model) {
   tdm_vt_result r;
   assert_int_equal(tdm__vt_run_model(m, g, TDM_POLICY_HEFT, 42, model, &r), TDM_OK);
@@ -494,8 +494,7 @@ static void test_targets(void **state) {
       if (ref > 1.10 * lb)
         continue; /* too little parallel work for the machine to judge */
       judged++;
-      bool missed = gd->build == stencil && d->per_link == 2;
-      assert_true(calibrated <= (missed ? 1.14 : 1.10) * lb);
+      assert_true(calibrated <= 1.10 * lb);
       assert_true(first <= 1.25 * lb);
     }
   }

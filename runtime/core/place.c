@@ -81,6 +81,16 @@ static bool rt_observe(tdm_sched *s, const tdm_task *t, unsigned c, double secon
                             s->cls[c].name, seconds);
 }
 
+static double rt_link_busy(const tdm_sched *s, unsigned c) {
+  tdm_runtime *rt = rt_of(s);
+  const tdm_nodes *nodes = &rt->nodes;
+  unsigned n = c < s->ncpu ? 0 : tdm__device_node(rt, c - s->ncpu);
+  if (!n || !nodes->ops->link_wait)
+    return 0;
+  return fmax(nodes->ops->link_wait(nodes->ctx, n, true),
+              nodes->ops->link_wait(nodes->ctx, n, false));
+}
+
 static double rt_transfer(const tdm_sched *s, unsigned c, const tdm_task *t) {
   tdm_runtime *rt = rt_of(s);
   return tdm__transfer_time(&rt->nodes, c < s->ncpu ? 0 : tdm__device_node(rt, c - s->ncpu), t);
@@ -268,6 +278,7 @@ static const tdm_sched_driver rt_driver = {
     .steal_cpu = rt_steal_cpu,
     .kick_devices = rt_kick_devices,
     .cpu_only = rt_cpu_only,
+    .link_busy = rt_link_busy,
 };
 
 /* ---- what the runtime's threads call ------------------------------------------ */

@@ -18,7 +18,9 @@
  *
  * Dynamic correction: an idle CPU worker or device takes the last task
  * queued on a device when it would finish earlier itself, transfers
- * included, looking at the most loaded device first.
+ * included, looking at the most loaded device first; a CPU worker not
+ * from a device whose link is behind by more than the task's time on it
+ * (policy.c, worth_taking).
  */
 #include "sched.h"
 

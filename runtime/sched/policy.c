@@ -194,6 +194,14 @@ static bool worth_taking(tdm_task *t, void *data) {
     /* t, queued last on `from`, waits for the rest of its backlog */
     const tdm_sclass *from = &s->cls[x->from];
     take = here >= 0 && ok && here + move < tdm__sched_backlog(from) / from->workers;
+    /* Not by a core from a device whose link is behind by more than the
+     * task's time on the core: its inputs, on their way to the device,
+     * would come home over that link, and its output likely go back;
+     * the link, not the device, is what the work waits for there (the
+     * stencil on GPUs sharing a link per pair: 1.136 -> 1.082). */
+    if (take && x->to < s->ncpu && s->drv->link_busy &&
+        s->drv->link_busy(s, x->from) > here)
+      take = false;
   }
   if (take) { /* (t is queued, under its queue's lock: not released meanwhile) */
     tdm__policy_release(s, t, x->from, -1);

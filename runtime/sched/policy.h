@@ -81,6 +81,9 @@ typedef struct tdm_sched_driver {
    * counted). The runtime's counts are a moment's sums of per-thread
    * counters, not a snapshot. */
   void (*cpu_only)(const tdm_sched *s, unsigned *queued, unsigned *running);
+  /* Seconds of copies already queued on device class c's link, the
+   * busier way (0 for the CPU classes); may be NULL: not known, 0. */
+  double (*link_busy)(const tdm_sched *s, unsigned c);
 } tdm_sched_driver;
 
 /* A placement policy. Every entry but `name` and `place` may be NULL. */

@@ -374,6 +374,12 @@ static double vt_transfer(const tdm_sched *s, unsigned c, const tdm_task *t) {
   return tdm__transfer_time(&v->nodes, v->m->classes[c].node, t);
 }
 
+static double vt_link_busy(const tdm_sched *s, unsigned c) {
+  const vt_state *v = vt_of(s);
+  unsigned n = v->m->classes[c].node;
+  return n ? fmax(vt_link_wait((void *)v, n, true), vt_link_wait((void *)v, n, false)) : 0;
+}
+
 static int vt_current(const tdm_sched *s) {
   return vt_of(s)->releaser;
 }
@@ -454,6 +460,7 @@ static const tdm_sched_driver vt_driver = {
     .steal_cpu = vt_steal_cpu,
     .kick_devices = vt_kick_devices,
     .cpu_only = vt_cpu_only,
+    .link_busy = vt_link_busy,
 };
 
 /* ---- the simulation ---------------------------------------------------------- */
