@@ -843,6 +843,36 @@ static void test_pinned_version_home_fails(void **state) {
   teardown_world(&w);
 }
 
+/* A copy home that failed leaves no version in the host's memory, even
+ * once its token is forgotten: a version only node 1 holds starts home
+ * (an eviction) and that copy fails; node 1 then writes a newer version
+ * (not waiting for the failed copy), and a write on the host forgets the
+ * failed token. The host's memory must not count as holding the older
+ * version: lineage read it as such (the garbage the copy left) and
+ * replayed tasks on it, a wrong result reported as success. */
+static void test_failed_copy_home_forgotten(void **state) {
+  (void)state;
+  static world w;
+  setup_world_with(&w, &failing_ops);
+  begin(&w);
+  tdm_handle *h = w.m;
+  write_on(&w, h, 1); /* version 1, node 1 alone */
+  uint32_t v1 = h->coh.ver;
+  tdm__coh_lock(&h->coh);
+  fail_at = 1;
+  assert_int_equal(tdm__coh_evict(&w.nodes, h, 1), TDM_EVICT_LATER); /* home, failing */
+  tdm__coh_unlock(&h->coh);
+  land(h->coh.rep[0].fill);
+  assert_int_equal(fail_at, 0);
+  write_on(&w, h, 1); /* version 2 on node 1; the failed copy not waited for */
+  prepare(&w, h, 0, TDM_W | TDM_HOST_LATER); /* forgets the failed token */
+  uint64_t got[ROWS * COLS];
+  assert_int_equal(tdm__coh_host_read(&w.nodes, h, v1, got), 0);
+  written_on(&w, h, 0);
+  end(&w);
+  teardown_world(&w);
+}
+
 static void test_nodeset_past_64(void **state) {
   (void)state;
   tdm_nodeset s = tdm__nodeset_of(0);
@@ -877,6 +907,7 @@ int main(void) {
       cmocka_unit_test(test_unwritten_tiles_assemble_the_host),
       cmocka_unit_test(test_failed_host_write_keeps_device_version),
       cmocka_unit_test(test_pinned_version_home_fails),
+      cmocka_unit_test(test_failed_copy_home_forgotten),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -197,8 +197,14 @@ static bool gone(const tdm_nodes *nodes, unsigned n) {
  * TDM_ERR_LOST). */
 static tdm_token before_write(const tdm_nodes *nodes, tdm_handle *h, unsigned n) {
   tdm__coh_drop_failed(nodes, h, n);
-  if (tdm__coh_fill_failed(nodes, h, n))
+  if (tdm__coh_fill_failed(nodes, h, n)) {
     set_fill(nodes, h, n, 0);
+    /* What the failed copy left in the host's memory is no version: with
+     * the token gone, nothing else would say so (lineage read it as the
+     * version the host held before: wrong results reported right). */
+    if (n == 0)
+      h->coh.host_ver = TDM_NO_VERSION;
+  }
   return fill_of(h, n);
 }
 
