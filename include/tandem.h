@@ -376,7 +376,8 @@ typedef struct tdm_config {
    * fails), and seed=S (the draws' sequence; default 1). KIND: `launch`
    * (the task fails before it runs), `run` (it runs, writes, and then
    * its device reports an error), `copy` (a copy between a device and
-   * the host fails: on an emulated device it completes with an error,
+   * the host, or into a device from another, fails; counted on the
+   * device copied into: on an emulated device it completes with an error,
    * its bytes replaced by a poison pattern, and what waits for it fails;
    * on OpenCL its enqueue fails) or `alloc` (a buffer on a device cannot
    * be made, as when its memory is full: the device makes room and tries
@@ -812,7 +813,7 @@ typedef struct tdm_device_counters {
   /** Copies into this device straight from another device's memory (two
    * GPUs of one OpenCL context, emulated devices declared with peer=),
    * not through the host, and their bytes; counted in neither of the
-   * above. */
+   * above. Like those, copies started, failed ones included. */
   uint64_t copies_from_devices, bytes_from_devices;
 } tdm_device_counters;
 

@@ -841,6 +841,20 @@ static void test_faults_specification(void **state) {
   tdm_device_info old = {.struct_size = offsetof(tdm_device_info, worker) + sizeof(int)};
   assert_int_equal(tdm_runtime_device(rt, 0, &old), TDM_OK);
   assert_int_equal(old.worker, d.worker);
+  /* counters: the first version of the struct ended at evictions; its
+   * callers get those fields and nothing written past them; less is
+   * refused */
+  size_t first = offsetof(tdm_device_counters, evictions) + sizeof c.evictions;
+  _Alignas(tdm_device_counters) unsigned char buf[sizeof c + 16];
+  memset(buf, 0x5a, sizeof buf);
+  tdm_device_counters *oldc = (tdm_device_counters *)(void *)buf;
+  oldc->struct_size = first;
+  assert_int_equal(tdm_runtime_device_counters(rt, 0, oldc), TDM_OK);
+  assert_int_equal(oldc->tasks, c.tasks);
+  for (size_t i = first; i < sizeof buf; i++)
+    assert_int_equal(buf[i], 0x5a);
+  oldc->struct_size = first - 1;
+  assert_int_equal(tdm_runtime_device_counters(rt, 0, oldc), TDM_ERR_INVALID_ARG);
   tdm_runtime_destroy(rt);
   test_remove_dir(dir);
   /* too many failures to wait for is refused */

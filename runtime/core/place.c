@@ -631,10 +631,15 @@ void tdm__kernel_disabled(tdm_runtime *rt, unsigned k, const char *codelet, tdm_
 
 tdm_status tdm_runtime_device_counters(const tdm_runtime *rt, unsigned device,
                                        tdm_device_counters *out) {
-  /* the first version of the struct ended at evictions */
-  if (!rt || !out ||
-      out->struct_size < offsetof(tdm_device_counters, evictions) + sizeof out->evictions)
+  if (!rt || !out)
     return TDM_ERR_INVALID_ARG;
+  /* the first version of the struct ended at evictions */
+  size_t least = offsetof(tdm_device_counters, evictions) + sizeof out->evictions;
+  if (out->struct_size < least) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_device_counters: struct_size %zu: at least %zu",
+             out->struct_size, least);
+    return TDM_ERR_INVALID_ARG;
+  }
   TDM_FORK_GUARD(rt, "tdm_runtime_device_counters");
   if (device >= rt->ndevices) {
     tdm__log(rt, TDM_LOG_ERROR, "tdm_runtime_device_counters: no device %u", device);
