@@ -479,7 +479,10 @@ typedef struct tdm_config {
    * application's thread in tdm_handle_acquire or tdm_handle_unregister
    * (an OpenCL device leaves it to the next try, elsewhere). It costs,
    * per device task that writes, a record (its arguments and handle
-   * list), kept while a chain holds it, and the copies named above.
+   * list), kept while a chain holds it, and the copies named above. A
+   * replay runs the CPU variant again, with whatever else it does (a
+   * task it submits is submitted again): a codelet with such effects
+   * wants lineage off.
    * Default 16; 0: off; at most 255. Environment: TANDEM_LINEAGE. */
   unsigned lineage;
   /** A lower scheduling priority for the CPU workers, so that the
