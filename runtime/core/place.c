@@ -81,19 +81,17 @@ static bool rt_observe(tdm_sched *s, const tdm_task *t, unsigned c, double secon
                             s->cls[c].name, seconds);
 }
 
+/* The memory node class c works in. */
+static unsigned node_of_class(const tdm_sched *s, unsigned c) {
+  return c < s->ncpu ? 0 : tdm__device_node(rt_of(s), c - s->ncpu);
+}
+
 static double rt_link_busy(const tdm_sched *s, unsigned c) {
-  tdm_runtime *rt = rt_of(s);
-  const tdm_nodes *nodes = &rt->nodes;
-  unsigned n = c < s->ncpu ? 0 : tdm__device_node(rt, c - s->ncpu);
-  if (!n || !nodes->ops->link_wait)
-    return 0;
-  return fmax(nodes->ops->link_wait(nodes->ctx, n, true),
-              nodes->ops->link_wait(nodes->ctx, n, false));
+  return tdm__link_busy(&rt_of(s)->nodes, node_of_class(s, c));
 }
 
 static double rt_transfer(const tdm_sched *s, unsigned c, const tdm_task *t) {
-  tdm_runtime *rt = rt_of(s);
-  return tdm__transfer_time(&rt->nodes, c < s->ncpu ? 0 : tdm__device_node(rt, c - s->ncpu), t);
+  return tdm__transfer_time(&rt_of(s)->nodes, node_of_class(s, c), t);
 }
 
 int tdm__device_current(const tdm_runtime *rt) {

@@ -417,8 +417,16 @@ unsigned tdm__device_node(const tdm_runtime *rt, unsigned k) {
   return rt->nodes.mem[1 + k].counted ? 1 + k : 0;
 }
 
+double tdm__link_busy(const tdm_nodes *nodes, unsigned node) {
+  if (!node || !nodes->ops->link_wait)
+    return 0;
+  return fmax(nodes->ops->link_wait(nodes->ctx, node, true),
+              nodes->ops->link_wait(nodes->ctx, node, false));
+}
+
 double tdm__transfer_time(const tdm_nodes *nodes, unsigned node, const tdm_task *t) {
   double s = 0, home_wait = 0;
+  unsigned asked = 0; /* the device whose link home was looked at last */
   tdm_handle *const *hs = tdm__task_handles(t);
   const uint8_t *modes = tdm__task_modes(t);
   for (unsigned i = 0; i < t->nbuf; i++) {
@@ -430,9 +438,12 @@ double tdm__transfer_time(const tdm_nodes *nodes, unsigned node, const tdm_task 
     s += tdm__coh_estimate(nodes, h, node, &from);
     tdm__coh_unlock(&h->coh);
     /* copies home queue behind those already on their device's link
-     * home: the longest such wait (links work side by side) */
-    if (from && nodes->ops->link_wait)
+     * home: the longest such wait (links work side by side), asked once
+     * per device in a row (inputs mostly come from one) */
+    if (from && from != asked && nodes->ops->link_wait) {
       home_wait = fmax(home_wait, nodes->ops->link_wait(nodes->ctx, from, false));
+      asked = from;
+    }
   }
   /* copies to a device queue behind those already on its link */
   if (s > 0 && node && nodes->ops->link_wait)

@@ -146,5 +146,8 @@ void tdm__handle_forget(tdm_handle *h, bool lock);
 /* Predicted seconds to bring t's inputs to `node` now (0: there), by the
  * nodes' link times (the runtime's, or virtual time's). */
 double tdm__transfer_time(const tdm_nodes *nodes, unsigned node, const tdm_task *t);
+/* Seconds of copies already queued on device node `node`'s link, the
+ * busier way (0 for the host's node, or not known). */
+double tdm__link_busy(const tdm_nodes *nodes, unsigned node);
 
 #endif

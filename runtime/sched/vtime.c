@@ -376,8 +376,7 @@ static double vt_transfer(const tdm_sched *s, unsigned c, const tdm_task *t) {
 
 static double vt_link_busy(const tdm_sched *s, unsigned c) {
   const vt_state *v = vt_of(s);
-  unsigned n = v->m->classes[c].node;
-  return n ? fmax(vt_link_wait((void *)v, n, true), vt_link_wait((void *)v, n, false)) : 0;
+  return tdm__link_busy(&v->nodes, v->m->classes[c].node);
 }
 
 static int vt_current(const tdm_sched *s) {
