@@ -554,6 +554,9 @@ static void test_description_and_errors(void **state) {
       "gpu:gemm,memory=shared",            /* not key=value */
       "gpu:speedup=-1,memory=shared;+opencl", /* beside OpenCL's, still wrong */
       "+opencl;gpu:memory=somewhere",
+      "gpu:memory=shared,peer=1G",         /* copies between devices need memory of their own */
+      "gpu:bandwidth=1G,peer=0",           /* out of range */
+      "gpu:bandwidth=1G,peer=fast",        /* not a bandwidth */
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     tdm_config cfg;
