@@ -873,6 +873,59 @@ static void test_failed_copy_home_forgotten(void **state) {
   teardown_world(&w);
 }
 
+/* Lineage makes the version of a matrix only a device held, while its
+ * tiles hold its host memory (the matrix's copy home for a tile's first
+ * use failed): it goes into the rectangles the tiles do not hold, whose
+ * tiles take it from there (no copy), and into none other: `junk` in
+ * rows [0, junk_rows) of what is installed must land nowhere. (Refused
+ * while the tiles held that memory, the version was reported lost.) */
+static void install_while_lent(world *w, tdm_handle *hs[2], size_t junk_rows) {
+  uint64_t made[ROWS * COLS];
+  for (size_t r = 0; r < ROWS; r++)
+    for (size_t c = 0; c < COLS; c++)
+      made[r * COLS + c] = r < junk_rows ? 0xdeadu : w->truth[r * LD + c];
+  assert_true(w->m->coh.lent != 0);
+  assert_false(tdm__nodeset_has(&w->m->coh.valid, 0));
+  assert_true(tdm__coh_host_install(&w->nodes, w->m, w->m->coh.ver, made));
+  unsigned before = copies;
+  read_on(w, hs[1], 0);
+  read_on(w, hs[0], 0);
+  assert_int_equal(copies, before);
+}
+
+/* No tile written: the matrix holds its version on the host again, and a
+ * reader of it from before the partition reads it there. */
+static void test_lineage_install_while_lent(void **state) {
+  (void)state;
+  static world w;
+  tdm_handle *hs[2] = {NULL, NULL};
+  home_failed_for_tile(&w, 2, 0, TDM_R, hs);
+  assert_false(attempt(&w, w.m, 0, TDM_R)); /* the same failed copy, forgotten */
+  install_while_lent(&w, hs, 0);
+  assert_true(tdm__nodeset_has(&w.m->coh.valid, 0));
+  unsigned before = copies;
+  read_on(&w, w.m, 0);
+  assert_int_equal(copies, before);
+  write_on(&w, hs[1], 1);
+  end(&w);
+  teardown_world(&w);
+}
+
+/* The first tile written since (its rectangle through memory aside): the
+ * other tile takes its rectangle from what lineage made, the written
+ * one keeps its own, and the matrix is not valid on the host. */
+static void test_lineage_install_after_tile_written(void **state) {
+  (void)state;
+  static world w;
+  tdm_handle *hs[2] = {NULL, NULL};
+  home_failed_for_tile(&w, 2, 0, TDM_W, hs);
+  write_on(&w, hs[0], 0);
+  install_while_lent(&w, hs, 2);
+  assert_false(tdm__nodeset_has(&w.m->coh.valid, 0));
+  end(&w);
+  teardown_world(&w);
+}
+
 static void test_nodeset_past_64(void **state) {
   (void)state;
   tdm_nodeset s = tdm__nodeset_of(0);
@@ -908,6 +961,8 @@ int main(void) {
       cmocka_unit_test(test_failed_host_write_keeps_device_version),
       cmocka_unit_test(test_pinned_version_home_fails),
       cmocka_unit_test(test_failed_copy_home_forgotten),
+      cmocka_unit_test(test_lineage_install_while_lent),
+      cmocka_unit_test(test_lineage_install_after_tile_written),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

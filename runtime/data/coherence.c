@@ -315,40 +315,70 @@ static void untaken(const tdm_nodes *nodes, tdm_handle *t) {
   t->coh.valid = (tdm_nodeset){{0}};
 }
 
-/* h's contents come home while its tiles hold its host memory: possible
- * while no tile was written (a reader of h from before its partition
- * retried: the tiles' writers come after it). Its version comes home
- * aside, and goes into the rectangles of the tiles not holding theirs
- * (not taken, or taken through a copy that failed: those are taken
- * again); the copies into the tiles land first (waited for: rare). */
-static bool restore(const tdm_nodes *nodes, tdm_handle *h) {
+/* h's version, packed in `whole`, goes into the rectangles of its host
+ * memory that its tiles (which hold that memory: lent) do not hold: those
+ * of tiles not taken yet, or taken through a copy that failed (and not
+ * written since). Each of those tiles holds it from then on, valid on the
+ * host alone, as if it had taken it then; the copies into them land first
+ * (waited for: rare). The other tiles' rectangles are left alone: their
+ * readers may be reading them, their writers writing. *unchanged: no tile
+ * was written since it took its rectangle, nor is being written (h's host
+ * memory then holds its version whole).
+ * False when a tile is partitioned itself, or out of memory. */
+static bool fill_tiles(const tdm_nodes *nodes, tdm_handle *h, const unsigned char *whole,
+                       bool *unchanged) {
   size_t n;
   tdm_handle **tiles = lent_tiles(h, &n);
-  bool ok = tiles != NULL;
-  for (size_t k = 0; k < n && ok; k++) {
-    tdm_coh *c = &tiles[k]->coh;
-    ok = !c->written && !c->lent && !c->gather;
-    for (int i = tdm__nodeset_next(&c->valid, 0); i >= 0 && ok;
-         i = tdm__nodeset_next(&c->valid, (unsigned)i + 1))
-      if (fill_of(tiles[k], (unsigned)i))
-        nodes->ops->wait(nodes->ctx, &c->rep[i].fill, 1);
-  }
-  unsigned char *whole = ok ? home_aside(nodes, h) : NULL;
-  if (!whole) {
-    tdm__log(nodes->rt, TDM_LOG_WARNING, "a partitioned matrix's contents cannot come home: "
-                                         "its tiles hold its memory");
+  if (!tiles)
     return false;
+  *unchanged = true;
+  for (size_t k = 0; k < n; k++) {
+    const tdm_coh *c = &tiles[k]->coh;
+    if (c->lent || c->gather)
+      return false;
+    *unchanged &= !c->written && !c->writing && !c->host_writing;
   }
   host_changes(nodes, h);
   for (size_t k = 0; k < n; k++) {
     tdm_handle *t = tiles[k];
-    if (tdm__nodeset_has(&t->coh.valid, 0) && !tdm__coh_fill_failed(nodes, t, 0))
-      continue; /* the version, its own copy */
+    tdm_coh *c = &t->coh;
+    if (c->written || c->writing || c->host_writing ||
+        (tdm__nodeset_has(&c->valid, 0) && !tdm__coh_fill_failed(nodes, t, 0)))
+      continue; /* its own version (or one on its way), or its copy of this one */
+    if (!tdm__coh_replicas(nodes, t))
+      return false;
+    for (int i = tdm__nodeset_next(&c->valid, 0); i >= 0;
+         i = tdm__nodeset_next(&c->valid, (unsigned)i + 1))
+      if (fill_of(t, (unsigned)i))
+        nodes->ops->wait(nodes->ctx, &c->rep[i].fill, 1);
+    host_changes(nodes, t);
     rectangle_of(t, h, whole);
-    untaken(nodes, t); /* taken again from here */
+    untaken(nodes, t);
+    set_fill(nodes, t, 0, 0);
+    c->valid = tdm__nodeset_of(0);
+    c->host_ver = c->ver; /* its matrix's, the same memory */
   }
-  free(whole);
   return true;
+}
+
+/* h's contents come home while its tiles hold its host memory: possible
+ * while no tile was written (a reader of h from before its partition
+ * retried: the tiles' writers come after it). Its version comes home
+ * aside, and goes into the rectangles of the tiles not holding theirs
+ * (fill_tiles). */
+static bool restore(const tdm_nodes *nodes, tdm_handle *h) {
+  size_t n;
+  tdm_handle **tiles = lent_tiles(h, &n);
+  bool ok = tiles != NULL, unchanged = false;
+  for (size_t k = 0; k < n && ok; k++)
+    ok = !tiles[k]->coh.written;
+  unsigned char *whole = ok ? home_aside(nodes, h) : NULL;
+  ok = whole && fill_tiles(nodes, h, whole, &unchanged);
+  free(whole);
+  if (!ok)
+    tdm__log(nodes->rt, TDM_LOG_WARNING, "a partitioned matrix's contents cannot come home: "
+                                         "its tiles hold its memory");
+  return ok;
 }
 
 /* A tile not used yet takes its rectangle of its matrix's contents: the
@@ -1040,13 +1070,25 @@ bool tdm__coh_host_install(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, co
    * another thread (and maybe written since through a tile: a matrix's
    * memory is its tiles'). */
   bool ok = h->coh.ver == v;
-  /* not over the rectangles of tiles holding that memory, nor over a
-   * write under way there */
-  if (ok && !tdm__nodeset_has(&h->coh.valid, 0) && (h->coh.lent || h->coh.host_writing))
+  /* not over a write under way there */
+  if (ok && !tdm__nodeset_has(&h->coh.valid, 0) && h->coh.host_writing)
     ok = false;
-  if (ok && !tdm__nodeset_has(&h->coh.valid, 0) && (ok = tdm__coh_replicas(nodes, h))) {
+  bool whole = true;
+  /* Where its tiles hold that memory, only into the rectangles they do
+   * not hold; whole when none was written since it took its rectangle
+   * (else the tiles not taken yet take theirs from here, and the version
+   * has no other use: its readers came before the tiles' writers). */
+  bool there = tdm__nodeset_has(&h->coh.valid, 0);
+  if (ok && !there && (ok = tdm__coh_replicas(nodes, h))) {
+    if (h->coh.lent) {
+      ok = fill_tiles(nodes, h, in, &whole);
+    } else {
+      host_holds(nodes, h, v); /* (a version kept aside first) */
+      tdm__coh_host_rows(h, (void *)in, true);
+    }
+  }
+  if (ok && whole && !there) {
     host_holds(nodes, h, v);
-    tdm__coh_host_rows(h, (void *)in, true);
     set_fill(nodes, h, 0, 0);
     h->coh.valid = tdm__nodeset_of(0);
     h->coh.damaged = false;
