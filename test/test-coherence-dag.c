@@ -688,6 +688,16 @@ static void test_emulated_peer_faults_lineage(void **state) {
                7000, 8, 400);
 }
 
+/* Runs and copies failing, without write-back, copies through the host:
+ * a copy home that failed before a run that then failed after writing
+ * is not taken for an input of that run (what it wrote was read as the
+ * version before it). */
+static void test_emulated_faults_copies_lineage(void **state) {
+  (void)state;
+  every_policy(&(setup){.sim = TWO_OWN, .faults = true, .copies = true, .lineage = true},
+               7000, 8, 400);
+}
+
 /* Copies failing (one in sixteen), devices taken out of placement after
  * three failures as by default, no write-back: what a device alone held
  * is made again by lineage, from versions the host's memory holds, and
@@ -842,6 +852,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_emulated_copy_faults_quarantine),
         cmocka_unit_test(test_emulated_peer_copy_faults),
         cmocka_unit_test(test_emulated_peer_faults_lineage),
+        cmocka_unit_test(test_emulated_faults_copies_lineage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
   }

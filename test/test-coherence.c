@@ -873,6 +873,40 @@ static void test_failed_copy_home_forgotten(void **state) {
   teardown_world(&w);
 }
 
+/* A version only node 1 holds; its copy home fails (an eviction's);
+ * then a write on node 1 that reads it runs, writes, and fails. The
+ * failed copy home was no input of that run: the run wrote over the only
+ * copy, and without lineage the version is lost (told), never node 1's
+ * memory taken for it. (It was: the run was taken for one that never
+ * started, as when a copy home it waited for fails, and its result was
+ * read as the version before it: a wrong result reported right.) */
+static void test_failed_run_after_failed_copy_home(void **state) {
+  (void)state;
+  static world w;
+  setup_world_with(&w, &failing_ops);
+  begin(&w);
+  tdm_handle *h = w.m;
+  write_on(&w, h, 1);
+  tdm__coh_lock(&h->coh);
+  fail_at = 1;
+  assert_int_equal(tdm__coh_evict(&w.nodes, h, 1), TDM_EVICT_LATER); /* home, failing */
+  tdm__coh_unlock(&h->coh);
+  land(h->coh.rep[0].fill);
+  assert_int_equal(fail_at, 0);
+  prepare(&w, h, 1, TDM_RW);
+  for (size_t r = 0; r < ROWS; r++) /* the run writes, then fails */
+    for (size_t c = 0; c < COLS; c++)
+      *at(h, 1, r, c) = 0xdeadu;
+  tdm__coh_lock(&h->coh);
+  bool kept = tdm__coh_write_failed(&w.nodes, h, 1, false);
+  tdm__coh_unlock(&h->coh);
+  assert_false(kept);
+  assert_false(tdm__nodeset_has(&h->coh.valid, 1) && !h->coh.damaged);
+  write_on(&w, h, 0); /* a version made afresh */
+  end(&w);
+  teardown_world(&w);
+}
+
 /* Lineage makes the version of a matrix only a device held, while its
  * tiles hold its host memory (the matrix's copy home for a tile's first
  * use failed): it goes into the rectangles the tiles do not hold, whose
@@ -961,6 +995,7 @@ int main(void) {
       cmocka_unit_test(test_failed_host_write_keeps_device_version),
       cmocka_unit_test(test_pinned_version_home_fails),
       cmocka_unit_test(test_failed_copy_home_forgotten),
+      cmocka_unit_test(test_failed_run_after_failed_copy_home),
       cmocka_unit_test(test_lineage_install_while_lent),
       cmocka_unit_test(test_lineage_install_after_tile_written),
   };

@@ -753,6 +753,14 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
    * a copy home that failed does not count as kept. */
   if (!(mode & TDM_R))
     tdm__coh_drop_failed(nodes, h, node);
+  /* A copy home that failed before a write on a device is no input of
+   * it: had it stayed, a run that fails after writing would be taken for
+   * one that never started (a copy home it waited for failed:
+   * tdm__coh_write_failed), and what it wrote for the version before it.
+   * Forgotten where another node holds h, it leaves the host no version,
+   * and the version comes home below if lineage cannot make it again. */
+  if ((mode & TDM_W) && node)
+    tdm__coh_drop_failed(nodes, h, 0);
   /* A version a lineage record reads, which only devices hold, comes
    * home before a write replaces it (which waits for that copy). */
   if ((mode & TDM_W) && !tdm__nodeset_has(&h->coh.valid, 0) &&
