@@ -873,6 +873,28 @@ static void test_failed_copy_home_forgotten(void **state) {
   teardown_world(&w);
 }
 
+/* Lineage reads a matrix's version a record read, which only a device
+ * holds, while its tiles hold its host memory and one of them was
+ * written: from the device, aside (a copy home would go over the
+ * written tile; it was refused, and the version reported lost). */
+static void test_lineage_reads_device_while_lent(void **state) {
+  (void)state;
+  static world w;
+  tdm_handle *hs[2] = {NULL, NULL};
+  home_failed_for_tile(&w, 2, 0, TDM_W, hs);
+  uint64_t before[ROWS * COLS], got[ROWS * COLS];
+  for (size_t r = 0; r < ROWS; r++)
+    for (size_t c = 0; c < COLS; c++)
+      before[r * COLS + c] = w.truth[r * LD + c];
+  write_on(&w, hs[0], 0);
+  assert_true(tdm__coh_device_read(&w.nodes, w.m, w.m->coh.ver, got));
+  assert_memory_equal(got, before, sizeof got);
+  assert_false(tdm__coh_device_read(&w.nodes, w.m, w.m->coh.ver - 1, got)); /* not held */
+  read_on(&w, hs[0], 0); /* the tile's write, in place */
+  end(&w);
+  teardown_world(&w);
+}
+
 /* A version only node 1 holds; its copy home fails (an eviction's);
  * then a write on node 1 that reads it runs, writes, and fails. The
  * failed copy home was no input of that run: the run wrote over the only
@@ -997,6 +1019,7 @@ int main(void) {
       cmocka_unit_test(test_failed_copy_home_forgotten),
       cmocka_unit_test(test_failed_run_after_failed_copy_home),
       cmocka_unit_test(test_lineage_install_while_lent),
+      cmocka_unit_test(test_lineage_reads_device_while_lent),
       cmocka_unit_test(test_lineage_install_after_tile_written),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

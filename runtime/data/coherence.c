@@ -1069,6 +1069,24 @@ int tdm__coh_host_read(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, void *
   return held;
 }
 
+bool tdm__coh_device_read(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, void *out) {
+  bool asked = replay_wanted != NULL;
+  tdm__coh_lock(&h->coh);
+  bool ok = h->coh.ver == v && h->coh.lent && !h->coh.damaged && !h->coh.writing &&
+            !tdm__nodeset_has(&h->coh.valid, 0);
+  unsigned char *whole = ok ? home_aside(nodes, h) : NULL;
+  ok = whole != NULL;
+  if (ok)
+    memcpy(out, whole, tdm__coh_bytes(h));
+  tdm__coh_unlock(&h->coh);
+  free(whole);
+  /* a device gone: not asked here (the caller's lineage is what makes it) */
+  tdm_handle *lost = asked ? NULL : tdm__coh_take_replay();
+  if (lost)
+    tdm__handle_unref(lost);
+  return ok;
+}
+
 bool tdm__coh_host_install(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, const void *in) {
   /* not over a copy still writing there */
   do

@@ -462,6 +462,10 @@ bool tdm__lineage_replay(tdm_runtime *rt, tdm_handle *h, unsigned depth);
  * when it holds version v (1), after what still writes it landed; 0 when
  * it does not hold v. */
 int tdm__coh_host_read(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, void *out);
+/* No lock held: h's elements, packed, into out from a device holding
+ * its current version v, while its tiles hold its host memory (where a
+ * copy home cannot go once a tile was written); false otherwise. */
+bool tdm__coh_device_read(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, void *out);
 /* No lock held: `in` (h's elements, packed) is h's version v, made
  * again: into the host's memory, valid there alone, unless h was written
  * since (false). */

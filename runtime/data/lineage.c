@@ -283,6 +283,9 @@ static bool fetch(tdm_runtime *rt, tdm_handle *h, uint32_t v, void *out, unsigne
     tdm__coh_unlock(&h->coh);
     if (kept)
       return true;
+    /* where its tiles hold its host memory, read from a device aside */
+    if (current && tdm__coh_device_read(nodes, h, v, out))
+      return true;
     if (!current || tries == 2 || !tdm__handle_home_as_is(h, depth + 1))
       return false;
   }
