@@ -524,11 +524,6 @@ struct tdm_runtime {
   _Atomic bool devices_ready;
   tdm_policy policy;         /* cfg.scheduler */
   struct tdm_sched *sched;   /* placement policy and models (core/place.c) */
-  /* Ready tasks that a CPU worker or a device may run, whichever is free
-   * first (a FIFO through pool_next). */
-  _Alignas(TDM_CACHE_LINE) pthread_mutex_t any_lock;
-  tdm_task *any_head, *any_tail;
-  _Atomic unsigned any_n;
 
   /* What tdm_runtime_machine and friends report (machine.c). */
   struct tdm_machine *machine;

@@ -556,6 +556,28 @@ static void test_random_dag_eager(void **state) {
   with_devices("eager");
 }
 
+/* eager on 24 CPU workers (a synthetic topology) and the two devices:
+ * every task goes through the shared queue, in three shards of 8
+ * workers; none is lost or run twice, and the results are the
+ * sequential run's. */
+static void test_random_dag_eager_shards(void **state) {
+  (void)state;
+  char dir[64];
+  tdm_config cfg;
+  devices_config(&cfg, dir, sizeof dir, "eager");
+  cfg.nworkers = 24;
+  cfg.synthetic_topology = "pack:1 core:24 pu:1";
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  unsigned failed = 0;
+  for (uint64_t seed = 300; seed < 303; seed++)
+    failed += one_seed(rt, seed, NULL, true);
+  assert_int_equal(failed, 0);
+  assert_true(device_tasks(rt) > 0);
+  tdm_runtime_destroy(rt);
+  test_remove_dir(dir);
+}
+
 static void test_random_dag_random(void **state) {
   (void)state;
   with_devices("random");
@@ -568,6 +590,7 @@ int main(void) {
       cmocka_unit_test(test_random_dag_heft),
       cmocka_unit_test(test_random_dag_ws),
       cmocka_unit_test(test_random_dag_eager),
+      cmocka_unit_test(test_random_dag_eager_shards),
       cmocka_unit_test(test_random_dag_random),
       cmocka_unit_test(test_random_dag_launch_faults_heft),
       cmocka_unit_test(test_random_dag_launch_faults_eager),

@@ -354,10 +354,9 @@ static inline void tdm__task_release_pending(tdm_task *t) {
     tdm__task_ready(t);
 }
 
-/* ---- the queue shared by CPU workers and devices (worker.c) ----------------- */
-
-void tdm__any_put(tdm_runtime *rt, tdm_task *t);
-tdm_task *tdm__any_take(tdm_runtime *rt);
+/* A sleeping CPU worker woken, if any: after work was published with a
+ * seq_cst write (worker.c). */
+void tdm__wake_sleeper(tdm_runtime *rt);
 /* Wakes a worker to finish completed device tasks (any thread). */
 void tdm__wake_for_completion(tdm_runtime *rt);
 

@@ -7,7 +7,7 @@
  * machine without devices; a task that a device can run is placed by the
  * policy, which queues it here: on a device's queue (the backend's push),
  * on the CPU workers' deques, on a CPU kind's queue (hybrid chips), or on
- * the queue every worker takes from (tdm__any_put).
+ * the queue every worker takes from (rt_share, in shards).
  *
  * Execution times are measured for every task a device could run and fed
  * to the model (perfmodel.h), whose median forgets a device's old speed
@@ -30,12 +30,49 @@ typedef struct kind_queue {
   tdm_taskq q;
 } kind_queue;
 
+/* A shard of the queue every worker takes from (tasks a CPU worker or a
+ * device may run, whichever is free first), in priority order. Its lock
+ * is a leaf. */
+typedef struct any_shard {
+  _Alignas(TDM_CACHE_LINE) pthread_mutex_t lock;
+  tdm_task *head, *tail;
+  _Atomic unsigned n;
+} any_shard;
+
+/* CPU workers per shard of the shared queue, and the most shards. */
+#define ANY_WORKERS 8
+#define ANY_SHARDS 16
+
 /* The scheduler of a runtime: the policies' state, and the runtime's
- * queues of CPU kinds. */
+ * queues of CPU kinds and shared queue. */
 struct rt_sched {
   tdm_sched s; /* first: rt->sched points at both */
   kind_queue *kq; /* per CPU kind, when ncpu > 1 */
+  /* The shared queue, cut in shards of ANY_WORKERS CPU workers each, so
+   * that no lock is taken by every worker (one shard up to 8 workers: the
+   * same queue as one). A thread puts into its own shard and takes from
+   * it first, then from the others in turn: priorities order each shard,
+   * and the shards only roughly between them. */
+  any_shard *any; /* aligned allocation */
+  unsigned nany;
+  _Atomic unsigned next_hint; /* for threads that are not CPU workers */
 };
+
+/* The shard the calling thread puts into and takes from first: a CPU
+ * worker's by its number, another thread's (a device's, the
+ * application's) by a number given on its first use. */
+static _Thread_local unsigned any_hint;
+
+static unsigned my_shard(const tdm_runtime *rt, struct rt_sched *x) {
+  if (x->nany == 1)
+    return 0;
+  const tdm_worker *w = tdm__self_in(rt);
+  if (w)
+    return w->id / ANY_WORKERS % x->nany;
+  if (!any_hint)
+    any_hint = 1 + atomic_fetch_add_explicit(&x->next_hint, 1, memory_order_relaxed);
+  return any_hint % x->nany;
+}
 
 static tdm_runtime *rt_of(const tdm_sched *s) {
   return s->rt;
@@ -148,9 +185,38 @@ static void rt_kick_devices(tdm_sched *s) {
 }
 
 static void rt_share(tdm_sched *s, tdm_task *t, bool wake) {
-  tdm__any_put(rt_of(s), t);
+  tdm_runtime *rt = rt_of(s);
+  struct rt_sched *x = (struct rt_sched *)s;
+  any_shard *a = &x->any[my_shard(rt, x)];
+  TDM_PTHREAD(rt, pthread_mutex_lock(&a->lock));
+  tdm__queue_put(&a->head, &a->tail, t);
+  atomic_fetch_add(&a->n, 1); /* seq_cst: before tdm__wake_sleeper's look */
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&a->lock));
+  tdm__wake_sleeper(rt);
   if (wake)
     rt_kick_devices(s);
+}
+
+/* The first task of the caller's shard, else of the others in turn. */
+static tdm_task *any_take(tdm_runtime *rt, struct rt_sched *x) {
+  unsigned own = my_shard(rt, x);
+  for (unsigned i = 0; i < x->nany; i++) {
+    any_shard *a = &x->any[(own + i) % x->nany];
+    if (!atomic_load_explicit(&a->n, memory_order_relaxed))
+      continue;
+    TDM_PTHREAD(rt, pthread_mutex_lock(&a->lock));
+    tdm_task *t = a->head;
+    if (t) {
+      a->head = t->pool_next;
+      if (!a->head)
+        a->tail = NULL;
+      atomic_fetch_sub_explicit(&a->n, 1, memory_order_relaxed);
+    }
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&a->lock));
+    if (t)
+      return t;
+  }
+  return NULL;
 }
 
 static void without_quarantined(tdm_runtime *rt, tdm_task *t, uint64_t out);
@@ -161,7 +227,7 @@ static void without_quarantined(tdm_runtime *rt, tdm_task *t, uint64_t out);
  * round the workers for ever). */
 static tdm_task *rt_take_shared(tdm_sched *s) {
   tdm_runtime *rt = rt_of(s);
-  tdm_task *t = tdm__any_take(rt);
+  tdm_task *t = any_take(rt, (struct rt_sched *)s);
   uint64_t out = atomic_load_explicit(&rt->quarantined, memory_order_relaxed);
   if (t && t->device_ok && TDM_UNLIKELY(t->dev_mask & out))
     without_quarantined(rt, t, out);
@@ -302,9 +368,14 @@ tdm_task *tdm__sched_take_kind(tdm_worker *w, bool others) {
 
 bool tdm__sched_queued(const tdm_runtime *rt) {
   const tdm_sched *s = rt->sched;
-  const kind_queue *kq = s ? ((const struct rt_sched *)s)->kq : NULL;
-  for (unsigned c = 0; kq && c < s->ncpu; c++)
-    if (atomic_load(&kq[c].q.queued))
+  if (!s)
+    return false;
+  const struct rt_sched *x = (const struct rt_sched *)s;
+  for (unsigned i = 0; i < x->nany; i++)
+    if (atomic_load(&x->any[i].n))
+      return true;
+  for (unsigned c = 0; x->kq && c < s->ncpu; c++)
+    if (atomic_load(&x->kq[c].q.queued))
       return true;
   return false;
 }
@@ -486,11 +557,14 @@ static void name_classes(tdm_runtime *rt, tdm_sched *s) {
   }
 }
 
-static void free_sched(struct rt_sched *x, unsigned nlocks) {
+static void free_sched(struct rt_sched *x, unsigned nlocks, unsigned nany) {
   for (unsigned i = 0; i < nlocks; i++)
     pthread_mutex_destroy(&x->kq[i].lock);
+  for (unsigned i = 0; i < nany; i++)
+    pthread_mutex_destroy(&x->any[i].lock);
   tdm__sched_fini(&x->s);
   free(x->kq);
+  free(x->any);
   free(x);
 }
 
@@ -508,18 +582,27 @@ tdm_status tdm__sched_start(tdm_runtime *rt) {
     free(x);
     return st;
   }
-  unsigned nlocks = 0;
+  unsigned nlocks = 0, nany = 0;
   int err = 0;
+  unsigned shards = (rt->nworkers + ANY_WORKERS - 1) / ANY_WORKERS;
+  shards = shards < 1 ? 1 : shards > ANY_SHARDS ? ANY_SHARDS : shards;
   x->kq = ncpu > 1 ? calloc(ncpu, sizeof *x->kq) : NULL;
-  if (ncpu > 1 && !x->kq) {
-    free_sched(x, 0);
+  x->any = tdm__zalloc_aligned(_Alignof(any_shard), shards * sizeof *x->any);
+  if ((ncpu > 1 && !x->kq) || !x->any) {
+    free_sched(x, 0, 0);
     return TDM_ERR_NO_MEMORY;
   }
+  atomic_init(&x->next_hint, 0);
   while (x->kq && nlocks < ncpu && !(err = pthread_mutex_init(&x->kq[nlocks].lock, NULL)))
     nlocks++;
+  while (!err && nany < shards && !(err = pthread_mutex_init(&x->any[nany].lock, NULL))) {
+    atomic_init(&x->any[nany].n, 0);
+    nany++;
+  }
+  x->nany = nany;
   if (err) {
     tdm__log(rt, TDM_LOG_ERROR, "pthread_mutex_init: %s", strerror(err));
-    free_sched(x, nlocks);
+    free_sched(x, nlocks, nany);
     return TDM_ERR_SYSTEM;
   }
   tdm_sched *s = &x->s;
@@ -542,7 +625,8 @@ void tdm__sched_stop(tdm_runtime *rt) {
   int dir = atomic_load(&s->dirty) ? tdm__cache_fd(rt) : -1;
   if (dir >= 0)
     tdm__model_save(s->model, dir, rt->model_file, rt);
-  free_sched((struct rt_sched *)s, s->ncpu > 1 ? s->ncpu : 0);
+  struct rt_sched *x = (struct rt_sched *)s;
+  free_sched(x, s->ncpu > 1 ? s->ncpu : 0, x->nany);
   rt->sched = NULL;
 }
 

@@ -80,8 +80,6 @@ static tdm_status init_sync(tdm_runtime *rt) {
     goto fail4;
   if ((err = pthread_mutex_init(&rt->handles_lock, NULL)))
     goto fail5;
-  if ((err = pthread_mutex_init(&rt->any_lock, NULL)))
-    goto fail6;
   if ((err = pthread_mutex_init(&rt->trace_lock, NULL)))
     goto fail7;
   if ((err = pthread_mutex_init(&rt->cache_lock, NULL)))
@@ -99,8 +97,6 @@ fail9:
 fail8:
   pthread_mutex_destroy(&rt->trace_lock);
 fail7:
-  pthread_mutex_destroy(&rt->any_lock);
-fail6:
   pthread_mutex_destroy(&rt->handles_lock);
 fail5:
   pthread_mutex_destroy(&rt->deps_lock);
@@ -126,7 +122,6 @@ static void destroy_sync(tdm_runtime *rt) {
   pthread_mutex_destroy(&rt->fail_lock);
   pthread_mutex_destroy(&rt->cache_lock);
   pthread_mutex_destroy(&rt->trace_lock);
-  pthread_mutex_destroy(&rt->any_lock);
   pthread_mutex_destroy(&rt->handles_lock);
   pthread_mutex_destroy(&rt->deps_lock);
   pthread_cond_destroy(&rt->wait_cond);

@@ -224,27 +224,8 @@ static tdm_task *steal(tdm_worker *w, unsigned b) {
   return NULL;
 }
 
-void tdm__any_put(tdm_runtime *rt, tdm_task *t) {
-  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->any_lock));
-  tdm__queue_put(&rt->any_head, &rt->any_tail, t);
-  atomic_fetch_add(&rt->any_n, 1); /* seq_cst: before wake_if_sleeping's look */
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->any_lock));
+void tdm__wake_sleeper(tdm_runtime *rt) {
   wake_if_sleeping(rt);
-}
-
-tdm_task *tdm__any_take(tdm_runtime *rt) {
-  if (!atomic_load_explicit(&rt->any_n, memory_order_relaxed))
-    return NULL;
-  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->any_lock));
-  tdm_task *t = rt->any_head;
-  if (t) {
-    rt->any_head = t->pool_next;
-    if (!rt->any_head)
-      rt->any_tail = NULL;
-    atomic_fetch_sub_explicit(&rt->any_n, 1, memory_order_relaxed);
-  }
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->any_lock));
-  return t;
 }
 
 void tdm__wake_for_completion(tdm_runtime *rt) {
@@ -315,7 +296,7 @@ tdm_task *tdm__steal_from(tdm_runtime *rt, unsigned worker) {
 }
 
 static bool any_work(tdm_runtime *rt) {
-  if (tdm__device_ended(rt) || atomic_load(&rt->any_n))
+  if (tdm__device_ended(rt))
     return true;
   for (unsigned b = 0; b < TDM_BANDS; b++)
     if (atomic_load(&rt->inject[b]))

@@ -15,7 +15,8 @@
  * REPS runs, the two machines alternating; the ratio of the large
  * machine's to the small one's is the median of the per-run ratios.
  *
- * usage: bench-place [--quick]
+ * usage: bench-place [--quick] [POLICY]   (heft by default; eager puts
+ * every task in the queue every worker shares)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,8 @@ typedef struct machine {
 
 /* One run: wall and CPU seconds per task, or a negative wall time when
  * the runtime could not be made. */
+static const char *policy = "heft";
+
 static void run(const machine *m, unsigned n, double *wall, double *cpu) {
   tdm_config cfg;
   tdm_config_init(&cfg);
@@ -67,7 +70,7 @@ static void run(const machine *m, unsigned n, double *wall, double *cpu) {
   cfg.nworkers = m->workers;
   cfg.synthetic_topology = m->topology;
   cfg.sim = m->sim;
-  cfg.scheduler = "heft";
+  cfg.scheduler = policy;
   cfg.app = "bench-place";
   cfg.log_fn = log_errors;
   tdm_runtime *rt = NULL;
@@ -99,7 +102,13 @@ static void run(const machine *m, unsigned n, double *wall, double *cpu) {
 }
 
 int main(int argc, char **argv) {
-  unsigned n = argc > 1 && !strcmp(argv[1], "--quick") ? 20000 : 200000;
+  unsigned n = 200000;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick"))
+      n = 20000;
+    else
+      policy = argv[i];
+  }
   static const machine machines[2] = {
       {"2 CPU workers + 1 emulated GPU", 2, NULL, "gpu:speedup=1,memory=shared"},
       {"64 CPU workers (synthetic) + 8 emulated GPUs", 64, "pack:1 core:64 pu:1",
@@ -117,8 +126,8 @@ int main(int argc, char **argv) {
     ratio_wall[r] = wall[1][r] / wall[0][r];
     ratio_cpu[r] = cpu[1][r] / cpu[0][r];
   }
-  printf("bench-place: %u independent empty tasks a device could run, heft, median of %d runs\n",
-         n, REPS);
+  printf("bench-place: %u independent empty tasks a device could run, %s, median of %d runs\n",
+         n, policy, REPS);
   printf("%-46s %14s %14s\n", "machine", "wall us/task", "CPU us/task");
   for (int k = 0; k < 2; k++)
     printf("%-46s %14.2f %14.2f\n", machines[k].name, 1e6 * bench_median(wall[k], REPS),
