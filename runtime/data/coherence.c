@@ -791,8 +791,11 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
     h->coh.writing = true;
     /* Nor before a copy home still landing, which may read this node's
      * memory: an eviction's or a replay's is not ordered by the task
-     * graph (one a host task asked for is: a writer comes after it). */
-    if (tdm__nodeset_has(&h->coh.valid, 0) && !tdm__coh_fill_failed(nodes, h, 0))
+     * graph (one a host task asked for is: a writer comes after it).
+     * One that failed (as it started, say) is waited for too: the run
+     * then never starts, and tdm__coh_write_failed may take this node's
+     * copy for the version still (home_waited, below). */
+    if (tdm__nodeset_has(&h->coh.valid, 0))
       wait_add(nodes, w, fill_of(h, 0));
     if (nodes->keep_host && !make_valid(nodes, h, 0, w))
       return false;
@@ -803,6 +806,8 @@ bool tdm__coh_access(const tdm_nodes *nodes, tdm_handle *h, unsigned node, unsig
       return false;
     if ((mode & TDM_R) && !tdm__nodeset_has(&h->coh.valid, 0) && unkept)
       *unkept = true;
+    /* each copy into the host's memory made valid above is waited for */
+    h->coh.home_waited = tdm__nodeset_has(&h->coh.valid, 0);
   }
   /* A write makes its node the only valid one when it is done
    * (tdm__coh_written), not before: a try that fails, before it runs or
@@ -874,11 +879,17 @@ bool tdm__coh_write_failed(const tdm_nodes *nodes, tdm_handle *h, unsigned node,
     h->coh.ver--;
   }
   h->coh.writing = false;
-  /* the version before, whatever was written */
-  if (tdm__coh_fill_failed(nodes, h, 0)) {
+  /* The version before, whatever was written. A copy home the run
+   * waited for failed: it never started, and this node's copy is the
+   * version. A copy home that failed otherwise holds no version: the
+   * run may have written over the only copy. */
+  bool home_failed = tdm__coh_fill_failed(nodes, h, 0);
+  if (home_failed && h->coh.home_waited) {
     h->coh.valid = tdm__nodeset_of(node);
     return true;
   }
+  if (home_failed)
+    h->coh.host_ver = TDM_NO_VERSION;
   if (h->coh.host_ver == h->coh.ver) {
     h->coh.valid = tdm__nodeset_of(0);
     return true;

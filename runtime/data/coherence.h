@@ -251,6 +251,9 @@ typedef struct tdm_coh {
    * (tdm__coh_written) or undone yet: that device's copy may be changing
    * (a replay does not read it). */
   bool writing;
+  /* That write waits for the host's copy (valid there when it was
+   * prepared): if that copy fails, the run never starts. */
+  bool home_waited;
   /* The same for a write in the host's memory (tdm__coh_host_writing,
    * or an access there without TDM_HOST_LATER), until it is recorded or
    * its try failed (tdm__coh_try_failed): the other nodes' copies stay
