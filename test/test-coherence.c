@@ -843,6 +843,22 @@ static void test_pinned_version_home_fails(void **state) {
   teardown_world(&w);
 }
 
+/* The matrix's version 1 on node 1 alone, whose copy home (an
+ * eviction's) failed and landed. */
+static tdm_handle *home_failed_by_eviction(world *w) {
+  setup_world_with(w, &failing_ops);
+  begin(w);
+  tdm_handle *h = w->m;
+  write_on(w, h, 1);
+  tdm__coh_lock(&h->coh);
+  fail_at = 1;
+  assert_int_equal(tdm__coh_evict(&w->nodes, h, 1), TDM_EVICT_LATER); /* home, failing */
+  tdm__coh_unlock(&h->coh);
+  land(h->coh.rep[0].fill);
+  assert_int_equal(fail_at, 0);
+  return h;
+}
+
 /* A copy home that failed leaves no version in the host's memory, even
  * once its token is forgotten: a version only node 1 holds starts home
  * (an eviction) and that copy fails; node 1 then writes a newer version
@@ -853,17 +869,8 @@ static void test_pinned_version_home_fails(void **state) {
 static void test_failed_copy_home_forgotten(void **state) {
   (void)state;
   static world w;
-  setup_world_with(&w, &failing_ops);
-  begin(&w);
-  tdm_handle *h = w.m;
-  write_on(&w, h, 1); /* version 1, node 1 alone */
+  tdm_handle *h = home_failed_by_eviction(&w);
   uint32_t v1 = h->coh.ver;
-  tdm__coh_lock(&h->coh);
-  fail_at = 1;
-  assert_int_equal(tdm__coh_evict(&w.nodes, h, 1), TDM_EVICT_LATER); /* home, failing */
-  tdm__coh_unlock(&h->coh);
-  land(h->coh.rep[0].fill);
-  assert_int_equal(fail_at, 0);
   write_on(&w, h, 1); /* version 2 on node 1; the failed copy not waited for */
   prepare(&w, h, 0, TDM_W | TDM_HOST_LATER); /* forgets the failed token */
   uint64_t got[ROWS * COLS];
@@ -905,16 +912,7 @@ static void test_lineage_reads_device_while_lent(void **state) {
 static void test_failed_run_after_failed_copy_home(void **state) {
   (void)state;
   static world w;
-  setup_world_with(&w, &failing_ops);
-  begin(&w);
-  tdm_handle *h = w.m;
-  write_on(&w, h, 1);
-  tdm__coh_lock(&h->coh);
-  fail_at = 1;
-  assert_int_equal(tdm__coh_evict(&w.nodes, h, 1), TDM_EVICT_LATER); /* home, failing */
-  tdm__coh_unlock(&h->coh);
-  land(h->coh.rep[0].fill);
-  assert_int_equal(fail_at, 0);
+  tdm_handle *h = home_failed_by_eviction(&w);
   prepare(&w, h, 1, TDM_RW);
   for (size_t r = 0; r < ROWS; r++) /* the run writes, then fails */
     for (size_t c = 0; c < COLS; c++)
