@@ -335,7 +335,9 @@ typedef struct tdm_config {
    * (those `devices` chooses) run beside the emulated ones, which come
    * after them (a mixed machine mixes real and emulated time: a test of
    * placement and coherence across backends, not a measure of a
-   * machine). NULL (default): none.
+   * machine). NULL (default): none. A setting Tandem does not know, a
+   * value out of range, or a key given twice in one device makes
+   * tdm_runtime_create fail with TDM_ERR_INVALID_ARG, saying which.
    * Environment: TANDEM_SIM. */
   const char *sim;
   /** An emulated machine runs this many times slower than the real one:

@@ -557,6 +557,8 @@ static void test_description_and_errors(void **state) {
       "gpu:memory=shared,peer=1G",         /* copies between devices need memory of their own */
       "gpu:bandwidth=1G,peer=0",           /* out of range */
       "gpu:bandwidth=1G,peer=fast",        /* not a bandwidth */
+      "gpu:speedup=2,bandwidth=1G,speedup=3", /* a key given twice */
+      "gpu:gemm=2,memory=shared,gemm=4",   /* a codelet's speed-up given twice */
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     tdm_config cfg;

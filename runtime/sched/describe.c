@@ -130,6 +130,21 @@ static tdm_status setting(parse_ctx *x, struct tdm_vt_class *c, const char *q, s
   return TDM_OK;
 }
 
+/* Whether a setting in [from, to) (settings separated by commas) has the
+ * key [key, key + klen). */
+static bool key_given(const char *from, const char *to, const char *key, size_t klen) {
+  for (const char *q = from; q < to;) {
+    size_t slen = strcspn(q, ",;");
+    if (q + slen > to)
+      slen = (size_t)(to - q);
+    const char *eq = memchr(q, '=', slen);
+    if (eq && (size_t)(eq - q) == klen && !strncmp(q, key, klen))
+      return true;
+    q += slen + 1;
+  }
+  return false;
+}
+
 /* One class, text [p, end): "name" or "name:setting,setting...". */
 static tdm_status parse_class(parse_ctx *x, tdm_vt_machine *m, const char *p, const char *end) {
   const char *colon = memchr(p, ':', (size_t)(end - p));
@@ -157,6 +172,8 @@ static tdm_status parse_class(parse_ctx *x, tdm_vt_machine *m, const char *p, co
     if (!eq)
       BAD("\"%.*s\" is not key=value", (int)slen, q);
     size_t klen = (size_t)(eq - q);
+    if (key_given(colon + 1, q, q, klen))
+      BAD("class %s: %.*s= given twice", c->name, (int)klen, q);
     tdm_status st = setting(x, c, q, klen, eq + 1, slen - klen - 1);
     if (st)
       return st;
