@@ -23,21 +23,45 @@
 #include <string.h>
 
 
-/* CPU workers of one kind (hybrid chips): the tasks placed on them by a
- * thread that is not one of them. Its lock is a leaf. */
-typedef struct kind_queue {
-  pthread_mutex_t lock;
-  tdm_taskq q;
-} kind_queue;
-
-/* A shard of the queue every worker takes from (tasks a CPU worker or a
- * device may run, whichever is free first), in priority order. Its lock
- * is a leaf. */
-typedef struct any_shard {
+/* Placed tasks in priority order, under a lock of their own (a leaf):
+ * those of the CPU workers of one kind (hybrid chips) that a thread not
+ * one of them placed there, or a shard of the queue every worker takes
+ * from (tasks a CPU worker or a device may run, whichever is free
+ * first). From an aligned allocation. */
+typedef struct locked_queue {
   _Alignas(TDM_CACHE_LINE) pthread_mutex_t lock;
-  tdm_task *head, *tail;
-  _Atomic unsigned n;
-} any_shard;
+  tdm_taskq q;
+} locked_queue;
+
+static void locked_put(tdm_runtime *rt, locked_queue *k, tdm_task *t) {
+  TDM_PTHREAD(rt, pthread_mutex_lock(&k->lock));
+  tdm__taskq_put(&k->q, t); /* its count seq_cst: before a wake-up's look */
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&k->lock));
+}
+
+static tdm_task *locked_pop(tdm_runtime *rt, locked_queue *k) {
+  if (!atomic_load_explicit(&k->q.queued, memory_order_relaxed))
+    return NULL;
+  TDM_PTHREAD(rt, pthread_mutex_lock(&k->lock));
+  tdm_task *t = tdm__taskq_pop(&k->q);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&k->lock));
+  return t;
+}
+
+/* Makes the locks of v[*made .. n), counting them in *made: 0, or the
+ * error of the one that failed. */
+static int locks_init(locked_queue *v, unsigned n, unsigned *made) {
+  int err = 0;
+  while (*made < n && !(err = pthread_mutex_init(&v[*made].lock, NULL)))
+    (*made)++;
+  return err;
+}
+
+static void locks_free(locked_queue *v, unsigned made) {
+  for (unsigned i = 0; i < made; i++)
+    pthread_mutex_destroy(&v[i].lock);
+  free(v);
+}
 
 /* CPU workers per shard of the shared queue, and the most shards. */
 #define ANY_WORKERS 8
@@ -47,13 +71,13 @@ typedef struct any_shard {
  * queues of CPU kinds and shared queue. */
 struct rt_sched {
   tdm_sched s; /* first: rt->sched points at both */
-  kind_queue *kq; /* per CPU kind, when ncpu > 1 */
+  locked_queue *kq; /* per CPU kind, when ncpu > 1 */
   /* The shared queue, cut in shards of ANY_WORKERS CPU workers each, so
    * that no lock is taken by every worker (one shard up to 8 workers: the
    * same queue as one). A thread puts into its own shard and takes from
    * it first, then from the others in turn: priorities order each shard,
    * and the shards only roughly between them. */
-  any_shard *any; /* aligned allocation */
+  locked_queue *any;
   unsigned nany;
   _Atomic unsigned next_hint; /* for threads that are not CPU workers */
 };
@@ -167,10 +191,7 @@ static void rt_send(tdm_sched *s, tdm_task *t, unsigned c) {
     tdm__schedule(rt, t);
     return;
   }
-  kind_queue *k = &((struct rt_sched *)s)->kq[c];
-  TDM_PTHREAD(rt, pthread_mutex_lock(&k->lock));
-  tdm__taskq_put(&k->q, t);
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&k->lock));
+  locked_put(rt, &((struct rt_sched *)s)->kq[c], t);
   tdm__wake_for_completion(rt); /* a sleeping worker, of any kind */
 }
 
@@ -187,11 +208,7 @@ static void rt_kick_devices(tdm_sched *s) {
 static void rt_share(tdm_sched *s, tdm_task *t, bool wake) {
   tdm_runtime *rt = rt_of(s);
   struct rt_sched *x = (struct rt_sched *)s;
-  any_shard *a = &x->any[my_shard(rt, x)];
-  TDM_PTHREAD(rt, pthread_mutex_lock(&a->lock));
-  tdm__queue_put(&a->head, &a->tail, t);
-  atomic_fetch_add(&a->n, 1); /* seq_cst: before tdm__wake_sleeper's look */
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&a->lock));
+  locked_put(rt, &x->any[my_shard(rt, x)], t);
   tdm__wake_sleeper(rt);
   if (wake)
     rt_kick_devices(s);
@@ -201,18 +218,7 @@ static void rt_share(tdm_sched *s, tdm_task *t, bool wake) {
 static tdm_task *any_take(tdm_runtime *rt, struct rt_sched *x) {
   unsigned own = my_shard(rt, x);
   for (unsigned i = 0; i < x->nany; i++) {
-    any_shard *a = &x->any[(own + i) % x->nany];
-    if (!atomic_load_explicit(&a->n, memory_order_relaxed))
-      continue;
-    TDM_PTHREAD(rt, pthread_mutex_lock(&a->lock));
-    tdm_task *t = a->head;
-    if (t) {
-      a->head = t->pool_next;
-      if (!a->head)
-        a->tail = NULL;
-      atomic_fetch_sub_explicit(&a->n, 1, memory_order_relaxed);
-    }
-    TDM_PTHREAD(rt, pthread_mutex_unlock(&a->lock));
+    tdm_task *t = locked_pop(rt, &x->any[(own + i) % x->nany]);
     if (t)
       return t;
   }
@@ -354,12 +360,7 @@ tdm_task *tdm__sched_take_kind(tdm_worker *w, bool others) {
     return NULL;
   unsigned own = class_of(rt, w->id);
   for (unsigned i = 0; i < (others ? s->ncpu : 1); i++) {
-    kind_queue *k = &((struct rt_sched *)s)->kq[(own + i) % s->ncpu];
-    if (!atomic_load_explicit(&k->q.queued, memory_order_relaxed))
-      continue;
-    TDM_PTHREAD(rt, pthread_mutex_lock(&k->lock));
-    tdm_task *t = tdm__taskq_pop(&k->q);
-    TDM_PTHREAD(rt, pthread_mutex_unlock(&k->lock));
+    tdm_task *t = locked_pop(rt, &((struct rt_sched *)s)->kq[(own + i) % s->ncpu]);
     if (t)
       return t;
   }
@@ -372,7 +373,7 @@ bool tdm__sched_queued(const tdm_runtime *rt) {
     return false;
   const struct rt_sched *x = (const struct rt_sched *)s;
   for (unsigned i = 0; i < x->nany; i++)
-    if (atomic_load(&x->any[i].n))
+    if (atomic_load(&x->any[i].q.queued))
       return true;
   for (unsigned c = 0; x->kq && c < s->ncpu; c++)
     if (atomic_load(&x->kq[c].q.queued))
@@ -558,13 +559,9 @@ static void name_classes(tdm_runtime *rt, tdm_sched *s) {
 }
 
 static void free_sched(struct rt_sched *x, unsigned nlocks, unsigned nany) {
-  for (unsigned i = 0; i < nlocks; i++)
-    pthread_mutex_destroy(&x->kq[i].lock);
-  for (unsigned i = 0; i < nany; i++)
-    pthread_mutex_destroy(&x->any[i].lock);
+  locks_free(x->kq, nlocks);
+  locks_free(x->any, nany);
   tdm__sched_fini(&x->s);
-  free(x->kq);
-  free(x->any);
   free(x);
 }
 
@@ -586,19 +583,17 @@ tdm_status tdm__sched_start(tdm_runtime *rt) {
   int err = 0;
   unsigned shards = (rt->nworkers + ANY_WORKERS - 1) / ANY_WORKERS;
   shards = shards < 1 ? 1 : shards > ANY_SHARDS ? ANY_SHARDS : shards;
-  x->kq = ncpu > 1 ? calloc(ncpu, sizeof *x->kq) : NULL;
-  x->any = tdm__zalloc_aligned(_Alignof(any_shard), shards * sizeof *x->any);
+  x->kq = ncpu > 1 ? tdm__zalloc_aligned(_Alignof(locked_queue), ncpu * sizeof *x->kq) : NULL;
+  x->any = tdm__zalloc_aligned(_Alignof(locked_queue), shards * sizeof *x->any);
   if ((ncpu > 1 && !x->kq) || !x->any) {
     free_sched(x, 0, 0);
     return TDM_ERR_NO_MEMORY;
   }
   atomic_init(&x->next_hint, 0);
-  while (x->kq && nlocks < ncpu && !(err = pthread_mutex_init(&x->kq[nlocks].lock, NULL)))
-    nlocks++;
-  while (!err && nany < shards && !(err = pthread_mutex_init(&x->any[nany].lock, NULL))) {
-    atomic_init(&x->any[nany].n, 0);
-    nany++;
-  }
+  if (x->kq)
+    err = locks_init(x->kq, ncpu, &nlocks);
+  if (!err)
+    err = locks_init(x->any, shards, &nany);
   x->nany = nany;
   if (err) {
     tdm__log(rt, TDM_LOG_ERROR, "pthread_mutex_init: %s", strerror(err));
