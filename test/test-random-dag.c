@@ -435,6 +435,19 @@ static void test_random_dag_alloc_faults(void **state) {
   print_message("allocations failing at 0.2: %u tasks failed\n", failed);
 }
 
+/* A runtime made from cfg, that ran seeds 300 to 302 (`faults`, as
+ * one_seed takes them), every task done and the results the sequential
+ * run's. */
+static tdm_runtime *three_seeds_done(const tdm_config *cfg, const rates *faults) {
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(cfg, &rt), TDM_OK);
+  unsigned failed = 0;
+  for (uint64_t seed = 300; seed < 303; seed++)
+    failed += one_seed(rt, seed, faults, true);
+  assert_int_equal(failed, 0);
+  return rt;
+}
+
 /* One emulated device stops working during the run (injected): it is
  * quarantined at once, its tries are undone and run elsewhere, and the
  * results are the sequential run's. */
@@ -445,12 +458,7 @@ static void test_random_dag_device_lost(void **state) {
   devices_config(&cfg, dir, sizeof dir, "eager");
   cfg.writeback = 1;
   cfg.faults = "device=0:lost_at=3ms";
-  tdm_runtime *rt = NULL;
-  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
-  unsigned failed = 0;
-  for (uint64_t seed = 300; seed < 303; seed++)
-    failed += one_seed(rt, seed, &configured, true);
-  assert_int_equal(failed, 0);
+  tdm_runtime *rt = three_seeds_done(&cfg, &configured);
   tdm_device_info d = {.struct_size = sizeof d};
   assert_int_equal(tdm_runtime_device(rt, 0, &d), TDM_OK);
   assert_int_equal(d.quarantined, 1);
@@ -567,12 +575,7 @@ static void test_random_dag_eager_shards(void **state) {
   devices_config(&cfg, dir, sizeof dir, "eager");
   cfg.nworkers = 24;
   cfg.synthetic_topology = "pack:1 core:24 pu:1";
-  tdm_runtime *rt = NULL;
-  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
-  unsigned failed = 0;
-  for (uint64_t seed = 300; seed < 303; seed++)
-    failed += one_seed(rt, seed, NULL, true);
-  assert_int_equal(failed, 0);
+  tdm_runtime *rt = three_seeds_done(&cfg, NULL);
   assert_true(device_tasks(rt) > 0);
   tdm_runtime_destroy(rt);
   test_remove_dir(dir);

@@ -1110,26 +1110,26 @@ bool tdm__coh_host_install(const tdm_nodes *nodes, tdm_handle *h, uint32_t v, co
   /* not over a write under way there */
   if (ok && !tdm__nodeset_has(&h->coh.valid, 0) && h->coh.host_writing)
     ok = false;
-  bool whole = true;
-  /* Where its tiles hold that memory, only into the rectangles they do
-   * not hold; whole when none was written since it took its rectangle
-   * (else the tiles not taken yet take theirs from here, and the version
-   * has no other use: its readers came before the tiles' writers). */
-  bool there = tdm__nodeset_has(&h->coh.valid, 0);
-  if (ok && !there && (ok = tdm__coh_replicas(nodes, h))) {
+  if (ok && !tdm__nodeset_has(&h->coh.valid, 0) && (ok = tdm__coh_replicas(nodes, h))) {
+    /* Where its tiles hold that memory, only into the rectangles they do
+     * not hold; whole when none was written since it took its rectangle
+     * (else the tiles not taken yet take theirs from here, and the
+     * version has no other use: its readers came before the tiles'
+     * writers). */
+    bool whole = true;
     if (h->coh.lent) {
       ok = fill_tiles(nodes, h, in, &whole);
     } else {
       host_holds(nodes, h, v); /* (a version kept aside first) */
       tdm__coh_host_rows(h, (void *)in, true);
     }
-  }
-  if (ok && whole && !there) {
-    host_holds(nodes, h, v);
-    set_fill(nodes, h, 0, 0);
-    h->coh.valid = tdm__nodeset_of(0);
-    h->coh.damaged = false;
-    tdm__lineage_drop(nodes, h, true);
+    if (ok && whole) {
+      host_holds(nodes, h, v);
+      set_fill(nodes, h, 0, 0);
+      h->coh.valid = tdm__nodeset_of(0);
+      h->coh.damaged = false;
+      tdm__lineage_drop(nodes, h, true);
+    }
   }
   tdm__coh_unlock(&h->coh);
   return ok;
