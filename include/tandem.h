@@ -1373,6 +1373,181 @@ TDM_API int tdm_runtime_event_fd(tdm_runtime *rt);
 TDM_API int tdm_dispatch(tdm_runtime *rt);
 
 /* ------------------------------------------------------------------------ */
+/* Data-parallel operations                                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * One operation over an index range, shared by the CPU workers and the
+ * devices: Tandem cuts the range into chunks along its first dimension
+ * (the rows of a 2-D range, the elements of a 1-D one), each chunk a task
+ * of its own, so that each kind of worker takes chunks at its speed and
+ * all finish together. The operation is one node of the task graph with
+ * respect to its handles: its chunks wait for the tasks submitted earlier
+ * on them, and tasks submitted later wait for every chunk.
+ *
+ * Chunk sizes follow guided self-scheduling (Polychronopoulos and Kuck,
+ * IEEE Trans. Computers 36(12), 1987), weighted by speed as the HGuided
+ * scheduler of EngineCL does (Nozal, Bosque and Beivide, Future
+ * Generation Computer Systems 107, 2020): each chunk is the part of the
+ * range left over twice the machine's speed, in units of one CPU
+ * worker's speed taken from the performance models of the codelet (a class not yet measured counts as one worker), and never
+ * less than the grain: large chunks first, which the placement policy
+ * gives to the fastest workers, small ones at the end, which balance the
+ * tail. Each chunk is placed as a task is (tdm_config.scheduler; heft,
+ * the default, sends it where it is predicted to end first, transfers
+ * included, and learns from every chunk that ends, so that an irregular
+ * range or a slowing device is corrected while the operation runs).
+ *
+ * Its handles are of two kinds (split_mask): a split handle is cut with
+ * the range (a vector of range[0] elements by elements, a matrix of
+ * range[0] rows by rows, whole rows: a device with memory of its own
+ * copies only each chunk's part, a device sharing the host's memory
+ * copies nothing); another handle is given whole to every chunk, and
+ * only read (TDM_R): a convolution's input image, a table of
+ * coefficients.
+ *
+ * The CPU function (tdm_range_fn) gets the chunk's buffers, where a split
+ * handle's buffer starts at the chunk's first element (or row): element i
+ * of bufs[k] is element range->begin[0] + i of the handle; and the chunk
+ * itself in global indices. An OpenCL kernel (the codelet's opencl
+ * variant, whose arguments are those of a task: <tandem/opencl.h>) is
+ * launched over the chunk with a global offset: one work-item per element
+ * of a 1-D range, get_global_id(0) in [begin[0], end[0]); for a 2-D
+ * range, dimension 0 along a row (get_global_id(0) in [0, range[1])) and
+ * dimension 1 over the chunk's rows (get_global_id(1) in [begin[0],
+ * end[0])). Its split buffers start at the chunk too, so that it indexes
+ * them with get_global_id(d) - get_global_offset(d) and uses
+ * get_global_id(d) where it needs the element's place in the range
+ * (Mandelbrot's coordinates):
+ *
+ *   __kernel void saxpy(__global float *y, ulong ny, __global const float *x,
+ *                       ulong nx, float a) {
+ *     size_t i = get_global_id(0) - get_global_offset(0);
+ *     y[i] += a * x[i];
+ *   }
+ *
+ * The chunk decides the work size: a variant with its own `enqueue` or
+ * `work_size` does not run chunks (see tdm_parallel_submit).
+ */
+
+/** A part of an operation's range: rows (or elements) [begin[0], end[0])
+ * and columns [begin[1], end[1]) (0 and 1 for a 1-D range). */
+typedef struct tdm_range {
+  size_t begin[2], end[2];
+} tdm_range;
+
+/** The CPU function of an operation: runs `range` on bufs (see above). */
+typedef void (*tdm_range_fn)(const tdm_buffer *bufs, const tdm_range *range, const void *args,
+                             size_t args_size);
+
+/** What an operation did, per kind of worker: index 0 the CPU workers,
+ * 1 + k device k (as tdm_runtime_device numbers them; devices past the
+ * eighth are not counted). */
+#define TDM_PARALLEL_MAX_CLASSES 9
+typedef struct tdm_parallel_stats {
+  size_t struct_size; /**< set by the caller: sizeof(tdm_parallel_stats) */
+  unsigned chunks;    /**< chunks the range was cut into */
+  unsigned nclasses;  /**< entries below that are used: 1 + devices (at most 9) */
+  /** Chunks that ended done, and their elements (rows x columns), per
+   * class; a chunk retried counts where it was done. */
+  uint64_t class_chunks[TDM_PARALLEL_MAX_CLASSES];
+  uint64_t class_elements[TDM_PARALLEL_MAX_CLASSES];
+  /** Seconds from the operation's first chunk start to the end of each
+   * class's last chunk (0 for a class that ran none). */
+  double class_end[TDM_PARALLEL_MAX_CLASSES];
+  /** Seconds from the first chunk's start to the last chunk's end. */
+  double makespan;
+  /** The idle tail: seconds between the first and the last of the
+   * classes that ran chunks to finish its last one (0 with one class). */
+  double tail;
+  /** Chunks that failed or were cancelled. */
+  uint64_t failed;
+} tdm_parallel_stats;
+
+typedef struct tdm_parallel_desc {
+  size_t struct_size; /**< 0, or sizeof(tdm_parallel_desc) */
+  /** Its name (the models', the trace's), buffers (nbuffers, modes),
+   * OpenCL variant, tolerance and footprint; its cpu_fn is not used (it
+   * may be NULL): the operation's is below. Must outlive the operation,
+   * as a task's codelet. At most TDM_MAX_BUFFERS buffers. */
+  const tdm_codelet *codelet;
+  /** The CPU function; NULL: devices only (the codelet's OpenCL
+   * variant). */
+  tdm_range_fn cpu_fn;
+  /** The range: range[0] rows (or elements) and range[1] columns; 0 or 1
+   * in range[1] is a 1-D range. */
+  size_t range[2];
+  /** codelet->nbuffers handles. */
+  tdm_handle *handles[TDM_MAX_BUFFERS];
+  /** Bit k: handles[k] is cut with the range (a vector of range[0]
+   * elements, or a matrix of range[0] rows, and range[1] columns for a
+   * 2-D range); the others are read whole by every chunk (TDM_R only).
+   * At least one split handle. */
+  unsigned split_mask;
+  /** By-value arguments, copied, as a task's (tdm_task_desc.args). */
+  const void *args;
+  size_t args_size;
+  /** The smallest chunk, in rows (or elements) of the range: a chunk is
+   * never smaller, except a range smaller than it, which is one chunk.
+   * 0: 1. */
+  size_t grain;
+  /** The most chunks (0: 4096): a larger grain is used where the range
+   * would need more. */
+  unsigned max_chunks;
+  /** Bit k: device k (as tdm_runtime_device numbers them) may take
+   * chunks; 0: every device that can run the codelet. The CPU workers
+   * take chunks when cpu_fn is set. */
+  uint64_t device_mask;
+  /** 0 (no flags yet). */
+  unsigned flags;
+  /** As a task's: each chunk has this priority, and joins this group,
+   * as does the operation's last node (so that tdm_group_wait waits for
+   * the operation whole, its statistics included): the group's progress
+   * counts each chunk at its elements (tdm_task_desc.cost) and the last
+   * node at almost nothing; cancelling the group cancels the chunks not
+   * started, and the operation ends cancelled. */
+  int priority;
+  tdm_group *group;
+  /** Called once the operation has ended (every chunk), as a task's
+   * callback; tdm_callback_status gives its outcome. May be NULL. */
+  tdm_task_callback callback;
+  void *callback_data;
+  /** Filled before the operation ends (before its callback runs and its
+   * waits return); may be NULL. Must stay valid until then. */
+  tdm_parallel_stats *stats;
+} tdm_parallel_desc;
+
+/**
+ * Submits a data-parallel operation (see above). It ends done when every
+ * chunk is done; failed (a chunk failed: its try was retried elsewhere
+ * first, as a task's, only its own part redone) or cancelled otherwise:
+ * then the split handles it writes are lost as a failed task's outputs
+ * are (tdm_handle_acquire to read returns TDM_ERR_LOST). With `out`, a
+ * reference to the operation's last node, a task to tdm_task_wait for
+ * (its outcome is the operation's: TDM_ERR_CANCELLED when a chunk failed
+ * or was cancelled) and give back with tdm_task_release; NULL: none.
+ *
+ * While the call runs, the split handles are partitioned internally: no
+ * other thread may use them then (a task naming one meanwhile may be
+ * refused with TDM_ERR_PARTITIONED). Errors (nothing submitted):
+ * TDM_ERR_INVALID_ARG (NULL or zero arguments, a handle whose shape is
+ * not the range's, a whole handle not read only, no split handle,
+ * unknown flags), TDM_ERR_NO_DEVICE (no CPU function and no device
+ * chosen can run the codelet), the errors of tdm_submit for its handles
+ * and codelet, and TDM_ERR_PARTITIONED for a split handle partitioned by
+ * the application. Should a chunk's submission fail once others were
+ * submitted (the runtime being destroyed, out of memory), the status
+ * says so, the chunks not submitted are dropped and the operation has no
+ * last node: the handles it writes then hold a part of its results.
+ * A variant with its own `enqueue` or `work_size` does not run chunks
+ * (the log says so): they go to the CPU function. Any thread, including
+ * tasks; from a thread of the application, waits for room first as
+ * tdm_submit does (tdm_config.max_pending), then submits every chunk.
+ */
+TDM_API tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *desc,
+                                       tdm_task **out);
+
+/* ------------------------------------------------------------------------ */
 /* Task groups: progress, waiting and cancelling a part of the work         */
 /* ------------------------------------------------------------------------ */
 

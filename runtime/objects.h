@@ -158,6 +158,9 @@ typedef struct tdm_task {
   bool main_thread : 1, callback_on_dispatch : 1;
   /* In the dispatch queue for its callback (it ended), not to run. */
   bool dispatch_ended : 1;
+  /* A chunk of a data-parallel operation (core/parallel.c): its
+   * arguments end with a tdm_chunk_tail, which devices do not get. */
+  bool chunk : 1;
   /* tdm_task_desc.cost in a group (1 when not given), as a bfloat16 (the
    * float's upper half, rounded: about 3 significant digits) for want of
    * room on this line; tdm__cost_of reads it. */
@@ -174,6 +177,27 @@ typedef struct tdm_task {
   } inline_edges[TDM_INLINE_EDGES];
   _Alignas(16) unsigned char inline_args[TDM_INLINE_ARGS];
 } tdm_task;
+
+/* What a chunk of a data-parallel operation carries past the caller's
+ * arguments (tdm_task.chunk): its range and the operation's CPU
+ * function. Read with tdm__chunk_tail (the arguments are not aligned for
+ * it). */
+typedef struct tdm_chunk_tail {
+  tdm_range range;
+  tdm_range_fn fn;
+  unsigned dims; /* 1 or 2 */
+} tdm_chunk_tail;
+
+/* The arguments of t that its codelet's variants get: a chunk's without
+ * its tail. */
+static inline size_t tdm__task_args_size(const tdm_task *t) {
+  return t->chunk ? t->args_size - sizeof(tdm_chunk_tail) : t->args_size;
+}
+static inline tdm_chunk_tail tdm__chunk_tail(const tdm_task *t) {
+  tdm_chunk_tail c;
+  memcpy(&c, (const unsigned char *)t->args + t->args_size - sizeof c, sizeof c);
+  return c;
+}
 
 typedef struct tdm_edge tdm_edge;
 #define TDM_CLOSED ((tdm_edge *)(uintptr_t)1)
@@ -231,15 +255,15 @@ enum tdm_handle_kind { TDM_HANDLE_VECTOR = 1, TDM_HANDLE_MATRIX = 2 };
 
 /* The bytes a registered handle spans, in the runtime's interval tree of
  * registered memory (ranges.c). */
-typedef struct tdm_range {
+typedef struct tdm_memrange {
   uintptr_t lo, hi; /* [lo, hi) */
   uintptr_t max_hi; /* the largest hi in this subtree */
   uint32_t prio;
-  struct tdm_range *left, *right;
+  struct tdm_memrange *left, *right;
   const tdm_buffer *buf; /* the handle's; NULL when not in the tree */
-} tdm_range;
+} tdm_memrange;
 typedef struct tdm_ranges {
-  tdm_range *root;
+  tdm_memrange *root;
   uint64_t rng; /* treap priorities; nonzero */
 } tdm_ranges;
 
@@ -270,7 +294,7 @@ struct tdm_handle {
   tdm_handle *all_prev, *all_next;
   /* Its memory in rt->ranges while registered, not for a tile
    * (handles_lock). */
-  tdm_range range;
+  tdm_memrange range;
   tdm_handle *quarantine_next;
   /* Where the contents are (data/coherence.h), under the family's lock. */
   tdm_coh coh;
@@ -452,6 +476,9 @@ struct tdm_runtime {
    * for balancing the workers' lists. */
   tdm_spinlock groups_lock;
   struct tdm_group *groups; /* every group not yet freed */
+  /* The codelets data-parallel operations made, kept until destroy
+   * (core/parallel.c), under groups_lock. */
+  struct tdm_op_codelet *op_codelets;
   /* The dispatch queue (dispatch.c), under dispatch_lock: tasks, groups,
    * the eventfd (-1 until asked for) and whether it was signalled. */
   pthread_mutex_t dispatch_lock;
@@ -639,6 +666,9 @@ extern _Thread_local const struct tdm_runtime *tdm__locked_of TDM_TLS_MODEL;
 extern _Thread_local int tdm__acquired_here TDM_TLS_MODEL;
 extern _Thread_local tdm_status tdm__callback_status TDM_TLS_MODEL;
 extern _Thread_local unsigned tdm__callback_worker TDM_TLS_MODEL;
+/* In a callback: when the try that ended ran (tdm__now_ns), 0 when not
+ * timed. */
+extern _Thread_local uint64_t tdm__callback_t0 TDM_TLS_MODEL, tdm__callback_t1 TDM_TLS_MODEL;
 
 /* t's outcome as it is about to start: a cancelled group cancels it. */
 static inline int32_t tdm__task_outcome_at_start(tdm_task *t) {

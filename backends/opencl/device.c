@@ -570,8 +570,9 @@ static cl_int set_args(const cl_api *api, cl_kernel kernel, const tdm_task *t,
         err = api->SetKernelArg(kernel, a++, sizeof dims[d], &dims[d]);
     }
   }
-  if (err == CL_SUCCESS && t->args_size)
-    err = api->SetKernelArg(kernel, a++, t->args_size, t->args);
+  size_t args_size = tdm__task_args_size(t); /* a chunk's tail is not the kernel's */
+  if (err == CL_SUCCESS && args_size)
+    err = api->SetKernelArg(kernel, a++, args_size, t->args);
   return err;
 }
 
@@ -593,7 +594,7 @@ static unsigned describe_args(const tdm_task *t, bool shared, char *out, size_t 
   tdm_handle *const *hs = tdm__task_handles(t);
   bool pointers = tdm__cl_flags(t->codelet->opencl) & TDM_OPENCL_POINTERS;
   size_t at = 0;
-  unsigned count = t->args_size != 0;
+  unsigned count = tdm__task_args_size(t) != 0;
 #define PUT(...)                                                               \
   do {                                                                         \
     int w = snprintf(at < n ? out + at : NULL, at < n ? n - at : 0, __VA_ARGS__); \
@@ -614,8 +615,9 @@ static unsigned describe_args(const tdm_task *t, bool shared, char *out, size_t 
           "ulong cols%u, ulong ld%u /* %zu */",
           i ? ", " : "", i, i, b->nx, b->ny, b->elem_size, i, i, i, shared ? b->ld : b->ny);
   }
-  if (t->args_size)
-    PUT("%sstruct args /* %zu bytes, by value */", t->nbuf ? ", " : "", t->args_size);
+  if (tdm__task_args_size(t))
+    PUT("%sstruct args /* %zu bytes, by value */", t->nbuf ? ", " : "",
+        tdm__task_args_size(t));
   PUT(")");
 #undef PUT
   if (at >= n && n > 4)
@@ -754,8 +756,8 @@ static bool args_fit(const program *p, const tdm_task *t, char *why, size_t n) {
              expected);
     return false;
   }
-  if (t->args_size &&
-      !param_fits(p, at, PASS_ARGS, t->args_size, "the task's by-value arguments", why, n))
+  if (tdm__task_args_size(t) && !param_fits(p, at, PASS_ARGS, tdm__task_args_size(t),
+                                            "the task's by-value arguments", why, n))
     return false;
   return true;
 }
@@ -838,8 +840,15 @@ static cl_int enqueue(cl_device *g, tdm_task *t, const cl_mem *mems, const tdm_b
     return err;
   }
   unsigned dims = 0;
-  size_t global[3] = {1, 1, 1}, local[3] = {0, 0, 0};
-  if (v->work_size)
+  size_t global[3] = {1, 1, 1}, local[3] = {0, 0, 0}, offset[3] = {0, 0, 0};
+  if (t->chunk) { /* a data-parallel operation's chunk: its range (tandem.h) */
+    tdm_chunk_tail c = tdm__chunk_tail(t);
+    dims = c.dims;
+    size_t rows = c.range.end[0] - c.range.begin[0];
+    global[0] = dims == 2 ? c.range.end[1] : rows;
+    global[1] = dims == 2 ? rows : 1;
+    offset[dims == 2 ? 1 : 0] = c.range.begin[0];
+  } else if (v->work_size)
     TDM_LOCKED_CODE(g->rt, v->work_size(bufs, t->args, t->args_size, &dims, global, local));
   else if (t->nbuf)
     default_work_size(&bufs[0], tdm__task_handles(t)[0]->kind == TDM_HANDLE_VECTOR, &dims,
@@ -853,7 +862,7 @@ static cl_int enqueue(cl_device *g, tdm_task *t, const cl_mem *mems, const tdm_b
       return CL_INVALID_GLOBAL_WORK_SIZE;
   cl_int err = set_args(api, p->kernel, t, mems, g->shared);
   if (err == CL_SUCCESS)
-    err = api->EnqueueNDRangeKernel(g->compute, p->kernel, dims, NULL, global,
+    err = api->EnqueueNDRangeKernel(g->compute, p->kernel, dims, t->chunk ? offset : NULL, global,
                                     local[0] ? local : NULL, w->n, w->n ? w->ev : NULL, done);
   return err;
 }

@@ -609,6 +609,14 @@ tdm_status tdm__cl_prepare(tdm_runtime *rt, tdm_task *t, const char *what) {
              "least %zu", what, name, vs, sizeof *cl->opencl);
     return TDM_ERR_INVALID_ARG;
   }
+  if (t->chunk && (cl->opencl->enqueue || cl->opencl->work_size)) {
+    /* a chunk's work size is its range (tandem.h) */
+    tdm__log(rt, cl->cpu_fn ? TDM_LOG_WARNING : TDM_LOG_ERROR,
+             "%s: codelet %s: an OpenCL variant with its own enqueue or work_size does not "
+             "run an operation's chunks%s",
+             what, name, cl->cpu_fn ? ": they run on the CPU" : ", and it has no CPU function");
+    return cl->cpu_fn ? TDM_OK : TDM_ERR_INVALID_ARG;
+  }
   tdm_status st = TDM_ERR_BUILD;
   const tdm_opencl *o = cl_of(rt);
   for (unsigned k = o->first; k < o->first + o->n; k++) {

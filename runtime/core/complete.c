@@ -15,6 +15,7 @@
 
 _Thread_local tdm_status tdm__callback_status TDM_TLS_MODEL = TDM_ERR_INVALID_ARG;
 _Thread_local unsigned tdm__callback_worker TDM_TLS_MODEL;
+_Thread_local uint64_t tdm__callback_t0 TDM_TLS_MODEL, tdm__callback_t1 TDM_TLS_MODEL;
 
 void tdm__task_ended_badly(tdm_task *t, tdm_status status) {
   tdm_runtime *rt = t->rt;
@@ -217,6 +218,8 @@ static inline void task_done(tdm_task *t, tdm_worker *w, unsigned worker, tdm_st
     }
     tdm__callback_status = status;
     tdm__callback_worker = worker;
+    tdm__callback_t0 = t0;
+    tdm__callback_t1 = t1;
     TDM_USER_CODE(t->callback(t->callback_data));
     tdm__callback_status = TDM_ERR_INVALID_ARG;
   }
@@ -289,7 +292,7 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
     return;
   }
   tdm__count(&w->tasks_run, 1);
-  if (rt->time_cpu_tasks || tdm__sched_timed(t)) {
+  if (rt->time_cpu_tasks || tdm__sched_timed(t) || t->chunk) {
     run_timed(t, w, false);
     return;
   }

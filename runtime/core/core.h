@@ -215,11 +215,38 @@ static inline tdm_status tdm__check_unlocked(const tdm_runtime *rt, const char *
  * Used for codelet tasks and host acquisitions alike. give_ref: the
  * caller's reference becomes the runtime's (on success only). */
 tdm_status tdm__task_submit(tdm_task *t, bool give_ref);
+/* A chunk of a data-parallel operation (tdm_task.chunk), created as
+ * tdm_task_create creates a task (the caller holds a reference), and its
+ * submission, verified when the runtime verifies, without waiting for
+ * room; tdm__submit_wait_room waits for room as tdm_submit does. */
+tdm_status tdm__chunk_create(tdm_runtime *rt, const tdm_task_desc *desc, tdm_task **out);
+tdm_status tdm__submit_created(tdm_task *t);
+void tdm__submit_wait_room(tdm_runtime *rt);
 
 /* ---- handles' tasks (handles.c) -------------------------------------------- */
 
 /* Releases every handle the host still holds (at destroy). */
 void tdm__release_acquisitions(tdm_runtime *rt);
+/* Partitions h by whole rows (a vector by elements): tile i is rows
+ * [rows_at[i], rows_at[i + 1]), n tiles (rows_at from 0 to the rows), as
+ * tdm_matrix_partition does; and joins them back, as
+ * tdm_matrix_unpartition does. */
+tdm_status tdm__partition_rows(tdm_handle *h, const size_t *rows_at, size_t n, const char *what);
+tdm_status tdm__unpartition_rows(tdm_handle *h, const char *what);
+
+/* ---- data-parallel operations (parallel.c) --------------------------------- */
+
+/* The chunks' boundaries of a range of `rows` (guided self-scheduling
+ * over `units` workers' speed, none under `grain`, at most max_chunks):
+ * their number, and at[0 .. n] when at is not NULL. */
+size_t tdm__parallel_plan(size_t rows, size_t grain, double units, size_t max_chunks,
+                          size_t *at);
+/* Frees the codelets the operations made (at destroy). */
+void tdm__parallel_free(tdm_runtime *rt);
+/* In units of one CPU worker's speed, what the workers that may run t
+ * (the CPU workers when `cpu`, and the devices of dev_mask) do together
+ * by the models (one worker for a class without a prediction). */
+double tdm__sched_speed_units(tdm_runtime *rt, const tdm_task *t, uint64_t dev_mask, bool cpu);
 
 /* ---- the trace (trace.c) ---------------------------------------------------- */
 

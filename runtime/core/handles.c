@@ -42,9 +42,12 @@ static int copy_refs(tdm_runtime *rt, tdm_taskvec *dst, const tdm_taskvec *src) 
 
 /* A matrix into tiles, or a vector into pieces (tiles of tile_rows
  * elements and one column, as a vector's geometry is: nx elements of one
- * column, ld 1): the same dependencies, coherence and device copies. */
-static tdm_status partition(tdm_handle *h, size_t tile_rows, size_t tile_cols, unsigned flags,
-                            uint8_t kind, const char *what) {
+ * column, ld 1): the same dependencies, coherence and device copies.
+ * With rows_at (ni + 1 ascending row boundaries, from 0 to the rows),
+ * tile row i is rows [rows_at[i], rows_at[i + 1]) instead. */
+static tdm_status partition_at(tdm_handle *h, size_t tile_rows, size_t tile_cols,
+                               const size_t *rows_at, size_t ni, unsigned flags, uint8_t kind,
+                               const char *what) {
   tdm_runtime *rt;
   tdm_status st = tdm__handle_enter(h, what, &rt);
   if (st)
@@ -54,7 +57,10 @@ static tdm_status partition(tdm_handle *h, size_t tile_rows, size_t tile_cols, u
                        kind == TDM_HANDLE_MATRIX
                            ? "needs a matrix, nonzero tile sizes and flags 0"
                            : "needs a vector, a nonzero piece size and flags 0");
-  size_t ni = (h->buf.nx + tile_rows - 1) / tile_rows;
+  if (!rows_at)
+    ni = (h->buf.nx + tile_rows - 1) / tile_rows;
+  else if (rows_at[0] != 0 || rows_at[ni] != h->buf.nx)
+    return tdm__refuse(rt, TDM_ERR_INVALID_ARG, what, "row boundaries do not span the rows");
   size_t nj = (h->buf.ny + tile_cols - 1) / tile_cols;
   tdm_handle **tiles = tdm__calloc(rt, ni * nj, sizeof *tiles);
   if (!tiles)
@@ -69,10 +75,11 @@ static tdm_status partition(tdm_handle *h, size_t tile_rows, size_t tile_cols, u
     st = tdm__refuse(rt, TDM_ERR_BUSY, what, "handle is acquired by the host");
   for (size_t i = 0; i < ni && !st; i++)
     for (size_t j = 0; j < nj && !st; j++) {
-      size_t r0 = i * tile_rows, c0 = j * tile_cols;
+      size_t r0 = rows_at ? rows_at[i] : i * tile_rows, c0 = j * tile_cols;
+      size_t nr = rows_at ? rows_at[i + 1] - r0 : tile_rows;
       tdm_buffer b = h->buf;
       b.ptr = (char *)h->buf.ptr + (r0 * h->buf.ld + c0) * h->buf.elem_size;
-      b.nx = h->buf.nx - r0 < tile_rows ? h->buf.nx - r0 : tile_rows;
+      b.nx = h->buf.nx - r0 < nr ? h->buf.nx - r0 : nr;
       b.ny = h->buf.ny - c0 < tile_cols ? h->buf.ny - c0 : tile_cols;
       tdm_handle *tile = tdm__handle_new(rt, kind, &b, h, NULL);
       if (!tile) {
@@ -106,11 +113,17 @@ static tdm_status partition(tdm_handle *h, size_t tile_rows, size_t tile_cols, u
 
 tdm_status tdm_matrix_partition(tdm_handle *h, size_t tile_rows, size_t tile_cols,
                                 unsigned flags) {
-  return partition(h, tile_rows, tile_cols, flags, TDM_HANDLE_MATRIX, "tdm_matrix_partition");
+  return partition_at(h, tile_rows, tile_cols, NULL, 0, flags, TDM_HANDLE_MATRIX,
+                      "tdm_matrix_partition");
 }
 
 tdm_status tdm_vector_partition(tdm_handle *h, size_t piece, unsigned flags) {
-  return partition(h, piece, 1, flags, TDM_HANDLE_VECTOR, "tdm_vector_partition");
+  return partition_at(h, piece, 1, NULL, 0, flags, TDM_HANDLE_VECTOR, "tdm_vector_partition");
+}
+
+tdm_status tdm__partition_rows(tdm_handle *h, const size_t *rows_at, size_t n, const char *what) {
+  return partition_at(h, 1, h->kind == TDM_HANDLE_MATRIX ? h->buf.ny : 1, rows_at, n, 0, h->kind,
+                      what);
 }
 
 /* The grid of a partitioned handle (a vector's: n x 1). */
@@ -211,6 +224,10 @@ tdm_status tdm_matrix_unpartition(tdm_handle *h, unsigned flags) {
 
 tdm_status tdm_vector_unpartition(tdm_handle *h, unsigned flags) {
   return unpartition(h, flags, TDM_HANDLE_VECTOR, "tdm_vector_unpartition");
+}
+
+tdm_status tdm__unpartition_rows(tdm_handle *h, const char *what) {
+  return unpartition(h, 0, h->kind, what);
 }
 
 /* ---- host access --------------------------------------------------------- */

@@ -463,6 +463,31 @@ double tdm__sched_predict_on(tdm_runtime *rt, const tdm_task *t, unsigned k, boo
   return rt_predict(s, t, c, calibrated);
 }
 
+double tdm__sched_speed_units(tdm_runtime *rt, const tdm_task *t, uint64_t dev_mask, bool cpu) {
+  tdm_sched *s = rt->sched;
+  unsigned ncpu_workers = tdm_runtime_active_workers(rt);
+  if (!s)
+    return cpu ? ncpu_workers : 0;
+  /* one CPU worker's time: the fastest kind's with a prediction */
+  double one = -1;
+  for (unsigned c = 0; c < s->ncpu; c++) {
+    bool calibrated;
+    double p = s->cls[c].workers ? rt_predict(s, t, c, &calibrated) : -1;
+    if (p > 0 && (one < 0 || p < one))
+      one = p;
+  }
+  double units = cpu ? ncpu_workers : 0;
+  uint64_t out = atomic_load_explicit(&rt->quarantined, memory_order_relaxed);
+  for (unsigned k = 0; k < rt->ndevice_workers && k < 64; k++) {
+    if (!((dev_mask & t->dev_mask & ~out) >> k & 1))
+      continue;
+    bool calibrated;
+    double p = rt_predict(s, t, class_of(rt, rt->nworkers + k), &calibrated);
+    units += one > 0 && p > 0 ? one / p : 1;
+  }
+  return units;
+}
+
 double tdm__sched_predict_elsewhere(tdm_runtime *rt, const tdm_task *t, unsigned k) {
   tdm_sched *s = rt->sched;
   if (!s)

@@ -235,8 +235,8 @@ static void set_buffers(tdm_task *t, const desc_bufs *b) {
   }
 }
 
-static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
-                             bool user_ref, tdm_task **out, const char *what) {
+static tdm_status task_build_as(tdm_runtime *rt, const tdm_task_desc *desc, bool user_ref,
+                                bool chunk, tdm_task **out, const char *what) {
   if (!rt)
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, what);
@@ -271,6 +271,7 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   t->sched_cls = -1; /* (sched_calib: cleared by tdm__task_alloc) */
   if (TDM_UNLIKELY(b.extras))
     build_extras(t, desc);
+  t->chunk = chunk;
   if (rt->recording)
     t->trace_id = atomic_fetch_add_explicit(&rt->next_task_id, 1, memory_order_relaxed) + 1;
   /* a task pinned to the application's thread runs its CPU variant */
@@ -289,6 +290,11 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc,
   *out = t;
   return TDM_OK;
 #undef name
+}
+
+static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc, bool user_ref,
+                             tdm_task **out, const char *what) {
+  return task_build_as(rt, desc, user_ref, false, out, what);
 }
 
 /* ---- submission ------------------------------------------------------- */
@@ -839,6 +845,20 @@ tdm_status tdm_task_submit(tdm_task *task) {
                                          : tdm__task_submit(task, false);
 }
 
+tdm_status tdm__chunk_create(tdm_runtime *rt, const tdm_task_desc *desc, tdm_task **out) {
+  *out = NULL;
+  return task_build_as(rt, desc, true, true, out, "tdm_parallel_submit");
+}
+
+tdm_status tdm__submit_created(tdm_task *t) {
+  return TDM_UNLIKELY(t->rt->verify) ? submit_verified(t, false) : tdm__task_submit(t, false);
+}
+
+void tdm__submit_wait_room(tdm_runtime *rt) {
+  if (!room_now(rt))
+    room_for_one(rt, true);
+}
+
 tdm_status tdm_task_wait(tdm_task *task) {
   if (!task)
     return TDM_ERR_INVALID_ARG;
@@ -900,11 +920,15 @@ uint64_t tdm__task_footprint(tdm_runtime *rt, const tdm_task *t) {
     for (unsigned i = 0; i < t->nbuf; i++)
       views[i] = hs[i]->buf;
     uint64_t fp = 0;
-    TDM_LOCKED_CODE(rt, fp = cl->footprint(views, t->nbuf, t->args, t->args_size));
+    TDM_LOCKED_CODE(rt, fp = cl->footprint(views, t->nbuf, t->args, tdm__task_args_size(t)));
     if (views != room)
       free(views);
     return fp;
   }
+  /* the chunks of an operation, of every size and shape, share one model
+   * (along whose sizes it interpolates) */
+  if (t->chunk)
+    return 0;
   /* the shapes: FNV-1a (Fowler, Noll and Vo) over each buffer's element
    * size and shape class, where one is neither a vector nor square */
   uint64_t h = 14695981039346656037ull;

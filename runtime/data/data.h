@@ -20,10 +20,10 @@
 bool tdm__buffer_span(const tdm_buffer *b, uintptr_t *lo, uintptr_t *hi);
 /* A registered range sharing a byte with b (exactly: rows that interleave
  * do not count), or NULL. */
-tdm_range *tdm__ranges_find(const tdm_ranges *t, const tdm_buffer *b);
+tdm_memrange *tdm__ranges_find(const tdm_ranges *t, const tdm_buffer *b);
 /* Adds x, the range of b (whose span does not overflow); removes it. */
-void tdm__ranges_insert(tdm_ranges *t, tdm_range *x, const tdm_buffer *b);
-void tdm__ranges_remove(tdm_ranges *t, tdm_range *x);
+void tdm__ranges_insert(tdm_ranges *t, tdm_memrange *x, const tdm_buffer *b);
+void tdm__ranges_remove(tdm_ranges *t, tdm_memrange *x);
 
 /* ---- handles (handles.c) --------------------------------------------------- */
 
@@ -55,7 +55,7 @@ tdm_status tdm__handle_enter(const tdm_handle *h, const char *what, tdm_runtime 
  * registration (parent NULL): NULL with *clash set to the span of a
  * registered handle it would share memory with. */
 tdm_handle *tdm__handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *buf,
-                            tdm_handle *parent, tdm_range *clash);
+                            tdm_handle *parent, tdm_memrange *clash);
 /* Marks h dead and parks its registration reference in the quarantine of
  * the last unregistered handles (its dependency state dropped before). */
 void tdm__handle_quarantine(tdm_handle *h);

@@ -69,7 +69,7 @@ void tdm__handles_unlock(tdm_handle **hs, unsigned n) {
 /* ---- allocation and freeing -------------------------------------------- */
 
 tdm_handle *tdm__handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *buf,
-                            tdm_handle *parent, tdm_range *clash) {
+                            tdm_handle *parent, tdm_memrange *clash) {
   bool registration = !parent;
   tdm_handle *h = tdm__calloc(rt, 1, sizeof *h);
   if (!h)
@@ -86,7 +86,7 @@ tdm_handle *tdm__handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *buf
   tdm__taskvec_init(&h->writers);
   tdm__taskvec_init(&h->readers);
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->handles_lock));
-  tdm_range *other = registration ? tdm__ranges_find(&rt->ranges, buf) : NULL;
+  tdm_memrange *other = registration ? tdm__ranges_find(&rt->ranges, buf) : NULL;
   if (other) {
     *clash = *other; /* copied under the lock: the handle may go after */
     TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->handles_lock));
@@ -217,7 +217,7 @@ static tdm_status do_register(tdm_runtime *rt, uint8_t kind, const tdm_buffer *b
     return tdm__refuse(rt, TDM_ERR_INVALID_ARG, what, "its size in bytes overflows");
   if (atomic_load(&rt->closing) && !tdm__self_in(rt))
     return tdm__refuse(rt, TDM_ERR_SHUTTING_DOWN, what, "the runtime is being destroyed");
-  tdm_range clash = {0};
+  tdm_memrange clash = {0};
   tdm_handle *h = tdm__handle_new(rt, kind, buf, NULL, &clash);
   if (!h && clash.hi) {
     tdm__log(rt, TDM_LOG_ERROR,

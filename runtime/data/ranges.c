@@ -71,21 +71,21 @@ bool tdm__buffer_span(const tdm_buffer *b, uintptr_t *lo, uintptr_t *hi) {
   return true;
 }
 
-static uintptr_t max_hi(const tdm_range *n) {
+static uintptr_t max_hi(const tdm_memrange *n) {
   return n ? n->max_hi : 0;
 }
 
-static void fix(tdm_range *n) {
+static void fix(tdm_memrange *n) {
   uintptr_t m = n->hi, l = max_hi(n->left), r = max_hi(n->right);
   n->max_hi = m > l ? (m > r ? m : r) : (l > r ? l : r);
 }
 
-static bool before(const tdm_range *a, const tdm_range *b) {
+static bool before(const tdm_memrange *a, const tdm_memrange *b) {
   return a->lo < b->lo || (a->lo == b->lo && (uintptr_t)a < (uintptr_t)b);
 }
 
-static tdm_range *rotate_right(tdm_range *n) {
-  tdm_range *l = n->left;
+static tdm_memrange *rotate_right(tdm_memrange *n) {
+  tdm_memrange *l = n->left;
   n->left = l->right;
   l->right = n;
   fix(n);
@@ -93,8 +93,8 @@ static tdm_range *rotate_right(tdm_range *n) {
   return l;
 }
 
-static tdm_range *rotate_left(tdm_range *n) {
-  tdm_range *r = n->right;
+static tdm_memrange *rotate_left(tdm_memrange *n) {
+  tdm_memrange *r = n->right;
   n->right = r->left;
   r->left = n;
   fix(n);
@@ -102,7 +102,7 @@ static tdm_range *rotate_left(tdm_range *n) {
   return r;
 }
 
-static tdm_range *insert(tdm_range *n, tdm_range *x) {
+static tdm_memrange *insert(tdm_memrange *n, tdm_memrange *x) {
   if (!n)
     return x;
   if (before(x, n)) {
@@ -118,7 +118,7 @@ static tdm_range *insert(tdm_range *n, tdm_range *x) {
   return n;
 }
 
-static tdm_range *remove_node(tdm_range *n, tdm_range *x) {
+static tdm_memrange *remove_node(tdm_memrange *n, tdm_memrange *x) {
   if (!n)
     return NULL;
   if (n == x) {
@@ -141,10 +141,10 @@ static tdm_range *remove_node(tdm_range *n, tdm_range *x) {
   return n;
 }
 
-static tdm_range *find(tdm_range *n, uintptr_t lo, uintptr_t hi, const tdm_buffer *b) {
+static tdm_memrange *find(tdm_memrange *n, uintptr_t lo, uintptr_t hi, const tdm_buffer *b) {
   if (!n || n->max_hi <= lo)
     return NULL; /* nothing below ends after lo */
-  tdm_range *r = find(n->left, lo, hi, b);
+  tdm_memrange *r = find(n->left, lo, hi, b);
   if (r)
     return r;
   if (n->lo >= hi)
@@ -154,14 +154,14 @@ static tdm_range *find(tdm_range *n, uintptr_t lo, uintptr_t hi, const tdm_buffe
   return find(n->right, lo, hi, b);
 }
 
-tdm_range *tdm__ranges_find(const tdm_ranges *t, const tdm_buffer *b) {
+tdm_memrange *tdm__ranges_find(const tdm_ranges *t, const tdm_buffer *b) {
   uintptr_t lo, hi;
   if (!tdm__buffer_span(b, &lo, &hi))
     return NULL;
   return find(t->root, lo, hi, b);
 }
 
-void tdm__ranges_insert(tdm_ranges *t, tdm_range *x, const tdm_buffer *b) {
+void tdm__ranges_insert(tdm_ranges *t, tdm_memrange *x, const tdm_buffer *b) {
   /* xorshift64 (Marsaglia 2003): priorities need only look random */
   t->rng ^= t->rng << 13;
   t->rng ^= t->rng >> 7;
@@ -174,7 +174,7 @@ void tdm__ranges_insert(tdm_ranges *t, tdm_range *x, const tdm_buffer *b) {
   t->root = insert(t->root, x);
 }
 
-void tdm__ranges_remove(tdm_ranges *t, tdm_range *x) {
+void tdm__ranges_remove(tdm_ranges *t, tdm_memrange *x) {
   t->root = remove_node(t->root, x);
   x->buf = NULL;
 }

@@ -1,0 +1,457 @@
+/*
+ * Data-parallel operations (tdm_parallel_submit): a range cut into
+ * chunks, each chunk a task on its part of the split handles, so that
+ * every rule a task obeys (dependencies, placement and its models,
+ * groups, priorities, pause, back-pressure, retries, the verification
+ * mode, lineage, the trace) holds for each chunk.
+ *
+ * The split handles are partitioned by rows at the chunks' boundaries
+ * (core/handles.c: the same tiles as tdm_matrix_partition's, so that a
+ * device with memory of its own copies only its chunks' rows), the
+ * chunks submitted, and the handles joined back at once: tasks submitted
+ * later wait for every chunk, as they wait for every tile of an
+ * unpartitioned matrix. A last node, a task without buffers that depends
+ * on every chunk, ends the operation: it fills the statistics and is
+ * what tdm_task_wait waits for.
+ *
+ * A chunk's arguments are the caller's followed by a tdm_chunk_tail (its
+ * range and the operation's CPU function): the chunks' codelet, made
+ * once per (codelet, function) and kept for the runtime's life, runs the
+ * function through a trampoline, and devices get the caller's arguments
+ * alone (objects.h: tdm__task_args_size).
+ */
+#include "core.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tdm_op_codelet {
+  struct tdm_op_codelet *next;
+  const tdm_codelet *user;
+  bool cpu;
+  tdm_codelet cl;
+} tdm_op_codelet;
+
+/* One operation, until its last node ends. */
+typedef struct op {
+  tdm_runtime *rt;
+  tdm_parallel_stats *stats;
+  tdm_task_callback callback;
+  void *callback_data;
+  unsigned nchunks, nclasses;
+  /* One per chunk submitted and one for the last node: the last to go
+   * frees it (the last node, unless the operation stopped half-way). */
+  _Atomic int64_t refs;
+  _Atomic uint64_t first_ns; /* the earliest chunk start; UINT64_MAX: none yet */
+  _Atomic uint64_t last_ns;
+  _Atomic uint64_t failed;
+  _Atomic uint64_t chunks[TDM_PARALLEL_MAX_CLASSES], elements[TDM_PARALLEL_MAX_CLASSES];
+  _Atomic uint64_t end_ns[TDM_PARALLEL_MAX_CLASSES];
+  struct chunk_rec {
+    struct op *op;
+    uint64_t elements;
+  } rec[];
+} op;
+
+/* ---- the chunks' codelet ------------------------------------------------- */
+
+static void chunk_cpu(const tdm_buffer *bufs, const void *args, size_t args_size) {
+  tdm_chunk_tail c;
+  size_t user = args_size - sizeof c;
+  memcpy(&c, (const unsigned char *)args + user, sizeof c);
+  c.fn(bufs, &c.range, user ? args : NULL, user);
+}
+
+/* The chunks' codelet for `user` (with a CPU variant when `cpu`). */
+static const tdm_codelet *op_codelet(tdm_runtime *rt, const tdm_codelet *user, bool cpu) {
+  tdm__spin_lock(&rt->groups_lock);
+  tdm_op_codelet *c = rt->op_codelets;
+  while (c && (c->user != user || c->cpu != cpu))
+    c = c->next;
+  tdm__spin_unlock(&rt->groups_lock);
+  if (c)
+    return &c->cl;
+  tdm_op_codelet *n = tdm__calloc(rt, 1, sizeof *n);
+  if (!n)
+    return NULL;
+  n->user = user;
+  n->cpu = cpu;
+  n->cl = (tdm_codelet){.struct_size = sizeof n->cl,
+                        .name = user->name,
+                        .cpu_fn = cpu ? chunk_cpu : NULL,
+                        .nbuffers = user->nbuffers,
+                        .opencl = user->opencl,
+                        .tolerance = user->tolerance,
+                        .footprint = user->footprint};
+  memcpy(n->cl.modes, user->modes, sizeof n->cl.modes);
+  tdm__spin_lock(&rt->groups_lock);
+  for (c = rt->op_codelets; c && (c->user != user || c->cpu != cpu);)
+    c = c->next;
+  if (!c) {
+    n->next = rt->op_codelets;
+    rt->op_codelets = n;
+  }
+  tdm__spin_unlock(&rt->groups_lock);
+  if (c) { /* made meanwhile by another thread */
+    free(n);
+    return &c->cl;
+  }
+  return &n->cl;
+}
+
+void tdm__parallel_free(tdm_runtime *rt) {
+  for (tdm_op_codelet *c = rt->op_codelets, *next; c; c = next) {
+    next = c->next;
+    free(c);
+  }
+  rt->op_codelets = NULL;
+}
+
+/* ---- the plan ------------------------------------------------------------- */
+
+size_t tdm__parallel_plan(size_t rows, size_t grain, double units, size_t max_chunks,
+                          size_t *at) {
+  if (!grain)
+    grain = 1;
+  if (units < 1)
+    units = 1;
+  if (!max_chunks)
+    max_chunks = 1;
+  size_t n = 0, pos = 0;
+  if (at)
+    at[0] = 0;
+  while (pos < rows) {
+    size_t left = rows - pos;
+    size_t c = (size_t)ceil((double)left / (2 * units));
+    if (c < grain)
+      c = grain;
+    /* no piece under the grain at the end, and no more than max_chunks */
+    if (c >= left || left - c < grain || n + 1 == max_chunks)
+      c = left;
+    pos += c;
+    n++;
+    if (at)
+      at[n] = pos;
+  }
+  return n;
+}
+
+/* ---- statistics ------------------------------------------------------------- */
+
+static void atomic_min_u64(_Atomic uint64_t *a, uint64_t v) {
+  uint64_t was = atomic_load_explicit(a, memory_order_relaxed);
+  while (v < was &&
+         !atomic_compare_exchange_weak_explicit(a, &was, v, memory_order_relaxed,
+                                                memory_order_relaxed))
+    ;
+}
+static void atomic_max_u64(_Atomic uint64_t *a, uint64_t v) {
+  uint64_t was = atomic_load_explicit(a, memory_order_relaxed);
+  while (v > was &&
+         !atomic_compare_exchange_weak_explicit(a, &was, v, memory_order_relaxed,
+                                                memory_order_relaxed))
+    ;
+}
+
+/* The class a chunk's worker counts in: 0 the CPU workers, 1 + d device
+ * record d; -1 past the statistics' room. */
+static int class_of_worker(const tdm_runtime *rt, unsigned worker) {
+  if (worker < rt->nworkers)
+    return 0;
+  unsigned k = worker - rt->nworkers;
+  if (k >= rt->ndevice_workers)
+    return -1;
+  unsigned d = rt->device_of[k];
+  return d + 1 < TDM_PARALLEL_MAX_CLASSES ? (int)d + 1 : -1;
+}
+
+static void op_unref(op *o, int64_t n) {
+  if (atomic_fetch_sub_explicit(&o->refs, n, memory_order_acq_rel) == n)
+    free(o);
+}
+
+static void chunk_ended(void *data) {
+  struct chunk_rec *r = data;
+  op *o = r->op;
+  uint64_t t0 = tdm__callback_t0, t1 = tdm__callback_t1 ? tdm__callback_t1 : tdm__now_ns();
+  int c = class_of_worker(o->rt, tdm__callback_worker);
+  if (tdm_callback_status()) {
+    atomic_fetch_add_explicit(&o->failed, 1, memory_order_relaxed);
+  } else {
+    atomic_min_u64(&o->first_ns, t0 ? t0 : t1);
+    atomic_max_u64(&o->last_ns, t1);
+    if (c >= 0) {
+      atomic_fetch_add_explicit(&o->chunks[c], 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&o->elements[c], r->elements, memory_order_relaxed);
+      atomic_max_u64(&o->end_ns[c], t1);
+    }
+  }
+  op_unref(o, 1);
+}
+
+/* The last node: every chunk has ended (its callbacks included). */
+static void op_ended(void *data) {
+  op *o = data;
+  tdm_parallel_stats *s = o->stats;
+  if (s) {
+    size_t size = s->struct_size ? s->struct_size : sizeof *s;
+    tdm_parallel_stats v = {.struct_size = size, .chunks = o->nchunks, .nclasses = o->nclasses};
+    uint64_t first = atomic_load(&o->first_ns), last = atomic_load(&o->last_ns);
+    double lo = -1, hi = 0;
+    for (unsigned c = 0; c < TDM_PARALLEL_MAX_CLASSES; c++) {
+      v.class_chunks[c] = atomic_load(&o->chunks[c]);
+      v.class_elements[c] = atomic_load(&o->elements[c]);
+      uint64_t e = atomic_load(&o->end_ns[c]);
+      if (v.class_chunks[c] && e >= first) {
+        v.class_end[c] = 1e-9 * (double)(e - first);
+        lo = lo < 0 || v.class_end[c] < lo ? v.class_end[c] : lo;
+        hi = v.class_end[c] > hi ? v.class_end[c] : hi;
+      }
+    }
+    v.makespan = last > first && first != UINT64_MAX ? 1e-9 * (double)(last - first) : 0;
+    v.tail = lo >= 0 ? hi - lo : 0;
+    v.failed = atomic_load(&o->failed);
+    memcpy(s, &v, size < sizeof v ? size : sizeof v);
+  }
+  if (o->callback)
+    o->callback(o->callback_data);
+  op_unref(o, 1);
+}
+
+/* ---- submission ------------------------------------------------------------- */
+
+static tdm_status refuse(tdm_runtime *rt, tdm_status st, const char *why) {
+  tdm__log(rt, TDM_LOG_ERROR, "tdm_parallel_submit: %s", why);
+  return st;
+}
+
+/* Checks d against the range; *dims gets 1 or 2. */
+static tdm_status check(tdm_runtime *rt, const tdm_parallel_desc *d, unsigned *dims) {
+  if (!d || !d->codelet)
+    return refuse(rt, TDM_ERR_INVALID_ARG, "NULL description or codelet");
+  if (d->struct_size && d->struct_size < sizeof *d)
+    return refuse(rt, TDM_ERR_INVALID_ARG, "tdm_parallel_desc.struct_size too small");
+  const tdm_codelet *cl = d->codelet;
+  unsigned n = cl->nbuffers;
+  if (!n || n > TDM_MAX_BUFFERS)
+    return refuse(rt, TDM_ERR_INVALID_ARG, "the codelet needs 1 to TDM_MAX_BUFFERS buffers");
+  if (!d->cpu_fn && !cl->opencl)
+    return refuse(rt, TDM_ERR_INVALID_ARG, "neither a CPU function nor an OpenCL variant");
+  if (!d->range[0])
+    return refuse(rt, TDM_ERR_INVALID_ARG, "an empty range");
+  if (d->flags)
+    return refuse(rt, TDM_ERR_INVALID_ARG, "unknown flags");
+  if (d->args_size && !d->args)
+    return refuse(rt, TDM_ERR_INVALID_ARG, "args_size > 0 but args is NULL");
+  if (!(d->split_mask & ((1u << n) - 1)) || (d->split_mask >> n))
+    return refuse(rt, TDM_ERR_INVALID_ARG,
+                  "split_mask must name at least one of the codelet's buffers, and no other");
+  *dims = d->range[1] > 1 ? 2 : 1;
+  for (unsigned i = 0; i < n; i++) {
+    char where[96];
+    snprintf(where, sizeof where, "tdm_parallel_submit: buffer %u", i);
+    tdm_status st = tdm__handle_check(rt, d->handles[i], where);
+    if (st)
+      return st;
+    const tdm_handle *h = d->handles[i];
+    if (cl->modes[i] != TDM_R && cl->modes[i] != TDM_W && cl->modes[i] != TDM_RW)
+      return refuse(rt, TDM_ERR_INVALID_MODE, "an invalid access mode");
+    if (!(d->split_mask >> i & 1)) {
+      if (cl->modes[i] != TDM_R)
+        return refuse(rt, TDM_ERR_INVALID_ARG,
+                      "a handle given whole to every chunk must be read only (TDM_R)");
+      continue;
+    }
+    bool fits = h->buf.nx == d->range[0] &&
+                (*dims == 1 || (h->kind == TDM_HANDLE_MATRIX && h->buf.ny == d->range[1]));
+    if (!fits) {
+      char why[200];
+      snprintf(why, sizeof why,
+               "split buffer %u has %zu x %zu elements: the range is %zu x %zu (a vector of "
+               "range[0] elements, or a matrix of range[0] rows)",
+               i, h->buf.nx, h->buf.ny, d->range[0], d->range[1] ? d->range[1] : 1);
+      return refuse(rt, TDM_ERR_INVALID_ARG, why);
+    }
+    for (unsigned j = 0; j < i; j++)
+      if (d->handles[j] == h)
+        return refuse(rt, TDM_ERR_INVALID_ARG, "a split handle named twice");
+  }
+  return TDM_OK;
+}
+
+/* The worker mask of the devices d chooses (tdm_runtime_device's
+ * numbers). */
+static uint64_t chosen_workers(const tdm_runtime *rt, uint64_t device_mask) {
+  uint64_t m = 0;
+  for (unsigned k = 0; k < rt->ndevice_workers && k < 64; k++) {
+    unsigned dev = rt->device_of[k];
+    if (!device_mask || (dev < 64 && (device_mask >> dev & 1)))
+      m |= UINT64_C(1) << k;
+  }
+  return m;
+}
+
+/* The description of chunk i: its buffers (the split handles' tiles i),
+ * its arguments (the caller's and the tail). */
+static void chunk_desc(const tdm_parallel_desc *d, const tdm_codelet *cl, unsigned dims,
+                       const size_t *at, size_t i, bool whole, unsigned char *args,
+                       tdm_task_desc *td) {
+  *td = (tdm_task_desc){.struct_size = sizeof *td,
+                        .codelet = cl,
+                        .args = args,
+                        .args_size = d->args_size + sizeof(tdm_chunk_tail),
+                        .priority = d->priority,
+                        .group = d->group};
+  for (unsigned k = 0; k < cl->nbuffers; k++)
+    td->handles[k] = !whole && (d->split_mask >> k & 1) ? tdm_matrix_tile(d->handles[k], i, 0)
+                                                         : d->handles[k];
+  tdm_chunk_tail tail = {.range = {.begin = {at[i], 0},
+                                   .end = {at[i + 1], dims == 2 ? d->range[1] : 1}},
+                         .fn = d->cpu_fn,
+                         .dims = dims};
+  if (d->args_size)
+    memcpy(args, d->args, d->args_size);
+  memcpy(args + d->args_size, &tail, sizeof tail);
+  td->cost = (float)((at[i + 1] - at[i]) * (dims == 2 ? d->range[1] : 1));
+}
+
+static void nothing(const tdm_buffer *bufs, const void *args, size_t args_size) {
+  (void)bufs, (void)args, (void)args_size;
+}
+static const tdm_codelet end_codelet = {.name = "tdm_parallel(end)", .cpu_fn = nothing};
+
+tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_task **out) {
+  if (out)
+    *out = NULL;
+  if (!rt)
+    return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, "tdm_parallel_submit");
+  unsigned dims = 1;
+  tdm_status st = check(rt, d, &dims);
+  if (st)
+    return st;
+  const tdm_codelet *cl = op_codelet(rt, d->codelet, d->cpu_fn != NULL);
+  unsigned char *args = tdm__malloc(rt, d->args_size + sizeof(tdm_chunk_tail));
+  if (!cl || !args) {
+    free(args);
+    return refuse(rt, TDM_ERR_NO_MEMORY, "out of memory");
+  }
+  uint64_t devices = chosen_workers(rt, d->device_mask);
+  tdm__submit_wait_room(rt);
+
+  /* A probe over the whole range, never submitted: whether a device can
+   * run it, and the machine's speed by the models. */
+  size_t whole[2] = {0, d->range[0]};
+  tdm_task_desc td;
+  tdm_task *probe = NULL;
+  chunk_desc(d, cl, dims, whole, 0, true, args, &td);
+  td.group = NULL;
+  if ((st = tdm__chunk_create(rt, &td, &probe))) {
+    free(args);
+    return st;
+  }
+  probe->dev_mask &= devices;
+  probe->device_ok = probe->dev_mask != 0;
+  if (!probe->device_ok && !d->cpu_fn) {
+    tdm_task_release(probe);
+    free(args);
+    return refuse(rt, TDM_ERR_NO_DEVICE,
+                  "no CPU function, and no device chosen can run the codelet");
+  }
+  double units = tdm__sched_speed_units(rt, probe, devices, d->cpu_fn != NULL);
+  tdm_task_release(probe);
+
+  size_t grain = d->grain ? d->grain : 1;
+  size_t max_chunks = d->max_chunks ? d->max_chunks : 4096;
+  size_t n = tdm__parallel_plan(d->range[0], grain, units, max_chunks, NULL);
+  size_t *at = tdm__malloc(rt, (n + 1) * sizeof *at);
+  tdm_task **chunks = tdm__calloc(rt, n, sizeof *chunks);
+  op *o = tdm__calloc(rt, 1, sizeof *o + n * sizeof o->rec[0]);
+  if (!at || !chunks || !o) {
+    free(at), free(chunks), free(o), free(args);
+    return refuse(rt, TDM_ERR_NO_MEMORY, "out of memory");
+  }
+  tdm__parallel_plan(d->range[0], grain, units, max_chunks, at);
+  *o = (op){.rt = rt,
+            .stats = d->stats,
+            .callback = d->callback,
+            .callback_data = d->callback_data,
+            .nchunks = (unsigned)n,
+            .nclasses = 1 + (rt->ndevices < TDM_PARALLEL_MAX_CLASSES - 1
+                                 ? rt->ndevices
+                                 : TDM_PARALLEL_MAX_CLASSES - 1)};
+  atomic_store(&o->first_ns, UINT64_MAX);
+
+  /* the split handles in rows at the chunks' boundaries */
+  unsigned parted = 0;
+  for (unsigned k = 0; k < cl->nbuffers && !st; k++)
+    if (d->split_mask >> k & 1) {
+      if ((st = tdm__partition_rows(d->handles[k], at, n, "tdm_parallel_submit")))
+        break;
+      parted |= 1u << k;
+    }
+  size_t made = 0;
+  for (; made < n && !st; made++) {
+    o->rec[made] = (struct chunk_rec){o, (at[made + 1] - at[made]) *
+                                             (dims == 2 ? d->range[1] : 1)};
+    chunk_desc(d, cl, dims, at, made, false, args, &td);
+    td.callback = chunk_ended;
+    td.callback_data = &o->rec[made];
+    if ((st = tdm__chunk_create(rt, &td, &chunks[made])))
+      break;
+    chunks[made]->dev_mask &= devices;
+    chunks[made]->device_ok = chunks[made]->dev_mask != 0;
+  }
+  /* the last node, then every chunk: nothing is submitted unless all
+   * could be made */
+  tdm_task *end = NULL;
+  if (!st) {
+    td = (tdm_task_desc){.struct_size = sizeof td,
+                         .codelet = &end_codelet,
+                         .callback = op_ended,
+                         .callback_data = o,
+                         /* tdm_group_wait waits for the operation whole */
+                         .group = d->group,
+                         .cost = 1e-6f};
+    st = tdm_task_create(rt, &td, &end);
+    for (size_t i = 0; i < n && !st; i++)
+      st = tdm_task_depends_on(end, chunks[i]);
+  }
+  if (!st) {
+    end->dev_mask = 0; /* a CPU worker ends the operation */
+    end->device_ok = false;
+  }
+  atomic_store(&o->refs, (int64_t)n + 1);
+  size_t submitted = 0;
+  while (submitted < n && !st)
+    if (!(st = tdm__submit_created(chunks[submitted])))
+      submitted++;
+  for (unsigned k = 0; k < cl->nbuffers; k++)
+    if (parted >> k & 1) {
+      tdm_status u = tdm__unpartition_rows(d->handles[k], "tdm_parallel_submit");
+      if (u && !st)
+        st = u;
+    }
+  if (!st)
+    st = tdm__submit_created(end);
+  for (size_t i = 0; i < made; i++)
+    tdm_task_release(chunks[i]); /* an unsubmitted one is dropped */
+  if (st) {
+    if (submitted)
+      tdm__log(rt, TDM_LOG_ERROR,
+               "tdm_parallel_submit: %zu of %zu chunks submitted, then %s: the operation "
+               "is incomplete",
+               submitted, n, tdm_status_name(st));
+    bool end_submitted = end && atomic_load(&end->state) != TDM_TS_CREATED;
+    tdm_task_release(end);
+    if (!end_submitted) /* the chunks submitted hold theirs */
+      op_unref(o, (int64_t)(n - submitted) + 1);
+  } else if (out) {
+    *out = end;
+  } else {
+    tdm_task_release(end);
+  }
+  free(at), free(chunks), free(args);
+  return st;
+}

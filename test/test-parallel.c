@@ -1,0 +1,489 @@
+/*
+ * Data-parallel operations (tdm_parallel_submit): exact results over odd
+ * and prime sizes, 1-D and 2-D, on the CPU workers alone, with emulated
+ * devices sharing the host's memory and with memory of their own, and on
+ * PoCL behaving as an integrated and as a discrete GPU (those cases
+ * skipped without it); the plan's chunks; composition with tasks before
+ * and after; groups, cancel and the statistics; bad descriptions.
+ */
+#include "common.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+
+#include "internal.h" /* tdm__parallel_plan */
+#include "tandem/opencl.h"
+
+/* ---- kernels ------------------------------------------------------------- */
+
+typedef struct {
+  float a;
+} saxpy_args;
+
+/* y[i] = a * x[i] + y[i] + i (the global index, so that a chunk that
+ * used the wrong offset is seen) */
+static void saxpy_cpu(const tdm_buffer *b, const tdm_range *r, const void *args, size_t size) {
+  assert_int_equal(size, sizeof(saxpy_args));
+  float a = ((const saxpy_args *)args)->a;
+  float *y = b[0].ptr;
+  const float *x = b[1].ptr;
+  size_t n = r->end[0] - r->begin[0];
+  assert_int_equal(b[0].rows, n);
+  for (size_t i = 0; i < n; i++)
+    y[i] = a * x[i] + y[i] + (float)(r->begin[0] + i);
+}
+
+static const tdm_opencl_variant saxpy_cl = {
+    .source = "__kernel void saxpy(__global float *y, ulong ny, __global const float *x,\n"
+              "                    ulong nx, float a) {\n"
+              "  size_t i = get_global_id(0) - get_global_offset(0);\n"
+              "  y[i] = a * x[i] + y[i] + (float)get_global_id(0);\n"
+              "}\n",
+    .kernel = "saxpy"};
+static const tdm_codelet saxpy = {.name = "par_saxpy",
+                                  .nbuffers = 2,
+                                  .modes = {TDM_RW, TDM_R},
+                                  .opencl = &saxpy_cl};
+
+/* 2-D: out[r][c] = sum of in's column c over rows r-1 .. r+1 (clamped),
+ * + r * 1000 + c: in read whole, out split by rows */
+static void blur_cpu(const tdm_buffer *b, const tdm_range *r, const void *args, size_t size) {
+  (void)args, (void)size;
+  const tdm_buffer *out = &b[0], *in = &b[1];
+  assert_int_equal(out->cols, r->end[1]);
+  for (size_t i = r->begin[0]; i < r->end[0]; i++)
+    for (size_t c = r->begin[1]; c < r->end[1]; c++) {
+      float s = 0;
+      for (long d = -1; d <= 1; d++) {
+        long rr = (long)i + d;
+        if (rr >= 0 && rr < (long)in->rows)
+          s += ((const float *)in->ptr)[(size_t)rr * in->ld + c];
+      }
+      ((float *)out->ptr)[(i - r->begin[0]) * out->ld + c] = s + (float)(i * 1000 + c);
+    }
+}
+
+static const tdm_opencl_variant blur_cl = {
+    .source =
+        "__kernel void blur(__global float *out, ulong orows, ulong ocols, ulong old,\n"
+        "                   __global const float *in, ulong rows, ulong cols, ulong ld) {\n"
+        "  size_t c = get_global_id(0), i = get_global_id(1);\n"
+        "  float s = 0;\n"
+        "  for (long d = -1; d <= 1; d++) {\n"
+        "    long rr = (long)i + d;\n"
+        "    if (rr >= 0 && rr < (long)rows) s += in[rr * ld + c];\n"
+        "  }\n"
+        "  out[(i - get_global_offset(1)) * old + c] = s + (float)(i * 1000 + c);\n"
+        "}\n",
+    .kernel = "blur"};
+static const tdm_codelet blur = {
+    .name = "par_blur", .nbuffers = 2, .modes = {TDM_W, TDM_R}, .opencl = &blur_cl};
+
+/* ---- machines -------------------------------------------------------------- */
+
+enum machine { CPU_ONLY, SIM_SHARED, SIM_OWN, POCL_INTEGRATED, POCL_DISCRETE, NMACHINES };
+static const char *machine_name[] = {"cpu", "emulated shared", "emulated own", "pocl integrated",
+                                     "pocl discrete"};
+
+static tdm_runtime *machine(enum machine m, test_log *log, const char *scheduler) {
+  memset(log, 0, sizeof *log);
+  pthread_mutex_init(&log->lock, NULL);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.log_fn = test_log_fn;
+  cfg.log_data = log;
+  cfg.scheduler = scheduler;
+  cfg.cache_dir = "/tmp";
+  switch (m) {
+  case CPU_ONLY:
+    cfg.devices = "none";
+    break;
+  case SIM_SHARED:
+    cfg.sim = "igpu:speedup=3,memory=shared";
+    cfg.sim_time_scale = 0;
+    break;
+  case SIM_OWN:
+    cfg.sim = "gpu:speedup=10,latency=10us,bandwidth=10G";
+    break;
+  case POCL_INTEGRATED:
+  case POCL_DISCRETE:
+    cfg.opencl_cpu_devices = 1;
+    cfg.device_memory = m == POCL_DISCRETE ? TDM_MEMORY_SEPARATE : TDM_MEMORY_SHARED;
+    break;
+  default:
+    break;
+  }
+  tdm_runtime *rt = NULL;
+  if (tdm_runtime_create(&cfg, &rt))
+    return NULL;
+  if (m >= POCL_INTEGRATED && tdm_runtime_nworkers(rt) == tdm_runtime_ncpu_workers(rt)) {
+    tdm_runtime_destroy(rt); /* no OpenCL device here */
+    return NULL;
+  }
+  return rt;
+}
+
+/* ---- the plan ---------------------------------------------------------------- */
+
+static void test_plan(void **state) {
+  (void)state;
+  size_t at[5000];
+  /* every size, grain and speed: the boundaries ascend from 0 to rows,
+   * no chunk under the grain unless the range is, at most max_chunks */
+  for (size_t rows = 1; rows < 400; rows += 7)
+    for (size_t grain = 1; grain < 40; grain += 6)
+      for (double units = 1; units < 30; units *= 2.5) {
+        size_t n = tdm__parallel_plan(rows, grain, units, 4096, at);
+        assert_int_equal(n, tdm__parallel_plan(rows, grain, units, 4096, NULL));
+        assert_true(n >= 1);
+        assert_int_equal(at[0], 0);
+        assert_int_equal(at[n], rows);
+        for (size_t i = 0; i < n; i++) {
+          assert_true(at[i + 1] > at[i]);
+          if (rows >= grain)
+            assert_true(at[i + 1] - at[i] >= grain);
+        }
+        assert_true(tdm__parallel_plan(rows, grain, units, 3, NULL) <= 3);
+      }
+  /* guided: the first chunk is rows / (2 units), sizes never grow */
+  size_t n = tdm__parallel_plan(100000, 1, 12, 4096, at);
+  assert_int_equal(at[1], 100000 / 24 + (100000 % 24 != 0));
+  for (size_t i = 1; i < n; i++)
+    assert_true(at[i + 1] - at[i] <= at[i] - at[i - 1]);
+  assert_true(n > 24 && n < 400);
+}
+
+/* ---- exact results ----------------------------------------------------------- */
+
+static int run_saxpy(tdm_runtime *rt, size_t n, size_t grain, bool cpu,
+                     tdm_parallel_stats *stats) {
+  float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+  for (size_t i = 0; i < n; i++) {
+    x[i] = (float)(i % 97);
+    y[i] = (float)(i % 13);
+  }
+  tdm_handle *hy, *hx;
+  assert_int_equal(tdm_register_vector(rt, y, n, sizeof *y, &hy), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, x, n, sizeof *x, &hx), TDM_OK);
+  saxpy_args a = {2};
+  tdm_parallel_desc d = {.struct_size = sizeof d,
+                         .codelet = &saxpy,
+                         .cpu_fn = cpu ? saxpy_cpu : NULL,
+                         .range = {n, 0},
+                         .handles = {hy, hx},
+                         .split_mask = 3,
+                         .args = &a,
+                         .args_size = sizeof a,
+                         .grain = grain,
+                         .stats = stats};
+  tdm_task *end;
+  assert_int_equal(tdm_parallel_submit(rt, &d, &end), TDM_OK);
+  assert_int_equal(tdm_task_wait(end), TDM_OK);
+  tdm_task_release(end);
+  assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+  int wrong = 0;
+  for (size_t i = 0; i < n; i++)
+    if (y[i] != 2 * (float)(i % 97) + (float)(i % 13) + (float)i)
+      wrong++;
+  free(x), free(y);
+  return wrong;
+}
+
+static void test_saxpy_sizes(void **state) {
+  (void)state;
+  static const size_t sizes[] = {1, 2, 3, 7, 97, 1009, 4099, 65537, 262147};
+  for (int m = 0; m < NMACHINES; m++) {
+    test_log log;
+    tdm_runtime *rt = machine((enum machine)m, &log, NULL);
+    if (!rt) {
+      printf("  %s: no such device here, skipped\n", machine_name[m]);
+      continue;
+    }
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+      for (size_t grain = 1; grain <= 64; grain *= 64) {
+      for (int cpu = 1; cpu >= (m >= POCL_INTEGRATED ? 0 : 1); cpu--) {
+        tdm_parallel_stats st = {.struct_size = sizeof st};
+        int wrong = run_saxpy(rt, sizes[s], grain, cpu, &st);
+        if (wrong)
+          fail_msg("%s: saxpy over %zu (grain %zu%s): %d wrong", machine_name[m], sizes[s],
+                   grain, cpu ? "" : ", devices only", wrong);
+        if (getenv("TEST_VERBOSE"))
+          printf("  %s n %zu grain %zu cpu %d: %u chunks, cpu %" PRIu64 "/%" PRIu64
+                 " dev %" PRIu64 "/%" PRIu64 ", makespan %.3f ms tail %.3f ms\n",
+                 machine_name[m], sizes[s], grain, cpu, st.chunks, st.class_chunks[0],
+                 st.class_elements[0], st.class_chunks[1], st.class_elements[1],
+                 1e3 * st.makespan, 1e3 * st.tail);
+        if (!cpu) /* every chunk on the device, its kernel at its offset */
+          assert_int_equal(st.class_elements[0], 0);
+        uint64_t elements = 0, chunks = 0;
+        for (unsigned c = 0; c < st.nclasses; c++)
+          elements += st.class_elements[c], chunks += st.class_chunks[c];
+        assert_int_equal(elements, sizes[s]);
+        assert_int_equal(chunks, st.chunks);
+        assert_int_equal(st.failed, 0);
+        assert_true(st.chunks >= 1 && st.chunks <= sizes[s]);
+      }
+      }
+    assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+  }
+}
+
+static void test_blur_2d(void **state) {
+  (void)state;
+  static const size_t shapes[][2] = {{1, 1}, {3, 5}, {31, 17}, {257, 131}, {509, 7}};
+  for (int m = 0; m < NMACHINES; m++) {
+    test_log log;
+    tdm_runtime *rt = machine((enum machine)m, &log, NULL);
+    if (!rt)
+      continue;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      size_t rows = shapes[s][0], cols = shapes[s][1], ld = cols + 3;
+      float *in = malloc(rows * ld * sizeof *in), *out = calloc(rows * ld, sizeof *out);
+      for (size_t i = 0; i < rows * ld; i++)
+        in[i] = (float)(i % 31);
+      tdm_handle *ho, *hi;
+      assert_int_equal(tdm_register_matrix(rt, out, ld, rows, cols, sizeof *out, &ho), TDM_OK);
+      assert_int_equal(tdm_register_matrix(rt, in, ld, rows, cols, sizeof *in, &hi), TDM_OK);
+      tdm_parallel_desc d = {.codelet = &blur,
+                             .cpu_fn = blur_cpu,
+                             .range = {rows, cols},
+                             .handles = {ho, hi},
+                             .split_mask = 1};
+      assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_OK);
+      assert_int_equal(tdm_wait_all(rt), TDM_OK);
+      assert_int_equal(tdm_handle_unregister(ho), TDM_OK);
+      assert_int_equal(tdm_handle_unregister(hi), TDM_OK);
+      for (size_t i = 0; i < rows; i++)
+        for (size_t c = 0; c < cols; c++) {
+          float e = (float)(i * 1000 + c);
+          for (long dd = -1; dd <= 1; dd++) {
+            long rr = (long)i + dd;
+            if (rr >= 0 && rr < (long)rows)
+              e += in[(size_t)rr * ld + c];
+          }
+          if (out[i * ld + c] != e)
+            fail_msg("%s: blur %zux%zu: (%zu, %zu) is %g, not %g", machine_name[m], rows, cols,
+                     i, c, out[i * ld + c], e);
+        }
+      for (size_t i = 0; i < rows; i++) /* past the columns: untouched */
+        for (size_t c = cols; c < ld; c++)
+          assert_true(out[i * ld + c] == 0);
+      free(in), free(out);
+    }
+    assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+  }
+}
+
+/* ---- in the graph -------------------------------------------------------------- */
+
+static void add_one_cpu(const tdm_buffer *b, const void *args, size_t size) {
+  (void)args, (void)size;
+  float *y = b[0].ptr;
+  for (size_t i = 0; i < b[0].rows; i++)
+    y[i] += 1;
+}
+static const tdm_codelet add_one = {
+    .name = "par_add_one", .cpu_fn = add_one_cpu, .nbuffers = 1, .modes = {TDM_RW}};
+static void times_two_cpu(const tdm_buffer *b, const void *args, size_t size) {
+  (void)args, (void)size;
+  float *y = b[0].ptr;
+  for (size_t i = 0; i < b[0].rows; i++)
+    y[i] *= 2;
+}
+static const tdm_codelet times_two = {
+    .name = "par_times_two", .cpu_fn = times_two_cpu, .nbuffers = 1, .modes = {TDM_RW}};
+
+/* task, operation, task, operation, task on one vector: each step sees the
+ * one before whole */
+static void test_between_tasks(void **state) {
+  (void)state;
+  for (int m = 0; m < NMACHINES; m++) {
+    test_log log;
+    tdm_runtime *rt = machine((enum machine)m, &log, NULL);
+    if (!rt)
+      continue;
+    size_t n = 10007;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    for (size_t i = 0; i < n; i++)
+      x[i] = (float)(i % 5), y[i] = (float)(i % 3);
+    tdm_handle *hy, *hx;
+    assert_int_equal(tdm_register_vector(rt, y, n, sizeof *y, &hy), TDM_OK);
+    assert_int_equal(tdm_register_vector(rt, x, n, sizeof *x, &hx), TDM_OK);
+    saxpy_args a = {1};
+    tdm_parallel_desc d = {.codelet = &saxpy,
+                           .cpu_fn = saxpy_cpu,
+                           .range = {n},
+                           .handles = {hy, hx},
+                           .split_mask = 3,
+                           .args = &a,
+                           .args_size = sizeof a,
+                           .grain = 100};
+    tdm_task_desc t1 = {.codelet = &add_one, .handles = {hy}};
+    tdm_task_desc t2 = {.codelet = &times_two, .handles = {hy}};
+    assert_int_equal(tdm_submit(rt, &t1), TDM_OK);
+    assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_OK);
+    assert_int_equal(tdm_submit(rt, &t2), TDM_OK);
+    assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_OK);
+    assert_int_equal(tdm_submit(rt, &t1), TDM_OK);
+    assert_int_equal(tdm_wait_all(rt), TDM_OK);
+    assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
+    assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+    for (size_t i = 0; i < n; i++) {
+      float v = (float)(i % 3) + 1;
+      v = v + (float)(i % 5) + (float)i;
+      v *= 2;
+      v = v + (float)(i % 5) + (float)i;
+      v += 1;
+      if (y[i] != v)
+        fail_msg("%s: element %zu is %g, not %g", machine_name[m], i, y[i], v);
+    }
+    free(x), free(y);
+    assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+  }
+}
+
+/* A group's progress counts the operation's elements; cancelled before
+ * it could start (a task it waits for is held), the operation ends
+ * cancelled and its output is lost; the statistics count no chunk. */
+static _Atomic int gate;
+static void held_cpu(const tdm_buffer *b, const void *args, size_t size) {
+  (void)b, (void)args, (void)size;
+  while (!atomic_load(&gate))
+    usleep(1000);
+}
+static const tdm_codelet held = {
+    .name = "par_held", .cpu_fn = held_cpu, .nbuffers = 1, .modes = {TDM_RW}};
+
+static void test_group_progress_and_cancel(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = machine(CPU_ONLY, &log, NULL);
+  size_t n = 5003;
+  float *x = calloc(n, sizeof *x), *y = calloc(n, sizeof *y);
+  tdm_handle *hy, *hx;
+  assert_int_equal(tdm_register_vector(rt, y, n, sizeof *y, &hy), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, x, n, sizeof *x, &hx), TDM_OK);
+  tdm_group *g;
+  assert_int_equal(tdm_group_create(rt, NULL, &g), TDM_OK);
+  saxpy_args a = {1};
+  tdm_parallel_stats st = {.struct_size = sizeof st};
+  tdm_parallel_desc d = {.codelet = &saxpy,
+                         .cpu_fn = saxpy_cpu,
+                         .range = {n},
+                         .handles = {hy, hx},
+                         .split_mask = 3,
+                         .args = &a,
+                         .args_size = sizeof a,
+                         .grain = 64,
+                         .group = g,
+                         .stats = &st};
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_OK);
+  assert_int_equal(tdm_group_wait(g), TDM_OK);
+  tdm_group_progress p = {.struct_size = sizeof p};
+  assert_int_equal(tdm_group_get_progress(g, &p), TDM_OK);
+  assert_int_equal(p.submitted, st.chunks + 1); /* and the last node */
+  /* (a task's cost is kept to about 3 significant digits) */
+  assert_true(p.cost_ended > 0.99 * (double)n && p.cost_ended < 1.01 * (double)n);
+  assert_true(p.cost_ended == p.cost_submitted);
+  tdm_group_release(g);
+
+  /* cancelled while it waits for a held task */
+  atomic_store(&gate, 0);
+  assert_int_equal(tdm_group_create(rt, NULL, &g), TDM_OK);
+  tdm_task_desc h = {.codelet = &held, .handles = {hy}};
+  assert_int_equal(tdm_submit(rt, &h), TDM_OK);
+  d.group = g;
+  tdm_task *end;
+  assert_int_equal(tdm_parallel_submit(rt, &d, &end), TDM_OK);
+  assert_int_equal(tdm_group_cancel(g), TDM_OK);
+  atomic_store(&gate, 1);
+  assert_int_equal(tdm_task_wait(end), TDM_ERR_CANCELLED);
+  tdm_task_release(end);
+  assert_int_equal(st.failed, st.chunks);
+  assert_int_equal(st.class_chunks[0], 0);
+  tdm_group_wait(g);
+  tdm_group_release(g);
+  assert_int_equal(tdm_handle_acquire(hy, TDM_R), TDM_ERR_LOST);
+  assert_int_equal(tdm_handle_unregister(hy), TDM_ERR_LOST);
+  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+  tdm_wait_all(rt);
+  free(x), free(y);
+  assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+}
+
+/* ---- bad descriptions ------------------------------------------------------------ */
+
+static void test_bad_descriptions(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = machine(CPU_ONLY, &log, NULL);
+  float v[10], m[20];
+  tdm_handle *hv, *hw, *hm;
+  assert_int_equal(tdm_register_vector(rt, v, 10, sizeof *v, &hv), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, m, 8, sizeof *m, &hw), TDM_OK);
+  assert_int_equal(tdm_register_matrix(rt, m + 8, 4, 3, 4, sizeof *m, &hm), TDM_OK);
+  saxpy_args a = {1};
+  tdm_parallel_desc ok = {.codelet = &saxpy,
+                          .cpu_fn = saxpy_cpu,
+                          .range = {10},
+                          .handles = {hv, hv},
+                          .split_mask = 1,
+                          .args = &a,
+                          .args_size = sizeof a};
+  tdm_parallel_desc d;
+  assert_int_equal(tdm_parallel_submit(NULL, &ok, NULL), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_parallel_submit(rt, NULL, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.range[0] = 0; /* empty */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.range[0] = 9; /* not the vector's length */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  assert_true(test_log_has(&log, "split buffer 0 has 10 x 1 elements"));
+  d = ok, d.split_mask = 0;
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.split_mask = 4; /* not a buffer of the codelet */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.split_mask = 2; /* handle 0 written whole by every chunk */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  assert_true(test_log_has(&log, "read only"));
+  d = ok, d.split_mask = 3; /* one handle split twice */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.flags = 8;
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.handles[1] = NULL;
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.range[0] = 3, d.range[1] = 4, d.handles[0] = hm, d.handles[1] = hw;
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_OK); /* a matrix's rows */
+  d.range[1] = 5; /* not its columns */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.range[0] = 8, d.range[1] = 2, d.handles[0] = hw; /* a vector for a 2-D range */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.cpu_fn = NULL; /* no CPU function and no device */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_NO_DEVICE);
+  d = ok, d.struct_size = 8;
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  /* partitioned by the application */
+  assert_int_equal(tdm_vector_partition(hv, 5, 0), TDM_OK);
+  assert_int_equal(tdm_parallel_submit(rt, &ok, NULL), TDM_ERR_PARTITIONED);
+  assert_int_equal(tdm_vector_unpartition(hv, 0), TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hv), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hw), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hm), TDM_OK);
+  assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_plan),
+      cmocka_unit_test(test_saxpy_sizes),
+      cmocka_unit_test(test_blur_2d),
+      cmocka_unit_test(test_between_tasks),
+      cmocka_unit_test(test_group_progress_and_cancel),
+      cmocka_unit_test(test_bad_descriptions),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
