@@ -1464,6 +1464,10 @@ typedef struct tdm_parallel_stats {
   uint64_t failed;
 } tdm_parallel_stats;
 
+/** tdm_parallel_desc.flags: no device takes a chunk: the CPU workers
+ * run them all (cpu_fn required). */
+#define TDM_PARALLEL_NO_DEVICES 1u
+
 typedef struct tdm_parallel_desc {
   size_t struct_size; /**< 0, or sizeof(tdm_parallel_desc) */
   /** Its name (the models', the trace's), buffers (nbuffers, modes),
@@ -1495,10 +1499,11 @@ typedef struct tdm_parallel_desc {
    * would need more. */
   unsigned max_chunks;
   /** Bit k: device k (as tdm_runtime_device numbers them) may take
-   * chunks; 0: every device that can run the codelet. The CPU workers
-   * take chunks when cpu_fn is set. */
+   * chunks; 0: every device that can run the codelet (see
+   * TDM_PARALLEL_NO_DEVICES for none). The CPU workers take chunks when
+   * cpu_fn is set. */
   uint64_t device_mask;
-  /** 0 (no flags yet). */
+  /** TDM_PARALLEL_* flags, or 0. */
   unsigned flags;
   /** As a task's: each chunk has this priority, and joins this group,
    * as does the operation's last node (so that tdm_group_wait waits for

@@ -188,6 +188,10 @@ typedef struct tdm_chunk_tail {
   unsigned dims; /* 1 or 2 */
 } tdm_chunk_tail;
 
+/* The footprint of a chunk whose codelet has no footprint function:
+ * "parchunk" in ASCII, so that its model shows as NAME#7061726368756e6b. */
+#define TDM_CHUNK_FOOTPRINT UINT64_C(0x7061726368756e6b)
+
 /* The arguments of t that its codelet's variants get: a chunk's without
  * its tail. */
 static inline size_t tdm__task_args_size(const tdm_task *t) {

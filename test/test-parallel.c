@@ -130,30 +130,51 @@ static tdm_runtime *machine(enum machine m, test_log *log, const char *scheduler
 
 static void test_plan(void **state) {
   (void)state;
-  size_t at[5000];
-  /* every size, grain and speed: the boundaries ascend from 0 to rows,
-   * no chunk under the grain unless the range is, at most max_chunks */
+  static size_t sizes[5000], at[5001], slot_of[5000];
+  /* every size, grain and speed: the chunks cover the range, none under
+   * the grain unless the range is, at most max_chunks; the layout puts
+   * each in a slot of its size, every slot used once */
   for (size_t rows = 1; rows < 400; rows += 7)
     for (size_t grain = 1; grain < 40; grain += 6)
-      for (double units = 1; units < 30; units *= 2.5) {
-        size_t n = tdm__parallel_plan(rows, grain, units, 4096, at);
-        assert_int_equal(n, tdm__parallel_plan(rows, grain, units, 4096, NULL));
-        assert_true(n >= 1);
-        assert_int_equal(at[0], 0);
-        assert_int_equal(at[n], rows);
-        for (size_t i = 0; i < n; i++) {
-          assert_true(at[i + 1] > at[i]);
-          if (rows >= grain)
-            assert_true(at[i + 1] - at[i] >= grain);
+      for (double units = 1; units < 30; units *= 2.5)
+        for (unsigned probes = 0; probes < 7; probes += 3) {
+          size_t n = tdm__parallel_plan(rows, grain, units, probes, 4096, sizes);
+          assert_int_equal(n, tdm__parallel_plan(rows, grain, units, probes, 4096, NULL));
+          assert_true(n >= 1);
+          size_t sum = 0;
+          for (size_t i = 0; i < n; i++) {
+            sum += sizes[i];
+            if (rows >= grain)
+              assert_true(sizes[i] >= grain);
+          }
+          assert_int_equal(sum, rows);
+          tdm__parallel_layout(sizes, n, at, slot_of);
+          assert_int_equal(at[0], 0);
+          assert_int_equal(at[n], rows);
+          static bool used[5000];
+          memset(used, 0, n);
+          for (size_t i = 0; i < n; i++) {
+            assert_true(slot_of[i] < n && !used[slot_of[i]]);
+            used[slot_of[i]] = true;
+            assert_int_equal(at[slot_of[i] + 1] - at[slot_of[i]], sizes[i]);
+          }
+          assert_true(tdm__parallel_plan(rows, grain, units, probes, 3, NULL) <= 3);
         }
-        assert_true(tdm__parallel_plan(rows, grain, units, 3, NULL) <= 3);
-      }
-  /* guided: the first chunk is rows / (2 units), sizes never grow */
-  size_t n = tdm__parallel_plan(100000, 1, 12, 4096, at);
-  assert_int_equal(at[1], 100000 / 24 + (100000 % 24 != 0));
+  /* guided: the first chunk is rows / (2 units), sizes never grow; the
+   * first two chunks lie at the start and the middle of the range */
+  size_t n = tdm__parallel_plan(100000, 1, 12, 0, 4096, sizes);
+  assert_int_equal(sizes[0], 100000 / 24 + (100000 % 24 != 0));
   for (size_t i = 1; i < n; i++)
-    assert_true(at[i + 1] - at[i] <= at[i] - at[i - 1]);
+    assert_true(sizes[i] <= sizes[i - 1]);
   assert_true(n > 24 && n < 400);
+  tdm__parallel_layout(sizes, n, at, slot_of);
+  assert_int_equal(at[slot_of[0]], 0);
+  assert_true(at[slot_of[1]] > 30000 && at[slot_of[1]] < 70000);
+  /* probes: the first chunks small */
+  n = tdm__parallel_plan(100000, 1, 3, 6, 4096, sizes);
+  for (size_t i = 0; i < 6; i++)
+    assert_int_equal(sizes[i], 100000 / 192 + 1);
+  assert_true(sizes[6] > 10 * sizes[0]);
 }
 
 /* ---- exact results ----------------------------------------------------------- */

@@ -26,7 +26,7 @@
 #include <math.h>
 
 #include "sched/perfmodel.h"
-#include "vt-graphs.h"
+#include "vt-parallel.h"
 
 /* 2 CPU cores (class 0) and one discrete GPU (class 1, node 1). */
 static tdm_vt_machine cpus_and_gpu(void) {
@@ -501,6 +501,43 @@ static void test_targets(void **state) {
   assert_true(judged >= 31); /* of 36 */
 }
 
+/* A data-parallel operation (tdm_parallel_submit's cut, heft's
+ * placement): calibrated, on 2 cores + an integrated GPU (3x) and on 2
+ * cores + a discrete GPU (10x, 10 GB/s), a regular range is split within
+ * 5 points of each class's share of the speed and ends within 1.10 of the
+ * bound (the work over the machine's speed), an irregular one (an
+ * element's cost from 1 to 10 times the base) within 1.20; a first run
+ * (the model empty) within 1.30. */
+static void test_parallel_split(void **state) {
+  (void)state;
+  static const char *const machines[] = {
+      "cpu:workers=2;igpu:speedup=3,memory=shared",
+      "cpu:workers=2;gpu:speedup=10,latency=10us,bandwidth=10G"};
+  for (size_t k = 0; k < 2; k++) {
+    tdm_vt_machine m;
+    char err[128];
+    assert_int_equal(tdm__vt_parse_machine(machines[k], NULL, 0, &m, err, sizeof err), TDM_OK);
+    for (int irregular = 0; irregular < 2; irregular++) {
+      tdm_perfmodel *model = tdm__model_new();
+      assert_non_null(model);
+      vt_op_figures first, cal;
+      assert_int_equal(vt_op_run_once(&m, &b, (size_t)1 << 22, 1024, irregular, model, &first),
+                       TDM_OK);
+      assert_int_equal(vt_op_run_once(&m, &b, (size_t)1 << 22, 1024, irregular, model, &cal),
+                       TDM_OK);
+      tdm__model_free(model);
+      printf("%-55s %-9s first %.3f (%u chunks), calibrated %.3f (%u chunks), worst share "
+             "off by %.1f points\n",
+             machines[k], irregular ? "irregular" : "regular", first.ratio, first.chunks,
+             cal.ratio, cal.chunks, 100 * cal.worst_share);
+      assert_true(cal.ratio <= (irregular ? 1.20 : 1.10));
+      if (!irregular)
+        assert_true(cal.worst_share <= 0.05);
+      assert_true(first.ratio <= 1.30);
+    }
+  }
+}
+
 /* ws: tasks released by the application go to the CPU workers' queue;
  * the idle GPU steals from it (its idle_device hook), so it runs some. */
 static void test_ws_devices_steal(void **state) {
@@ -655,6 +692,7 @@ int main(void) {
       cmocka_unit_test(test_copies_between_gpus),
       cmocka_unit_test(test_take_back_spread),
       cmocka_unit_test(test_targets),
+      cmocka_unit_test(test_parallel_split),
       cmocka_unit_test(test_ws_devices_steal),
       cmocka_unit_test(test_parse_machine),
       cmocka_unit_test(test_deterministic_and_bad_input),

@@ -236,17 +236,27 @@ tdm_status tdm__unpartition_rows(tdm_handle *h, const char *what);
 
 /* ---- data-parallel operations (parallel.c) --------------------------------- */
 
-/* The chunks' boundaries of a range of `rows` (guided self-scheduling
- * over `units` workers' speed, none under `grain`, at most max_chunks):
- * their number, and at[0 .. n] when at is not NULL. */
-size_t tdm__parallel_plan(size_t rows, size_t grain, double units, size_t max_chunks,
-                          size_t *at);
+/* The chunks of a range of `rows` (guided self-scheduling over `units`
+ * workers' speed, none under `grain`, at most max_chunks; first `probes`
+ * small chunks, for the classes whose models calibrate): their number,
+ * and their sizes in the order they are given out when sizes is not
+ * NULL. */
+size_t tdm__parallel_plan(size_t rows, size_t grain, double units, unsigned probes,
+                          size_t max_chunks, size_t *sizes);
+/* Where the plan's chunks (sizes[0 .. n-1], in the order they are given
+ * out) lie in the range: slot_of[k] is chunk k's slot, whose rows are
+ * [at[slot], at[slot + 1]) (at: n + 1 ascending boundaries). */
+void tdm__parallel_layout(const size_t *sizes, size_t n, size_t *at, size_t *slot_of);
 /* Frees the codelets the operations made (at destroy). */
 void tdm__parallel_free(tdm_runtime *rt);
 /* In units of one CPU worker's speed, what the workers that may run t
  * (the CPU workers when `cpu`, and the devices of dev_mask) do together
- * by the models (one worker for a class without a prediction). */
-double tdm__sched_speed_units(tdm_runtime *rt, const tdm_task *t, uint64_t dev_mask, bool cpu);
+ * by the models (TDM_PARALLEL_UNKNOWN_UNITS for a device it cannot
+ * predict); *unknown: the classes among them whose model is not
+ * calibrated for t. */
+#define TDM_PARALLEL_UNKNOWN_UNITS 16.0
+double tdm__sched_speed_units(tdm_runtime *rt, const tdm_task *t, uint64_t dev_mask, bool cpu,
+                              unsigned *unknown);
 
 /* ---- the trace (trace.c) ---------------------------------------------------- */
 

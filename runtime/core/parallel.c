@@ -110,31 +110,70 @@ void tdm__parallel_free(tdm_runtime *rt) {
 
 /* ---- the plan ------------------------------------------------------------- */
 
-size_t tdm__parallel_plan(size_t rows, size_t grain, double units, size_t max_chunks,
-                          size_t *at) {
+size_t tdm__parallel_plan(size_t rows, size_t grain, double units, unsigned probes,
+                          size_t max_chunks, size_t *sizes) {
   if (!grain)
     grain = 1;
   if (units < 1)
     units = 1;
   if (!max_chunks)
     max_chunks = 1;
+  /* Probes first, while a class's model is not calibrated (heft tries
+   * each class TDM_MODEL_CALIBRATION times on the first chunks it
+   * places): small, so that those tries cost little, and a quarter of
+   * the range at most. */
+  size_t probe = (size_t)ceil((double)rows / (64 * units));
+  if (probe < grain)
+    probe = grain;
+  while (probes && (size_t)probes * probe > rows / 4)
+    probes--;
+  if (probes >= max_chunks)
+    probes = (unsigned)(max_chunks - 1);
   size_t n = 0, pos = 0;
-  if (at)
-    at[0] = 0;
   while (pos < rows) {
     size_t left = rows - pos;
-    size_t c = (size_t)ceil((double)left / (2 * units));
+    size_t c = n < probes ? probe : (size_t)ceil((double)left / (2 * units));
     if (c < grain)
       c = grain;
     /* no piece under the grain at the end, and no more than max_chunks */
     if (c >= left || left - c < grain || n + 1 == max_chunks)
       c = left;
     pos += c;
+    if (sizes)
+      sizes[n] = c;
     n++;
-    if (at)
-      at[n] = pos;
   }
   return n;
+}
+
+/* k's lowest `bits` bits reversed. */
+static uint64_t reversed(uint64_t k, unsigned bits) {
+  uint64_t r = 0;
+  for (unsigned i = 0; i < bits; i++, k >>= 1)
+    r = r << 1 | (k & 1);
+  return r;
+}
+
+void tdm__parallel_layout(const size_t *sizes, size_t n, size_t *at, size_t *slot_of) {
+  /* The chunks in the range in the order of their numbers' bits
+   * reversed (van der Corput's sequence): chunk 0 at the start, 1 in the
+   * middle, 2 and 3 at the quarters..., so that the chunks given out
+   * first, the large ones, and the probes among them, sample the whole
+   * range, and a range whose cost varies along it (Mandelbrot's rows) is
+   * known by its average: the models learn every class's speed from
+   * alike work. */
+  unsigned bits = 0;
+  while (bits < 63 && ((uint64_t)1 << bits) < n)
+    bits++;
+  size_t j = 0;
+  at[0] = 0;
+  for (uint64_t v = 0; j < n; v++) {
+    uint64_t k = reversed(v, bits);
+    if (k >= n)
+      continue;
+    at[j + 1] = at[j] + sizes[k];
+    slot_of[k] = j++;
+  }
 }
 
 /* ---- statistics ------------------------------------------------------------- */
@@ -240,8 +279,10 @@ static tdm_status check(tdm_runtime *rt, const tdm_parallel_desc *d, unsigned *d
     return refuse(rt, TDM_ERR_INVALID_ARG, "neither a CPU function nor an OpenCL variant");
   if (!d->range[0])
     return refuse(rt, TDM_ERR_INVALID_ARG, "an empty range");
-  if (d->flags)
+  if (d->flags & ~TDM_PARALLEL_NO_DEVICES)
     return refuse(rt, TDM_ERR_INVALID_ARG, "unknown flags");
+  if ((d->flags & TDM_PARALLEL_NO_DEVICES) && !d->cpu_fn)
+    return refuse(rt, TDM_ERR_INVALID_ARG, "TDM_PARALLEL_NO_DEVICES without a CPU function");
   if (d->args_size && !d->args)
     return refuse(rt, TDM_ERR_INVALID_ARG, "args_size > 0 but args is NULL");
   if (!(d->split_mask & ((1u << n) - 1)) || (d->split_mask >> n))
@@ -337,7 +378,8 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
     free(args);
     return refuse(rt, TDM_ERR_NO_MEMORY, "out of memory");
   }
-  uint64_t devices = chosen_workers(rt, d->device_mask);
+  uint64_t devices =
+      d->flags & TDM_PARALLEL_NO_DEVICES ? 0 : chosen_workers(rt, d->device_mask);
   tdm__submit_wait_room(rt);
 
   /* A probe over the whole range, never submitted: whether a device can
@@ -359,20 +401,24 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
     return refuse(rt, TDM_ERR_NO_DEVICE,
                   "no CPU function, and no device chosen can run the codelet");
   }
-  double units = tdm__sched_speed_units(rt, probe, devices, d->cpu_fn != NULL);
+  unsigned unknown = 0;
+  double units = tdm__sched_speed_units(rt, probe, devices, d->cpu_fn != NULL, &unknown);
   tdm_task_release(probe);
+  unsigned probes = unknown * TDM_MODEL_CALIBRATION;
 
   size_t grain = d->grain ? d->grain : 1;
   size_t max_chunks = d->max_chunks ? d->max_chunks : 4096;
-  size_t n = tdm__parallel_plan(d->range[0], grain, units, max_chunks, NULL);
-  size_t *at = tdm__malloc(rt, (n + 1) * sizeof *at);
+  size_t n = tdm__parallel_plan(d->range[0], grain, units, probes, max_chunks, NULL);
+  size_t *at = tdm__malloc(rt, (3 * n + 1) * sizeof *at), *sizes = at + n + 1,
+         *slot_of = sizes + n;
   tdm_task **chunks = tdm__calloc(rt, n, sizeof *chunks);
   op *o = tdm__calloc(rt, 1, sizeof *o + n * sizeof o->rec[0]);
   if (!at || !chunks || !o) {
     free(at), free(chunks), free(o), free(args);
     return refuse(rt, TDM_ERR_NO_MEMORY, "out of memory");
   }
-  tdm__parallel_plan(d->range[0], grain, units, max_chunks, at);
+  tdm__parallel_plan(d->range[0], grain, units, probes, max_chunks, sizes);
+  tdm__parallel_layout(sizes, n, at, slot_of);
   *o = (op){.rt = rt,
             .stats = d->stats,
             .callback = d->callback,
@@ -391,11 +437,13 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
         break;
       parted |= 1u << k;
     }
+  /* made in the plan's order (the large chunks first, which placement
+   * then sees first), each at its slot in the range */
   size_t made = 0;
   for (; made < n && !st; made++) {
-    o->rec[made] = (struct chunk_rec){o, (at[made + 1] - at[made]) *
-                                             (dims == 2 ? d->range[1] : 1)};
-    chunk_desc(d, cl, dims, at, made, false, args, &td);
+    size_t slot = slot_of[made];
+    o->rec[made] = (struct chunk_rec){o, sizes[made] * (dims == 2 ? d->range[1] : 1)};
+    chunk_desc(d, cl, dims, at, slot, false, args, &td);
     td.callback = chunk_ended;
     td.callback_data = &o->rec[made];
     if ((st = tdm__chunk_create(rt, &td, &chunks[made])))

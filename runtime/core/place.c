@@ -130,16 +130,39 @@ static const char *model_key(const tdm_sched *s, const tdm_task *t, char *buf, s
   return buf;
 }
 
+/* A chunk of a data-parallel operation is known by its elements, its
+ * time taken as proportional to them (perfmodel.h); kept in buckets of
+ * powers of two (chunks of every size are cut: one record per size
+ * would grow without end), each observation as its time per element
+ * times the bucket's elements. A task is known by its bytes. */
+static uint64_t chunk_elements(const tdm_task *t) {
+  tdm_chunk_tail c = tdm__chunk_tail(t);
+  return (uint64_t)(c.range.end[0] - c.range.begin[0]) * (c.range.end[1] - c.range.begin[1]);
+}
+static uint64_t bucket_of(uint64_t elements) {
+  uint64_t b = 1;
+  while (b <= elements / 2)
+    b *= 2;
+  return b;
+}
+
 static double rt_predict(const tdm_sched *s, const tdm_task *t, unsigned c, bool *calibrated) {
   char key[TDM_MODEL_NAME_MAX];
-  return tdm__model_predict(s->model, model_key(s, t, key, sizeof key), tdm__task_bytes(t),
-                            s->cls[c].name, calibrated);
+  const char *name = model_key(s, t, key, sizeof key);
+  if (TDM_UNLIKELY(t->chunk))
+    return tdm__model_predict_linear(s->model, name, chunk_elements(t), s->cls[c].name,
+                                     calibrated);
+  return tdm__model_predict(s->model, name, tdm__task_bytes(t), s->cls[c].name, calibrated);
 }
 
 static bool rt_observe(tdm_sched *s, const tdm_task *t, unsigned c, double seconds) {
   char key[TDM_MODEL_NAME_MAX];
-  return tdm__model_observe(s->model, model_key(s, t, key, sizeof key), tdm__task_bytes(t),
-                            s->cls[c].name, seconds);
+  const char *name = model_key(s, t, key, sizeof key);
+  if (TDM_UNLIKELY(t->chunk)) {
+    uint64_t e = chunk_elements(t), b = bucket_of(e);
+    return tdm__model_observe(s->model, name, b, s->cls[c].name, seconds * (double)b / (double)e);
+  }
+  return tdm__model_observe(s->model, name, tdm__task_bytes(t), s->cls[c].name, seconds);
 }
 
 /* The memory node class c works in. */
@@ -463,27 +486,38 @@ double tdm__sched_predict_on(tdm_runtime *rt, const tdm_task *t, unsigned k, boo
   return rt_predict(s, t, c, calibrated);
 }
 
-double tdm__sched_speed_units(tdm_runtime *rt, const tdm_task *t, uint64_t dev_mask, bool cpu) {
+double tdm__sched_speed_units(tdm_runtime *rt, const tdm_task *t, uint64_t dev_mask, bool cpu,
+                              unsigned *unknown) {
   tdm_sched *s = rt->sched;
   unsigned ncpu_workers = tdm_runtime_active_workers(rt);
+  *unknown = 0;
   if (!s)
     return cpu ? ncpu_workers : 0;
   /* one CPU worker's time: the fastest kind's with a prediction */
   double one = -1;
+  bool cpu_known = false;
   for (unsigned c = 0; c < s->ncpu; c++) {
-    bool calibrated;
+    bool calibrated = false;
     double p = s->cls[c].workers ? rt_predict(s, t, c, &calibrated) : -1;
-    if (p > 0 && (one < 0 || p < one))
+    cpu_known = cpu_known || calibrated;
+    if (p > 0 && calibrated && (one < 0 || p < one))
       one = p;
   }
   double units = cpu ? ncpu_workers : 0;
+  *unknown = cpu && !cpu_known;
   uint64_t out = atomic_load_explicit(&rt->quarantined, memory_order_relaxed);
+  bool seen[TDM_MAX_DEVICE_WORKERS + TDM_SCHED_MAX_CPU_CLASSES] = {false};
   for (unsigned k = 0; k < rt->ndevice_workers && k < 64; k++) {
     if (!((dev_mask & t->dev_mask & ~out) >> k & 1))
       continue;
-    bool calibrated;
-    double p = rt_predict(s, t, class_of(rt, rt->nworkers + k), &calibrated);
-    units += one > 0 && p > 0 ? one / p : 1;
+    bool calibrated = false;
+    unsigned c = class_of(rt, rt->nworkers + k);
+    double p = rt_predict(s, t, c, &calibrated);
+    bool known = one > 0 && p > 0 && calibrated;
+    units += known ? one / p : TDM_PARALLEL_UNKNOWN_UNITS;
+    if (!calibrated && !seen[c]) /* (classes of one name share a model) */
+      (*unknown)++;
+    seen[c] = true;
   }
   return units;
 }

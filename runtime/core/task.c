@@ -926,9 +926,10 @@ uint64_t tdm__task_footprint(tdm_runtime *rt, const tdm_task *t) {
     return fp;
   }
   /* the chunks of an operation, of every size and shape, share one model
-   * (along whose sizes it interpolates) */
+   * (along whose sizes, in elements, it scales), apart from the codelet's
+   * tasks (whose sizes are bytes) */
   if (t->chunk)
-    return 0;
+    return TDM_CHUNK_FOOTPRINT;
   /* the shapes: FNV-1a (Fowler, Noll and Vo) over each buffer's element
    * size and shape class, where one is neither a vector nor square */
   uint64_t h = 14695981039346656037ull;

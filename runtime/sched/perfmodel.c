@@ -38,10 +38,10 @@ typedef struct size_entry {
   unsigned n; /* observations ever, the last TDM_MODEL_WINDOW kept */
   double seen[TDM_MODEL_WINDOW];
   bool on_disk; /* while saving: the file still holds it */
-  /* for predictions: n and the median of the window, as of the last
-   * observation */
+  /* for predictions: n, and the median and the mean of the window, as
+   * of the last observation */
   _Atomic unsigned count;
-  _Atomic double med;
+  _Atomic double med, avg;
   struct size_entry *_Atomic next;
 } size_entry;
 
@@ -186,6 +186,10 @@ static void publish(size_entry *s) {
   unsigned k = s->n < TDM_MODEL_WINDOW ? s->n : TDM_MODEL_WINDOW;
   double v[TDM_MODEL_WINDOW];
   memcpy(v, s->seen, k * sizeof *v);
+  double sum = 0;
+  for (unsigned i = 0; i < k; i++)
+    sum += v[i];
+  atomic_store_explicit(&s->avg, k ? sum / k : 0, memory_order_relaxed);
   atomic_store_explicit(&s->med, k ? tdm__median(v, k) : 0, memory_order_relaxed);
   atomic_store_explicit(&s->count, s->n, memory_order_release);
 }
@@ -283,6 +287,35 @@ double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t 
   *calibrated = true;
   double p = exp(a + b * log((double)size));
   return p < sp.fast ? sp.fast : p > sp.slow ? sp.slow : p;
+}
+
+double tdm__model_predict_linear(const tdm_perfmodel *m, const char *codelet, uint64_t size,
+                                 const char *cls, bool *calibrated) {
+  bool dummy;
+  if (!calibrated)
+    calibrated = &dummy;
+  *calibrated = false;
+  const entry *e = find(m, codelet, cls);
+  if (!e)
+    return -1;
+  /* the time per unit of size over the windows of every size: their
+   * sums' ratio, which work that varies from one task to the next (the
+   * rows of an irregular range) does not bias as a median would */
+  double seconds = 0, units = 0;
+  unsigned seen = 0;
+  for (const size_entry *s = FIRST(e->sizes); s; s = NEXT(s)) {
+    unsigned n = count_of(s), k = n < TDM_MODEL_WINDOW ? n : TDM_MODEL_WINDOW;
+    double avg = atomic_load_explicit(&((size_entry *)s)->avg, memory_order_relaxed);
+    if (!k || s->size == 0 || !(avg >= 0))
+      continue;
+    seconds += k * avg;
+    units += k * (double)s->size;
+    seen += k;
+  }
+  if (!seen || units <= 0)
+    return -1;
+  *calibrated = seen >= TDM_MODEL_CALIBRATION;
+  return seconds / units * (double)size;
 }
 
 bool tdm__model_law(const tdm_perfmodel *m, const char *codelet, const char *cls, double *c,

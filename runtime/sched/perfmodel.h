@@ -48,6 +48,13 @@ bool tdm__model_observe(tdm_perfmodel *m, const char *codelet, uint64_t size, co
 double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t size,
                           const char *cls, bool *calibrated);
 
+/* For work proportional to its size (the chunks of a data-parallel
+ * operation: size in elements): the time per unit of size over the
+ * observations kept at every size (the sum of their times over the sum
+ * of their sizes), times `size`; calibrated once TDM_MODEL_CALIBRATION
+ * observations are kept in all. */
+double tdm__model_predict_linear(const tdm_perfmodel *m, const char *codelet, uint64_t size,
+                                 const char *cls, bool *calibrated);
 /* Saves to / loads from the file `name` relative to dirfd (AT_FDCWD for
  * a path), read only if nobody else could have written it (files.c).
  * Load replaces the model's contents; on a bad file it leaves the model

@@ -297,6 +297,10 @@ typedef struct tdm_vt_task {
   /* The user's priority: among tasks ready at the same moment, a higher
    * one is placed first; equal ones by upward rank. Default 0. */
   int priority;
+  /* What the model knows of the task's work, in seconds of one CPU core
+   * (the runtime's models know a task by its size, not by what its data
+   * makes it cost: a chunk of an irregular operation); 0: cpu_time. */
+  double model_time;
 } tdm_vt_task;
 
 typedef struct tdm_vt_graph {
@@ -329,12 +333,6 @@ typedef struct tdm_vt_result {
 tdm_status tdm__vt_run(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_policy p,
                        uint64_t seed, tdm_vt_result *r);
 void tdm__vt_result_free(tdm_vt_result *r);
-/* The same, with the model `model` instead of an empty one (NULL: an
- * empty one): the run starts from what it knows and leaves in it what it
- * learnt, so that a second run is a calibrated one, as a program's is
- * with a model file from an earlier run. */
-tdm_status tdm__vt_run_model(const tdm_vt_machine *m, const tdm_vt_graph *g, tdm_policy p,
-                             uint64_t seed, struct tdm_perfmodel *model, tdm_vt_result *r);
 /* The same, with the model `model` instead of an empty one (NULL: an
  * empty one): the run starts from what it knows and leaves in it what it
  * learnt, so that a second run is a calibrated one, as a program's is

@@ -33,6 +33,11 @@ static void codelet_key(unsigned codelet, char *buf, size_t size) {
   snprintf(buf, size, "c%u", codelet);
 }
 
+/* What the model knows of t's work (tdm_vt_task.model_time). */
+static double model_time(const tdm_vt_task *t) {
+  return t->model_time > 0 ? t->model_time : t->cpu_time;
+}
+
 /* The true duration of task t on class c starting at `at`. */
 static double true_time(const tdm_vt_machine *m, const tdm_vt_task *t, unsigned c, double at) {
   const struct tdm_vt_class *k = &m->classes[c];
@@ -311,7 +316,10 @@ static bool upward_ranks(const vt_state *v, double *rank) {
     double best = 0;
     for (unsigned e = v->succ_at[u]; e < v->succ_at[u + 1]; e++)
       best = fmax(best, rank[v->succ[e]]);
-    rank[u] = tdm__vt_mean_time(m, &g->tasks[u]) + best;
+    /* (by what the model knows of the task, as the runtime's priorities) */
+    const tdm_vt_task *t = &g->tasks[u];
+    double known = t->cpu_time > 0 ? model_time(t) / t->cpu_time : 1;
+    rank[u] = tdm__vt_mean_time(m, t) * known + best;
   }
   free(order);
   free(indeg);
@@ -358,15 +366,15 @@ static double vt_predict(const tdm_sched *s, const tdm_task *t, unsigned c, bool
   char key[16];
   codelet_key(vt->codelet, key, sizeof key);
   double f = tdm__model_predict(s->model, key, 0, s->cls[c].name, calibrated);
-  return f < 0 ? f : f * vt->cpu_time;
+  return f < 0 ? f : f * model_time(vt);
 }
 
 static bool vt_observe(tdm_sched *s, const tdm_task *t, unsigned c, double seconds) {
   const tdm_vt_task *vt = graph_task(s, t);
   char key[16];
   codelet_key(vt->codelet, key, sizeof key);
-  return vt->cpu_time > 0 &&
-         tdm__model_observe(s->model, key, 0, s->cls[c].name, seconds / vt->cpu_time);
+  return model_time(vt) > 0 &&
+         tdm__model_observe(s->model, key, 0, s->cls[c].name, seconds / model_time(vt));
 }
 
 static double vt_transfer(const tdm_sched *s, unsigned c, const tdm_task *t) {
