@@ -1389,14 +1389,19 @@ TDM_API int tdm_dispatch(tdm_runtime *rt);
  * IEEE Trans. Computers 36(12), 1987), weighted by speed as the HGuided
  * scheduler of EngineCL does (Nozal, Bosque and Beivide, Future
  * Generation Computer Systems 107, 2020): each chunk is the part of the
- * range left over twice the machine's speed, in units of one CPU
- * worker's speed taken from the performance models of the codelet (a class not yet measured counts as one worker), and never
- * less than the grain: large chunks first, which the placement policy
- * gives to the fastest workers, small ones at the end, which balance the
- * tail. Each chunk is placed as a task is (tdm_config.scheduler; heft,
- * the default, sends it where it is predicted to end first, transfers
- * included, and learns from every chunk that ends, so that an irregular
- * range or a slowing device is corrected while the operation runs).
+ * range left over four times the machine's speed, in units of one CPU
+ * worker's speed taken from the performance models of the codelet (a
+ * device not yet measured counts as 16 workers), and never less than
+ * the grain: large chunks first, which the placement policy gives to
+ * the fastest workers, small ones at the end, which balance the tail.
+ * While a class's model is not calibrated, the first chunks are small
+ * probes. The chunks lie in the range in van der Corput's order (the
+ * first at the start, the second in the middle...), so that those given
+ * out first sample the whole range. Each chunk is placed as a task is
+ * (tdm_config.scheduler; heft, the default, sends it where it is
+ * predicted to end first, transfers included, and learns from every
+ * chunk that ends, its time taken as proportional to its elements).
+ * docs/parallel.md says more.
  *
  * Its handles are of two kinds (split_mask): a split handle is cut with
  * the range (a vector of range[0] elements by elements, a matrix of

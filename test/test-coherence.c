@@ -678,6 +678,35 @@ static void test_gather_copy_fails(void **state) {
   teardown_world(&w);
 }
 
+/* A tile that only a device holds, whose copy home (a writeback's, an
+ * eviction's) failed, comes home from that device when its matrix
+ * gathers it, also without retries (nodes->retries 0): the failed copy is
+ * no version, and the gather's copy does not come after it. Before, the
+ * gather took the failed copy for its own and gave up: the matrix's
+ * version reported lost where a device held it. */
+static void test_gather_after_failed_copy_home(void **state) {
+  (void)state;
+  static world w;
+  setup_world_with(&w, &failing_ops);
+  w.nodes.retries = 0;
+  begin(&w);
+  partition(&w);
+  tdm_handle *hs[2] = {NULL, NULL};
+  assert_int_equal(handles(&w, hs), 2);
+  write_on(&w, hs[0], 1);
+  tdm__coh_lock(&hs[0]->coh);
+  fail_at = 1;
+  assert_int_equal(tdm__coh_evict(&w.nodes, hs[0], 1), TDM_EVICT_LATER); /* home, failing */
+  tdm__coh_unlock(&hs[0]->coh);
+  land(hs[0]->coh.rep[0].fill);
+  assert_int_equal(fail_at, 0);
+  assert_int_equal(tdm_matrix_unpartition(w.m, 0), TDM_OK);
+  w.parted = false;
+  read_on(&w, w.m, 0);
+  end(&w);
+  teardown_world(&w);
+}
+
 /* A matrix only node `holder` holds is partitioned; the first access to
  * tile `tile` (mode) fails, as the matrix's copy home for it fails; hs
  * gets the two tiles. */
@@ -1009,6 +1038,7 @@ int main(void) {
       cmocka_unit_test(test_unwritten_tiles_keep_copies),
       cmocka_unit_test(test_write_waits_for_eviction_copy),
       cmocka_unit_test(test_gather_copy_fails),
+      cmocka_unit_test(test_gather_after_failed_copy_home),
       cmocka_unit_test(test_tile_taken_after_failed_copy),
       cmocka_unit_test(test_reader_before_partition_retried),
       cmocka_unit_test(test_unwritten_tiles_assemble_the_host),

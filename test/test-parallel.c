@@ -160,13 +160,14 @@ static void test_plan(void **state) {
           }
           assert_true(tdm__parallel_plan(rows, grain, units, probes, 3, NULL) <= 3);
         }
-  /* guided: the first chunk is rows / (2 units), sizes never grow; the
+  /* guided: the first chunk is rows / (K units), sizes never grow; the
    * first two chunks lie at the start and the middle of the range */
   size_t n = tdm__parallel_plan(100000, 1, 12, 0, 4096, sizes);
-  assert_int_equal(sizes[0], 100000 / 24 + (100000 % 24 != 0));
+  size_t k12 = TDM_PARALLEL_GUIDED_K * 12;
+  assert_int_equal(sizes[0], 100000 / k12 + (100000 % k12 != 0));
   for (size_t i = 1; i < n; i++)
     assert_true(sizes[i] <= sizes[i - 1]);
-  assert_true(n > 24 && n < 400);
+  assert_true(n > k12 && n < 40 * k12);
   tdm__parallel_layout(sizes, n, at, slot_of);
   assert_int_equal(at[slot_of[0]], 0);
   assert_true(at[slot_of[1]] > 30000 && at[slot_of[1]] < 70000);
@@ -436,6 +437,159 @@ static void test_group_progress_and_cancel(void **state) {
   assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
 }
 
+/* ---- failures ------------------------------------------------------------------ */
+
+/* Chunks whose runs fail on an emulated device with memory of its own are
+ * tried again, each only on its rows: the result is exact and the
+ * operation done. Without retries, the operation ends cancelled (its
+ * failed chunks failed, told), and what it writes is lost: never a
+ * result reported done with rows missing. */
+static void test_failing_chunks(void **state) {
+  (void)state;
+  for (unsigned retries = 3;; retries = 0) {
+    test_log log;
+    memset(&log, 0, sizeof log);
+    pthread_mutex_init(&log.lock, NULL);
+    tdm_config cfg;
+    tdm_config_init(&cfg);
+    cfg.ignore_env = 1;
+    cfg.nworkers = 1; /* one core 20 times slower than the device: it takes most chunks */
+    cfg.bind_workers = 0;
+    cfg.log_fn = test_log_fn;
+    cfg.log_data = &log;
+    cfg.cache_dir = "/tmp";
+    cfg.sim = "gpu:speedup=20,latency=10us,bandwidth=10G";
+    cfg.faults = "launch:p=0.2;run:p=0.2;seed=3";
+    cfg.retries = retries;
+    cfg.writeback = 1;
+    cfg.quarantine_failures = 0;
+    tdm_runtime *rt;
+    assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+    size_t n = 200003;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    for (size_t i = 0; i < n; i++)
+      x[i] = (float)(i % 97), y[i] = (float)(i % 13);
+    tdm_handle *hy, *hx;
+    assert_int_equal(tdm_register_vector(rt, y, n, sizeof *y, &hy), TDM_OK);
+    assert_int_equal(tdm_register_vector(rt, x, n, sizeof *x, &hx), TDM_OK);
+    saxpy_args a = {2};
+    tdm_parallel_stats st = {.struct_size = sizeof st};
+    tdm_parallel_desc d = {.codelet = &saxpy,
+                           .cpu_fn = saxpy_cpu,
+                           .range = {n},
+                           .handles = {hy, hx},
+                           .split_mask = 3,
+                           .args = &a,
+                           .args_size = sizeof a,
+                           .grain = 512,
+                           .stats = &st};
+    tdm_task *end;
+    assert_int_equal(tdm_parallel_submit(rt, &d, &end), TDM_OK);
+    tdm_status got = tdm_task_wait(end);
+    tdm_task_release(end);
+    uint64_t tried_again = atomic_load(&rt->nretries);
+    printf("  retries %u: %s, %u chunks, %llu done on the device, %llu failed, %llu tries "
+           "again\n",
+           retries, tdm_status_name(got), st.chunks, (unsigned long long)st.class_chunks[1],
+           (unsigned long long)st.failed, (unsigned long long)tried_again);
+    tdm_status un = tdm_handle_unregister(hy);
+    assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+    if (retries) {
+      assert_int_equal(got, TDM_OK);
+      assert_int_equal(un, TDM_OK);
+      assert_true(st.class_chunks[1] > 0);
+      assert_true(tried_again > 0); /* faults were met, and the chunks tried again */
+      assert_int_equal(st.failed, 0);
+      for (size_t i = 0; i < n; i++)
+        if (y[i] != 2 * (float)(i % 97) + (float)(i % 13) + (float)i)
+          fail_msg("element %zu is %g after retried chunks", i, y[i]);
+    } else {
+      assert_int_equal(got, TDM_ERR_CANCELLED); /* a chunk failed: told */
+      assert_true(st.failed > 0);
+      assert_int_equal(un, TDM_ERR_LOST);
+    }
+    tdm_wait_all(rt);
+    free(x), free(y);
+    assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+    if (!retries)
+      break;
+  }
+}
+
+/* The verification mode on PoCL: a kernel that is wrong on some rows is
+ * caught chunk by chunk, each compared with the CPU function over its
+ * own range; the CPU function's results replace the device's, and
+ * tdm_wait_all says so once. */
+static const tdm_opencl_variant wrong_cl = {
+    .source = "__kernel void wrong(__global float *y, ulong ny, __global const float *x,\n"
+              "                    ulong nx, float a) {\n"
+              "  size_t i = get_global_id(0) - get_global_offset(0);\n"
+              "  y[i] = a * x[i] + y[i] + (float)get_global_id(0);\n"
+              "  if (get_global_id(0) % 1000 == 7) y[i] += 1;\n"
+              "}\n",
+    .kernel = "wrong"};
+static const tdm_codelet wrong = {
+    .name = "par_wrong", .nbuffers = 2, .modes = {TDM_RW, TDM_R}, .opencl = &wrong_cl};
+
+static void test_verified_chunks(void **state) {
+  (void)state;
+  test_log log;
+  memset(&log, 0, sizeof log);
+  pthread_mutex_init(&log.lock, NULL);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.log_fn = test_log_fn;
+  cfg.log_data = &log;
+  cfg.cache_dir = "/tmp";
+  cfg.opencl_cpu_devices = 1;
+  cfg.scheduler = "eager";
+  cfg.verify = "par_wrong:1";
+  tdm_runtime *rt;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  if (tdm_runtime_nworkers(rt) == tdm_runtime_ncpu_workers(rt)) {
+    tdm_runtime_destroy(rt);
+    skip(); /* no OpenCL device */
+  }
+  size_t n = 100003;
+  float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+  for (size_t i = 0; i < n; i++)
+    x[i] = (float)(i % 97), y[i] = (float)(i % 13);
+  tdm_handle *hy, *hx;
+  assert_int_equal(tdm_register_vector(rt, y, n, sizeof *y, &hy), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, x, n, sizeof *x, &hx), TDM_OK);
+  saxpy_args a = {2};
+  tdm_parallel_stats st = {.struct_size = sizeof st};
+  tdm_parallel_desc d = {.codelet = &wrong,
+                         .cpu_fn = saxpy_cpu,
+                         .range = {n},
+                         .handles = {hy, hx},
+                         .split_mask = 3,
+                         .args = &a,
+                         .args_size = sizeof a,
+                         .stats = &st};
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_OK);
+  tdm_status all = tdm_wait_all(rt);
+  tdm_verify_counts vc = {.struct_size = sizeof vc};
+  assert_int_equal(tdm_runtime_verify_counts(rt, &vc), TDM_OK);
+  printf("  %llu chunks on the device, %llu verified, %llu mismatched; tdm_wait_all: %s\n",
+         (unsigned long long)st.class_chunks[1], (unsigned long long)vc.compared,
+         (unsigned long long)vc.mismatched, tdm_status_name(all));
+  assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+  for (size_t i = 0; i < n; i++) /* the CPU function's results wherever it ran */
+    if (y[i] != 2 * (float)(i % 97) + (float)(i % 13) + (float)i)
+      fail_msg("element %zu is %g: a wrong device chunk kept", i, y[i]);
+  if (st.class_chunks[1]) { /* a chunk ran there: caught */
+    assert_true(vc.mismatched > 0);
+    assert_int_equal(all, TDM_ERR_MISMATCH);
+  }
+  free(x), free(y);
+  assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+}
+
 /* ---- bad descriptions ------------------------------------------------------------ */
 
 static void test_bad_descriptions(void **state) {
@@ -504,6 +658,8 @@ int main(void) {
       cmocka_unit_test(test_blur_2d),
       cmocka_unit_test(test_between_tasks),
       cmocka_unit_test(test_group_progress_and_cancel),
+      cmocka_unit_test(test_failing_chunks),
+      cmocka_unit_test(test_verified_chunks),
       cmocka_unit_test(test_bad_descriptions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

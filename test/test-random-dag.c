@@ -5,7 +5,10 @@
  * reordering of conflicting tasks changes the result. The final data must
  * equal a sequential execution of the same submission order. One task in
  * sixteen is wide: 9 to 16 buffers, past TDM_MAX_BUFFERS (given through
- * dyn_modes and dyn_handles).
+ * dyn_modes and dyn_handles); one in sixteen is a data-parallel operation
+ * (tdm_parallel_submit) over the handles' words, 1 to 3 handles split and
+ * up to one read whole, each word mixed from its own words and the whole
+ * handle's.
  */
 #include "common.h"
 #include "internal.h" /* the device fault seam */
@@ -30,6 +33,7 @@ typedef struct {
 typedef struct {
   step s;
   unsigned h[MAX_WIDE];
+  unsigned nsplit; /* an operation's split handles (the first ones); 0: a task */
   _Atomic int outcome;
 } record;
 
@@ -54,6 +58,41 @@ static void apply(const step *s, uint64_t *const *bufs) {
     if (s->modes[i] & TDM_W)
       for (int w = 0; w < WORDS; w++)
         bufs[i][w] = mix(acc + i * WORDS + (unsigned)w);
+}
+
+/* An operation: each word w of its range [lo, hi) mixes word w of its
+ * split R/RW handles and every word of its whole ones (after the first
+ * nsplit), and writes word w of its split W/RW handles. bufs: the
+ * handles' words from word lo on for the split ones. */
+typedef struct {
+  step s;
+  unsigned nsplit;
+} op_step;
+
+static void apply_op(const op_step *o, uint64_t *const *bufs, size_t lo, size_t hi) {
+  for (size_t w = lo; w < hi; w++) {
+    uint64_t acc = mix(o->s.id ^ (0x9e3779b97f4a7c15ull * (w + 1)));
+    for (unsigned i = 0; i < o->s.nbuf; i++)
+      if (i < o->nsplit) {
+        if (o->s.modes[i] & TDM_R)
+          acc = mix(acc ^ bufs[i][w - lo]);
+      } else {
+        for (int k = 0; k < WORDS; k++)
+          acc = mix(acc ^ bufs[i][k]);
+      }
+    for (unsigned i = 0; i < o->nsplit; i++)
+      if (o->s.modes[i] & TDM_W)
+        bufs[i][w - lo] = mix(acc + i);
+  }
+}
+
+static void run_op(const tdm_buffer *b, const tdm_range *r, const void *args, size_t n) {
+  (void)n;
+  const op_step *o = args;
+  uint64_t *bufs[MAX_WIDE];
+  for (unsigned i = 0; i < o->s.nbuf; i++)
+    bufs[i] = b[i].ptr;
+  apply_op(o, bufs, r->begin[0], r->end[0]);
 }
 
 static void run_step(const tdm_buffer *b, const void *args, size_t n) {
@@ -98,7 +137,7 @@ static void init_codelets(void) {
  * were never produced is cancelled (it must have been), a failed or
  * cancelled task's outputs are lost, a task that ran makes new versions.
  * Returns the tasks that failed; lost[h]: h's newest version is lost. */
-static unsigned replay(uint64_t ref[][WORDS], bool *lost, uint64_t seed) {
+static unsigned replay(uint64_t ref[][WORDS], bool *lost, bool *partial, uint64_t seed) {
   unsigned failed = 0;
   for (int t = 0; t < NTASKS; t++) {
     record *r = &records[t];
@@ -109,9 +148,29 @@ static unsigned replay(uint64_t ref[][WORDS], bool *lost, uint64_t seed) {
     if (cancel && got != TDM_ERR_CANCELLED)
       fail_msg("seed %llu: task %d reads a lost version but ended with %s",
                (unsigned long long)seed, t, tdm_status_name((tdm_status)got));
-    if (!cancel && got == TDM_ERR_CANCELLED)
+    /* an operation whose chunk failed ends cancelled (its last node's
+     * outcome); the chunks that ran wrote their words: what it writes is
+     * lost, and its words a mix */
+    bool op_failed = r->nsplit && !cancel && got == TDM_ERR_CANCELLED;
+    if (!cancel && got == TDM_ERR_CANCELLED && !op_failed)
       fail_msg("seed %llu: task %d was cancelled with its inputs produced",
                (unsigned long long)seed, t);
+    failed += op_failed;
+    if (r->nsplit) {
+      for (unsigned i = 0; i < r->nsplit; i++)
+        if (r->s.modes[i] & TDM_W) {
+          lost[r->h[i]] = got != TDM_OK;
+          partial[r->h[i]] = op_failed || (got != TDM_OK && partial[r->h[i]]);
+        }
+      if (got == TDM_OK) {
+        uint64_t *bufs[MAX_WIDE];
+        for (unsigned i = 0; i < r->s.nbuf; i++)
+          bufs[i] = ref[r->h[i]];
+        op_step o = {r->s, r->nsplit};
+        apply_op(&o, bufs, 0, WORDS);
+      }
+      continue;
+    }
     /* failed tries: launches, runs, copies (TDM_ERR_SYSTEM), allocations
      * (TDM_ERR_TOO_LARGE) */
     assert_true(got == TDM_OK || got == TDM_ERR_SYSTEM || got == TDM_ERR_TOO_LARGE ||
@@ -120,8 +179,10 @@ static unsigned replay(uint64_t ref[][WORDS], bool *lost, uint64_t seed) {
     uint64_t *bufs[MAX_WIDE];
     for (unsigned i = 0; i < r->s.nbuf; i++) {
       bufs[i] = ref[r->h[i]];
-      if (r->s.modes[i] & TDM_W)
+      if (r->s.modes[i] & TDM_W) {
         lost[r->h[i]] = got != TDM_OK;
+        partial[r->h[i]] = got != TDM_OK && partial[r->h[i]];
+      }
     }
     if (got == TDM_OK)
       apply(&r->s, bufs);
@@ -140,12 +201,61 @@ static const rates runs = {.p[TDM_FAULT_LAUNCH] = 1.0 / 16, .p[TDM_FAULT_COMPLET
 /* faults come from the runtime's configuration */
 static const rates configured;
 
+/* Task t of a seed as a data-parallel operation over the handles' words:
+ * 1 to 3 distinct handles split (random modes), and, one time in two,
+ * one more read whole; the sequential reference applied at once unless
+ * `record` (under faults: replayed from the outcomes). */
+static void submit_op(tdm_runtime *rt, int t, uint64_t rng, tdm_handle *const *hs,
+                      uint64_t ref[][WORDS], bool record) {
+  static const unsigned mode_of[3] = {TDM_R, TDM_W, TDM_RW};
+  op_step o = {.s = {.id = rng}, .nsplit = 1 + (unsigned)((rng >> 8) % 3)};
+  unsigned nbuf = o.nsplit + (unsigned)((rng >> 12) & 1), h[4], code = 0;
+  for (unsigned i = 0; i < nbuf; i++) {
+    bool again;
+    do { /* distinct handles */
+      rng = mix(rng);
+      h[i] = (unsigned)((rng >> 20) % NHANDLES);
+      again = false;
+      for (unsigned j = 0; j < i; j++)
+        again |= h[j] == h[i];
+    } while (again);
+    unsigned m = i < o.nsplit ? (unsigned)((rng >> 8) % 3) : 0; /* whole: read */
+    o.s.modes[i] = mode_of[m];
+    code = code * 3 + m;
+  }
+  o.s.nbuf = nbuf;
+  tdm_parallel_desc d = {.codelet = &cls[nbuf - 1][code],
+                         .cpu_fn = run_op,
+                         .range = {WORDS},
+                         .split_mask = (1u << o.nsplit) - 1,
+                         .args = &o,
+                         .args_size = sizeof o};
+  uint64_t *bufs[4];
+  for (unsigned i = 0; i < nbuf; i++) {
+    d.handles[i] = hs[h[i]];
+    bufs[i] = ref[h[i]];
+  }
+  if (record) {
+    records[t].s = o.s;
+    records[t].nsplit = o.nsplit;
+    for (unsigned i = 0; i < nbuf; i++)
+      records[t].h[i] = h[i];
+    atomic_store(&records[t].outcome, 1); /* not ended */
+    d.callback = note_outcome;
+    d.callback_data = &records[t].outcome;
+  }
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_OK);
+  if (!record)
+    apply_op(&o, bufs, 0, WORDS);
+}
+
 /* One random DAG on rt. faults (NULL: none): armed for the run and
  * disarmed before the handles go home; the outcomes must be those replay
  * derives, and every handle its last produced version (a failed run's
  * writes undone); unless `kept` is false: a failed run may then have
  * replaced a version only a device held, and a lost handle's data is not
  * checked. Returns the tasks that failed. */
+
 static unsigned one_seed(tdm_runtime *rt, uint64_t seed, const rates *faults, bool kept) {
   static uint64_t data[NHANDLES][WORDS], ref[NHANDLES][WORDS];
   for (int h = 0; h < NHANDLES; h++)
@@ -162,6 +272,10 @@ static unsigned one_seed(tdm_runtime *rt, uint64_t seed, const rates *faults, bo
   uint64_t rng = seed;
   for (int t = 0; t < NTASKS; t++) {
     rng = mix(rng);
+    if ((rng >> 36) % 16 == 0) { /* an operation */
+      submit_op(rt, t, rng, hs, ref, faults != NULL);
+      continue;
+    }
     bool is_wide = (rng >> 40) % 16 == 0;
     step s = {.id = rng,
               .nbuf = is_wide ? TDM_MAX_BUFFERS + 1 + (unsigned)((rng >> 44) % 8)
@@ -191,6 +305,7 @@ static unsigned one_seed(tdm_runtime *rt, uint64_t seed, const rates *faults, bo
     d.args_size = sizeof s;
     if (faults) {
       records[t].s = s;
+      records[t].nsplit = 0;
       for (unsigned i = 0; i < s.nbuf; i++)
         records[t].h[i] = (unsigned)(bufs[i] - ref[0]) / WORDS;
       atomic_store(&records[t].outcome, 1); /* not ended */
@@ -201,13 +316,13 @@ static unsigned one_seed(tdm_runtime *rt, uint64_t seed, const rates *faults, bo
     if (!faults)
       apply(&s, bufs); /* the sequential reference */
   }
-  bool lost[NHANDLES] = {false};
+  bool lost[NHANDLES] = {false}, partial[NHANDLES] = {false};
   unsigned failed = 0;
   if (faults) {
     tdm_status st = tdm_wait_all(rt);
     for (unsigned k = 0; k < TDM_NFAULTS; k++)
       tdm__faults_set(rt, k, 0, 0);
-    failed = replay(ref, lost, seed);
+    failed = replay(ref, lost, partial, seed);
     assert_int_equal(st, failed ? TDM_ERR_TASK_FAILED : TDM_OK);
     assert_int_equal(tdm_wait_all(rt), TDM_OK); /* reported once */
   }
@@ -215,7 +330,7 @@ static unsigned one_seed(tdm_runtime *rt, uint64_t seed, const rates *faults, bo
     assert_int_equal(tdm_handle_unregister(hs[h]), lost[h] ? TDM_ERR_LOST : TDM_OK);
   for (int h = 0; h < NHANDLES; h++)
     for (int w = 0; w < WORDS; w++)
-      if (data[h][w] != ref[h][w] && (kept || !lost[h]))
+      if (data[h][w] != ref[h][w] && (kept || !lost[h]) && !partial[h])
         fail_msg("seed %llu: handle %d word %d differs (%llx, want %llx)",
                  (unsigned long long)seed, h, w, (unsigned long long)data[h][w],
                  (unsigned long long)ref[h][w]);

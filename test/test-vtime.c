@@ -507,7 +507,7 @@ static void test_targets(void **state) {
  * 5 points of each class's share of the speed and ends within 1.10 of the
  * bound (the work over the machine's speed), an irregular one (an
  * element's cost from 1 to 10 times the base) within 1.20; a first run
- * (the model empty) within 1.30. */
+ * (the model empty: probes first) within 1.35. */
 static void test_parallel_split(void **state) {
   (void)state;
   static const char *const machines[] = {
@@ -533,7 +533,7 @@ static void test_parallel_split(void **state) {
       assert_true(cal.ratio <= (irregular ? 1.20 : 1.10));
       if (!irregular)
         assert_true(cal.worst_share <= 0.05);
-      assert_true(first.ratio <= 1.30);
+      assert_true(first.ratio <= 1.35);
     }
   }
 }

@@ -85,15 +85,20 @@ static inline unsigned vt_operation_static(builder *b, tdm_vt_machine *m, size_t
  * counts as one worker each. */
 static inline double vt_op_units(const tdm_vt_machine *m, const struct tdm_perfmodel *model,
                                  unsigned *unknown) {
+  /* (the model knows a chunk per nanosecond of one core's work: vtime.c) */
+  uint64_t one_ms = 1000000;
   bool cal = false;
-  double one = model ? tdm__model_predict(model, "c0", 0, m->classes[0].name, &cal) : -1;
+  double one = model ? tdm__model_predict_linear(model, "c0", one_ms, m->classes[0].name, &cal)
+                     : -1;
   double units = m->classes[0].workers;
-  *unknown = !cal;
+  *unknown = !cal && m->classes[0].workers;
   one = cal ? one : -1;
   for (unsigned c = 1; c < m->nclasses; c++) {
     cal = false;
-    double p = model ? tdm__model_predict(model, "c0", 0, m->classes[c].name, &cal) : -1;
-    units += m->classes[c].workers * (one > 0 && p > 0 && cal ? one / p : TDM_PARALLEL_UNKNOWN_UNITS);
+    double p =
+        model ? tdm__model_predict_linear(model, "c0", one_ms, m->classes[c].name, &cal) : -1;
+    units += m->classes[c].workers *
+             (one > 0 && p > 0 && cal ? one / p : TDM_PARALLEL_UNKNOWN_UNITS);
     *unknown += !cal;
   }
   return units;

@@ -255,6 +255,11 @@ void tdm__parallel_free(tdm_runtime *rt);
  * predict); *unknown: the classes among them whose model is not
  * calibrated for t. */
 #define TDM_PARALLEL_UNKNOWN_UNITS 16.0
+/* A chunk is what is left over this many times the machine's speed
+ * (guided self-scheduling's is 1; 2 and 3 gave the irregular range of
+ * bench-parallel 1.51 and 1.21 of the bound on 2 cores + a 10x GPU,
+ * calibrated, 4 gives 1.13, and in real time shorter idle tails). */
+#define TDM_PARALLEL_GUIDED_K 4
 double tdm__sched_speed_units(tdm_runtime *rt, const tdm_task *t, uint64_t dev_mask, bool cpu,
                               unsigned *unknown);
 

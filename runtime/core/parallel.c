@@ -132,7 +132,7 @@ size_t tdm__parallel_plan(size_t rows, size_t grain, double units, unsigned prob
   size_t n = 0, pos = 0;
   while (pos < rows) {
     size_t left = rows - pos;
-    size_t c = n < probes ? probe : (size_t)ceil((double)left / (2 * units));
+    size_t c = n < probes ? probe : (size_t)ceil((double)left / (TDM_PARALLEL_GUIDED_K * units));
     if (c < grain)
       c = grain;
     /* no piece under the grain at the end, and no more than max_chunks */

@@ -160,7 +160,8 @@ static bool rt_observe(tdm_sched *s, const tdm_task *t, unsigned c, double secon
   const char *name = model_key(s, t, key, sizeof key);
   if (TDM_UNLIKELY(t->chunk)) {
     uint64_t e = chunk_elements(t), b = bucket_of(e);
-    return tdm__model_observe(s->model, name, b, s->cls[c].name, seconds * (double)b / (double)e);
+    return tdm__model_observe(s->model, name, b, s->cls[c].name,
+                              seconds * (double)b / (double)e);
   }
   return tdm__model_observe(s->model, name, tdm__task_bytes(t), s->cls[c].name, seconds);
 }

@@ -466,7 +466,13 @@ static bool gather(const tdm_nodes *nodes, tdm_handle *h) {
   bool ok = true;
   for (size_t k = 0; k < g->n && ok; k++) {
     tdm_handle *t = g->tiles[k];
-    ok = settle(nodes, t) && make_valid(nodes, t, 0, &w);
+    ok = settle(nodes, t);
+    /* an earlier copy home that failed (a writeback's) is no version:
+     * forgotten, so that the tile comes home from the device holding it
+     * (tiles_landed tries again only the copies made here) */
+    if (ok && nodes->ops->failed)
+      tdm__coh_drop_failed(nodes, t, 0);
+    ok = ok && make_valid(nodes, t, 0, &w);
   }
   /* Where copies can fail, they have landed before the tiles die (else a
    * copy that failed would lose the matrix's version): nothing is left
