@@ -483,6 +483,9 @@ struct tdm_runtime {
   /* The codelets data-parallel operations made, kept until destroy
    * (core/parallel.c), under groups_lock. */
   struct tdm_op_codelet *op_codelets;
+  /* Their chunks submitted and not ended: while there are some, an idle
+   * device looks for one queued for the CPU workers (heft). */
+  _Atomic int64_t op_chunks;
   /* The dispatch queue (dispatch.c), under dispatch_lock: tasks, groups,
    * the eventfd (-1 until asked for) and whether it was signalled. */
   pthread_mutex_t dispatch_lock;

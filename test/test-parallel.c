@@ -590,6 +590,55 @@ static void test_verified_chunks(void **state) {
   assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
 }
 
+/* ---- the trace ----------------------------------------------------------------- */
+
+/* Each chunk's event in the trace has its rows and its elements: they
+ * cover the range once. */
+static void test_trace_rows(void **state) {
+  (void)state;
+  char path[] = "/tmp/tandem-parallel-trace-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.nworkers = 2;
+  cfg.bind_workers = 0;
+  cfg.devices = "none";
+  cfg.trace_path = path;
+  tdm_runtime *rt;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  size_t n = 30011;
+  tdm_parallel_stats st = {.struct_size = sizeof st};
+  assert_int_equal(run_saxpy(rt, n, 7, true, &st), 0);
+  assert_int_equal(tdm_runtime_destroy(rt), TDM_OK); /* writes the trace */
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  static char text[1 << 20];
+  size_t len = fread(text, 1, sizeof text - 1, f);
+  text[len] = 0;
+  fclose(f);
+  unlink(path);
+  static bool seen[30011];
+  unsigned chunks = 0;
+  uint64_t elements = 0;
+  for (const char *p = text; (p = strstr(p, "\"rows\":[")); p++) {
+    unsigned long long lo, hi, e;
+    assert_int_equal(sscanf(p, "\"rows\":[%llu,%llu],\"elements\":%llu", &lo, &hi, &e), 3);
+    assert_true(lo < hi && hi <= n);
+    assert_int_equal(e, hi - lo);
+    for (unsigned long long i = lo; i < hi; i++) {
+      assert_false(seen[i]);
+      seen[i] = true;
+    }
+    chunks++;
+    elements += e;
+  }
+  assert_int_equal(chunks, st.chunks);
+  assert_int_equal(elements, n);
+}
+
 /* ---- bad descriptions ------------------------------------------------------------ */
 
 static void test_bad_descriptions(void **state) {
@@ -660,6 +709,7 @@ int main(void) {
       cmocka_unit_test(test_group_progress_and_cancel),
       cmocka_unit_test(test_failing_chunks),
       cmocka_unit_test(test_verified_chunks),
+      cmocka_unit_test(test_trace_rows),
       cmocka_unit_test(test_bad_descriptions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,7 +9,9 @@
  * With --summary, a summary on standard output instead (or besides, with
  * -o): per worker, the share of the run it spent on tasks, looking for
  * work, parked and otherwise; per codelet and class of worker, the tasks'
- * count, total and mean time; the critical path (the longest chain of
+ * count, total and mean time, and for the chunks of a data-parallel
+ * operation (tdm_parallel_submit) their elements and the class's share of
+ * them; the critical path (the longest chain of
  * dependent tasks, by their measured times) and its length against the
  * makespan.
  *
@@ -32,6 +34,7 @@ typedef struct bar {
   enum { BAR_TASK, BAR_COPY, BAR_IDLE, BAR_PARKED, BAR_PAUSE, BAR_RESUME, BAR_CANCEL } kind;
   long long id;
   long long bytes;
+  long long elements; /* a data-parallel operation's chunk: its elements; else 0 */
 } bar;
 
 typedef struct track {
@@ -291,8 +294,11 @@ static int summary(const char *in, const track *tracks, size_t ntracks, const ba
     if (strlen(tracks[b->track].cls) > kname)
       kname = strlen(tracks[b->track].cls);
   }
-  printf("\n%-*s %-*s %7s %10s %10s\n", (int)cname, "codelet", (int)kname, "class", "count",
-         "total", "mean");
+  bool chunks = false; /* data-parallel operations: their shares */
+  for (size_t t = 0; t < ntasks; t++)
+    chunks |= bars[tasks[t]].elements > 0;
+  printf("\n%-*s %-*s %7s %10s %10s%s\n", (int)cname, "codelet", (int)kname, "class", "count",
+         "total", "mean", chunks ? "   elements  share" : "");
   /* codelets in the order they first ran, each with its classes */
   bool *done = calloc(ntasks + 1, sizeof *done);
   for (size_t first = 0; done && first < ntasks; first++) {
@@ -304,16 +310,24 @@ static int summary(const char *in, const track *tracks, size_t ntracks, const ba
       const char *cls = tracks[b->track].cls;
       double total = 0;
       size_t n = 0;
-      for (size_t u = t; u < ntasks; u++) {
+      long long elements = 0, all = 0; /* a chunk's, on this class, and of every class */
+      for (size_t u = first; u < ntasks; u++) {
         const bar *c = &bars[tasks[u]];
-        if (!done[u] && !strcmp(c->name, name) && !strcmp(tracks[c->track].cls, cls)) {
+        if (strcmp(c->name, name))
+          continue;
+        all += c->elements;
+        if (u >= t && !done[u] && !strcmp(tracks[c->track].cls, cls)) {
           done[u] = true;
           total += c->dur;
+          elements += c->elements;
           n++;
         }
       }
-      printf("%-*s %-*s %7zu %10s %10s\n", (int)cname, name, (int)kname, cls, n,
+      printf("%-*s %-*s %7zu %10s %10s", (int)cname, name, (int)kname, cls, n,
              shown_time(total, b1, sizeof b1), shown_time(total / (double)n, b2, sizeof b2));
+      if (all > 0)
+        printf(" %10lld %5.1f%%", elements, 100.0 * (double)elements / (double)all);
+      printf("\n");
     }
   }
   free(done);
@@ -454,6 +468,9 @@ static void add_bar(trace *tr, size_t k, const json *e, const json *args, const 
     b->kind = BAR_TASK;
     if (args && (v = member(args, "id", JSON_NUMBER)))
       b->id = (long long)v->number;
+    b->elements = args && (v = member(args, "elements", JSON_NUMBER)) && v->number > 0
+                      ? (long long)v->number
+                      : 0;
     size_t c;
     for (c = 0; c < tr->ncodelets && strcmp(tr->codelets[c], b->name); c++)
       ;

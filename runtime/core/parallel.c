@@ -213,6 +213,7 @@ static void op_unref(op *o, int64_t n) {
 static void chunk_ended(void *data) {
   struct chunk_rec *r = data;
   op *o = r->op;
+  atomic_fetch_sub_explicit(&o->rt->op_chunks, 1, memory_order_relaxed);
   uint64_t t0 = tdm__callback_t0, t1 = tdm__callback_t1 ? tdm__callback_t1 : tdm__now_ns();
   int c = class_of_worker(o->rt, tdm__callback_worker);
   if (tdm_callback_status()) {
@@ -472,9 +473,13 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
   }
   atomic_store(&o->refs, (int64_t)n + 1);
   size_t submitted = 0;
-  while (submitted < n && !st)
+  while (submitted < n && !st) {
+    atomic_fetch_add_explicit(&rt->op_chunks, 1, memory_order_relaxed);
     if (!(st = tdm__submit_created(chunks[submitted])))
       submitted++;
+    else
+      atomic_fetch_sub_explicit(&rt->op_chunks, 1, memory_order_relaxed);
+  }
   for (unsigned k = 0; k < cl->nbuffers; k++)
     if (parted >> k & 1) {
       tdm_status u = tdm__unpartition_rows(d->handles[k], "tdm_parallel_submit");

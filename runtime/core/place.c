@@ -271,6 +271,37 @@ static tdm_task *rt_take(tdm_sched *s, unsigned from, bool (*want)(tdm_task *, v
   return tdm__backend_of(rt, k)->take(rt, k, want, data);
 }
 
+/* The chunk of a data-parallel operation queued for the CPU workers
+ * that want takes, while there are chunks: from the kind queues (their
+ * newest; heft fills them when there are several kinds of core), then
+ * the oldest of a deque (stolen: one not wanted goes back, to the
+ * injection stack). */
+static tdm_task *rt_take_cpu(tdm_sched *s, bool (*want)(tdm_task *, void *), void *data) {
+  tdm_runtime *rt = rt_of(s);
+  if (atomic_load_explicit(&rt->op_chunks, memory_order_relaxed) <= 0)
+    return NULL;
+  for (unsigned c = 0; s->ncpu > 1 && c < s->ncpu; c++) {
+    locked_queue *k = &((struct rt_sched *)s)->kq[c];
+    if (!atomic_load_explicit(&k->q.queued, memory_order_relaxed))
+      continue;
+    TDM_PTHREAD(rt, pthread_mutex_lock(&k->lock));
+    tdm_task *t = tdm__taskq_take_last(&k->q, want, data);
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&k->lock));
+    if (t)
+      return t;
+  }
+  for (unsigned i = 0; i < rt->nworkers; i++) {
+    tdm_task *t = tdm__steal_from(rt, i);
+    if (!t)
+      continue;
+    if (want(t, data))
+      return t;
+    tdm__schedule(rt, t);
+    return NULL;
+  }
+  return NULL;
+}
+
 /* A task from the CPU workers' deques; one this device cannot run goes
  * back to the CPU workers. */
 static tdm_task *rt_steal_cpu(tdm_sched *s, unsigned c) {
@@ -370,6 +401,7 @@ static const tdm_sched_driver rt_driver = {
     .take_shared = rt_take_shared,
     .take = rt_take,
     .steal_cpu = rt_steal_cpu,
+    .take_cpu = rt_take_cpu,
     .kick_devices = rt_kick_devices,
     .cpu_only = rt_cpu_only,
     .link_busy = rt_link_busy,

@@ -57,13 +57,20 @@ void tdm__trace_task(tdm_runtime *rt, const tdm_task *t, unsigned worker, uint64
                      uint64_t t1) {
   if (!rt->recording || !t->trace_id)
     return;
-  tdm__trace_add(rt, &(tdm_trace_event){.kind = TDM_EV_TASK,
-                                        .track = (uint16_t)worker,
-                                        .id = t->trace_id,
-                                        .t0 = t0,
-                                        .t1 = t1,
-                                        .bytes = tdm__task_bytes(t),
-                                        .name = t->codelet->name});
+  tdm_trace_event e = {.kind = TDM_EV_TASK,
+                       .track = (uint16_t)worker,
+                       .id = t->trace_id,
+                       .t0 = t0,
+                       .t1 = t1,
+                       .bytes = tdm__task_bytes(t),
+                       .name = t->codelet->name};
+  if (t->chunk) { /* its rows and elements */
+    tdm_chunk_tail c = tdm__chunk_tail(t);
+    e.lo = c.range.begin[0];
+    e.hi = c.range.end[0];
+    e.id2 = (uint64_t)(e.hi - e.lo) * (c.range.end[1] - c.range.begin[1]);
+  }
+  tdm__trace_add(rt, &e);
 }
 
 void tdm__trace_mark(tdm_runtime *rt, uint8_t kind, const char *name, uint64_t count) {
@@ -337,9 +344,14 @@ static bool write_trace(tdm_runtime *rt, const all_events *a, const task_index *
                 app_track(rt), ts, dur, (unsigned long long)e->id, (unsigned long long)e->bytes);
       else
         fprintf(f, ",\"pid\":1,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"id\":%llu,"
-                   "\"worker\":%u,\"bytes\":%llu}}",
+                   "\"worker\":%u,\"bytes\":%llu",
                 e->track, ts, dur, (unsigned long long)e->id, e->track,
                 (unsigned long long)e->bytes);
+      if (e->id2 && e->track != TDM_TRACK_APP) /* a chunk: its rows, its elements */
+        fprintf(f, ",\"rows\":[%llu,%llu],\"elements\":%llu", (unsigned long long)e->lo,
+                (unsigned long long)e->hi, (unsigned long long)e->id2);
+      if (e->track != TDM_TRACK_APP)
+        fprintf(f, "}}");
       break;
     case TDM_EV_IDLE:
     case TDM_EV_PARKED:

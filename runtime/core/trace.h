@@ -33,7 +33,10 @@ enum tdm_trace_kind {
 typedef struct tdm_trace_event {
   uint8_t kind;
   uint16_t track;
+  /* id2: a task's: the elements of a data-parallel operation's chunk
+   * (its rows lo .. hi), 0 for other tasks */
   uint64_t id, id2;
+  uint64_t lo, hi;
   uint64_t t0, t1; /* CLOCK_MONOTONIC ns */
   uint64_t bytes;
   const char *name; /* the codelet's name (its storage outlives the runtime) */

@@ -20,7 +20,9 @@
  * queued on a device when it would finish earlier itself, transfers
  * included, looking at the most loaded device first; a CPU worker not
  * from a device whose link is behind by more than the task's time on it
- * (policy.c, worth_taking).
+ * (policy.c, worth_taking). An idle device also takes the oldest chunk
+ * of a data-parallel operation queued for the CPU workers, by the same
+ * rule.
  */
 #include "sched.h"
 
@@ -93,11 +95,20 @@ static tdm_task *idle(tdm_sched *s, unsigned c) {
   return tdm__policy_take_queued(s, c, false);
 }
 
+/* An idle device: a task queued on another device, else a chunk queued
+ * for the CPU workers (an operation's tail: a core's model that overrated
+ * it, or a chunk costlier than its size says, would leave the device
+ * idle while the cores work through theirs). */
+static tdm_task *idle_device(tdm_sched *s, unsigned c) {
+  tdm_task *t = tdm__policy_take_queued(s, c, false);
+  return t ? t : tdm__policy_take_cpu_chunk(s, c);
+}
+
 const tdm_policy_ops tdm__policy_heft = {
     .name = "heft",
     .place = place,
     .reconsider = tdm__heft_place,
     .idle_cpu = idle,
-    .idle_device = idle,
+    .idle_device = idle_device,
     .done = tdm__policy_release,
 };

@@ -238,6 +238,19 @@ tdm_task *tdm__policy_take_queued(tdm_sched *s, unsigned to, bool always) {
   return NULL;
 }
 
+static bool chunk_worth_taking(tdm_task *t, void *data) {
+  return t->chunk && worth_taking(t, data);
+}
+
+tdm_task *tdm__policy_take_cpu_chunk(tdm_sched *s, unsigned to) {
+  if (!s->drv->take_cpu || !s->cls[0].workers)
+    return NULL;
+  /* (one class of CPU worker: the deques; several: their kind queues,
+   * which heft's placement fills, each with its backlog) */
+  take_ctx x = {.s = s, .to = to, .from = 0, .always = false};
+  return s->drv->take_cpu(s, chunk_worth_taking, &x);
+}
+
 int tdm__heft_pick(const tdm_choice *c, unsigned n, unsigned max_tries, bool *calibrating) {
   int best = -1, cal = -1;
   bool all_known = true;

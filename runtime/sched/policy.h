@@ -74,6 +74,12 @@ typedef struct tdm_sched_driver {
                            void *data);
   /* A task from the CPU workers' queues that class c can run, or NULL. */
   struct tdm_task *(*steal_cpu)(tdm_sched *s, unsigned c);
+  /* The oldest task queued for the CPU workers, if want(t, data) takes
+   * it (its share of the backlog moved by want); NULL otherwise. Looks
+   * only while data-parallel operations' chunks wait (the runtime's
+   * deques are taken from, and a task not wanted goes back). */
+  struct tdm_task *(*take_cpu)(tdm_sched *s, bool (*want)(struct tdm_task *, void *),
+                               void *data);
   /* Tells the devices that work may be waiting for them. */
   void (*kick_devices)(tdm_sched *s);
   /* Tasks only the CPU workers can run, which no policy places: how many
@@ -211,6 +217,11 @@ void tdm__policy_release(tdm_sched *s, struct tdm_task *t, unsigned c, double se
  * when it would finish earlier here, transfers included), its share of
  * the backlog moved along; NULL if none. */
 struct tdm_task *tdm__policy_take_queued(tdm_sched *s, unsigned to, bool always);
+/* For idle device `to`: the oldest chunk of a data-parallel operation
+ * queued for the CPU workers, when it would finish it, transfers
+ * included, before the CPU workers' backlog per worker is through (as a
+ * task queued on a device is taken back); NULL otherwise. */
+struct tdm_task *tdm__policy_take_cpu_chunk(tdm_sched *s, unsigned to);
 uint64_t tdm__sched_random(tdm_sched *s); /* any thread */
 
 /* The choice heft makes for a ready task, among one candidate per class

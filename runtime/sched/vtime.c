@@ -464,6 +464,12 @@ static tdm_task *vt_steal_cpu(tdm_sched *s, unsigned c) {
   return q->head && vt_runs(s, c, q->head) ? tdm__taskq_pop(q) : NULL;
 }
 
+/* The CPU workers' oldest queued task, if `want` takes it. */
+static tdm_task *vt_take_cpu(tdm_sched *s, bool (*want)(tdm_task *, void *), void *data) {
+  tdm_taskq *q = &vt_of(s)->queue[0];
+  return q->head && want(q->head, data) ? tdm__taskq_pop(q) : NULL;
+}
+
 static void vt_kick_devices(tdm_sched *s) {
   (void)s; /* idle workers look at every change */
 }
@@ -486,6 +492,7 @@ static const tdm_sched_driver vt_driver = {
     .take_shared = vt_take_shared,
     .take = vt_take,
     .steal_cpu = vt_steal_cpu,
+    .take_cpu = vt_take_cpu,
     .kick_devices = vt_kick_devices,
     .cpu_only = vt_cpu_only,
     .link_busy = vt_link_busy,
@@ -629,6 +636,9 @@ static bool check_tasks(vt_state *v) {
       t->handles[k] = &v->items[vt->data[k]];
       t->modes[k] = vt->modes[k];
     }
+    /* known by its size: a data-parallel operation's chunk, as the
+     * policies see one (no tail: the driver's model reads the graph) */
+    t->chunk = vt->model_time > 0;
     for (unsigned k = 0; k < vt->ndeps; k++)
       if (vt->deps[k] >= g->ntasks)
         return false;
