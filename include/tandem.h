@@ -1504,9 +1504,11 @@ typedef struct tdm_parallel_desc {
    * would need more. */
   unsigned max_chunks;
   /** Bit k: device k (as tdm_runtime_device numbers them) may take
-   * chunks; 0: every device that can run the codelet (see
-   * TDM_PARALLEL_NO_DEVICES for none). The CPU workers take chunks when
-   * cpu_fn is set. */
+   * chunks; 0: every device that can run the codelet, but an OpenCL
+   * device on the CPU cores (TDM_DEVICE_CPU, PoCL) when cpu_fn is set: it
+   * would run on the cores the CPU workers use (name it here to use it
+   * all the same). See TDM_PARALLEL_NO_DEVICES for none. The CPU workers
+   * take chunks when cpu_fn is set. */
   uint64_t device_mask;
   /** TDM_PARALLEL_* flags, or 0. */
   unsigned flags;

@@ -241,6 +241,8 @@ static void test_saxpy_sizes(void **state) {
                  1e3 * st.makespan, 1e3 * st.tail);
         if (!cpu) /* every chunk on the device, its kernel at its offset */
           assert_int_equal(st.class_elements[0], 0);
+        else if (m >= POCL_INTEGRATED) /* on the CPU cores: not used unless named */
+          assert_int_equal(st.class_elements[0], sizes[s]);
         uint64_t elements = 0, chunks = 0;
         for (unsigned c = 0; c < st.nclasses; c++)
           elements += st.class_elements[c], chunks += st.class_chunks[c];
@@ -274,7 +276,9 @@ static void test_blur_2d(void **state) {
                              .cpu_fn = blur_cpu,
                              .range = {rows, cols},
                              .handles = {ho, hi},
-                             .split_mask = 1};
+                             .split_mask = 1,
+                             /* PoCL, on the CPU cores, is used when named */
+                             .device_mask = m >= POCL_INTEGRATED ? 1 : 0};
       assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_OK);
       assert_int_equal(tdm_wait_all(rt), TDM_OK);
       assert_int_equal(tdm_handle_unregister(ho), TDM_OK);
@@ -343,7 +347,8 @@ static void test_between_tasks(void **state) {
                            .split_mask = 3,
                            .args = &a,
                            .args_size = sizeof a,
-                           .grain = 100};
+                           .grain = 100,
+                           .device_mask = m >= POCL_INTEGRATED ? 1 : 0};
     tdm_task_desc t1 = {.codelet = &add_one, .handles = {hy}};
     tdm_task_desc t2 = {.codelet = &times_two, .handles = {hy}};
     assert_int_equal(tdm_submit(rt, &t1), TDM_OK);
@@ -564,6 +569,7 @@ static void test_verified_chunks(void **state) {
   tdm_parallel_stats st = {.struct_size = sizeof st};
   tdm_parallel_desc d = {.codelet = &wrong,
                          .cpu_fn = saxpy_cpu,
+                         .device_mask = 1, /* PoCL, on the CPU cores: named */
                          .range = {n},
                          .handles = {hy, hx},
                          .split_mask = 3,
