@@ -85,18 +85,28 @@ enum machine { CPU_ONLY, SIM_SHARED, SIM_OWN, POCL_INTEGRATED, POCL_DISCRETE, NM
 static const char *machine_name[] = {"cpu", "emulated shared", "emulated own", "pocl integrated",
                                      "pocl discrete"};
 
-static tdm_runtime *machine(enum machine m, test_log *log, const char *scheduler) {
+/* This run's cache (models, programs): fresh, so that no earlier run's
+ * models steer the placement. */
+static char cache_dir[64];
+
+/* What every runtime of these tests has: 2 CPU workers, not bound, the
+ * environment ignored, the log into *log. */
+static void base_config(tdm_config *cfg, test_log *log) {
   memset(log, 0, sizeof *log);
   pthread_mutex_init(&log->lock, NULL);
+  tdm_config_init(cfg);
+  cfg->ignore_env = 1;
+  cfg->nworkers = 2;
+  cfg->bind_workers = 0;
+  cfg->log_fn = test_log_fn;
+  cfg->log_data = log;
+  cfg->cache_dir = cache_dir;
+}
+
+static tdm_runtime *machine(enum machine m, test_log *log, const char *scheduler) {
   tdm_config cfg;
-  tdm_config_init(&cfg);
-  cfg.ignore_env = 1;
-  cfg.nworkers = 2;
-  cfg.bind_workers = 0;
-  cfg.log_fn = test_log_fn;
-  cfg.log_data = log;
+  base_config(&cfg, log);
   cfg.scheduler = scheduler;
-  cfg.cache_dir = "/tmp";
   switch (m) {
   case CPU_ONLY:
     cfg.devices = "none";
@@ -180,38 +190,67 @@ static void test_plan(void **state) {
 
 /* ---- exact results ----------------------------------------------------------- */
 
+/* SAXPY's data: x and y of n elements, registered, and the operation
+ * over them (a = 2, both split), with `stats`. */
+typedef struct saxpy_data {
+  size_t n;
+  float *x, *y;
+  tdm_handle *hx, *hy;
+  saxpy_args a;
+  tdm_parallel_desc d;
+} saxpy_data;
+
+static void saxpy_setup(tdm_runtime *rt, size_t n, saxpy_data *s, tdm_parallel_stats *stats) {
+  s->n = n;
+  s->x = malloc(n * sizeof *s->x);
+  s->y = malloc(n * sizeof *s->y);
+  assert_true(s->x && s->y);
+  for (size_t i = 0; i < n; i++) {
+    s->x[i] = (float)(i % 97);
+    s->y[i] = (float)(i % 13);
+  }
+  assert_int_equal(tdm_register_vector(rt, s->y, n, sizeof *s->y, &s->hy), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, s->x, n, sizeof *s->x, &s->hx), TDM_OK);
+  s->a = (saxpy_args){2};
+  s->d = (tdm_parallel_desc){.struct_size = sizeof s->d,
+                             .codelet = &saxpy,
+                             .cpu_fn = saxpy_cpu,
+                             .range = {n, 0},
+                             .handles = {s->hy, s->hx},
+                             .split_mask = 3,
+                             .args = &s->a,
+                             .args_size = sizeof s->a,
+                             .stats = stats};
+}
+
+/* The elements of y that are not SAXPY's result (a = 2). */
+static int saxpy_wrong(const saxpy_data *s) {
+  int wrong = 0;
+  for (size_t i = 0; i < s->n; i++)
+    if (s->y[i] != 2 * (float)(i % 97) + (float)(i % 13) + (float)i)
+      wrong++;
+  return wrong;
+}
+
+static void saxpy_free(saxpy_data *s) {
+  free(s->x);
+  free(s->y);
+}
+
 static int run_saxpy(tdm_runtime *rt, size_t n, size_t grain, bool cpu,
                      tdm_parallel_stats *stats) {
-  float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
-  for (size_t i = 0; i < n; i++) {
-    x[i] = (float)(i % 97);
-    y[i] = (float)(i % 13);
-  }
-  tdm_handle *hy, *hx;
-  assert_int_equal(tdm_register_vector(rt, y, n, sizeof *y, &hy), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, x, n, sizeof *x, &hx), TDM_OK);
-  saxpy_args a = {2};
-  tdm_parallel_desc d = {.struct_size = sizeof d,
-                         .codelet = &saxpy,
-                         .cpu_fn = cpu ? saxpy_cpu : NULL,
-                         .range = {n, 0},
-                         .handles = {hy, hx},
-                         .split_mask = 3,
-                         .args = &a,
-                         .args_size = sizeof a,
-                         .grain = grain,
-                         .stats = stats};
+  saxpy_data s;
+  saxpy_setup(rt, n, &s, stats);
+  s.d.cpu_fn = cpu ? saxpy_cpu : NULL;
+  s.d.grain = grain;
   tdm_task *end;
-  assert_int_equal(tdm_parallel_submit(rt, &d, &end), TDM_OK);
+  assert_int_equal(tdm_parallel_submit(rt, &s.d, &end), TDM_OK);
   assert_int_equal(tdm_task_wait(end), TDM_OK);
   tdm_task_release(end);
-  assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
-  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
-  int wrong = 0;
-  for (size_t i = 0; i < n; i++)
-    if (y[i] != 2 * (float)(i % 97) + (float)(i % 13) + (float)i)
-      wrong++;
-  free(x), free(y);
+  assert_int_equal(tdm_handle_unregister(s.hy), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(s.hx), TDM_OK);
+  int wrong = saxpy_wrong(&s);
+  saxpy_free(&s);
   return wrong;
 }
 
@@ -453,43 +492,26 @@ static void test_failing_chunks(void **state) {
   (void)state;
   for (unsigned retries = 3;; retries = 0) {
     test_log log;
-    memset(&log, 0, sizeof log);
-    pthread_mutex_init(&log.lock, NULL);
     tdm_config cfg;
-    tdm_config_init(&cfg);
-    cfg.ignore_env = 1;
-    cfg.nworkers = 1; /* one core 20 times slower than the device: it takes most chunks */
-    cfg.bind_workers = 0;
-    cfg.log_fn = test_log_fn;
-    cfg.log_data = &log;
-    cfg.cache_dir = "/tmp";
+    base_config(&cfg, &log);
+    /* one core 20 times slower than the device, which takes chunks as it
+     * frees up (eager): it takes most; every 3rd launch there fails, and
+     * every 4th run fails after writing */
+    cfg.nworkers = 1;
     cfg.sim = "gpu:speedup=20,latency=10us,bandwidth=10G";
-    cfg.faults = "launch:p=0.2;run:p=0.2;seed=3";
+    cfg.scheduler = "eager";
+    cfg.faults = "launch:nth=3;run:nth=4";
     cfg.retries = retries;
     cfg.writeback = 1;
     cfg.quarantine_failures = 0;
     tdm_runtime *rt;
     assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
-    size_t n = 200003;
-    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
-    for (size_t i = 0; i < n; i++)
-      x[i] = (float)(i % 97), y[i] = (float)(i % 13);
-    tdm_handle *hy, *hx;
-    assert_int_equal(tdm_register_vector(rt, y, n, sizeof *y, &hy), TDM_OK);
-    assert_int_equal(tdm_register_vector(rt, x, n, sizeof *x, &hx), TDM_OK);
-    saxpy_args a = {2};
     tdm_parallel_stats st = {.struct_size = sizeof st};
-    tdm_parallel_desc d = {.codelet = &saxpy,
-                           .cpu_fn = saxpy_cpu,
-                           .range = {n},
-                           .handles = {hy, hx},
-                           .split_mask = 3,
-                           .args = &a,
-                           .args_size = sizeof a,
-                           .grain = 512,
-                           .stats = &st};
+    saxpy_data s;
+    saxpy_setup(rt, 200003, &s, &st);
+    s.d.grain = 512;
     tdm_task *end;
-    assert_int_equal(tdm_parallel_submit(rt, &d, &end), TDM_OK);
+    assert_int_equal(tdm_parallel_submit(rt, &s.d, &end), TDM_OK);
     tdm_status got = tdm_task_wait(end);
     tdm_task_release(end);
     uint64_t tried_again = atomic_load(&rt->nretries);
@@ -497,24 +519,22 @@ static void test_failing_chunks(void **state) {
            "again\n",
            retries, tdm_status_name(got), st.chunks, (unsigned long long)st.class_chunks[1],
            (unsigned long long)st.failed, (unsigned long long)tried_again);
-    tdm_status un = tdm_handle_unregister(hy);
-    assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+    tdm_status un = tdm_handle_unregister(s.hy);
+    assert_int_equal(tdm_handle_unregister(s.hx), TDM_OK);
     if (retries) {
       assert_int_equal(got, TDM_OK);
       assert_int_equal(un, TDM_OK);
       assert_true(st.class_chunks[1] > 0);
       assert_true(tried_again > 0); /* faults were met, and the chunks tried again */
       assert_int_equal(st.failed, 0);
-      for (size_t i = 0; i < n; i++)
-        if (y[i] != 2 * (float)(i % 97) + (float)(i % 13) + (float)i)
-          fail_msg("element %zu is %g after retried chunks", i, y[i]);
+      assert_int_equal(saxpy_wrong(&s), 0);
     } else {
       assert_int_equal(got, TDM_ERR_CANCELLED); /* a chunk failed: told */
       assert_true(st.failed > 0);
       assert_int_equal(un, TDM_ERR_LOST);
     }
     tdm_wait_all(rt);
-    free(x), free(y);
+    saxpy_free(&s);
     assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
     if (!retries)
       break;
@@ -539,16 +559,8 @@ static const tdm_codelet wrong = {
 static void test_verified_chunks(void **state) {
   (void)state;
   test_log log;
-  memset(&log, 0, sizeof log);
-  pthread_mutex_init(&log.lock, NULL);
   tdm_config cfg;
-  tdm_config_init(&cfg);
-  cfg.ignore_env = 1;
-  cfg.nworkers = 2;
-  cfg.bind_workers = 0;
-  cfg.log_fn = test_log_fn;
-  cfg.log_data = &log;
-  cfg.cache_dir = "/tmp";
+  base_config(&cfg, &log);
   cfg.opencl_cpu_devices = 1;
   cfg.scheduler = "eager";
   cfg.verify = "par_wrong:1";
@@ -558,41 +570,27 @@ static void test_verified_chunks(void **state) {
     tdm_runtime_destroy(rt);
     skip(); /* no OpenCL device */
   }
-  size_t n = 100003;
-  float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
-  for (size_t i = 0; i < n; i++)
-    x[i] = (float)(i % 97), y[i] = (float)(i % 13);
-  tdm_handle *hy, *hx;
-  assert_int_equal(tdm_register_vector(rt, y, n, sizeof *y, &hy), TDM_OK);
-  assert_int_equal(tdm_register_vector(rt, x, n, sizeof *x, &hx), TDM_OK);
-  saxpy_args a = {2};
   tdm_parallel_stats st = {.struct_size = sizeof st};
-  tdm_parallel_desc d = {.codelet = &wrong,
-                         .cpu_fn = saxpy_cpu,
-                         .device_mask = 1, /* PoCL, on the CPU cores: named */
-                         .range = {n},
-                         .handles = {hy, hx},
-                         .split_mask = 3,
-                         .args = &a,
-                         .args_size = sizeof a,
-                         .stats = &st};
-  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_OK);
+  saxpy_data s;
+  saxpy_setup(rt, 100003, &s, &st);
+  s.d.codelet = &wrong;
+  s.d.device_mask = 1; /* PoCL, on the CPU cores: named */
+  assert_int_equal(tdm_parallel_submit(rt, &s.d, NULL), TDM_OK);
   tdm_status all = tdm_wait_all(rt);
   tdm_verify_counts vc = {.struct_size = sizeof vc};
   assert_int_equal(tdm_runtime_verify_counts(rt, &vc), TDM_OK);
   printf("  %llu chunks on the device, %llu verified, %llu mismatched; tdm_wait_all: %s\n",
          (unsigned long long)st.class_chunks[1], (unsigned long long)vc.compared,
          (unsigned long long)vc.mismatched, tdm_status_name(all));
-  assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
-  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
-  for (size_t i = 0; i < n; i++) /* the CPU function's results wherever it ran */
-    if (y[i] != 2 * (float)(i % 97) + (float)(i % 13) + (float)i)
-      fail_msg("element %zu is %g: a wrong device chunk kept", i, y[i]);
+  assert_int_equal(tdm_handle_unregister(s.hy), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(s.hx), TDM_OK);
+  /* the CPU function's results wherever it ran: no wrong device chunk kept */
+  assert_int_equal(saxpy_wrong(&s), 0);
   if (st.class_chunks[1]) { /* a chunk ran there: caught */
     assert_true(vc.mismatched > 0);
     assert_int_equal(all, TDM_ERR_MISMATCH);
   }
-  free(x), free(y);
+  saxpy_free(&s);
   assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
 }
 
@@ -606,11 +604,9 @@ static void test_trace_rows(void **state) {
   int fd = mkstemp(path);
   assert_true(fd >= 0);
   close(fd);
+  test_log log;
   tdm_config cfg;
-  tdm_config_init(&cfg);
-  cfg.ignore_env = 1;
-  cfg.nworkers = 2;
-  cfg.bind_workers = 0;
+  base_config(&cfg, &log);
   cfg.devices = "none";
   cfg.trace_path = path;
   tdm_runtime *rt;
@@ -718,5 +714,8 @@ int main(void) {
       cmocka_unit_test(test_trace_rows),
       cmocka_unit_test(test_bad_descriptions),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  test_temp_dir(cache_dir, sizeof cache_dir);
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  test_remove_dir(cache_dir);
+  return rc;
 }

@@ -753,6 +753,51 @@ static void test_flush_without_trace(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* A data-parallel operation's chunks in the trace and the summary: each
+ * chunk's event has its rows and elements, and tandem-trace --summary
+ * gives the elements each class covered and its share (the CPU workers
+ * alone here: all of them, 100%). */
+static void fill_rows(const tdm_buffer *b, const tdm_range *r, const void *args, size_t size) {
+  (void)args, (void)size;
+  for (size_t i = r->begin[0]; i < r->end[0]; i++)
+    ((float *)b[0].ptr)[i - r->begin[0]] = (float)i;
+}
+
+static void test_operation_shares(void **state) {
+  (void)state;
+  char trace[96];
+  snprintf(trace, sizeof trace, "%s/op.json", dir);
+  test_log log;
+  tdm_config cfg = traced_config(trace, &log);
+  cfg.devices = "none";
+  tdm_runtime *rt;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  static float v[9973];
+  tdm_handle *h;
+  assert_int_equal(tdm_register_vector(rt, v, 9973, sizeof *v, &h), TDM_OK);
+  static const tdm_codelet fill = {.name = "fill", .nbuffers = 1, .modes = {TDM_W}};
+  tdm_parallel_desc d = {.codelet = &fill, .cpu_fn = fill_rows, .range = {9973},
+                         .handles = {h}, .split_mask = 1, .grain = 100};
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h), TDM_OK);
+  assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+  assert_true(v[9972] == 9972.0f);
+  char *text = slurp(trace);
+  assert_non_null(strstr(text, "\"rows\":[0,"));
+  assert_non_null(strstr(text, ",9973],\"elements\":"));
+  free(text);
+  char cmd[256], *sum;
+  snprintf(cmd, sizeof cmd, "'%s' --summary", trace);
+  assert_int_equal(test_run(tool, cmd, &sum), 0);
+  printf("%s", sum);
+  assert_non_null(strstr(sum, "elements  share"));
+  const char *row = strstr(sum, "\nfill ");
+  assert_non_null(row);
+  assert_non_null(strstr(row, "9973 100.0%"));
+  free(sum);
+  unlink(trace);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: test-trace path/to/tandem-trace\n");
@@ -769,6 +814,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_device_trace),
       cmocka_unit_test(test_flush_without_trace),
       cmocka_unit_test(test_application_side),
+      cmocka_unit_test(test_operation_shares),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   char cmd[128];

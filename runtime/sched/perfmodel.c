@@ -258,13 +258,20 @@ static bool fit(const entry *e, double *a, double *b, span *sp) {
   return true;
 }
 
+/* The entry of (codelet, cls), *calibrated cleared (pointing at *room
+ * when NULL), or NULL. */
+static const entry *entry_for(const tdm_perfmodel *m, const char *codelet, const char *cls,
+                              bool **calibrated, bool *room) {
+  if (!*calibrated)
+    *calibrated = room;
+  **calibrated = false;
+  return find(m, codelet, cls);
+}
+
 double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t size,
                           const char *cls, bool *calibrated) {
-  bool dummy;
-  if (!calibrated)
-    calibrated = &dummy;
-  *calibrated = false;
-  const entry *e = find(m, codelet, cls);
+  bool room;
+  const entry *e = entry_for(m, codelet, cls, &calibrated, &room);
   if (!e)
     return -1;
   const size_entry *at = size_in(e, size);
@@ -291,11 +298,8 @@ double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t 
 
 double tdm__model_predict_linear(const tdm_perfmodel *m, const char *codelet, uint64_t size,
                                  const char *cls, bool *calibrated) {
-  bool dummy;
-  if (!calibrated)
-    calibrated = &dummy;
-  *calibrated = false;
-  const entry *e = find(m, codelet, cls);
+  bool room;
+  const entry *e = entry_for(m, codelet, cls, &calibrated, &room);
   if (!e)
     return -1;
   /* the time per unit of size over the windows of every size: their
