@@ -1469,6 +1469,41 @@ typedef struct tdm_parallel_stats {
   uint64_t failed;
 } tdm_parallel_stats;
 
+/*
+ * Reductions. With tdm_parallel_desc.reduce, each chunk also gets, as its
+ * last buffer, its *partial values*: a vector of `slots` values, each
+ * holding the identity when the chunk starts. The CPU function combines
+ * its rows' value into element 0 (acc = acc (+) value: the others stay
+ * the identity). An OpenCL kernel gets it as one more buffer argument
+ * after the codelet's (`__global T *partial, ulong slots`) and is launched
+ * in work-groups of TDM_REDUCE_GROUP work-items along dimension 0, the
+ * global size there rounded up to a multiple of it: work-items past the
+ * range's end (get_global_id(0) at or past the chunk's row end for a 1-D
+ * range, past range[1] for a 2-D one) touch no buffer and count as the
+ * identity, and each work-group writes its value into element
+ * get_group_id(0) + get_group_id(1) * get_num_groups(0). Once every chunk
+ * has ended, the partial values are combined in the order of the range,
+ * chunk after chunk and element after element (for SUM, MIN and MAX in
+ * the value's own type, from its identity: 0, +inf, -inf), and written
+ * into `result`: the same split gives the same result to the bit; an
+ * adaptive split may differ run to run in the last bits of a floating
+ * point sum, as the chunks' boundaries and where each ran do. A chunk that
+ * fails makes the result lost, as a task's output (TDM_ERR_LOST to read
+ * it). The verification mode does not compare partial values (a kernel
+ * and a CPU function split a chunk differently); the partial values'
+ * memory, the runtime's, goes at the next operation or at destroy.
+ */
+#define TDM_REDUCE_GROUP 64
+typedef enum tdm_reduce_op {
+  TDM_REDUCE_NONE = 0,
+  TDM_REDUCE_SUM = 1,
+  TDM_REDUCE_MIN = 2,
+  TDM_REDUCE_MAX = 3,
+  TDM_REDUCE_USER = 4
+} tdm_reduce_op;
+/** acc = acc (+) value, for TDM_REDUCE_USER: both reduce_size bytes. */
+typedef void (*tdm_combine_fn)(void *acc, const void *value);
+
 /** tdm_parallel_desc.flags: no device takes a chunk: the CPU workers
  * run them all (cpu_fn required). */
 #define TDM_PARALLEL_NO_DEVICES 1u
@@ -1527,6 +1562,20 @@ typedef struct tdm_parallel_desc {
   /** Filled before the operation ends (before its callback runs and its
    * waits return); may be NULL. Must stay valid until then. */
   tdm_parallel_stats *stats;
+  /** A reduction over the range (see "Reductions" above), or
+   * TDM_REDUCE_NONE (0). */
+  tdm_reduce_op reduce;
+  /** TDM_REDUCE_SUM, _MIN, _MAX: TDM_ELEM_FLOAT or TDM_ELEM_DOUBLE. */
+  tdm_elem_type reduce_type;
+  /** TDM_REDUCE_USER: a value's bytes (1 to 64), its combination
+   * (acc = acc (+) value, associative) and its identity (reduce_size
+   * bytes, copied). */
+  size_t reduce_size;
+  tdm_combine_fn combine;
+  const void *identity;
+  /** With a reduction: a vector of one value (reduce_size bytes, or the
+   * type's), not one of `handles`, that gets the result (written). */
+  tdm_handle *result;
 } tdm_parallel_desc;
 
 /**

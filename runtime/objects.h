@@ -86,7 +86,11 @@ typedef struct tdm_task {
   uint8_t kind;
   uint8_t tile_mask; /* buffers that are tiles (held by reference; <= 8 buffers) */
   uint16_t nbuf;     /* past TDM_MAX_BUFFERS, the buffers are in `more` */
-  bool user_ref;
+  /* Set at its creation, read only then (a byte of its own: the threads
+   * that end a task write the bits of others while the watchdog reads
+   * these). chunk: a chunk of a data-parallel operation (core/parallel.c),
+   * whose arguments end with a tdm_chunk_tail that devices do not get. */
+  bool user_ref : 1, chunk : 1;
   bool device_ok; /* may run on a device (a backend's prepare) */
   /* Where the scheduler placed it (0: the CPU workers, 1 + k: device k;
    * -1: not placed by a model) and the execution time it predicted. */
@@ -158,9 +162,7 @@ typedef struct tdm_task {
   bool main_thread : 1, callback_on_dispatch : 1;
   /* In the dispatch queue for its callback (it ended), not to run. */
   bool dispatch_ended : 1;
-  /* A chunk of a data-parallel operation (core/parallel.c): its
-   * arguments end with a tdm_chunk_tail, which devices do not get. */
-  bool chunk : 1;
+
   /* tdm_task_desc.cost in a group (1 when not given), as a bfloat16 (the
    * float's upper half, rounded: about 3 significant digits) for want of
    * room on this line; tdm__cost_of reads it. */
@@ -185,7 +187,9 @@ typedef struct tdm_task {
 typedef struct tdm_chunk_tail {
   tdm_range range;
   tdm_range_fn fn;
-  unsigned dims; /* 1 or 2 */
+  unsigned dims;  /* 1 or 2 */
+  unsigned group; /* with a reduction: its work-group size (its last buffer: its partial
+                     values); else 0 */
 } tdm_chunk_tail;
 
 /* The footprint of a chunk whose codelet has no footprint function:
@@ -483,6 +487,11 @@ struct tdm_runtime {
   /* The codelets data-parallel operations made, kept until destroy
    * (core/parallel.c), under groups_lock. */
   struct tdm_op_codelet *op_codelets;
+  /* Reductions' partial values whose operation ended: their handles
+   * unregistered, and their memory freed, at the next operation (from
+   * the application's thread) or at destroy (core/parallel.c), under
+   * groups_lock. */
+  struct tdm_op_scratch *op_scratch;
   /* Their chunks submitted and not ended: while there are some, an idle
    * device looks for one queued for the CPU workers (heft). */
   _Atomic int64_t op_chunks;

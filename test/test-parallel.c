@@ -9,6 +9,7 @@
 #include "common.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdbool.h>
 
 #include "internal.h" /* tdm__parallel_plan */
@@ -481,6 +482,263 @@ static void test_group_progress_and_cancel(void **state) {
   assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
 }
 
+/* ---- reductions ---------------------------------------------------------------- */
+
+/* SUM of doubles over a vector (1-D) or a matrix (2-D): the CPU
+ * function adds its rows into element 0 of its partial values; the
+ * kernel sums each work-group's elements in local memory. Integer values:
+ * every split gives the sum exactly. */
+static void vsum_cpu(const tdm_buffer *b, const tdm_range *r, const void *args, size_t size) {
+  (void)args, (void)size;
+  double s = 0;
+  for (size_t i = 0; i < r->end[0] - r->begin[0]; i++)
+    for (size_t c = 0; c < b[0].cols; c++)
+      s += ((const double *)b[0].ptr)[i * b[0].ld + c];
+  ((double *)b[1].ptr)[0] += s;
+}
+
+static const tdm_opencl_variant vsum_cl = {
+    .source = "__kernel void vsum(__global const double *x, ulong nx,\n"
+              "                   __global double *partial, ulong slots) {\n"
+              "  __local double s[64];\n"
+              "  size_t l = get_local_id(0), i = get_global_id(0) - get_global_offset(0);\n"
+              "  s[l] = i < nx ? x[i] : 0.0;\n"
+              "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+              "  for (size_t k = 32; k > 0; k >>= 1) {\n"
+              "    if (l < k) s[l] += s[l + k];\n"
+              "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+              "  }\n"
+              "  if (l == 0) partial[get_group_id(0)] = s[0];\n"
+              "}\n",
+    .kernel = "vsum"};
+static const tdm_codelet vsum = {
+    .name = "par_vsum", .nbuffers = 1, .modes = {TDM_R}, .opencl = &vsum_cl};
+
+static const tdm_opencl_variant msum_cl = {
+    .source = "__kernel void msum(__global const double *m, ulong rows, ulong cols, ulong ld,\n"
+              "                   __global double *partial, ulong slots) {\n"
+              "  __local double s[64];\n"
+              "  size_t l = get_local_id(0), c = get_global_id(0);\n"
+              "  size_t r = get_global_id(1) - get_global_offset(1);\n"
+              "  s[l] = c < cols ? m[r * ld + c] : 0.0;\n"
+              "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+              "  for (size_t k = 32; k > 0; k >>= 1) {\n"
+              "    if (l < k) s[l] += s[l + k];\n"
+              "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+              "  }\n"
+              "  if (l == 0) partial[get_group_id(0) + get_group_id(1) * get_num_groups(0)] = s[0];\n"
+              "}\n",
+    .kernel = "msum"};
+static const tdm_codelet msum = {
+    .name = "par_msum", .nbuffers = 1, .modes = {TDM_R}, .opencl = &msum_cl};
+
+/* MIN and MAX of floats. */
+static void vmin_cpu(const tdm_buffer *b, const tdm_range *r, const void *args, size_t size) {
+  (void)args, (void)size;
+  float *acc = b[1].ptr;
+  for (size_t i = 0; i < r->end[0] - r->begin[0]; i++) {
+    float v = ((const float *)b[0].ptr)[i];
+    acc[0] = v < acc[0] ? v : acc[0];
+  }
+}
+static void vmax_cpu(const tdm_buffer *b, const tdm_range *r, const void *args, size_t size) {
+  (void)args, (void)size;
+  float *acc = b[1].ptr;
+  for (size_t i = 0; i < r->end[0] - r->begin[0]; i++) {
+    float v = ((const float *)b[0].ptr)[i];
+    acc[0] = v > acc[0] ? v : acc[0];
+  }
+}
+static const tdm_codelet vfloat = {.name = "par_vfloat", .nbuffers = 1, .modes = {TDM_R}};
+
+/* A user reduction that is associative but not commutative: the product
+ * of 2x2 matrices modulo 2^32, element i's being [[i % 7 + 1, 1], [1, 0]]:
+ * the partial values must be combined in the order of the range. */
+typedef struct {
+  uint32_t a, b, c, d;
+} mat2;
+static const mat2 mat_one = {1, 0, 0, 1};
+static void mat_mul(void *acc, const void *value) {
+  mat2 x, y;
+  memcpy(&x, acc, sizeof x);
+  memcpy(&y, value, sizeof y);
+  mat2 z = {x.a * y.a + x.b * y.c, x.a * y.b + x.b * y.d, x.c * y.a + x.d * y.c,
+            x.c * y.b + x.d * y.d};
+  memcpy(acc, &z, sizeof z);
+}
+static mat2 mat_of(size_t i) {
+  return (mat2){(uint32_t)(i % 7 + 1), 1, 1, 0};
+}
+static void vprod_cpu(const tdm_buffer *b, const tdm_range *r, const void *args, size_t size) {
+  (void)b, (void)args, (void)size;
+  mat2 p = mat_one;
+  for (size_t i = r->begin[0]; i < r->end[0]; i++) {
+    mat2 m = mat_of(i);
+    mat_mul(&p, &m);
+  }
+  mat_mul(b[1].ptr, &p);
+}
+static const tdm_codelet vprod = {.name = "par_vprod", .nbuffers = 1, .modes = {TDM_R}};
+
+/* One reduction over h (range n x cols) into a fresh result: its status
+ * and the value in out (vsize bytes). */
+static tdm_status reduce_once(tdm_runtime *rt, const tdm_codelet *cl, tdm_range_fn fn,
+                              tdm_handle *h, size_t n, size_t cols, tdm_reduce_op op,
+                              tdm_elem_type type, size_t vsize, uint64_t device_mask,
+                              void *out) {
+  unsigned char value[64] = {0};
+  tdm_handle *res;
+  assert_int_equal(tdm_register_vector(rt, value, 1, vsize, &res), TDM_OK);
+  tdm_parallel_desc d = {.codelet = cl,
+                         .cpu_fn = fn,
+                         .range = {n, cols},
+                         .handles = {h},
+                         .split_mask = 1,
+                         .reduce = op,
+                         .reduce_type = type,
+                         .reduce_size = vsize,
+                         .combine = op == TDM_REDUCE_USER ? mat_mul : NULL,
+                         .identity = op == TDM_REDUCE_USER ? &mat_one : NULL,
+                         .result = res,
+                         .device_mask = device_mask};
+  tdm_task *end;
+  tdm_status st = tdm_parallel_submit(rt, &d, &end);
+  if (!st) {
+    st = tdm_task_wait(end);
+    tdm_task_release(end);
+  }
+  tdm_status un = tdm_handle_unregister(res);
+  memcpy(out, value, vsize);
+  return st ? st : un;
+}
+
+static void test_reductions(void **state) {
+  (void)state;
+  static const size_t sizes[] = {1, 7, 64, 65, 1009, 65537, 262147};
+  for (int m = 0; m < NMACHINES; m++) {
+    test_log log;
+    tdm_runtime *rt = machine((enum machine)m, &log, NULL);
+    if (!rt)
+      continue;
+    bool pocl = m >= POCL_INTEGRATED;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+      size_t n = sizes[k];
+      double *x = malloc(n * sizeof *x);
+      float *f = malloc(n * sizeof *f);
+      double want = 0;
+      float lo = INFINITY, hi = -INFINITY;
+      mat2 prod = mat_one;
+      for (size_t i = 0; i < n; i++) {
+        x[i] = (double)(i % 1000);
+        want += x[i];
+        f[i] = (float)((i * 7919) % 10007) - 5000.0f;
+        lo = f[i] < lo ? f[i] : lo;
+        hi = f[i] > hi ? f[i] : hi;
+        mat2 mi = mat_of(i);
+        mat_mul(&prod, &mi);
+      }
+      tdm_handle *hx, *hf;
+      assert_int_equal(tdm_register_vector(rt, x, n, sizeof *x, &hx), TDM_OK);
+      assert_int_equal(tdm_register_vector(rt, f, n, sizeof *f, &hf), TDM_OK);
+      double got = -1;
+      /* beside the CPU workers; on PoCL also its kernel alone */
+      assert_int_equal(reduce_once(rt, &vsum, vsum_cpu, hx, n, 0, TDM_REDUCE_SUM,
+                                   TDM_ELEM_DOUBLE, 8, pocl ? 1 : 0, &got),
+                       TDM_OK);
+      if (got != want)
+        fail_msg("%s: sum over %zu is %.17g, not %.17g", machine_name[m], n, got, want);
+      if (pocl) {
+        got = -1;
+        assert_int_equal(reduce_once(rt, &vsum, NULL, hx, n, 0, TDM_REDUCE_SUM,
+                                     TDM_ELEM_DOUBLE, 8, 0, &got),
+                         TDM_OK);
+        if (got != want)
+          fail_msg("%s: the kernel's sum over %zu is %.17g, not %.17g", machine_name[m], n,
+                   got, want);
+      }
+      float fl = 0, fh = 0;
+      assert_int_equal(reduce_once(rt, &vfloat, vmin_cpu, hf, n, 0, TDM_REDUCE_MIN,
+                                   TDM_ELEM_FLOAT, 4, 0, &fl),
+                       TDM_OK);
+      assert_int_equal(reduce_once(rt, &vfloat, vmax_cpu, hf, n, 0, TDM_REDUCE_MAX,
+                                   TDM_ELEM_FLOAT, 4, 0, &fh),
+                       TDM_OK);
+      assert_true(fl == lo && fh == hi);
+      mat2 p;
+      assert_int_equal(reduce_once(rt, &vprod, vprod_cpu, hx, n, 0, TDM_REDUCE_USER,
+                                   TDM_ELEM_BYTES, sizeof p, 0, &p),
+                       TDM_OK);
+      if (memcmp(&p, &prod, sizeof p))
+        fail_msg("%s: the ordered product over %zu differs: combined out of order", machine_name[m],
+                 n);
+      assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+      assert_int_equal(tdm_handle_unregister(hf), TDM_OK);
+      free(x), free(f);
+    }
+    /* 2-D: a matrix's sum, ld past its columns */
+    static const size_t shapes[][2] = {{1, 1}, {3, 65}, {257, 131}, {61, 7}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+      size_t rows = shapes[k][0], cols = shapes[k][1], ld = cols + 5;
+      double *a = malloc(rows * ld * sizeof *a), want = 0;
+      for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < ld; c++) {
+          a[r * ld + c] = c < cols ? (double)((r * 31 + c) % 100) : 1e9; /* past: not summed */
+          want += c < cols ? a[r * ld + c] : 0;
+        }
+      tdm_handle *ha;
+      assert_int_equal(tdm_register_matrix(rt, a, ld, rows, cols, sizeof *a, &ha), TDM_OK);
+      for (int alone = 0; alone <= (pocl ? 1 : 0); alone++) {
+        double got = -1;
+        assert_int_equal(reduce_once(rt, &msum, alone ? NULL : vsum_cpu, ha, rows, cols,
+                                     TDM_REDUCE_SUM, TDM_ELEM_DOUBLE, 8, pocl ? 1 : 0, &got),
+                         TDM_OK);
+        if (got != want)
+          fail_msg("%s: 2-D sum %zux%zu%s is %.17g, not %.17g", machine_name[m], rows, cols,
+                   alone ? " (kernel)" : "", got, want);
+      }
+      assert_int_equal(tdm_handle_unregister(ha), TDM_OK);
+      free(a);
+    }
+    assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+  }
+}
+
+/* A reduction described wrongly is refused, said why. */
+static void test_reduction_refused(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = machine(CPU_ONLY, &log, NULL);
+  double x[10] = {0}, r1[1], r2[2];
+  tdm_handle *hx, *h1, *h2;
+  assert_int_equal(tdm_register_vector(rt, x, 10, sizeof *x, &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, r1, 1, sizeof *r1, &h1), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, r2, 2, sizeof *r2, &h2), TDM_OK);
+  tdm_parallel_desc ok = {.codelet = &vsum, .cpu_fn = vsum_cpu, .range = {10}, .handles = {hx},
+                          .split_mask = 1, .reduce = TDM_REDUCE_SUM,
+                          .reduce_type = TDM_ELEM_DOUBLE, .result = h1};
+  tdm_parallel_desc d = ok;
+  d.result = NULL;
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.result = h2; /* two values */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.reduce_type = TDM_ELEM_FLOAT; /* a double result */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.reduce = TDM_REDUCE_USER, d.reduce_size = 8; /* no combine, no identity */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  assert_true(test_log_has(&log, "combine and identity"));
+  d = ok, d.reduce = (tdm_reduce_op)9;
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.result = hx; /* one of the handles */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_parallel_submit(rt, &ok, NULL), TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h1), TDM_OK);
+  assert_true(r1[0] == 0);
+  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(h2), TDM_OK);
+  assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+}
+
 /* ---- failures ------------------------------------------------------------------ */
 
 /* Chunks whose runs fail on an emulated device with memory of its own are
@@ -533,6 +791,24 @@ static void test_failing_chunks(void **state) {
       assert_true(st.failed > 0);
       assert_int_equal(un, TDM_ERR_LOST);
     }
+    /* a reduction too: exact when retried, its result lost without */
+    double *x = malloc(s.n * sizeof *x), sum = 0, total = -1;
+    for (size_t i = 0; i < s.n; i++)
+      sum += x[i] = (double)(i % 100);
+    tdm_handle *hx;
+    assert_int_equal(tdm_register_vector(rt, x, s.n, sizeof *x, &hx), TDM_OK);
+    tdm_status r = reduce_once(rt, &vsum, vsum_cpu, hx, s.n, 0, TDM_REDUCE_SUM,
+                               TDM_ELEM_DOUBLE, 8, 0, &total);
+    printf("  retries %u, a reduction: %s\n", retries, tdm_status_name(r));
+    if (retries) {
+      assert_int_equal(r, TDM_OK);
+      assert_true(total == sum);
+    } else {
+      /* the last node cancelled, or (no chunk of it failed) done */
+      assert_true(r == TDM_OK ? total == sum : r == TDM_ERR_CANCELLED);
+    }
+    assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+    free(x);
     tdm_wait_all(rt);
     saxpy_free(&s);
     assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
@@ -708,6 +984,8 @@ int main(void) {
       cmocka_unit_test(test_saxpy_sizes),
       cmocka_unit_test(test_blur_2d),
       cmocka_unit_test(test_between_tasks),
+      cmocka_unit_test(test_reductions),
+      cmocka_unit_test(test_reduction_refused),
       cmocka_unit_test(test_group_progress_and_cancel),
       cmocka_unit_test(test_failing_chunks),
       cmocka_unit_test(test_verified_chunks),

@@ -848,6 +848,11 @@ static cl_int enqueue(cl_device *g, tdm_task *t, const cl_mem *mems, const tdm_b
     global[0] = dims == 2 ? c.range.end[1] : rows;
     global[1] = dims == 2 ? rows : 1;
     offset[dims == 2 ? 1 : 0] = c.range.begin[0];
+    if (c.group) { /* a reduction: work-groups of c.group along dimension 0 */
+      global[0] = (global[0] + c.group - 1) / c.group * c.group;
+      local[0] = c.group;
+      local[1] = local[2] = 1;
+    }
   } else if (v->work_size)
     TDM_LOCKED_CODE(g->rt, v->work_size(bufs, t->args, t->args_size, &dims, global, local));
   else if (t->nbuf)

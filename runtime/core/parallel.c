@@ -29,9 +29,18 @@
 typedef struct tdm_op_codelet {
   struct tdm_op_codelet *next;
   const tdm_codelet *user;
-  bool cpu;
+  bool cpu, reduce;
   tdm_codelet cl;
 } tdm_op_codelet;
+
+/* A reduction's partial values, once its operation ended. */
+typedef struct tdm_op_scratch {
+  struct tdm_op_scratch *next;
+  tdm_handle *h;
+  void *mem;
+} tdm_op_scratch;
+
+static void scratch_add(tdm_runtime *rt, tdm_handle *h, void *mem);
 
 /* One operation, until its last node ends. */
 typedef struct op {
@@ -40,6 +49,14 @@ typedef struct op {
   tdm_task_callback callback;
   void *callback_data;
   unsigned nchunks, nclasses;
+  /* a reduction: how values combine, and the partial values */
+  tdm_reduce_op reduce;
+  tdm_elem_type type;
+  size_t vsize;
+  tdm_combine_fn combine;
+  unsigned char identity[64];
+  tdm_handle *partials;
+  void *partials_mem;
   /* One per chunk submitted and one for the last node: the last to go
    * frees it (the last node, unless the operation stopped half-way). */
   _Atomic int64_t refs;
@@ -63,11 +80,13 @@ static void chunk_cpu(const tdm_buffer *bufs, const void *args, size_t args_size
   c.fn(bufs, &c.range, user ? args : NULL, user);
 }
 
-/* The chunks' codelet for `user` (with a CPU variant when `cpu`). */
-static const tdm_codelet *op_codelet(tdm_runtime *rt, const tdm_codelet *user, bool cpu) {
+/* The chunks' codelet for `user` (with a CPU variant when `cpu`, a last
+ * buffer of partial values when `reduce`). */
+static const tdm_codelet *op_codelet(tdm_runtime *rt, const tdm_codelet *user, bool cpu,
+                                     bool reduce) {
   tdm__spin_lock(&rt->groups_lock);
   tdm_op_codelet *c = rt->op_codelets;
-  while (c && (c->user != user || c->cpu != cpu))
+  while (c && (c->user != user || c->cpu != cpu || c->reduce != reduce))
     c = c->next;
   tdm__spin_unlock(&rt->groups_lock);
   if (c)
@@ -77,16 +96,19 @@ static const tdm_codelet *op_codelet(tdm_runtime *rt, const tdm_codelet *user, b
     return NULL;
   n->user = user;
   n->cpu = cpu;
+  n->reduce = reduce;
   n->cl = (tdm_codelet){.struct_size = sizeof n->cl,
                         .name = user->name,
                         .cpu_fn = cpu ? chunk_cpu : NULL,
-                        .nbuffers = user->nbuffers,
+                        .nbuffers = user->nbuffers + reduce,
                         .opencl = user->opencl,
                         .tolerance = user->tolerance,
                         .footprint = user->footprint};
   memcpy(n->cl.modes, user->modes, sizeof n->cl.modes);
+  if (reduce)
+    n->cl.modes[user->nbuffers] = TDM_RW; /* the identity in, the chunk's values out */
   tdm__spin_lock(&rt->groups_lock);
-  for (c = rt->op_codelets; c && (c->user != user || c->cpu != cpu);)
+  for (c = rt->op_codelets; c && (c->user != user || c->cpu != cpu || c->reduce != reduce);)
     c = c->next;
   if (!c) {
     n->next = rt->op_codelets;
@@ -100,12 +122,36 @@ static const tdm_codelet *op_codelet(tdm_runtime *rt, const tdm_codelet *user, b
   return &n->cl;
 }
 
+/* The partial values of the reductions that ended: handles unregistered
+ * (their tasks have all ended), memory freed. From the application's
+ * thread only (unregistering waits). */
+static void scratch_drain(tdm_runtime *rt) {
+  tdm__spin_lock(&rt->groups_lock);
+  tdm_op_scratch *x = rt->op_scratch;
+  rt->op_scratch = NULL;
+  tdm__spin_unlock(&rt->groups_lock);
+  while (x) {
+    tdm_op_scratch *next = x->next;
+    tdm_handle_unregister(x->h); /* (TDM_ERR_LOST after a failed chunk: no matter) */
+    free(x->mem);
+    free(x);
+    x = next;
+  }
+}
+
 void tdm__parallel_free(tdm_runtime *rt) {
   for (tdm_op_codelet *c = rt->op_codelets, *next; c; c = next) {
     next = c->next;
     free(c);
   }
   rt->op_codelets = NULL;
+  /* the handles went with the others (at destroy): their memory now */
+  for (tdm_op_scratch *x = rt->op_scratch, *next; x; x = next) {
+    next = x->next;
+    free(x->mem);
+    free(x);
+  }
+  rt->op_scratch = NULL;
 }
 
 /* ---- the plan ------------------------------------------------------------- */
@@ -256,8 +302,61 @@ static void op_ended(void *data) {
   }
   if (o->callback)
     o->callback(o->callback_data);
+  if (o->partials) /* unregistered later: not from here, a task's callback */
+    scratch_add(o->rt, o->partials, o->partials_mem);
   op_unref(o, 1);
 }
+
+/* ---- reductions ------------------------------------------------------------- */
+
+static void set_identity(tdm_reduce_op op, tdm_elem_type type, void *v) {
+  bool dbl = type == TDM_ELEM_DOUBLE;
+  double x = op == TDM_REDUCE_MIN ? INFINITY : op == TDM_REDUCE_MAX ? -INFINITY : 0;
+  if (dbl) {
+    memcpy(v, &x, sizeof x);
+  } else {
+    float f = (float)x;
+    memcpy(v, &f, sizeof f);
+  }
+}
+
+/* acc = acc (+) v for the built-in operations. */
+#define COMBINE(T, op, acc, v)                                                 \
+  do {                                                                         \
+    T a_, b_;                                                                  \
+    memcpy(&a_, acc, sizeof a_);                                               \
+    memcpy(&b_, v, sizeof b_);                                                 \
+    a_ = op == TDM_REDUCE_SUM ? a_ + b_                                         \
+       : op == TDM_REDUCE_MIN ? (b_ < a_ ? b_ : a_)                            \
+                              : (b_ > a_ ? b_ : a_);                           \
+    memcpy(acc, &a_, sizeof a_);                                               \
+  } while (0)
+
+static void combine(const op *o, void *acc, const void *v) {
+  if (o->reduce == TDM_REDUCE_USER)
+    TDM_USER_CODE(o->combine(acc, v));
+  else if (o->type == TDM_ELEM_DOUBLE)
+    COMBINE(double, o->reduce, acc, v);
+  else
+    COMBINE(float, o->reduce, acc, v);
+}
+
+/* The last node of a reduction: the partial values (bufs[0]), in the
+ * order of the range, into the result (bufs[1]). */
+static void merge(const tdm_buffer *b, const void *args, size_t size) {
+  (void)size;
+  const op *o;
+  memcpy(&o, args, sizeof o);
+  unsigned char acc[64];
+  memcpy(acc, o->identity, o->vsize);
+  const unsigned char *v = b[0].ptr;
+  for (size_t i = 0; i < b[0].rows; i++)
+    combine(o, acc, v + i * o->vsize);
+  memcpy(b[1].ptr, acc, o->vsize);
+}
+
+static const tdm_codelet merge_codelet = {
+    .name = "tdm_parallel(reduce)", .cpu_fn = merge, .nbuffers = 2, .modes = {TDM_R, TDM_W}};
 
 /* ---- submission ------------------------------------------------------------- */
 
@@ -290,6 +389,33 @@ static tdm_status check(tdm_runtime *rt, const tdm_parallel_desc *d, unsigned *d
     return refuse(rt, TDM_ERR_INVALID_ARG,
                   "split_mask must name at least one of the codelet's buffers, and no other");
   *dims = d->range[1] > 1 ? 2 : 1;
+  if (d->reduce) {
+    size_t vsize = d->reduce == TDM_REDUCE_USER ? d->reduce_size
+                   : d->reduce_type == TDM_ELEM_DOUBLE ? sizeof(double)
+                   : d->reduce_type == TDM_ELEM_FLOAT  ? sizeof(float)
+                                                       : 0;
+    if (d->reduce > TDM_REDUCE_USER)
+      return refuse(rt, TDM_ERR_INVALID_ARG, "an unknown reduction");
+    if (!vsize || vsize > 64)
+      return refuse(rt, TDM_ERR_INVALID_ARG,
+                    "a reduction's values: TDM_ELEM_FLOAT or TDM_ELEM_DOUBLE for SUM, MIN and "
+                    "MAX; 1 to 64 bytes (reduce_size) for USER");
+    if (d->reduce == TDM_REDUCE_USER && (!d->combine || !d->identity))
+      return refuse(rt, TDM_ERR_INVALID_ARG, "TDM_REDUCE_USER needs combine and identity");
+    if (n + 1 > TDM_MAX_BUFFERS)
+      return refuse(rt, TDM_ERR_INVALID_ARG,
+                    "with a reduction, the codelet has at most TDM_MAX_BUFFERS - 1 buffers");
+    tdm_status st = tdm__handle_check(rt, d->result, "tdm_parallel_submit: result");
+    if (st)
+      return st;
+    if (d->result->kind != TDM_HANDLE_VECTOR || d->result->buf.nx != 1 ||
+        d->result->buf.elem_size != vsize)
+      return refuse(rt, TDM_ERR_INVALID_ARG,
+                    "the result is a vector of one value, of the reduction's size");
+    for (unsigned i = 0; i < n; i++)
+      if (d->handles[i] == d->result)
+        return refuse(rt, TDM_ERR_INVALID_ARG, "the result is one of the operation's handles");
+  }
   for (unsigned i = 0; i < n; i++) {
     char where[96];
     snprintf(where, sizeof where, "tdm_parallel_submit: buffer %u", i);
@@ -342,25 +468,87 @@ static uint64_t chosen_workers(const tdm_runtime *rt, uint64_t device_mask, bool
 /* The description of chunk i: its buffers (the split handles' tiles i),
  * its arguments (the caller's and the tail). */
 static void chunk_desc(const tdm_parallel_desc *d, const tdm_codelet *cl, unsigned dims,
-                       const size_t *at, size_t i, bool whole, unsigned char *args,
-                       tdm_task_desc *td) {
+                       const size_t *at, size_t i, bool whole, tdm_handle *partial,
+                       unsigned char *args, tdm_task_desc *td) {
   *td = (tdm_task_desc){.struct_size = sizeof *td,
                         .codelet = cl,
                         .args = args,
                         .args_size = d->args_size + sizeof(tdm_chunk_tail),
                         .priority = d->priority,
                         .group = d->group};
-  for (unsigned k = 0; k < cl->nbuffers; k++)
+  unsigned n = d->codelet->nbuffers;
+  for (unsigned k = 0; k < n; k++)
     td->handles[k] = !whole && (d->split_mask >> k & 1) ? tdm_matrix_tile(d->handles[k], i, 0)
                                                          : d->handles[k];
+  if (d->reduce) /* its partial values last */
+    td->handles[n] = partial;
   tdm_chunk_tail tail = {.range = {.begin = {at[i], 0},
                                    .end = {at[i + 1], dims == 2 ? d->range[1] : 1}},
                          .fn = d->cpu_fn,
-                         .dims = dims};
+                         .dims = dims,
+                         .group = d->reduce ? TDM_REDUCE_GROUP : 0};
   if (d->args_size)
     memcpy(args, d->args, d->args_size);
   memcpy(args + d->args_size, &tail, sizeof tail);
   td->cost = (float)((at[i + 1] - at[i]) * (dims == 2 ? d->range[1] : 1));
+}
+
+/* A reduction's partial values for the plan (chunk k of sizes[k] rows
+ * at slot slot_of[k]): one per work-group of each chunk, the identity in
+ * each, registered and partitioned with the chunks (in the order of the
+ * range); in o. */
+static tdm_status make_partials(tdm_runtime *rt, const tdm_parallel_desc *d, unsigned dims,
+                                const size_t *sizes, size_t n, const size_t *slot_of, op *o) {
+  o->reduce = d->reduce;
+  o->type = d->reduce_type;
+  o->combine = d->combine;
+  o->vsize = d->result->buf.elem_size;
+  if (d->reduce == TDM_REDUCE_USER)
+    memcpy(o->identity, d->identity, o->vsize);
+  else
+    set_identity(d->reduce, d->reduce_type, o->identity);
+  size_t *per_slot = tdm__calloc(rt, 2 * n + 1, sizeof *per_slot), *bound = per_slot + n;
+  if (!per_slot)
+    return refuse(rt, TDM_ERR_NO_MEMORY, "out of memory");
+  size_t groups_per_row = (d->range[1] + TDM_REDUCE_GROUP - 1) / TDM_REDUCE_GROUP;
+  for (size_t k = 0; k < n; k++) /* a chunk's work-groups */
+    per_slot[slot_of[k]] = dims == 2 ? groups_per_row * sizes[k]
+                                     : (sizes[k] + TDM_REDUCE_GROUP - 1) / TDM_REDUCE_GROUP;
+  bound[0] = 0;
+  for (size_t j = 0; j < n; j++)
+    bound[j + 1] = bound[j] + per_slot[j];
+  size_t total = bound[n];
+  unsigned char *mem = total <= SIZE_MAX / o->vsize ? tdm__malloc(rt, total * o->vsize) : NULL;
+  tdm_status st = mem ? TDM_OK : refuse(rt, TDM_ERR_NO_MEMORY, "out of memory");
+  for (size_t i = 0; mem && i < total; i++)
+    memcpy(mem + i * o->vsize, o->identity, o->vsize);
+  tdm_handle *h = NULL;
+  if (!st)
+    st = tdm_register_vector(rt, mem, total, o->vsize, &h);
+  if (!st && (st = tdm__partition_rows(h, bound, n, "tdm_parallel_submit"))) {
+    tdm_handle_unregister(h);
+    h = NULL;
+  }
+  free(per_slot);
+  if (st) {
+    free(mem);
+    return st;
+  }
+  o->partials = h;
+  o->partials_mem = mem;
+  return TDM_OK;
+}
+
+/* Partial values to unregister later (scratch_drain). */
+static void scratch_add(tdm_runtime *rt, tdm_handle *h, void *mem) {
+  tdm_op_scratch *x = malloc(sizeof *x);
+  if (!x)
+    return; /* the handle goes at destroy; its memory is lost */
+  *x = (tdm_op_scratch){.h = h, .mem = mem};
+  tdm__spin_lock(&rt->groups_lock);
+  x->next = rt->op_scratch;
+  rt->op_scratch = x;
+  tdm__spin_unlock(&rt->groups_lock);
 }
 
 static void nothing(const tdm_buffer *bufs, const void *args, size_t args_size) {
@@ -378,7 +566,9 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
   tdm_status st = check(rt, d, &dims);
   if (st)
     return st;
-  const tdm_codelet *cl = op_codelet(rt, d->codelet, d->cpu_fn != NULL);
+  if (!tdm__self_in(rt) && !tdm__in_user_code)
+    scratch_drain(rt); /* earlier reductions' partial values */
+  const tdm_codelet *cl = op_codelet(rt, d->codelet, d->cpu_fn != NULL, d->reduce != 0);
   unsigned char *args = tdm__malloc(rt, d->args_size + sizeof(tdm_chunk_tail));
   if (!cl || !args) {
     free(args);
@@ -394,7 +584,8 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
   size_t whole[2] = {0, d->range[0]};
   tdm_task_desc td;
   tdm_task *probe = NULL;
-  chunk_desc(d, cl, dims, whole, 0, true, args, &td);
+  chunk_desc(d, cl, dims, whole, 0, true, d->result, args, &td); /* (the result stands in
+                                                                   for partial values) */
   td.group = NULL;
   if ((st = tdm__chunk_create(rt, &td, &probe))) {
     free(args);
@@ -435,6 +626,8 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
                                  ? rt->ndevices
                                  : TDM_PARALLEL_MAX_CLASSES - 1)};
   atomic_store(&o->first_ns, UINT64_MAX);
+  if (d->reduce && !st)
+    st = make_partials(rt, d, dims, sizes, n, slot_of, o);
 
   /* the split handles in rows at the chunks' boundaries */
   unsigned parted = 0;
@@ -450,7 +643,8 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
   for (; made < n && !st; made++) {
     size_t slot = slot_of[made];
     o->rec[made] = (struct chunk_rec){o, sizes[made] * (dims == 2 ? d->range[1] : 1)};
-    chunk_desc(d, cl, dims, at, slot, false, args, &td);
+    chunk_desc(d, cl, dims, at, slot, false,
+               o->partials ? tdm_matrix_tile(o->partials, slot, 0) : NULL, args, &td);
     td.callback = chunk_ended;
     td.callback_data = &o->rec[made];
     if ((st = tdm__chunk_create(rt, &td, &chunks[made])))
@@ -469,6 +663,13 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
                          /* tdm_group_wait waits for the operation whole */
                          .group = d->group,
                          .cost = 1e-6f};
+    if (d->reduce) { /* it combines the partial values into the result */
+      td.codelet = &merge_codelet;
+      td.handles[0] = o->partials;
+      td.handles[1] = d->result;
+      td.args = &o;
+      td.args_size = sizeof o;
+    }
     st = tdm_task_create(rt, &td, &end);
     for (size_t i = 0; i < n && !st; i++)
       st = tdm_task_depends_on(end, chunks[i]);
@@ -492,6 +693,11 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
       if (u && !st)
         st = u;
     }
+  if (o->partials) {
+    tdm_status u = tdm__unpartition_rows(o->partials, "tdm_parallel_submit");
+    if (u && !st)
+      st = u;
+  }
   if (!st)
     st = tdm__submit_created(end);
   for (size_t i = 0; i < made; i++)
@@ -504,6 +710,8 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
                submitted, n, tdm_status_name(st));
     bool end_submitted = end && atomic_load(&end->state) != TDM_TS_CREATED;
     tdm_task_release(end);
+    if (!end_submitted && o->partials) /* unregistered later, as an ended one's */
+      scratch_add(rt, o->partials, o->partials_mem);
     if (!end_submitted) /* the chunks submitted hold theirs */
       op_unref(o, (int64_t)(n - submitted) + 1);
   } else if (out) {
