@@ -526,7 +526,8 @@ static const tdm_opencl_variant msum_cl = {
               "    if (l < k) s[l] += s[l + k];\n"
               "    barrier(CLK_LOCAL_MEM_FENCE);\n"
               "  }\n"
-              "  if (l == 0) partial[get_group_id(0) + get_group_id(1) * get_num_groups(0)] = s[0];\n"
+              "  if (l == 0)\n"
+              "    partial[get_group_id(0) + get_group_id(1) * get_num_groups(0)] = s[0];\n"
               "}\n",
     .kernel = "msum"};
 static const tdm_codelet msum = {
