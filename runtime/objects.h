@@ -206,6 +206,11 @@ static inline tdm_chunk_tail tdm__chunk_tail(const tdm_task *t) {
   memcpy(&c, (const unsigned char *)t->args + t->args_size - sizeof c, sizeof c);
   return c;
 }
+/* A chunk's elements: its rows times its columns. */
+static inline uint64_t tdm__chunk_elements(const tdm_task *t) {
+  tdm_chunk_tail c = tdm__chunk_tail(t);
+  return (uint64_t)(c.range.end[0] - c.range.begin[0]) * (c.range.end[1] - c.range.begin[1]);
+}
 
 typedef struct tdm_edge tdm_edge;
 #define TDM_CLOSED ((tdm_edge *)(uintptr_t)1)

@@ -82,12 +82,18 @@ static void chunk_cpu(const tdm_buffer *bufs, const void *args, size_t args_size
 
 /* The chunks' codelet for `user` (with a CPU variant when `cpu`, a last
  * buffer of partial values when `reduce`). */
-static const tdm_codelet *op_codelet(tdm_runtime *rt, const tdm_codelet *user, bool cpu,
+static tdm_op_codelet *find_codelet(tdm_runtime *rt, const tdm_codelet *user, bool cpu,
                                      bool reduce) {
-  tdm__spin_lock(&rt->groups_lock);
   tdm_op_codelet *c = rt->op_codelets;
   while (c && (c->user != user || c->cpu != cpu || c->reduce != reduce))
     c = c->next;
+  return c;
+}
+
+static const tdm_codelet *op_codelet(tdm_runtime *rt, const tdm_codelet *user, bool cpu,
+                                     bool reduce) {
+  tdm__spin_lock(&rt->groups_lock);
+  tdm_op_codelet *c = find_codelet(rt, user, cpu, reduce);
   tdm__spin_unlock(&rt->groups_lock);
   if (c)
     return &c->cl;
@@ -108,8 +114,7 @@ static const tdm_codelet *op_codelet(tdm_runtime *rt, const tdm_codelet *user, b
   if (reduce)
     n->cl.modes[user->nbuffers] = TDM_RW; /* the identity in, the chunk's values out */
   tdm__spin_lock(&rt->groups_lock);
-  for (c = rt->op_codelets; c && (c->user != user || c->cpu != cpu || c->reduce != reduce);)
-    c = c->next;
+  c = find_codelet(rt, user, cpu, reduce);
   if (!c) {
     n->next = rt->op_codelets;
     rt->op_codelets = n;
@@ -361,8 +366,7 @@ static const tdm_codelet merge_codelet = {
 /* ---- submission ------------------------------------------------------------- */
 
 static tdm_status refuse(tdm_runtime *rt, tdm_status st, const char *why) {
-  tdm__log(rt, TDM_LOG_ERROR, "tdm_parallel_submit: %s", why);
-  return st;
+  return tdm__refuse(rt, st, "tdm_parallel_submit", why);
 }
 
 /* Checks d against the range; *dims gets 1 or 2. */
@@ -626,7 +630,7 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
                                  ? rt->ndevices
                                  : TDM_PARALLEL_MAX_CLASSES - 1)};
   atomic_store(&o->first_ns, UINT64_MAX);
-  if (d->reduce && !st)
+  if (d->reduce)
     st = make_partials(rt, d, dims, sizes, n, slot_of, o);
 
   /* the split handles in rows at the chunks' boundaries */

@@ -131,26 +131,13 @@ static const char *model_key(const tdm_sched *s, const tdm_task *t, char *buf, s
 }
 
 /* A chunk of a data-parallel operation is known by its elements, its
- * time taken as proportional to them (perfmodel.h); kept in buckets of
- * powers of two (chunks of every size are cut: one record per size
- * would grow without end), each observation as its time per element
- * times the bucket's elements. A task is known by its bytes. */
-static uint64_t chunk_elements(const tdm_task *t) {
-  tdm_chunk_tail c = tdm__chunk_tail(t);
-  return (uint64_t)(c.range.end[0] - c.range.begin[0]) * (c.range.end[1] - c.range.begin[1]);
-}
-static uint64_t bucket_of(uint64_t elements) {
-  uint64_t b = 1;
-  while (b <= elements / 2)
-    b *= 2;
-  return b;
-}
-
+ * time taken as proportional to them (perfmodel.h's linear model); a
+ * task by its bytes. */
 static double rt_predict(const tdm_sched *s, const tdm_task *t, unsigned c, bool *calibrated) {
   char key[TDM_MODEL_NAME_MAX];
   const char *name = model_key(s, t, key, sizeof key);
   if (TDM_UNLIKELY(t->chunk))
-    return tdm__model_predict_linear(s->model, name, chunk_elements(t), s->cls[c].name,
+    return tdm__model_predict_linear(s->model, name, tdm__chunk_elements(t), s->cls[c].name,
                                      calibrated);
   return tdm__model_predict(s->model, name, tdm__task_bytes(t), s->cls[c].name, calibrated);
 }
@@ -158,11 +145,9 @@ static double rt_predict(const tdm_sched *s, const tdm_task *t, unsigned c, bool
 static bool rt_observe(tdm_sched *s, const tdm_task *t, unsigned c, double seconds) {
   char key[TDM_MODEL_NAME_MAX];
   const char *name = model_key(s, t, key, sizeof key);
-  if (TDM_UNLIKELY(t->chunk)) {
-    uint64_t e = chunk_elements(t), b = bucket_of(e);
-    return tdm__model_observe(s->model, name, b, s->cls[c].name,
-                              seconds * (double)b / (double)e);
-  }
+  if (TDM_UNLIKELY(t->chunk))
+    return tdm__model_observe_linear(s->model, name, tdm__chunk_elements(t), s->cls[c].name,
+                                     seconds);
   return tdm__model_observe(s->model, name, tdm__task_bytes(t), s->cls[c].name, seconds);
 }
 
@@ -282,11 +267,7 @@ static tdm_task *rt_take_cpu(tdm_sched *s, bool (*want)(tdm_task *, void *), voi
     return NULL;
   for (unsigned c = 0; s->ncpu > 1 && c < s->ncpu; c++) {
     locked_queue *k = &((struct rt_sched *)s)->kq[c];
-    if (!atomic_load_explicit(&k->q.queued, memory_order_relaxed))
-      continue;
-    TDM_PTHREAD(rt, pthread_mutex_lock(&k->lock));
-    tdm_task *t = tdm__taskq_take_last(&k->q, want, data);
-    TDM_PTHREAD(rt, pthread_mutex_unlock(&k->lock));
+    tdm_task *t = tdm__taskq_take(rt, &k->q, &k->lock, want, data);
     if (t)
       return t;
   }

@@ -830,21 +830,6 @@ tdm_status tdm_task_depends_on(tdm_task *task, tdm_task *pred) {
   return st;
 }
 
-tdm_status tdm_task_submit(tdm_task *task) {
-  if (!task)
-    return TDM_ERR_INVALID_ARG;
-  TDM_FORK_GUARD(task->rt, "tdm_task_submit");
-  if (tdm__check_unlocked(task->rt, "tdm_task_submit")) /* placing it may lock a device */
-    return TDM_ERR_IN_TASK;
-  if (atomic_load(&task->state) != TDM_TS_CREATED)
-    return bad(task->rt, TDM_ERR_ALREADY_SUBMITTED, "%s: task already submitted",
-               "tdm_task_submit");
-  if (!room_now(task->rt))
-    room_for_one(task->rt, true);
-  return TDM_UNLIKELY(task->rt->verify) ? submit_verified(task, false)
-                                         : tdm__task_submit(task, false);
-}
-
 tdm_status tdm__chunk_create(tdm_runtime *rt, const tdm_task_desc *desc, tdm_task **out) {
   *out = NULL;
   return task_build_as(rt, desc, true, true, out, "tdm_parallel_submit");
@@ -857,6 +842,19 @@ tdm_status tdm__submit_created(tdm_task *t) {
 void tdm__submit_wait_room(tdm_runtime *rt) {
   if (!room_now(rt))
     room_for_one(rt, true);
+}
+
+tdm_status tdm_task_submit(tdm_task *task) {
+  if (!task)
+    return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(task->rt, "tdm_task_submit");
+  if (tdm__check_unlocked(task->rt, "tdm_task_submit")) /* placing it may lock a device */
+    return TDM_ERR_IN_TASK;
+  if (atomic_load(&task->state) != TDM_TS_CREATED)
+    return bad(task->rt, TDM_ERR_ALREADY_SUBMITTED, "%s: task already submitted",
+               "tdm_task_submit");
+  tdm__submit_wait_room(task->rt);
+  return tdm__submit_created(task);
 }
 
 tdm_status tdm_task_wait(tdm_task *task) {

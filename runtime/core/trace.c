@@ -68,7 +68,7 @@ void tdm__trace_task(tdm_runtime *rt, const tdm_task *t, unsigned worker, uint64
     tdm_chunk_tail c = tdm__chunk_tail(t);
     e.lo = c.range.begin[0];
     e.hi = c.range.end[0];
-    e.id2 = (uint64_t)(e.hi - e.lo) * (c.range.end[1] - c.range.begin[1]);
+    e.id2 = tdm__chunk_elements(t);
   }
   tdm__trace_add(rt, &e);
 }

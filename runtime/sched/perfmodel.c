@@ -296,6 +296,14 @@ double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t 
   return p < sp.fast ? sp.fast : p > sp.slow ? sp.slow : p;
 }
 
+bool tdm__model_observe_linear(tdm_perfmodel *m, const char *codelet, uint64_t size,
+                               const char *cls, double seconds) {
+  uint64_t b = 1; /* the power of two at or below size: its record */
+  while (b <= size / 2)
+    b *= 2;
+  return tdm__model_observe(m, codelet, b, cls, size ? seconds * (double)b / (double)size : 0);
+}
+
 double tdm__model_predict_linear(const tdm_perfmodel *m, const char *codelet, uint64_t size,
                                  const char *cls, bool *calibrated) {
   bool room;

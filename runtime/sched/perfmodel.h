@@ -55,6 +55,11 @@ double tdm__model_predict(const tdm_perfmodel *m, const char *codelet, uint64_t 
  * observations are kept in all. */
 double tdm__model_predict_linear(const tdm_perfmodel *m, const char *codelet, uint64_t size,
                                  const char *cls, bool *calibrated);
+/* Records such work: kept at the power of two at or below `size` (work
+ * of every size is cut: one record per size would grow without end), as
+ * its time per unit of size times that power's. */
+bool tdm__model_observe_linear(tdm_perfmodel *m, const char *codelet, uint64_t size,
+                               const char *cls, double seconds);
 /* Saves to / loads from the file `name` relative to dirfd (AT_FDCWD for
  * a path), read only if nobody else could have written it (files.c).
  * Load replaces the model's contents; on a bad file it leaves the model

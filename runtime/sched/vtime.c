@@ -363,17 +363,10 @@ static bool vt_runs(const tdm_sched *s, unsigned c, const tdm_task *t) {
 /* The model learns seconds per second of a CPU core's work; for a task
  * known by its size (model_time: a data-parallel operation's chunk), as
  * the runtime learns a chunk's (core/place.c): per nanosecond of one
- * core's work, the ratio of sums (perfmodel.h's linear prediction), in
- * records per power of two. */
+ * core's work, the ratio of sums (perfmodel.h's linear model). */
 static uint64_t vt_units(const tdm_vt_task *t) {
   double ns = t->model_time * 1e9;
   return ns >= 1 ? (uint64_t)ns : 1;
-}
-static uint64_t vt_bucket(uint64_t units) {
-  uint64_t b = 1;
-  while (b <= units / 2)
-    b *= 2;
-  return b;
 }
 
 static double vt_predict(const tdm_sched *s, const tdm_task *t, unsigned c, bool *calibrated) {
@@ -390,10 +383,8 @@ static bool vt_observe(tdm_sched *s, const tdm_task *t, unsigned c, double secon
   const tdm_vt_task *vt = graph_task(s, t);
   char key[16];
   codelet_key(vt->codelet, key, sizeof key);
-  if (vt->model_time > 0) {
-    uint64_t u = vt_units(vt), b = vt_bucket(u);
-    return tdm__model_observe(s->model, key, b, s->cls[c].name, seconds * (double)b / (double)u);
-  }
+  if (vt->model_time > 0)
+    return tdm__model_observe_linear(s->model, key, vt_units(vt), s->cls[c].name, seconds);
   return vt->cpu_time > 0 &&
          tdm__model_observe(s->model, key, 0, s->cls[c].name, seconds / vt->cpu_time);
 }
