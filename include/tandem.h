@@ -1467,6 +1467,16 @@ typedef struct tdm_parallel_stats {
   double tail;
   /** Chunks that failed or were cancelled. */
   uint64_t failed;
+  /** Bytes copied so that the chunks could run: their rows of the split
+   * handles and the whole handles into a device's memory (or from
+   * another device's), or home for a chunk on the CPU workers where a
+   * device held the version; tries that failed included. A device that
+   * shares the host's memory copies nothing. What a chunk wrote on a
+   * device is copied home when something reads it, and counted by that
+   * reader, not here (tdm_runtime_device_counters counts every copy). In
+   * all, and per class for the chunks done there. */
+  uint64_t bytes_moved;
+  uint64_t class_bytes[TDM_PARALLEL_MAX_CLASSES];
 } tdm_parallel_stats;
 
 /*
@@ -1507,6 +1517,21 @@ typedef void (*tdm_combine_fn)(void *acc, const void *value);
 /** tdm_parallel_desc.flags: no device takes a chunk: the CPU workers
  * run them all (cpu_fn required). */
 #define TDM_PARALLEL_NO_DEVICES 1u
+/** The CPU workers take no chunk, though cpu_fn is set: the devices
+ * chosen run them all (an emulated device runs the CPU function, and the
+ * verification mode compares with it). A chunk left without a device
+ * (each failed it, or was taken out of placement) fails with
+ * TDM_ERR_NO_DEVICE. */
+#define TDM_PARALLEL_NO_CPU 2u
+/** A static split, for comparison with the adaptive one: one chunk per
+ * CPU worker (active: tdm_runtime_set_active_workers) and one per device
+ * chosen, in the order of the range (the CPU workers' first), sized by
+ * tdm_parallel_desc.shares, and bound to its kind of worker: any CPU
+ * worker runs a CPU worker's chunk, the device its own; nothing moves to
+ * balance them (grain and max_chunks do not apply). A device's chunk that
+ * fails is tried again on the CPU workers when cpu_fn is set and not
+ * TDM_PARALLEL_NO_CPU (never on another device), else fails. */
+#define TDM_PARALLEL_STATIC 4u
 
 typedef struct tdm_parallel_desc {
   size_t struct_size; /**< 0, or sizeof(tdm_parallel_desc) */
@@ -1576,6 +1601,14 @@ typedef struct tdm_parallel_desc {
   /** With a reduction: a vector of one value (reduce_size bytes, or the
    * type's), not one of `handles`, that gets the result (written). */
   tdm_handle *result;
+  /** With TDM_PARALLEL_STATIC: each class's share of the range, numbered
+   * as the statistics' classes (0 the CPU workers together, shared
+   * equally, 1 + k device k), finite and not negative, in any unit (a
+   * class's part is its share over their sum); a share for a class that
+   * takes no chunk is refused. All 0: by speed, as the adaptive split
+   * counts it (the models of the codelet; a device they cannot predict
+   * counts as 16 CPU workers). */
+  double shares[TDM_PARALLEL_MAX_CLASSES];
 } tdm_parallel_desc;
 
 /**

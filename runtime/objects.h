@@ -86,11 +86,16 @@ typedef struct tdm_task {
   uint8_t kind;
   uint8_t tile_mask; /* buffers that are tiles (held by reference; <= 8 buffers) */
   uint16_t nbuf;     /* past TDM_MAX_BUFFERS, the buffers are in `more` */
-  /* Set at its creation, read only then (a byte of its own: the threads
+  /* Set at its creation (or before its submission, by the thread that
+   * made it), read only then (a byte of its own: the threads
    * that end a task write the bits of others while the watchdog reads
    * these). chunk: a chunk of a data-parallel operation (core/parallel.c),
-   * whose arguments end with a tdm_chunk_tail that devices do not get. */
-  bool user_ref : 1, chunk : 1;
+   * whose arguments end with a tdm_chunk_tail that devices do not get.
+   * no_cpu: the CPU workers do not run it though its codelet has a CPU
+   * variant (a chunk of an operation that keeps them out, or one bound to
+   * its device by a static split), unless cpu_fallback and no device is
+   * left to it (tdm__task_cpu_ok). */
+  bool user_ref : 1, chunk : 1, no_cpu : 1, cpu_fallback : 1;
   bool device_ok; /* may run on a device (a backend's prepare) */
   /* Where the scheduler placed it (0: the CPU workers, 1 + k: device k;
    * -1: not placed by a model) and the execution time it predicted. */
@@ -190,6 +195,7 @@ typedef struct tdm_chunk_tail {
   unsigned dims;  /* 1 or 2 */
   unsigned group; /* with a reduction: its work-group size (its last buffer: its partial
                      values); else 0 */
+  _Atomic uint64_t *moved; /* the bytes copied so that it could run (data/access.c) */
 } tdm_chunk_tail;
 
 /* The footprint of a chunk whose codelet has no footprint function:
@@ -210,6 +216,22 @@ static inline tdm_chunk_tail tdm__chunk_tail(const tdm_task *t) {
 static inline uint64_t tdm__chunk_elements(const tdm_task *t) {
   tdm_chunk_tail c = tdm__chunk_tail(t);
   return (uint64_t)(c.range.end[0] - c.range.begin[0]) * (c.range.end[1] - c.range.begin[1]);
+}
+
+/* Whether the CPU workers may run t. */
+static inline bool tdm__task_cpu_ok(const tdm_task *t) {
+  return t->codelet->cpu_fn && (!t->no_cpu || (t->cpu_fallback && !t->dev_mask));
+}
+/* Whether t has somewhere to run without the devices `gone` (device
+ * worker bits): another device, or the CPU workers. */
+static inline bool tdm__task_runs_without(const tdm_task *t, uint64_t gone) {
+  return (t->dev_mask & ~gone) || (t->codelet->cpu_fn && (!t->no_cpu || t->cpu_fallback));
+}
+/* The devices `gone` no longer run t: tdm__task_runs_without. */
+static inline bool tdm__task_lose_devices(tdm_task *t, uint64_t gone) {
+  t->dev_mask &= ~gone;
+  t->device_ok = t->dev_mask != 0;
+  return t->device_ok || tdm__task_cpu_ok(t);
 }
 
 typedef struct tdm_edge tdm_edge;

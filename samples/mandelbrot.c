@@ -6,12 +6,14 @@
  * hands out by speed. Writes a PGM image and prints where the rows went.
  *
  *   mandelbrot [--size WxH] [--iterations N] [--output FILE]
- *              [--cpu-only | --devices-only] [--quiet]
+ *              [--cpu-only | --devices-only] [--static] [--quiet]
  *
- * --devices-only runs every row on the OpenCL devices (emulated devices
- * run CPU functions: there it is refused, TDM_ERR_NO_DEVICE, and the
- * program exits 77). By default an OpenCL device on the CPU cores (PoCL)
- * takes no rows beside the CPU workers: it runs on the same cores.
+ * --devices-only runs every row on the devices (TDM_PARALLEL_NO_CPU;
+ * without one it is refused, TDM_ERR_NO_DEVICE, and the program exits
+ * 77). --static cuts the rows once, one chunk per worker in proportion
+ * to their speeds (TDM_PARALLEL_STATIC), to compare with the adaptive
+ * split. By default an OpenCL device on the CPU cores (PoCL) takes no
+ * rows beside the CPU workers: it runs on the same cores.
  *
  * The arithmetic is fixed-point (64-bit integers, 28 fractional bits),
  * so that the CPU function and the OpenCL kernel compute the same image
@@ -100,7 +102,7 @@ int main(int argc, char **argv) {
   size_t w = 1024, h = 768;
   unsigned iterations = 512;
   const char *output = "mandelbrot.pgm";
-  int cpu_only = 0, devices_only = 0, quiet = 0;
+  int cpu_only = 0, devices_only = 0, fixed = 0, quiet = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--size") && i + 1 < argc) {
       if (sscanf(argv[++i], "%zux%zu", &w, &h) != 2 || !w || !h || w > 1 << 15 || h > 1 << 15) {
@@ -119,11 +121,13 @@ int main(int argc, char **argv) {
       cpu_only = 1;
     } else if (!strcmp(argv[i], "--devices-only")) {
       devices_only = 1;
+    } else if (!strcmp(argv[i], "--static")) {
+      fixed = 1;
     } else if (!strcmp(argv[i], "--quiet")) {
       quiet = 1;
     } else {
       fprintf(stderr, "usage: mandelbrot [--size WxH] [--iterations N] [--output FILE] "
-                      "[--cpu-only | --devices-only] [--quiet]\n");
+                      "[--cpu-only | --devices-only] [--static] [--quiet]\n");
       return 2;
     }
   }
@@ -149,15 +153,15 @@ int main(int argc, char **argv) {
   tdm_parallel_stats stats = {.struct_size = sizeof stats};
   tdm_parallel_desc d = {.struct_size = sizeof d,
                          .codelet = &rows,
-                         .cpu_fn = devices_only ? NULL : rows_cpu,
+                         .cpu_fn = rows_cpu,
                          .range = {h, w},
                          .handles = {himg},
                          .split_mask = 1,
                          .args = &a,
                          .args_size = sizeof a,
                          .stats = &stats};
-  if (cpu_only)
-    d.flags = TDM_PARALLEL_NO_DEVICES;
+  d.flags = (cpu_only ? TDM_PARALLEL_NO_DEVICES : 0) | (devices_only ? TDM_PARALLEL_NO_CPU : 0) |
+            (fixed ? TDM_PARALLEL_STATIC : 0);
   tdm_task *done = NULL;
   if (!st)
     st = tdm_parallel_submit(rt, &d, &done);
@@ -174,8 +178,9 @@ int main(int argc, char **argv) {
     return devices_only && st == TDM_ERR_NO_DEVICE ? 77 : 1; /* 77: none here (a test skips) */
   }
   if (!quiet) {
-    printf("%zux%zu, %u iterations: %u chunks, %.2f ms, idle tail %.2f ms\n", w, h, iterations,
-           stats.chunks, 1e3 * stats.makespan, 1e3 * stats.tail);
+    printf("%zux%zu, %u iterations: %u chunks, %.2f ms, idle tail %.2f ms, %.2f MB copied\n", w,
+           h, iterations, stats.chunks, 1e3 * stats.makespan, 1e3 * stats.tail,
+           1e-6 * (double)stats.bytes_moved);
     for (unsigned c = 0; c < stats.nclasses; c++) {
       tdm_device_info di = {.struct_size = sizeof di};
       const char *name = "CPU workers";

@@ -132,6 +132,7 @@ static tdm_runtime *machine(enum machine m, test_log *log, const char *scheduler
     return NULL;
   if (m >= POCL_INTEGRATED && tdm_runtime_nworkers(rt) == tdm_runtime_ncpu_workers(rt)) {
     tdm_runtime_destroy(rt); /* no OpenCL device here */
+    printf("  %s: no such device here, skipped\n", machine_name[m]);
     return NULL;
   }
   return rt;
@@ -261,10 +262,8 @@ static void test_saxpy_sizes(void **state) {
   for (int m = 0; m < NMACHINES; m++) {
     test_log log;
     tdm_runtime *rt = machine((enum machine)m, &log, NULL);
-    if (!rt) {
-      printf("  %s: no such device here, skipped\n", machine_name[m]);
+    if (!rt)
       continue;
-    }
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
       for (size_t grain = 1; grain <= 64; grain *= 64) {
       for (int cpu = 1; cpu >= (m >= POCL_INTEGRATED ? 0 : 1); cpu--) {
@@ -747,26 +746,34 @@ static void test_reduction_refused(void **state) {
  * operation done. Without retries, the operation ends cancelled (its
  * failed chunks failed, told), and what it writes is lost: never a
  * result reported done with rows missing. */
+/* base_config with an emulated device that fails as `faults` says, the
+ * failures retried `retries` times, the device kept in use. */
+static void faults_config(tdm_config *cfg, test_log *log, const char *sim, const char *faults,
+                          unsigned retries) {
+  base_config(cfg, log);
+  cfg->sim = sim;
+  cfg->faults = faults;
+  cfg->retries = retries;
+  cfg->quarantine_failures = 0;
+}
+
 static void test_failing_chunks(void **state) {
   (void)state;
   for (unsigned retries = 3;; retries = 0) {
     test_log log;
     tdm_config cfg;
-    base_config(&cfg, &log);
     /* one core 20 times slower than the device, which takes chunks as it
      * frees up (eager): it takes most (the emulated machine 1000 times
      * slower than this one, so that a chunk's time, not the emulator's
      * overhead, decides: on a loaded machine at the default scale the
      * core took 18 of 20); every 2nd launch there fails, and every 3rd
      * run fails after writing */
+    faults_config(&cfg, &log, "gpu:speedup=20,latency=10us,bandwidth=10G",
+                  "launch:nth=2;run:nth=3", retries);
     cfg.nworkers = 1;
-    cfg.sim = "gpu:speedup=20,latency=10us,bandwidth=10G";
     cfg.sim_time_scale = 1000;
     cfg.scheduler = "eager";
-    cfg.faults = "launch:nth=2;run:nth=3";
-    cfg.retries = retries;
     cfg.writeback = 1;
-    cfg.quarantine_failures = 0;
     tdm_runtime *rt;
     assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
     tdm_parallel_stats st = {.struct_size = sizeof st};
@@ -819,6 +826,174 @@ static void test_failing_chunks(void **state) {
     assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
     if (!retries)
       break;
+  }
+}
+
+/* y as saxpy_setup left it, written on the host through an acquisition
+ * (a device may hold its current version). */
+static void saxpy_reset(saxpy_data *s) {
+  assert_int_equal(tdm_handle_acquire(s->hy, TDM_W), TDM_OK);
+  for (size_t i = 0; i < s->n; i++)
+    s->y[i] = (float)(i % 13);
+  assert_int_equal(tdm_handle_release(s->hy), TDM_OK);
+}
+
+/* One SAXPY over s (set up with saxpy_setup) with these flags and
+ * shares: the status of its last node; the handles unregistered. */
+static tdm_status saxpy_with(tdm_runtime *rt, saxpy_data *s, unsigned flags, double cpu_share,
+                             double device_share) {
+  s->d.flags = flags;
+  s->d.shares[0] = cpu_share;
+  s->d.shares[1] = device_share;
+  tdm_task *end;
+  assert_int_equal(tdm_parallel_submit(rt, &s->d, &end), TDM_OK);
+  tdm_status got = tdm_task_wait(end);
+  tdm_task_release(end);
+  return got;
+}
+
+/* The CPU workers kept out (TDM_PARALLEL_NO_CPU, with a CPU function
+ * that an emulated device runs) and the static split: each class gets
+ * exactly its share, in one chunk per worker, with the right result; a
+ * device's chunk that fails goes to the CPU workers, unless they are
+ * kept out; the bytes an operation moved. */
+static void test_static_and_devices_only(void **state) {
+  (void)state;
+  static const size_t sizes[] = {1, 7, 1009, 65537};
+  for (int m = 0; m < NMACHINES; m++) {
+    test_log log;
+    tdm_runtime *rt = machine((enum machine)m, &log, NULL);
+    if (!rt)
+      continue;
+    bool dev = m != CPU_ONLY, own = m == SIM_OWN || m == POCL_DISCRETE;
+    /* PoCL, on the CPU cores, takes chunks only when named */
+    uint64_t mask = m >= POCL_INTEGRATED ? 1 : 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+      size_t n = sizes[k];
+      tdm_parallel_stats st = {.struct_size = sizeof st};
+      saxpy_data s;
+      /* devices only */
+      saxpy_setup(rt, n, &s, &st);
+      s.d.device_mask = mask;
+      if (!dev) {
+        s.d.flags = TDM_PARALLEL_NO_CPU;
+        assert_int_equal(tdm_parallel_submit(rt, &s.d, NULL), TDM_ERR_NO_DEVICE);
+        assert_true(test_log_has(&log, "the CPU workers may not"));
+      } else {
+        assert_int_equal(saxpy_with(rt, &s, TDM_PARALLEL_NO_CPU, 0, 0), TDM_OK);
+        assert_int_equal(st.class_elements[0], 0);
+        assert_int_equal(st.class_elements[1], n);
+        /* a fresh vector's rows went to a device of its own once each, x's and y's;
+         * a device sharing the host's memory copies nothing */
+        assert_int_equal(st.bytes_moved, own ? 2 * n * sizeof(float) : 0);
+        assert_int_equal(st.class_bytes[1], st.bytes_moved);
+        /* the CPU workers alone next: y (written there) comes home, x (read) is home */
+        assert_int_equal(saxpy_with(rt, &s, TDM_PARALLEL_NO_DEVICES, 0, 0), TDM_OK);
+        assert_int_equal(st.class_elements[0], n);
+        assert_int_equal(st.bytes_moved, own ? n * sizeof(float) : 0);
+        assert_int_equal(st.class_bytes[0], st.bytes_moved);
+      }
+      assert_int_equal(tdm_handle_unregister(s.hy), TDM_OK);
+      assert_int_equal(tdm_handle_unregister(s.hx), TDM_OK);
+      if (dev) { /* y got SAXPY twice: once more by hand, as the check wants once */
+        for (size_t i = 0; i < n; i++)
+          s.y[i] -= 2 * (float)(i % 97) + (float)i;
+        assert_int_equal(saxpy_wrong(&s), 0);
+      }
+      saxpy_free(&s);
+
+      /* static: a quarter to the CPU workers (an eighth each), the rest to the device */
+      saxpy_setup(rt, n, &s, &st);
+      s.d.device_mask = mask;
+      assert_int_equal(saxpy_with(rt, &s, TDM_PARALLEL_STATIC, 1, dev ? 3 : 0), TDM_OK);
+      size_t cpu_rows = dev ? (size_t)llround((double)n / 4) : n;
+      size_t first = dev ? (size_t)llround((double)n / 8) : (size_t)llround((double)n / 2);
+      assert_int_equal(st.class_elements[0], cpu_rows);
+      assert_int_equal(st.class_chunks[0], (first > 0) + (cpu_rows > first));
+      if (dev) {
+        assert_int_equal(st.class_elements[1], n - cpu_rows);
+        assert_int_equal(st.class_chunks[1], n > cpu_rows);
+      }
+      assert_int_equal(st.chunks, st.class_chunks[0] + st.class_chunks[1]);
+      assert_int_equal(st.failed, 0);
+      /* by speed (a device the models cannot predict counts as 16 workers):
+       * one chunk per worker, every element once */
+      saxpy_reset(&s);
+      assert_int_equal(saxpy_with(rt, &s, TDM_PARALLEL_STATIC, 0, 0), TDM_OK);
+      assert_true(st.chunks <= 2u + dev);
+      assert_int_equal(st.class_elements[0] + st.class_elements[1], n);
+      if (dev && !mask && n >= 1009) /* the (emulated, faster) device's share the larger */
+        assert_true(st.class_elements[1] > st.class_elements[0]);
+      /* static, the device's alone */
+      if (dev) {
+        saxpy_reset(&s);
+        assert_int_equal(saxpy_with(rt, &s, TDM_PARALLEL_STATIC | TDM_PARALLEL_NO_CPU, 0, 1),
+                         TDM_OK);
+        assert_int_equal(st.chunks, 1);
+        assert_int_equal(st.class_elements[1], n);
+      }
+      assert_int_equal(tdm_handle_unregister(s.hy), TDM_OK);
+      assert_int_equal(tdm_handle_unregister(s.hx), TDM_OK);
+      if (saxpy_wrong(&s))
+        fail_msg("%s, %zu elements: %d wrong after static splits", machine_name[m], n,
+                 saxpy_wrong(&s));
+      saxpy_free(&s);
+    }
+    assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+  }
+
+  /* the other placement policies keep the bounds too */
+  static const char *const policies[] = {"ws", "eager", "random"};
+  for (unsigned p = 0; p < 3; p++) {
+    test_log log;
+    tdm_runtime *rt = machine(SIM_OWN, &log, policies[p]);
+    assert_non_null(rt);
+    tdm_parallel_stats st = {.struct_size = sizeof st};
+    saxpy_data s;
+    saxpy_setup(rt, 4099, &s, &st);
+    assert_int_equal(saxpy_with(rt, &s, TDM_PARALLEL_NO_CPU, 0, 0), TDM_OK);
+    assert_int_equal(st.class_elements[1], 4099);
+    saxpy_reset(&s);
+    assert_int_equal(saxpy_with(rt, &s, TDM_PARALLEL_STATIC, 1, 3), TDM_OK);
+    assert_int_equal(st.class_elements[0], 1025);
+    assert_int_equal(st.class_elements[1], 4099 - 1025);
+    assert_int_equal(tdm_handle_unregister(s.hy), TDM_OK);
+    assert_int_equal(tdm_handle_unregister(s.hx), TDM_OK);
+    assert_int_equal(saxpy_wrong(&s), 0);
+    saxpy_free(&s);
+    assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+  }
+
+  /* every launch on the device fails: its static chunk is done by the CPU
+   * workers; kept out of them, it fails and the operation says so */
+  for (int keep_out = 0; keep_out < 2; keep_out++) {
+    test_log log;
+    tdm_config cfg;
+    faults_config(&cfg, &log, "gpu:speedup=10,latency=10us,bandwidth=10G", "launch:nth=1", 3);
+    tdm_runtime *rt;
+    assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+    tdm_parallel_stats st = {.struct_size = sizeof st};
+    saxpy_data s;
+    saxpy_setup(rt, 10007, &s, &st);
+    tdm_status got = saxpy_with(
+        rt, &s, TDM_PARALLEL_STATIC | (keep_out ? TDM_PARALLEL_NO_CPU : 0), !keep_out, 1);
+    tdm_status un = tdm_handle_unregister(s.hy);
+    assert_int_equal(tdm_handle_unregister(s.hx), TDM_OK);
+    if (!keep_out) {
+      assert_int_equal(got, TDM_OK);
+      assert_int_equal(un, TDM_OK);
+      assert_int_equal(st.class_elements[0], 10007);
+      assert_int_equal(st.class_chunks[0], 3); /* two its own, one the device's */
+      assert_int_equal(st.failed, 0);
+      assert_int_equal(saxpy_wrong(&s), 0);
+    } else {
+      assert_int_equal(got, TDM_ERR_CANCELLED);
+      assert_int_equal(st.failed, 1);
+      assert_int_equal(st.class_elements[0], 0);
+      assert_int_equal(un, TDM_ERR_LOST);
+    }
+    saxpy_free(&s);
+    assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
   }
 }
 
@@ -928,16 +1103,17 @@ static void test_bad_descriptions(void **state) {
   (void)state;
   test_log log;
   tdm_runtime *rt = machine(CPU_ONLY, &log, NULL);
-  float v[10], m[20];
-  tdm_handle *hv, *hw, *hm;
+  float v[10] = {0}, u[10] = {0}, m[20] = {0};
+  tdm_handle *hv, *hu, *hw, *hm;
   assert_int_equal(tdm_register_vector(rt, v, 10, sizeof *v, &hv), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, u, 10, sizeof *u, &hu), TDM_OK);
   assert_int_equal(tdm_register_vector(rt, m, 8, sizeof *m, &hw), TDM_OK);
   assert_int_equal(tdm_register_matrix(rt, m + 8, 4, 3, 4, sizeof *m, &hm), TDM_OK);
   saxpy_args a = {1};
   tdm_parallel_desc ok = {.codelet = &saxpy,
                           .cpu_fn = saxpy_cpu,
                           .range = {10},
-                          .handles = {hv, hv},
+                          .handles = {hv, hu},
                           .split_mask = 1,
                           .args = &a,
                           .args_size = sizeof a};
@@ -956,8 +1132,11 @@ static void test_bad_descriptions(void **state) {
   d = ok, d.split_mask = 2; /* handle 0 written whole by every chunk */
   assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
   assert_true(test_log_has(&log, "read only"));
-  d = ok, d.split_mask = 3; /* one handle split twice */
+  d = ok, d.handles[1] = hv, d.split_mask = 3; /* one handle split twice */
   assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.handles[1] = hv; /* split, and given whole */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  assert_true(test_log_has(&log, "both split and given whole"));
   d = ok, d.flags = 8;
   assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
   d = ok, d.handles[1] = NULL;
@@ -972,12 +1151,29 @@ static void test_bad_descriptions(void **state) {
   assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_NO_DEVICE);
   d = ok, d.struct_size = 8;
   assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  /* shares: only static, finite, not negative, for classes that take chunks */
+  d = ok, d.shares[0] = 1; /* not static */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.flags = TDM_PARALLEL_STATIC, d.shares[0] = -1;
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.flags = TDM_PARALLEL_STATIC, d.shares[0] = NAN;
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.flags = TDM_PARALLEL_STATIC, d.shares[0] = INFINITY;
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.flags = TDM_PARALLEL_STATIC, d.shares[0] = 1, d.shares[1] = 1; /* no device */
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  assert_true(test_log_has(&log, "shares[1] > 0 for device 0, which takes no chunk"));
+  d = ok, d.flags = TDM_PARALLEL_NO_DEVICES | TDM_PARALLEL_NO_CPU;
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_ERR_INVALID_ARG);
+  d = ok, d.flags = TDM_PARALLEL_STATIC | TDM_PARALLEL_NO_DEVICES, d.shares[0] = 2;
+  assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_OK); /* the CPU workers' alone */
   /* partitioned by the application */
   assert_int_equal(tdm_vector_partition(hv, 5, 0), TDM_OK);
   assert_int_equal(tdm_parallel_submit(rt, &ok, NULL), TDM_ERR_PARTITIONED);
   assert_int_equal(tdm_vector_unpartition(hv, 0), TDM_OK);
   assert_int_equal(tdm_wait_all(rt), TDM_OK);
   assert_int_equal(tdm_handle_unregister(hv), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hu), TDM_OK);
   assert_int_equal(tdm_handle_unregister(hw), TDM_OK);
   assert_int_equal(tdm_handle_unregister(hm), TDM_OK);
   assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
@@ -993,6 +1189,7 @@ int main(void) {
       cmocka_unit_test(test_reduction_refused),
       cmocka_unit_test(test_group_progress_and_cancel),
       cmocka_unit_test(test_failing_chunks),
+      cmocka_unit_test(test_static_and_devices_only),
       cmocka_unit_test(test_verified_chunks),
       cmocka_unit_test(test_trace_rows),
       cmocka_unit_test(test_bad_descriptions),

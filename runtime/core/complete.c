@@ -175,15 +175,14 @@ static bool retry(tdm_task *t, unsigned worker, tdm_status status) {
   unsigned k = worker - rt->nworkers;
   tdm__task_drop_failed(rt, t, tdm__device_node(rt, k) == 0);
   tdm__device_failed(rt, k, status); /* may take the device out of placement */
-  uint64_t others = t->dev_mask & ~(UINT64_C(1) << k);
-  if (t->tries >= rt->cfg.retries || t->spoiled || (!others && !t->codelet->cpu_fn))
+  uint64_t bit = UINT64_C(1) << k;
+  if (t->tries >= rt->cfg.retries || t->spoiled || !tdm__task_runs_without(t, bit))
     return false;
+  tdm__task_lose_devices(t, bit);
   t->tries++;
   tdm__log(rt, TDM_LOG_WARNING,
            "task %s failed on device %u (%s): tried again elsewhere (retry %u of %u)",
            tdm__codelet_name(t), k, tdm_status_name(status), t->tries, rt->cfg.retries);
-  t->dev_mask = others;
-  t->device_ok = others != 0;
   t->unkept = false;
   place_again(t, worker);
   return true;

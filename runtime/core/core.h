@@ -191,6 +191,10 @@ bool tdm__verify_report_mismatches(tdm_runtime *rt, const char *what);
 /* The devices whose variant of t's codelet the verification mode took
  * out (repeated mismatches) no longer run t: t->dev_mask. */
 void tdm__verify_mask(tdm_runtime *rt, tdm_task *t);
+/* The devices `out` (device worker bits: out of placement, or wrong for
+ * its codelet) no longer run t: the CPU workers, or no one (it fails:
+ * TDM_ERR_NO_DEVICE, ended by a CPU worker). */
+void tdm__task_without(tdm_runtime *rt, tdm_task *t, uint64_t out);
 /* TDM_ERR_TASK_FAILED, with a message naming what, when codelet tasks
  * failed or were cancelled since the last report; resets the counts. */
 tdm_status tdm__report_failures(tdm_runtime *rt, const char *what);
@@ -253,7 +257,8 @@ void tdm__parallel_free(tdm_runtime *rt);
  * (the CPU workers when `cpu`, and the devices of dev_mask) do together
  * by the models (TDM_PARALLEL_UNKNOWN_UNITS for a device it cannot
  * predict); *unknown: the classes among them whose model is not
- * calibrated for t. */
+ * calibrated for t; each (NULL, or rt->ndevice_workers entries): each
+ * device worker's part (0 for those not counted). */
 #define TDM_PARALLEL_UNKNOWN_UNITS 16.0
 /* A chunk is what is left over this many times the machine's speed
  * (guided self-scheduling's is 1; 2 and 3 gave the irregular range of
@@ -261,7 +266,7 @@ void tdm__parallel_free(tdm_runtime *rt);
  * calibrated, 4 gives 1.13, and in real time shorter idle tails). */
 #define TDM_PARALLEL_GUIDED_K 4
 double tdm__sched_speed_units(tdm_runtime *rt, const tdm_task *t, uint64_t dev_mask, bool cpu,
-                              unsigned *unknown);
+                              unsigned *unknown, double *each);
 
 /* ---- the trace (trace.c) ---------------------------------------------------- */
 

@@ -65,9 +65,11 @@ typedef struct op {
   _Atomic uint64_t failed;
   _Atomic uint64_t chunks[TDM_PARALLEL_MAX_CLASSES], elements[TDM_PARALLEL_MAX_CLASSES];
   _Atomic uint64_t end_ns[TDM_PARALLEL_MAX_CLASSES];
+  _Atomic uint64_t bytes[TDM_PARALLEL_MAX_CLASSES], moved;
   struct chunk_rec {
     struct op *op;
     uint64_t elements;
+    _Atomic uint64_t moved; /* its bytes copied (data/access.c, through its tail) */
   } rec[];
 } op;
 
@@ -267,6 +269,8 @@ static void chunk_ended(void *data) {
   atomic_fetch_sub_explicit(&o->rt->op_chunks, 1, memory_order_relaxed);
   uint64_t t0 = tdm__callback_t0, t1 = tdm__callback_t1 ? tdm__callback_t1 : tdm__now_ns();
   int c = class_of_worker(o->rt, tdm__callback_worker);
+  uint64_t moved = atomic_load_explicit(&r->moved, memory_order_relaxed);
+  atomic_fetch_add_explicit(&o->moved, moved, memory_order_relaxed);
   if (tdm_callback_status()) {
     atomic_fetch_add_explicit(&o->failed, 1, memory_order_relaxed);
   } else {
@@ -275,6 +279,7 @@ static void chunk_ended(void *data) {
     if (c >= 0) {
       atomic_fetch_add_explicit(&o->chunks[c], 1, memory_order_relaxed);
       atomic_fetch_add_explicit(&o->elements[c], r->elements, memory_order_relaxed);
+      atomic_fetch_add_explicit(&o->bytes[c], moved, memory_order_relaxed);
       atomic_max_u64(&o->end_ns[c], t1);
     }
   }
@@ -293,6 +298,7 @@ static void op_ended(void *data) {
     for (unsigned c = 0; c < TDM_PARALLEL_MAX_CLASSES; c++) {
       v.class_chunks[c] = atomic_load(&o->chunks[c]);
       v.class_elements[c] = atomic_load(&o->elements[c]);
+      v.class_bytes[c] = atomic_load(&o->bytes[c]);
       uint64_t e = atomic_load(&o->end_ns[c]);
       if (v.class_chunks[c] && e >= first) {
         v.class_end[c] = 1e-9 * (double)(e - first);
@@ -303,6 +309,7 @@ static void op_ended(void *data) {
     v.makespan = last > first && first != UINT64_MAX ? 1e-9 * (double)(last - first) : 0;
     v.tail = lo >= 0 ? hi - lo : 0;
     v.failed = atomic_load(&o->failed);
+    v.bytes_moved = atomic_load(&o->moved);
     memcpy(s, &v, size < sizeof v ? size : sizeof v);
   }
   if (o->callback)
@@ -383,10 +390,18 @@ static tdm_status check(tdm_runtime *rt, const tdm_parallel_desc *d, unsigned *d
     return refuse(rt, TDM_ERR_INVALID_ARG, "neither a CPU function nor an OpenCL variant");
   if (!d->range[0])
     return refuse(rt, TDM_ERR_INVALID_ARG, "an empty range");
-  if (d->flags & ~TDM_PARALLEL_NO_DEVICES)
+  if (d->flags & ~(TDM_PARALLEL_NO_DEVICES | TDM_PARALLEL_NO_CPU | TDM_PARALLEL_STATIC))
     return refuse(rt, TDM_ERR_INVALID_ARG, "unknown flags");
   if ((d->flags & TDM_PARALLEL_NO_DEVICES) && !d->cpu_fn)
     return refuse(rt, TDM_ERR_INVALID_ARG, "TDM_PARALLEL_NO_DEVICES without a CPU function");
+  if ((d->flags & TDM_PARALLEL_NO_DEVICES) && (d->flags & TDM_PARALLEL_NO_CPU))
+    return refuse(rt, TDM_ERR_INVALID_ARG,
+                  "TDM_PARALLEL_NO_DEVICES and TDM_PARALLEL_NO_CPU: no worker left");
+  for (unsigned c = 0; c < TDM_PARALLEL_MAX_CLASSES; c++)
+    if (!(d->shares[c] >= 0 && d->shares[c] < INFINITY) ||
+        (d->shares[c] && !(d->flags & TDM_PARALLEL_STATIC)))
+      return refuse(rt, TDM_ERR_INVALID_ARG,
+                    "shares: finite, not negative, and only with TDM_PARALLEL_STATIC");
   if (d->args_size && !d->args)
     return refuse(rt, TDM_ERR_INVALID_ARG, "args_size > 0 but args is NULL");
   if (!(d->split_mask & ((1u << n) - 1)) || (d->split_mask >> n))
@@ -433,6 +448,9 @@ static tdm_status check(tdm_runtime *rt, const tdm_parallel_desc *d, unsigned *d
       if (cl->modes[i] != TDM_R)
         return refuse(rt, TDM_ERR_INVALID_ARG,
                       "a handle given whole to every chunk must be read only (TDM_R)");
+      for (unsigned j = 0; j < n; j++)
+        if ((d->split_mask >> j & 1) && d->handles[j] == h)
+          return refuse(rt, TDM_ERR_INVALID_ARG, "a handle both split and given whole");
       continue;
     }
     bool fits = h->buf.nx == d->range[0] &&
@@ -473,7 +491,7 @@ static uint64_t chosen_workers(const tdm_runtime *rt, uint64_t device_mask, bool
  * its arguments (the caller's and the tail). */
 static void chunk_desc(const tdm_parallel_desc *d, const tdm_codelet *cl, unsigned dims,
                        const size_t *at, size_t i, bool whole, tdm_handle *partial,
-                       unsigned char *args, tdm_task_desc *td) {
+                       _Atomic uint64_t *moved, unsigned char *args, tdm_task_desc *td) {
   *td = (tdm_task_desc){.struct_size = sizeof *td,
                         .codelet = cl,
                         .args = args,
@@ -490,7 +508,8 @@ static void chunk_desc(const tdm_parallel_desc *d, const tdm_codelet *cl, unsign
                                    .end = {at[i + 1], dims == 2 ? d->range[1] : 1}},
                          .fn = d->cpu_fn,
                          .dims = dims,
-                         .group = d->reduce ? TDM_REDUCE_GROUP : 0};
+                         .group = d->reduce ? TDM_REDUCE_GROUP : 0,
+                         .moved = moved};
   if (d->args_size)
     memcpy(args, d->args, d->args_size);
   memcpy(args + d->args_size, &tail, sizeof tail);
@@ -555,6 +574,71 @@ static void scratch_add(tdm_runtime *rt, tdm_handle *h, void *mem) {
   tdm__spin_unlock(&rt->groups_lock);
 }
 
+/* The static split (TDM_PARALLEL_STATIC): chunk sizes in the order of
+ * the range (sizes) and the worker each is bound to (worker_of: -1 the
+ * CPU workers, k device worker k), one per active CPU worker when `cpu`
+ * and per device worker of `devices` (each[k]: its speed), in
+ * proportion to d->shares or, all 0, to their speeds; room for
+ * ncpu_workers + ndevice_workers entries in both. Its number of chunks
+ * (those of no rows dropped); 0 when the shares are refused (*st). */
+static size_t static_plan(tdm_runtime *rt, const tdm_parallel_desc *d, bool cpu,
+                          uint64_t devices, const double *each, size_t *sizes, int *worker_of,
+                          tdm_status *st) {
+  unsigned ncpu = cpu ? tdm_runtime_active_workers(rt) : 0;
+  bool given = false;
+  unsigned per[TDM_PARALLEL_MAX_CLASSES] = {ncpu}; /* workers per class */
+  for (unsigned k = 0; k < rt->ndevice_workers && k < 64; k++)
+    if ((devices >> k & 1) && rt->device_of[k] + 1 < TDM_PARALLEL_MAX_CLASSES)
+      per[rt->device_of[k] + 1]++;
+  for (unsigned c = 0; c < TDM_PARALLEL_MAX_CLASSES; c++) {
+    given |= d->shares[c] > 0;
+    if (d->shares[c] > 0 && !per[c]) {
+      char why[120], who[32] = "the CPU workers";
+      if (c)
+        snprintf(who, sizeof who, "device %u", c - 1);
+      snprintf(why, sizeof why, "shares[%u] > 0 for %s, which takes no chunk", c, who);
+      *st = refuse(rt, TDM_ERR_INVALID_ARG, why);
+      return 0;
+    }
+  }
+  double *w = tdm__calloc(rt, ncpu + rt->ndevice_workers + 1, sizeof *w), total = 0;
+  if (!w) {
+    *st = refuse(rt, TDM_ERR_NO_MEMORY, "out of memory");
+    return 0;
+  }
+  size_t m = 0;
+  for (unsigned i = 0; i < ncpu; i++, m++) {
+    w[m] = given ? d->shares[0] / ncpu : 1;
+    worker_of[m] = -1;
+  }
+  for (unsigned k = 0; k < rt->ndevice_workers && k < 64; k++) {
+    if (!(devices >> k & 1))
+      continue;
+    unsigned c = rt->device_of[k] + 1;
+    w[m] = !given ? each[k] : c < TDM_PARALLEL_MAX_CLASSES ? d->shares[c] / per[c] : 0;
+    worker_of[m++] = (int)k;
+  }
+  for (size_t i = 0; i < m; i++)
+    total += w[i];
+  size_t rows = d->range[0], n = 0, prev = 0;
+  double sum = 0;
+  for (size_t i = 0; i < m && total > 0; i++) {
+    sum += w[i];
+    size_t end = i + 1 == m ? rows : (size_t)llround((double)rows * (sum / total));
+    if (end > rows)
+      end = rows;
+    if (end > prev) {
+      sizes[n] = end - prev;
+      worker_of[n++] = worker_of[i];
+      prev = end;
+    }
+  }
+  free(w);
+  if (!n) /* (no speed known either: every device worker's is) */
+    *st = refuse(rt, TDM_ERR_INVALID_ARG, "no share for a class that takes chunks");
+  return n;
+}
+
 static void nothing(const tdm_buffer *bufs, const void *args, size_t args_size) {
   (void)bufs, (void)args, (void)args_size;
 }
@@ -578,9 +662,9 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
     free(args);
     return refuse(rt, TDM_ERR_NO_MEMORY, "out of memory");
   }
-  uint64_t devices = d->flags & TDM_PARALLEL_NO_DEVICES
-                         ? 0
-                         : chosen_workers(rt, d->device_mask, d->cpu_fn != NULL);
+  bool cpu = d->cpu_fn && !(d->flags & TDM_PARALLEL_NO_CPU);
+  bool fixed = d->flags & TDM_PARALLEL_STATIC;
+  uint64_t devices = d->flags & TDM_PARALLEL_NO_DEVICES ? 0 : chosen_workers(rt, d->device_mask, cpu);
   tdm__submit_wait_room(rt);
 
   /* A probe over the whole range, never submitted: whether a device can
@@ -588,8 +672,8 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
   size_t whole[2] = {0, d->range[0]};
   tdm_task_desc td;
   tdm_task *probe = NULL;
-  chunk_desc(d, cl, dims, whole, 0, true, d->result, args, &td); /* (the result stands in
-                                                                   for partial values) */
+  chunk_desc(d, cl, dims, whole, 0, true, d->result, NULL, args, &td); /* (the result stands
+                                                                    in for partial values) */
   td.group = NULL;
   if ((st = tdm__chunk_create(rt, &td, &probe))) {
     free(args);
@@ -597,30 +681,48 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
   }
   probe->dev_mask &= devices;
   probe->device_ok = probe->dev_mask != 0;
-  if (!probe->device_ok && !d->cpu_fn) {
+  devices = probe->dev_mask; /* those that can run it */
+  if (!probe->device_ok && !cpu) {
     tdm_task_release(probe);
     free(args);
     return refuse(rt, TDM_ERR_NO_DEVICE,
-                  "no CPU function, and no device chosen can run the codelet");
+                  "no device chosen can run the codelet, and the CPU workers may not (no CPU "
+                  "function, or TDM_PARALLEL_NO_CPU)");
   }
-  unsigned unknown = 0;
-  double units = tdm__sched_speed_units(rt, probe, devices, d->cpu_fn != NULL, &unknown);
+  unsigned unknown = 0, nw = tdm_runtime_active_workers(rt) + rt->ndevice_workers;
+  double *each = tdm__calloc(rt, rt->ndevice_workers + 1, sizeof *each);
+  double units = tdm__sched_speed_units(rt, probe, devices, cpu, &unknown, each);
   tdm_task_release(probe);
   unsigned probes = unknown * TDM_MODEL_CALIBRATION;
 
   size_t grain = d->grain ? d->grain : 1;
   size_t max_chunks = d->max_chunks ? d->max_chunks : 4096;
-  size_t n = tdm__parallel_plan(d->range[0], grain, units, probes, max_chunks, NULL);
+  size_t n = fixed ? nw : tdm__parallel_plan(d->range[0], grain, units, probes, max_chunks, NULL);
   size_t *at = tdm__malloc(rt, (3 * n + 1) * sizeof *at), *sizes = at + n + 1,
          *slot_of = sizes + n;
+  int *worker_of = fixed ? tdm__malloc(rt, n * sizeof *worker_of) : NULL;
   tdm_task **chunks = tdm__calloc(rt, n, sizeof *chunks);
   op *o = tdm__calloc(rt, 1, sizeof *o + n * sizeof o->rec[0]);
-  if (!at || !chunks || !o) {
-    free(at), free(chunks), free(o), free(args);
+  if (!at || !chunks || !o || !each || (fixed && !worker_of)) {
+    free(at), free(chunks), free(o), free(args), free(each), free(worker_of);
     return refuse(rt, TDM_ERR_NO_MEMORY, "out of memory");
   }
-  tdm__parallel_plan(d->range[0], grain, units, probes, max_chunks, sizes);
-  tdm__parallel_layout(sizes, n, at, slot_of);
+  if (fixed) { /* in the order of the range */
+    n = static_plan(rt, d, cpu, devices, each, sizes, worker_of, &st);
+    at[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+      at[i + 1] = at[i] + sizes[i];
+      slot_of[i] = i;
+    }
+  } else {
+    tdm__parallel_plan(d->range[0], grain, units, probes, max_chunks, sizes);
+    tdm__parallel_layout(sizes, n, at, slot_of);
+  }
+  free(each);
+  if (st) {
+    free(at), free(chunks), free(o), free(args), free(worker_of);
+    return st;
+  }
   *o = (op){.rt = rt,
             .stats = d->stats,
             .callback = d->callback,
@@ -646,15 +748,26 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
   size_t made = 0;
   for (; made < n && !st; made++) {
     size_t slot = slot_of[made];
-    o->rec[made] = (struct chunk_rec){o, sizes[made] * (dims == 2 ? d->range[1] : 1)};
+    o->rec[made].op = o;
+    o->rec[made].elements = sizes[made] * (dims == 2 ? d->range[1] : 1);
     chunk_desc(d, cl, dims, at, slot, false,
-               o->partials ? tdm_matrix_tile(o->partials, slot, 0) : NULL, args, &td);
+               o->partials ? tdm_matrix_tile(o->partials, slot, 0) : NULL, &o->rec[made].moved,
+               args, &td);
     td.callback = chunk_ended;
     td.callback_data = &o->rec[made];
     if ((st = tdm__chunk_create(rt, &td, &chunks[made])))
       break;
-    chunks[made]->dev_mask &= devices;
-    chunks[made]->device_ok = chunks[made]->dev_mask != 0;
+    tdm_task *t = chunks[made];
+    if (fixed) { /* bound to its kind of worker */
+      int k = worker_of[made];
+      t->dev_mask &= k < 0 ? 0 : UINT64_C(1) << k;
+      t->no_cpu = k >= 0;
+      t->cpu_fallback = k >= 0 && cpu;
+    } else {
+      t->dev_mask &= devices;
+      t->no_cpu = !cpu;
+    }
+    t->device_ok = t->dev_mask != 0;
   }
   /* the last node, then every chunk: nothing is submitted unless all
    * could be made */
@@ -723,6 +836,6 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
   } else {
     tdm_task_release(end);
   }
-  free(at), free(chunks), free(args);
+  free(at), free(chunks), free(args), free(worker_of);
   return st;
 }

@@ -114,7 +114,7 @@ static unsigned class_of(const tdm_runtime *rt, unsigned w) {
 
 static bool rt_runs(const tdm_sched *s, unsigned c, const tdm_task *t) {
   if (c < s->ncpu) /* or it ends there without running (no device left) */
-    return t->codelet->cpu_fn != NULL || atomic_load_explicit(&t->outcome, memory_order_relaxed);
+    return tdm__task_cpu_ok(t) || atomic_load_explicit(&t->outcome, memory_order_relaxed);
   uint64_t out = atomic_load_explicit(&rt_of(s)->quarantined, memory_order_relaxed);
   return ((t->dev_mask & ~out) >> (c - s->ncpu)) & 1;
 }
@@ -234,7 +234,6 @@ static tdm_task *any_take(tdm_runtime *rt, struct rt_sched *x) {
   return NULL;
 }
 
-static void without_quarantined(tdm_runtime *rt, tdm_task *t, uint64_t out);
 
 /* A task from the shared queue; one whose devices were all taken out of
  * placement meanwhile, and that the CPU cannot run, ends with
@@ -245,7 +244,7 @@ static tdm_task *rt_take_shared(tdm_sched *s) {
   tdm_task *t = any_take(rt, (struct rt_sched *)s);
   uint64_t out = atomic_load_explicit(&rt->quarantined, memory_order_relaxed);
   if (t && t->device_ok && TDM_UNLIKELY(t->dev_mask & out))
-    without_quarantined(rt, t, out);
+    tdm__task_without(rt, t, out);
   return t;
 }
 
@@ -422,12 +421,8 @@ tdm_task *tdm__sched_take_shared(tdm_runtime *rt, unsigned worker) {
   return rt->sched ? tdm__sched_shared(rt->sched, class_of(rt, worker)) : NULL;
 }
 
-/* Devices out of placement no longer run t: the CPU workers, or no one
- * (it fails: TDM_ERR_NO_DEVICE, ended by a CPU worker). */
-static void without_quarantined(tdm_runtime *rt, tdm_task *t, uint64_t out) {
-  t->dev_mask &= ~out;
-  t->device_ok = t->dev_mask != 0;
-  if (!t->device_ok && !t->codelet->cpu_fn &&
+void tdm__task_without(tdm_runtime *rt, tdm_task *t, uint64_t out) {
+  if (!tdm__task_lose_devices(t, out) &&
       !atomic_load_explicit(&t->outcome, memory_order_relaxed)) {
     tdm__log(rt, TDM_LOG_ERROR, "codelet %s: no device left that can run it",
              tdm__codelet_name(t));
@@ -454,7 +449,7 @@ static void drain(tdm_runtime *rt, unsigned k) {
   for (tdm_task *t; (t = tdm__backend_of(rt, k)->take(rt, k, NULL, NULL));) {
     if (tdm__sched_timed(t)) /* its backlog there goes */
       tdm__sched_done(t, rt->nworkers + k, -1);
-    without_quarantined(rt, t, UINT64_C(1) << k);
+    tdm__task_without(rt, t, UINT64_C(1) << k);
     t->sched_cls = -1;
     tdm__place(rt, t);
   }
@@ -501,10 +496,12 @@ double tdm__sched_predict_on(tdm_runtime *rt, const tdm_task *t, unsigned k, boo
 }
 
 double tdm__sched_speed_units(tdm_runtime *rt, const tdm_task *t, uint64_t dev_mask, bool cpu,
-                              unsigned *unknown) {
+                              unsigned *unknown, double *each) {
   tdm_sched *s = rt->sched;
   unsigned ncpu_workers = tdm_runtime_active_workers(rt);
   *unknown = 0;
+  for (unsigned k = 0; each && k < rt->ndevice_workers; k++)
+    each[k] = 0;
   if (!s)
     return cpu ? ncpu_workers : 0;
   /* one CPU worker's time: the fastest kind's with a prediction */
@@ -528,7 +525,10 @@ double tdm__sched_speed_units(tdm_runtime *rt, const tdm_task *t, uint64_t dev_m
     unsigned c = class_of(rt, rt->nworkers + k);
     double p = rt_predict(s, t, c, &calibrated);
     bool known = one > 0 && p > 0 && calibrated;
-    units += known ? one / p : TDM_PARALLEL_UNKNOWN_UNITS;
+    double u = known ? one / p : TDM_PARALLEL_UNKNOWN_UNITS;
+    units += u;
+    if (each)
+      each[k] = u;
     if (!calibrated && !seen[c]) /* (classes of one name share a model) */
       (*unknown)++;
     seen[c] = true;
@@ -559,7 +559,7 @@ void tdm__place(tdm_runtime *rt, tdm_task *t) {
   if (t->device_ok) {
     uint64_t out = atomic_load_explicit(&rt->quarantined, memory_order_relaxed);
     if (TDM_UNLIKELY(t->dev_mask & out))
-      without_quarantined(rt, t, out);
+      tdm__task_without(rt, t, out);
     if (TDM_UNLIKELY(rt->verify)) /* devices whose variant gave wrong results */
       tdm__verify_mask(rt, t);
   } else if (rt->sched && !t->cpu_counted) { /* in no class's backlog */
@@ -759,9 +759,7 @@ tdm_status tdm_codelet_build(tdm_runtime *rt, const tdm_codelet *cl, tdm_build_f
 void tdm__device_refused(tdm_runtime *rt, unsigned k, tdm_task *t, tdm_status status) {
   if (tdm__sched_timed(t)) /* its backlog there goes */
     tdm__sched_done(t, rt->nworkers + k, -1);
-  t->dev_mask &= ~(UINT64_C(1) << k);
-  t->device_ok = t->dev_mask != 0;
-  if (!t->device_ok && !t->codelet->cpu_fn &&
+  if (!tdm__task_lose_devices(t, UINT64_C(1) << k) &&
       !atomic_load_explicit(&t->outcome, memory_order_relaxed))
     atomic_store_explicit(&t->outcome, status, memory_order_relaxed);
   t->sched_cls = -1;

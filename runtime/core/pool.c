@@ -142,7 +142,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->tile_mask = 0;
   t->more = NULL;
   t->user_ref = false;
-  t->chunk = false;
+  t->chunk = t->no_cpu = t->cpu_fallback = false;
   t->rt = rt;
   t->codelet = NULL;
   t->edges = t->inline_edges;

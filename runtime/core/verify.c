@@ -384,8 +384,8 @@ void tdm__verify_mask(tdm_runtime *rt, tdm_task *t) {
     if (!strcmp(v->off[i].name, name))
       off = v->off[i].off;
   TDM_PTHREAD(rt, pthread_mutex_unlock(&v->off_lock));
-  t->dev_mask &= ~off;
-  t->device_ok = t->dev_mask != 0;
+  if (t->dev_mask & off)
+    tdm__task_without(rt, t, off);
 }
 
 bool tdm__verify_report_mismatches(tdm_runtime *rt, const char *what) {

@@ -111,6 +111,7 @@ static bool task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens 
                         bool replay, unsigned more) {
   bool ok = true;
   const tdm_task_more *m = t->more;
+  uint64_t copied = t->chunk ? tdm__coh_copied() : 0;
   /* such versions come home first where only devices hold them */
   unsigned keep = several_outputs(rt, t, node) ? TDM_KEEP_REPLACED : 0;
   if (t->kind == TDM_TASK_CODELET && t->codelet->cpu_fn)
@@ -132,6 +133,11 @@ static bool task_access(tdm_runtime *rt, tdm_task *t, unsigned node, tdm_tokens 
       ok = access_one(rt, t, h, node, mode | keep, t->gens[i], w, replay);
   }
   tdm__coh_reap(&rt->nodes);
+  if (t->chunk) { /* what its operation moved */
+    tdm_chunk_tail c = tdm__chunk_tail(t);
+    if (c.moved)
+      atomic_fetch_add_explicit(c.moved, tdm__coh_copied() - copied, memory_order_relaxed);
+  }
   return ok;
 }
 

@@ -220,13 +220,23 @@ static unsigned fills_of(const tdm_nodes *nodes, tdm_handle *h, unsigned from, u
   return n;
 }
 
+/* The bytes of the copies this thread issued (tdm__coh_copied). */
+static _Thread_local uint64_t copied;
+
+uint64_t tdm__coh_copied(void) {
+  return copied;
+}
+
 /* Copies the elements host describes between the host and their packed
  * buffer `mem` on node. */
 static bool copy_whole(const tdm_nodes *nodes, const tdm_buffer *host, unsigned node,
                        bool to_node, void *mem, const tdm_token *after, unsigned nafter,
                        tdm_token *done) {
   tdm_copy c = {.host = host, .mem = mem, .pitch = host->ny * host->elem_size};
-  return nodes->ops->copy(nodes->ctx, node, to_node, &c, after, nafter, done);
+  bool ok = nodes->ops->copy(nodes->ctx, node, to_node, &c, after, nafter, done);
+  if (ok)
+    copied += (uint64_t)host->nx * c.pitch;
+  return ok;
 }
 
 static bool make_valid(const tdm_nodes *nodes, tdm_handle *h, unsigned node, tdm_tokens *w);
@@ -683,8 +693,11 @@ static bool copy_peer(const tdm_nodes *nodes, tdm_handle *h, unsigned src, unsig
     return false;
   tdm_token after[2];
   unsigned n = fills_of(nodes, h, src, node, after);
-  return nodes->ops->peer_copy(nodes->ctx, src, node, h->coh.rep[src].mem, mem,
-                               tdm__coh_bytes(h), after, n, e);
+  bool ok = nodes->ops->peer_copy(nodes->ctx, src, node, h->coh.rep[src].mem, mem,
+                                  tdm__coh_bytes(h), after, n, e);
+  if (ok)
+    copied += tdm__coh_bytes(h);
+  return ok;
 }
 
 /* Makes `node` valid for h (settled), adding to w what a user waits for;

@@ -391,6 +391,9 @@ bool tdm__coh_replicas(const tdm_nodes *nodes, tdm_handle *h);
 /* h's bytes on a device (elements packed: a tile's rows one after the
  * other) and the span of its elements in host memory. */
 size_t tdm__coh_bytes(const tdm_handle *h);
+/* The bytes of the copies the calling thread has issued (between the
+ * host and devices, and from device to device), since it started. */
+uint64_t tdm__coh_copied(void);
 size_t tdm__coh_span(const tdm_handle *h);
 /* h's elements between the host's memory and `packed` (tdm__coh_bytes of
  * them, row after row; to_host: into the host's memory). */

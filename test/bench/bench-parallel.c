@@ -18,8 +18,10 @@
  *
  * --real: the same comparison in real time, on the runtime's threads:
  * an irregular operation (Mandelbrot rows) and a regular one over an
- * image, adaptive against the CPU workers alone (and, on PoCL, the device
- * alone), beside emulated GPUs and PoCL; medians of 5 runs.
+ * image, adaptive against the CPU workers alone, the devices alone
+ * (TDM_PARALLEL_NO_CPU) and the static split by speed
+ * (TDM_PARALLEL_STATIC), beside emulated GPUs and PoCL; medians of 5
+ * runs, with the bytes each operation moved.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,14 +138,16 @@ static bool one_op(tdm_runtime *rt, unsigned char *img, bool regular, int mode,
   if (tdm_register_matrix(rt, img, W, H, W, 1, &h))
     return false;
   *st = (tdm_parallel_stats){.struct_size = sizeof *st};
+  static const unsigned flags[] = {0, TDM_PARALLEL_NO_DEVICES, TDM_PARALLEL_NO_CPU,
+                                   TDM_PARALLEL_STATIC};
   tdm_parallel_desc d = {.codelet = &rows_cl_codelet,
-                         .cpu_fn = mode == 2 ? NULL : rows_cpu,
+                         .cpu_fn = rows_cpu,
                          .range = {H, W},
                          .handles = {h},
                          .split_mask = 1,
                          .args = &a,
                          .args_size = sizeof a,
-                         .flags = mode == 1 ? TDM_PARALLEL_NO_DEVICES : 0,
+                         .flags = flags[mode],
                          .stats = st};
   tdm_status s = tdm_parallel_submit(rt, &d, NULL);
   tdm_status w = tdm_wait_all(rt);
@@ -166,7 +170,9 @@ static int real_time(void) {
              "gpu0:speedup=10,latency=10us,bandwidth=10G;gpu1:speedup=5,latency=10us,"
              "bandwidth=10G"},
             {"2 cores + PoCL (as a discrete GPU)", NULL}};
-  static const char *const modes[] = {"adaptive", "CPU only", "devices only"};
+  static const char *const modes[] = {"adaptive", "CPU only", "devices only",
+                                      "static (speed)"};
+  enum { NMODES = 4 };
   unsigned char *img = malloc(W * H);
   char dir[] = "/tmp/bench-parallel-XXXXXX";
   if (!img || !mkdtemp(dir))
@@ -198,34 +204,35 @@ static int real_time(void) {
       continue;
     }
     for (int regular = 0; regular < 2; regular++) {
-      printf("\n%s, %s\n  %-13s %10s %12s %10s %8s\n", rm[k].name,
+      printf("\n%s, %s\n  %-15s %10s %12s %10s %8s %9s\n", rm[k].name,
              regular ? "regular (200 steps a pixel)" : "Mandelbrot rows (irregular)", "split",
-             "ms", "/CPU only", "CPU rows", "tail ms");
-      int nmodes = rm[k].sim ? 2 : 3; /* emulated devices run CPU functions */
-      double ms[3][5], share[3][5], tail[3][5];
+             "ms", "/CPU only", "CPU rows", "tail ms", "MB moved");
+      double ms[NMODES][5], share[NMODES][5], tail[NMODES][5], mb[NMODES][5];
       tdm_parallel_stats st;
-      for (int m = 0; m < nmodes; m++) /* calibration */
+      for (int m = 0; m < NMODES; m++) /* calibration */
         if (!one_op(rt, img, regular, m, &st))
           return 1;
       for (int r = 0; r < 5; r++)
-        for (int m = 0; m < nmodes; m++) {
+        for (int m = 0; m < NMODES; m++) {
           if (!one_op(rt, img, regular, m, &st))
             return 1;
           ms[m][r] = 1e3 * st.makespan;
           share[m][r] = 100.0 * (double)st.class_elements[0] / (W * H);
           tail[m][r] = 1e3 * st.tail;
+          mb[m][r] = 1e-6 * (double)st.bytes_moved;
         }
       double cpu = 0;
-      for (int m = 0; m < nmodes; m++) {
+      for (int m = 0; m < NMODES; m++) {
         qsort(ms[m], 5, sizeof ms[m][0], by_double);
         qsort(share[m], 5, sizeof share[m][0], by_double);
         qsort(tail[m], 5, sizeof tail[m][0], by_double);
+        qsort(mb[m], 5, sizeof mb[m][0], by_double);
         if (m == 1)
           cpu = ms[1][2];
       }
-      for (int m = 0; m < nmodes; m++)
-        printf("  %-13s %10.1f %12.3f %9.1f%% %8.1f\n", modes[m], ms[m][2],
-               cpu > 0 ? ms[m][2] / cpu : 0, share[m][2], tail[m][2]);
+      for (int m = 0; m < NMODES; m++)
+        printf("  %-15s %10.1f %12.3f %9.1f%% %8.1f %9.2f\n", modes[m], ms[m][2],
+               cpu > 0 ? ms[m][2] / cpu : 0, share[m][2], tail[m][2], mb[m][2]);
     }
     tdm_runtime_destroy(rt);
   }
