@@ -8,7 +8,10 @@
  * dyn_modes and dyn_handles); one in sixteen is a data-parallel operation
  * (tdm_parallel_submit) over the handles' words, 1 to 3 handles split and
  * up to one read whole, each word mixed from its own words and the whole
- * handle's.
+ * handle's; half of them also reduce over their words into one of
+ * NRESULTS result handles (a product of 2x2 matrices, which does not
+ * commute: partial values merged out of the range's order show), which
+ * later operations may read whole.
  */
 #include "common.h"
 #include "internal.h" /* the device fault seam */
@@ -17,6 +20,8 @@
 #include <stdlib.h>
 
 #define NHANDLES 40
+#define NRESULTS 4 /* reductions' results: handles NHANDLES .. NHANDLES + NRESULTS - 1 */
+#define NH (NHANDLES + NRESULTS)
 #define NTASKS 3000
 #define NSEEDS 12
 #define WORDS 4
@@ -34,6 +39,7 @@ typedef struct {
   step s;
   unsigned h[MAX_WIDE];
   unsigned nsplit; /* an operation's split handles (the first ones); 0: a task */
+  int result;      /* an operation's reduction's result handle, or -1 */
   _Atomic int outcome;
 } record;
 
@@ -67,9 +73,25 @@ static void apply(const step *s, uint64_t *const *bufs) {
 typedef struct {
   step s;
   unsigned nsplit;
+  bool reduce;
 } op_step;
 
-static void apply_op(const op_step *o, uint64_t *const *bufs, size_t lo, size_t hi) {
+/* A reduction's values: 2x2 matrices of 64-bit words, multiplied modulo
+ * 2^64 (associative, not commutative); acc = acc x v. */
+static void mat_mul(void *acc, const void *v) {
+  uint64_t a[4], b[4];
+  memcpy(a, acc, sizeof a);
+  memcpy(b, v, sizeof b);
+  uint64_t c[4] = {a[0] * b[0] + a[1] * b[2], a[0] * b[1] + a[1] * b[3],
+                   a[2] * b[0] + a[3] * b[2], a[2] * b[1] + a[3] * b[3]};
+  memcpy(acc, c, sizeof c);
+}
+static const uint64_t mat_one[4] = {1, 0, 0, 1};
+
+/* With `prod` (an operation that reduces), each word's value multiplies
+ * it, in the order of the range. */
+static void apply_op(const op_step *o, uint64_t *const *bufs, size_t lo, size_t hi,
+                     uint64_t *prod) {
   for (size_t w = lo; w < hi; w++) {
     uint64_t acc = mix(o->s.id ^ (0x9e3779b97f4a7c15ull * (w + 1)));
     for (unsigned i = 0; i < o->s.nbuf; i++)
@@ -83,6 +105,10 @@ static void apply_op(const op_step *o, uint64_t *const *bufs, size_t lo, size_t 
     for (unsigned i = 0; i < o->nsplit; i++)
       if (o->s.modes[i] & TDM_W)
         bufs[i][w - lo] = mix(acc + i);
+    if (prod) {
+      uint64_t v[4] = {mix(acc ^ 1), mix(acc ^ 2), mix(acc ^ 3), mix(acc ^ 4)};
+      mat_mul(prod, v);
+    }
   }
 }
 
@@ -92,7 +118,8 @@ static void run_op(const tdm_buffer *b, const tdm_range *r, const void *args, si
   uint64_t *bufs[MAX_WIDE];
   for (unsigned i = 0; i < o->s.nbuf; i++)
     bufs[i] = b[i].ptr;
-  apply_op(o, bufs, r->begin[0], r->end[0]);
+  /* a reduction's partial values come last: the chunk's into the first */
+  apply_op(o, bufs, r->begin[0], r->end[0], o->reduce ? b[o->s.nbuf].ptr : NULL);
 }
 
 static void run_step(const tdm_buffer *b, const void *args, size_t n) {
@@ -162,12 +189,17 @@ static unsigned replay(uint64_t ref[][WORDS], bool *lost, bool *partial, uint64_
           lost[r->h[i]] = got != TDM_OK;
           partial[r->h[i]] = op_failed || (got != TDM_OK && partial[r->h[i]]);
         }
+      if (r->result >= 0) /* written whole by the last node, or not at all */
+        lost[r->result] = got != TDM_OK;
       if (got == TDM_OK) {
-        uint64_t *bufs[MAX_WIDE];
+        uint64_t *bufs[MAX_WIDE], prod[4];
+        memcpy(prod, mat_one, sizeof prod);
         for (unsigned i = 0; i < r->s.nbuf; i++)
           bufs[i] = ref[r->h[i]];
-        op_step o = {r->s, r->nsplit};
-        apply_op(&o, bufs, 0, WORDS);
+        op_step o = {r->s, r->nsplit, r->result >= 0};
+        apply_op(&o, bufs, 0, WORDS, prod);
+        if (r->result >= 0)
+          memcpy(ref[r->result], prod, sizeof prod);
       }
       continue;
     }
@@ -203,19 +235,25 @@ static const rates configured;
 
 /* Task t of a seed as a data-parallel operation over the handles' words:
  * 1 to 3 distinct handles split (random modes), and, one time in two,
- * one more read whole; the sequential reference applied at once unless
- * `record` (under faults: replayed from the outcomes). */
+ * one more read whole (a result handle one time in four); one time in two
+ * a reduction into a result handle; the sequential reference applied at
+ * once unless `record` (under faults: replayed from the outcomes). */
 static void submit_op(tdm_runtime *rt, int t, uint64_t rng, tdm_handle *const *hs,
                       uint64_t ref[][WORDS], bool record) {
   static const unsigned mode_of[3] = {TDM_R, TDM_W, TDM_RW};
-  op_step o = {.s = {.id = rng}, .nsplit = 1 + (unsigned)((rng >> 8) % 3)};
+  op_step o = {.s = {.id = rng},
+               .nsplit = 1 + (unsigned)((rng >> 8) % 3),
+               .reduce = (rng >> 16) & 1};
+  int result = o.reduce ? NHANDLES + (int)((rng >> 24) % NRESULTS) : -1;
   unsigned nbuf = o.nsplit + (unsigned)((rng >> 12) & 1), h[4], code = 0;
   for (unsigned i = 0; i < nbuf; i++) {
     bool again;
-    do { /* distinct handles */
+    do { /* distinct handles, and not the result */
       rng = mix(rng);
       h[i] = (unsigned)((rng >> 20) % NHANDLES);
-      again = false;
+      if (i == o.nsplit && (rng >> 32) % 4 == 0)
+        h[i] = NHANDLES + (unsigned)((rng >> 34) % NRESULTS);
+      again = (int)h[i] == result;
       for (unsigned j = 0; j < i; j++)
         again |= h[j] == h[i];
     } while (again);
@@ -230,6 +268,13 @@ static void submit_op(tdm_runtime *rt, int t, uint64_t rng, tdm_handle *const *h
                          .split_mask = (1u << o.nsplit) - 1,
                          .args = &o,
                          .args_size = sizeof o};
+  if (o.reduce) {
+    d.reduce = TDM_REDUCE_USER;
+    d.reduce_size = sizeof mat_one;
+    d.combine = mat_mul;
+    d.identity = mat_one;
+    d.result = hs[result];
+  }
   uint64_t *bufs[4];
   for (unsigned i = 0; i < nbuf; i++) {
     d.handles[i] = hs[h[i]];
@@ -238,6 +283,7 @@ static void submit_op(tdm_runtime *rt, int t, uint64_t rng, tdm_handle *const *h
   if (record) {
     records[t].s = o.s;
     records[t].nsplit = o.nsplit;
+    records[t].result = result;
     for (unsigned i = 0; i < nbuf; i++)
       records[t].h[i] = h[i];
     atomic_store(&records[t].outcome, 1); /* not ended */
@@ -245,8 +291,13 @@ static void submit_op(tdm_runtime *rt, int t, uint64_t rng, tdm_handle *const *h
     d.callback_data = &records[t].outcome;
   }
   assert_int_equal(tdm_parallel_submit(rt, &d, NULL), TDM_OK);
-  if (!record)
-    apply_op(&o, bufs, 0, WORDS);
+  if (!record) {
+    uint64_t prod[4];
+    memcpy(prod, mat_one, sizeof prod);
+    apply_op(&o, bufs, 0, WORDS, prod);
+    if (o.reduce)
+      memcpy(ref[result], prod, sizeof prod);
+  }
 }
 
 /* One random DAG on rt. faults (NULL: none): armed for the run and
@@ -257,13 +308,15 @@ static void submit_op(tdm_runtime *rt, int t, uint64_t rng, tdm_handle *const *h
  * checked. Returns the tasks that failed. */
 
 static unsigned one_seed(tdm_runtime *rt, uint64_t seed, const rates *faults, bool kept) {
-  static uint64_t data[NHANDLES][WORDS], ref[NHANDLES][WORDS];
-  for (int h = 0; h < NHANDLES; h++)
+  static uint64_t data[NH][WORDS], ref[NH][WORDS];
+  for (int h = 0; h < NH; h++)
     for (int w = 0; w < WORDS; w++)
       data[h][w] = ref[h][w] = mix(seed * 1000 + (uint64_t)(h * WORDS + w));
-  tdm_handle *hs[NHANDLES];
+  tdm_handle *hs[NH];
   for (int h = 0; h < NHANDLES; h++)
     assert_int_equal(tdm_register_vector(rt, data[h], WORDS, sizeof(uint64_t), &hs[h]), TDM_OK);
+  for (int h = NHANDLES; h < NH; h++) /* one value each: a reduction's result */
+    assert_int_equal(tdm_register_vector(rt, data[h], 1, sizeof data[h], &hs[h]), TDM_OK);
   for (unsigned k = 0; faults && k < TDM_NFAULTS; k++)
     if (faults->p[k] > 0)
       tdm__faults_set(rt, k, faults->p[k], seed);
@@ -306,6 +359,7 @@ static unsigned one_seed(tdm_runtime *rt, uint64_t seed, const rates *faults, bo
     if (faults) {
       records[t].s = s;
       records[t].nsplit = 0;
+      records[t].result = -1;
       for (unsigned i = 0; i < s.nbuf; i++)
         records[t].h[i] = (unsigned)(bufs[i] - ref[0]) / WORDS;
       atomic_store(&records[t].outcome, 1); /* not ended */
@@ -316,7 +370,7 @@ static unsigned one_seed(tdm_runtime *rt, uint64_t seed, const rates *faults, bo
     if (!faults)
       apply(&s, bufs); /* the sequential reference */
   }
-  bool lost[NHANDLES] = {false}, partial[NHANDLES] = {false};
+  bool lost[NH] = {false}, partial[NH] = {false};
   unsigned failed = 0;
   if (faults) {
     tdm_status st = tdm_wait_all(rt);
@@ -326,9 +380,9 @@ static unsigned one_seed(tdm_runtime *rt, uint64_t seed, const rates *faults, bo
     assert_int_equal(st, failed ? TDM_ERR_TASK_FAILED : TDM_OK);
     assert_int_equal(tdm_wait_all(rt), TDM_OK); /* reported once */
   }
-  for (int h = 0; h < NHANDLES; h++)
+  for (int h = 0; h < NH; h++)
     assert_int_equal(tdm_handle_unregister(hs[h]), lost[h] ? TDM_ERR_LOST : TDM_OK);
-  for (int h = 0; h < NHANDLES; h++)
+  for (int h = 0; h < NH; h++)
     for (int w = 0; w < WORDS; w++)
       if (data[h][w] != ref[h][w] && (kept || !lost[h]) && !partial[h])
         fail_msg("seed %llu: handle %d word %d differs (%llx, want %llx)",
