@@ -1620,6 +1620,10 @@ typedef struct tdm_parallel_desc {
  * reference to the operation's last node, a task to tdm_task_wait for
  * (its outcome is the operation's: TDM_ERR_CANCELLED when a chunk failed
  * or was cancelled) and give back with tdm_task_release; NULL: none.
+ * With a reduction, the last node combines the partial values on a CPU
+ * worker: should it fail itself (the partial values could not come home
+ * from a device, as a task's input), the operation ends with that status,
+ * its result is lost, and the split handles hold what every chunk wrote.
  *
  * While the call runs, the split handles are partitioned internally: no
  * other thread may use them then (a task naming one meanwhile may be

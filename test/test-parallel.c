@@ -997,6 +997,61 @@ static void test_static_and_devices_only(void **state) {
   }
 }
 
+/* A reduction whose partial values cannot come home from the device (the
+ * third copy: x to the device, the partial values to it, then home):
+ * tried again, the result is exact; not tried again, the operation ends
+ * with the failure, not done, and its result is lost. */
+static void test_reduction_home_fails(void **state) {
+  (void)state;
+  for (unsigned retries = 2;; retries = 0) {
+    test_log log;
+    tdm_config cfg;
+    faults_config(&cfg, &log, "gpu:speedup=10,latency=10us,bandwidth=10G", "copy:nth=3",
+                  retries);
+    cfg.writeback = 0;
+    tdm_runtime *rt;
+    assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+    size_t n = 1000;
+    double x[1000], sum = 0, value = -1;
+    for (size_t i = 0; i < n; i++)
+      sum += x[i] = (double)(i % 10);
+    tdm_handle *hx, *res;
+    assert_int_equal(tdm_register_vector(rt, x, n, sizeof *x, &hx), TDM_OK);
+    assert_int_equal(tdm_register_vector(rt, &value, 1, sizeof value, &res), TDM_OK);
+    tdm_parallel_desc d = {.codelet = &vsum,
+                           .cpu_fn = vsum_cpu,
+                           .range = {n},
+                           .handles = {hx},
+                           .split_mask = 1,
+                           .grain = n, /* one chunk */
+                           .flags = TDM_PARALLEL_NO_CPU,
+                           .reduce = TDM_REDUCE_SUM,
+                           .reduce_type = TDM_ELEM_DOUBLE,
+                           .result = res};
+    tdm_task *end;
+    assert_int_equal(tdm_parallel_submit(rt, &d, &end), TDM_OK);
+    tdm_status got = tdm_task_wait(end);
+    tdm_task_release(end);
+    tdm_status un = tdm_handle_unregister(res);
+    printf("  retries %u: %s, result %s\n", retries, tdm_status_name(got), tdm_status_name(un));
+    if (retries) {
+      assert_int_equal(got, TDM_OK);
+      assert_int_equal(un, TDM_OK);
+      assert_true(value == sum);
+      assert_true(atomic_load(&rt->faults.injected) > 0); /* the copy failed, and was made again */
+    } else {
+      assert_true(got != TDM_OK && got != TDM_ERR_CANCELLED);
+      assert_int_equal(un, TDM_ERR_LOST);
+      assert_true(value == -1); /* never written */
+    }
+    assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+    tdm_wait_all(rt);
+    assert_int_equal(tdm_runtime_destroy(rt), TDM_OK);
+    if (!retries)
+      break;
+  }
+}
+
 /* The verification mode on PoCL: a kernel that is wrong on some rows is
  * caught chunk by chunk, each compared with the CPU function over its
  * own range; the CPU function's results replace the device's, and
@@ -1190,6 +1245,7 @@ int main(void) {
       cmocka_unit_test(test_group_progress_and_cancel),
       cmocka_unit_test(test_failing_chunks),
       cmocka_unit_test(test_static_and_devices_only),
+      cmocka_unit_test(test_reduction_home_fails),
       cmocka_unit_test(test_verified_chunks),
       cmocka_unit_test(test_trace_rows),
       cmocka_unit_test(test_bad_descriptions),

@@ -177,28 +177,35 @@ static unsigned replay(uint64_t ref[][WORDS], bool *lost, bool *partial, uint64_
                (unsigned long long)seed, t, tdm_status_name((tdm_status)got));
     /* an operation whose chunk failed ends cancelled (its last node's
      * outcome); the chunks that ran wrote their words: what it writes is
-     * lost, and its words a mix */
+     * lost, and its words a mix. A reduction's last node may fail itself
+     * (the partial values' copy home failed): every chunk was done, the
+     * result alone is lost. */
     bool op_failed = r->nsplit && !cancel && got == TDM_ERR_CANCELLED;
+    bool merge_failed = r->result >= 0 && got != TDM_OK && got != TDM_ERR_CANCELLED;
     if (!cancel && got == TDM_ERR_CANCELLED && !op_failed)
       fail_msg("seed %llu: task %d was cancelled with its inputs produced",
                (unsigned long long)seed, t);
-    failed += op_failed;
+    if (r->nsplit && got != TDM_OK && got != TDM_ERR_CANCELLED && !merge_failed)
+      fail_msg("seed %llu: operation %d ended with %s", (unsigned long long)seed, t,
+               tdm_status_name((tdm_status)got));
+    failed += op_failed || merge_failed;
     if (r->nsplit) {
+      bool chunks_done = got == TDM_OK || merge_failed;
       for (unsigned i = 0; i < r->nsplit; i++)
         if (r->s.modes[i] & TDM_W) {
-          lost[r->h[i]] = got != TDM_OK;
-          partial[r->h[i]] = op_failed || (got != TDM_OK && partial[r->h[i]]);
+          lost[r->h[i]] = !chunks_done;
+          partial[r->h[i]] = op_failed || (!chunks_done && partial[r->h[i]]);
         }
       if (r->result >= 0) /* written whole by the last node, or not at all */
         lost[r->result] = got != TDM_OK;
-      if (got == TDM_OK) {
+      if (chunks_done) {
         uint64_t *bufs[MAX_WIDE], prod[4];
         memcpy(prod, mat_one, sizeof prod);
         for (unsigned i = 0; i < r->s.nbuf; i++)
           bufs[i] = ref[r->h[i]];
         op_step o = {r->s, r->nsplit, r->result >= 0};
         apply_op(&o, bufs, 0, WORDS, prod);
-        if (r->result >= 0)
+        if (r->result >= 0 && got == TDM_OK)
           memcpy(ref[r->result], prod, sizeof prod);
       }
       continue;
