@@ -549,7 +549,14 @@ typedef struct tdm_runtime tdm_runtime;
  * Creates a runtime: discovers the machine with hwloc and its OpenCL
  * devices (unless config->devices is "none"), chooses the devices to use,
  * starts the workers and returns it in *out. Where OpenCL is missing or
- * broken the runtime runs on the CPU cores, and says why in the log. `config` may be NULL for the defaults; it is read
+ * broken the runtime runs on the CPU cores, and says why in the log.
+ * The machine's topology is discovered once per process, by the first
+ * runtime (about 1.3 ms on a 2-core machine, more with more cores; the
+ * OpenCL platforms' start, at the first runtime that looks for devices,
+ * is theirs: 20 ms for PoCL), and shared by every runtime after it: a
+ * change of the process' cgroup cpuset after that is not seen (the
+ * creating thread's affinity is, at each creation). `config` may be NULL
+ * for the defaults; it is read
  * during the call only (strings are copied). TANDEM_* environment variables
  * override the config fields they name unless config->ignore_env is set; a
  * malformed variable is ignored with a warning in the log.

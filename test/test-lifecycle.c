@@ -198,6 +198,64 @@ static void test_two_runtimes_side_by_side(void **state) {
   tdm_runtime_destroy(b.rt);
 }
 
+/* Runtimes made and destroyed from four threads at once, each running
+ * tasks: they share this machine's topology (loaded once per process,
+ * read only), and a synthetic one is each runtime's own. No assertion in
+ * the threads (cmocka's are not for them): each counts what went wrong. */
+static void *churn(void *arg) {
+  _Atomic int *wrong = arg;
+  for (int k = 0; k < 10; k++) {
+    tdm_config cfg;
+    tdm_config_init(&cfg);
+    cfg.nworkers = 2;
+    cfg.bind_workers = 0;
+    cfg.ignore_env = 1;
+    cfg.devices = k % 2 ? "none" : NULL;
+    tdm_runtime *rt;
+    if (tdm_runtime_create(&cfg, &rt)) {
+      atomic_fetch_add(wrong, 1);
+      continue;
+    }
+    long x = 0;
+    tdm_handle *h;
+    if (tdm_register_vector(rt, &x, 1, sizeof x, &h) == TDM_OK) {
+      for (int i = 0; i < 100; i++)
+        tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_add, .handles = {h}});
+      if (tdm_handle_unregister(h) || x != 100)
+        atomic_fetch_add(wrong, 1);
+    } else {
+      atomic_fetch_add(wrong, 1);
+    }
+    tdm_runtime_destroy(rt);
+  }
+  return NULL;
+}
+
+static void test_runtimes_made_at_once(void **state) {
+  (void)state;
+  _Atomic int wrong = 0;
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, churn, &wrong), 0);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(pthread_join(t[i], NULL), 0);
+  assert_int_equal(atomic_load(&wrong), 0);
+  /* one topology of this machine for every runtime; a synthetic one of its own */
+  tdm_runtime *a = test_runtime(1, NULL), *b = test_runtime(1, NULL);
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.ignore_env = 1;
+  cfg.synthetic_topology = "pack:1 core:2 pu:1";
+  tdm_runtime *c;
+  assert_int_equal(tdm_runtime_create(&cfg, &c), TDM_OK);
+  assert_ptr_equal(a->topo, b->topo);
+  assert_ptr_not_equal(c->topo, a->topo);
+  assert_int_equal(tdm_runtime_ncpu_workers(c), 2);
+  tdm_runtime_destroy(c);
+  tdm_runtime_destroy(b);
+  tdm_runtime_destroy(a);
+}
+
 /* The runtime and its workers have members on cache lines of their own
  * (_Alignas): they must come from memory aligned that much, which malloc
  * does not promise (UBSan's alignment check fires on glibc's malloc). */
@@ -524,6 +582,7 @@ int main(void) {
       cmocka_unit_test(test_destroy_null_is_harmless),
       cmocka_unit_test(test_runtime_memory_aligned),
       cmocka_unit_test(test_two_runtimes_side_by_side),
+      cmocka_unit_test(test_runtimes_made_at_once),
       cmocka_unit_test(test_idle_runtime_parks),
       cmocka_unit_test(test_fork),
       cmocka_unit_test(test_threads_named),

@@ -181,8 +181,7 @@ static bool teardown(tdm_runtime *rt) {
   free(rt->platforms);
   free(rt->devices);
   free(rt->device_of);
-  if (rt->topo)
-    hwloc_topology_destroy(rt->topo);
+  tdm__topology_release(rt, rt->topo);
   destroy_sync(rt);
   tdm__verify_free(rt);
   tdm__config_free(rt);

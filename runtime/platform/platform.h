@@ -44,11 +44,13 @@ typedef struct tdm_worker_plan {
   unsigned *kind_of;
 } tdm_worker_plan;
 
-/* Loads the topology of this machine, a synthetic one (synthetic != NULL)
- * or an XML one (xml != NULL).
+/* Loads the topology of this machine (loaded once per process and shared
+ * by its runtimes, read only), a synthetic one (synthetic != NULL) or an
+ * XML one (xml != NULL): given back with tdm__topology_release.
  * Returns TDM_OK or TDM_ERR_TOPOLOGY (logged). */
 tdm_status tdm__topology_load(const tdm_runtime *rt, const char *synthetic,
                               const char *xml, hwloc_topology_t *out);
+void tdm__topology_release(const tdm_runtime *rt, hwloc_topology_t topo);
 /* nworkers 0: one per usable core. Returns TDM_OK, TDM_ERR_TOPOLOGY (no
  * usable core) or TDM_ERR_NO_MEMORY. */
 tdm_status tdm__plan_workers(const tdm_runtime *rt, hwloc_topology_t topo,

@@ -16,6 +16,10 @@
  *  (e) sparse work, as in a desktop application: one small task every
  *      5 ms for 1 s; the CPU time the process burns meanwhile (percent of
  *      one core) and the round trip of each task (submit + wait).
+ *  (f) creating and destroying a runtime, with the default devices and
+ *      with none (TANDEM_DEVICES=none), interleaved, once the process has
+ *      made one; and the first creation of a process, in a fresh one
+ *      (this program run again: --first-create [none]).
  *
  * Every figure is the median of REPS runs; Tandem and OpenMP alternate
  * within each repetition, and the Tandem/OpenMP ratio is the median of the
@@ -279,6 +283,66 @@ static void sparse(tdm_runtime *rt, int nthreads) {
   printf("%-28s %12.1f %12.1f\n", "round trip per task (us)", bench_median(rt_t, 3), bench_median(rt_o, 3));
 }
 
+/* Seconds to create and destroy a runtime with these devices (NULL: the
+ * default), the median of n. */
+static double create_destroy(const char *devices, int n) {
+  double *t = malloc((size_t)n * sizeof *t);
+  if (!t)
+    abort();
+  for (int i = 0; i < n; i++) {
+    tdm_config cfg;
+    tdm_config_init(&cfg);
+    cfg.devices = devices;
+    tdm_runtime *rt;
+    double t0 = bench_now();
+    if (tdm_runtime_create(&cfg, &rt))
+      abort();
+    tdm_runtime_destroy(rt);
+    t[i] = bench_now() - t0;
+  }
+  double m = bench_median(t, n);
+  free(t);
+  return m;
+}
+
+/* The first creation of a process, in a fresh one: milliseconds, the
+ * median of 3; NaN when it could not run. */
+static double first_create(const char *devices) {
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0)
+    return NAN;
+  self[len] = 0;
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "'%s' --first-create%s", self, devices ? " none" : "");
+  double t[3];
+  for (int r = 0; r < 3; r++) {
+    FILE *f = popen(cmd, "r");
+    if (!f || fscanf(f, "%lf", &t[r]) != 1)
+      t[r] = NAN;
+    if (f)
+      pclose(f);
+  }
+  return bench_median(t, 3);
+}
+
+static void creation(void) {
+  int n = quick ? 20 : 200;
+  double d[REPS], none[REPS], ratio[REPS];
+  create_destroy(NULL, n / 10); /* warm: the topology, the OpenCL platforms */
+  for (int r = 0; r < REPS; r++) {
+    d[r] = create_destroy(NULL, n) * 1e3;
+    none[r] = create_destroy("none", n) * 1e3;
+    ratio[r] = none[r] / d[r];
+  }
+  printf("\n(f) tdm_runtime_create + tdm_runtime_destroy; medians of %d runs of %d\n", REPS, n);
+  printf("%-28s %12s %12s %10s\n", "", "default", "devices=none", "none/def.");
+  printf("%-28s %9.3f ms %9.3f ms %10.2f\n", "warm (not the first)", bench_median(d, REPS),
+         bench_median(none, REPS), bench_median(ratio, REPS));
+  printf("%-28s %9.2f ms %9.2f ms\n", "first of a process (3 runs)", first_create(NULL),
+         first_create("none"));
+}
+
 /* ---- driver ------------------------------------------------------------- */
 
 typedef double (*tdm_run)(tdm_runtime *, long);
@@ -402,6 +466,18 @@ static void trace_cost(void) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--first-create")) { /* (f), in a fresh process */
+    tdm_config cfg;
+    tdm_config_init(&cfg);
+    cfg.devices = argc > 2 ? argv[2] : NULL;
+    tdm_runtime *rt;
+    double t0 = bench_now();
+    if (tdm_runtime_create(&cfg, &rt))
+      return 1;
+    tdm_runtime_destroy(rt);
+    printf("%.3f\n", (bench_now() - t0) * 1e3);
+    return 0;
+  }
   quick = argc > 1 && !strcmp(argv[1], "--quick");
   tdm_runtime *rt;
   tdm_status st = tdm_runtime_create(NULL, &rt);
@@ -426,6 +502,7 @@ int main(int argc, char **argv) {
     sparse(rt, nthreads);
   }
   tdm_runtime_destroy(rt);
+  creation();
   if (!quick)
     trace_cost();
   return 0;
