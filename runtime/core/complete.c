@@ -345,9 +345,9 @@ void tdm__task_wait_state(tdm_task *t, uint32_t state) {
   /* Poll a little before blocking, as tdm_wait_all does. acquire: the
    * task's effects are visible once we see its state. */
   uint64_t deadline = 0;
-  for (unsigned i = 0; atomic_load_explicit(&t->state, memory_order_acquire) < state; i++)
-    if (!tdm__idle_step(i, &deadline, rt->cfg.spin_us))
-      break;
+  while (atomic_load_explicit(&t->state, memory_order_acquire) < state &&
+         tdm__idle_step(&deadline, rt->cfg.spin_us))
+    ;
   if (atomic_load_explicit(&t->state, memory_order_acquire) >= state)
     return;
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));

@@ -84,12 +84,15 @@ static inline void tdm__graph_drop(tdm_runtime *rt, tdm_task *t, bool unref) {
 }
 
 /* worker.c */
-/* One round of polling while idle or waiting: for the first rounds a short
- * growing pause (polling hard would steal the cache lines of the threads
- * producing work), then sched_yield (a worker may share its core with a
- * submitting thread; yielding lets that thread run). Returns false, time
- * to block, once spin_us have passed; *deadline starts at 0. */
-bool tdm__idle_step(unsigned round, uint64_t *deadline, unsigned spin_us);
+/* One round of polling while idle or waiting: sched_yield, so that a
+ * thread sharing the core (a submitter, a waiter, the worker it woke)
+ * runs at once. A first phase of pause instructions (288, 7.5 us on this
+ * machine's EPYC, twice that where a pause takes 140 cycles) kept such a
+ * thread off the core that long: a lone task's round trip 31.5 us
+ * against 26.4 without it, a chain 226 ns a task against 154 (medians of
+ * 5 interleaved runs of bench-core --quick). Returns false, time to
+ * block, once spin_us have passed; *deadline starts at 0. */
+bool tdm__idle_step(uint64_t *deadline, unsigned spin_us);
 void *tdm__worker_main(void *arg);
 /* Makes a ready task runnable: on the calling worker's deque, or on the
  * injection stack for other threads; wakes a sleeper if any. */

@@ -108,7 +108,7 @@ void tdm__wait_dispatching(tdm_runtime *rt, bool (*done)(const void *), const vo
   /* Poll a little first, as every wait does: short work then costs no
    * wake-up (a pinned task waits that long at most) */
   uint64_t deadline = 0;
-  for (unsigned i = 0; !done(arg) && tdm__idle_step(i, &deadline, rt->cfg.spin_us); i++)
+  while (!done(arg) && tdm__idle_step(&deadline, rt->cfg.spin_us))
     ;
   while (!done(arg)) {
     /* Only a pinned task can hold up a wait (callbacks and progress calls

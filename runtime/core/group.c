@@ -227,7 +227,7 @@ tdm_status tdm_group_wait(tdm_group *g) {
     atomic_fetch_sub(&g->waiters, 1);
   }
   uint64_t deadline = 0;
-  for (unsigned i = 0; busy(g) && tdm__idle_step(i, &deadline, rt->cfg.spin_us); i++)
+  while (busy(g) && tdm__idle_step(&deadline, rt->cfg.spin_us))
     ;
   if (busy(g)) {
     TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));

@@ -374,9 +374,8 @@ tdm_status tdm_wait_all(tdm_runtime *rt) {
   /* Poll a little before blocking: short work then costs no wake-up.
    * acquire: the finished tasks' writes are visible to the caller. */
   uint64_t deadline = 0;
-  for (unsigned i = 0; atomic_load_explicit(&rt->inflight, memory_order_acquire) != 0 &&
-                       tdm__idle_step(i, &deadline, rt->cfg.spin_us);
-       i++)
+  while (atomic_load_explicit(&rt->inflight, memory_order_acquire) != 0 &&
+         tdm__idle_step(&deadline, rt->cfg.spin_us))
     ;
   if (atomic_load(&rt->inflight) != 0) {
     TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));

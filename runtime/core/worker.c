@@ -52,24 +52,15 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Idle rounds polled with pause instructions (a few microseconds) before
- * polling with sched_yield. */
-#define TDM_SPIN_PAUSE_ROUNDS 64
-
 static uint64_t monotonic_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts); /* cannot fail with this clock */
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-bool tdm__idle_step(unsigned round, uint64_t *deadline, unsigned spin_us) {
+bool tdm__idle_step(uint64_t *deadline, unsigned spin_us) {
   if (!spin_us)
     return false;
-  if (round < TDM_SPIN_PAUSE_ROUNDS) {
-    for (unsigned k = 0, n = 1 + round / 8; k < n; k++)
-      tdm__cpu_relax();
-    return true;
-  }
   uint64_t now = monotonic_ns();
   if (!*deadline)
     *deadline = now + 1000ull * spin_us;
@@ -463,21 +454,21 @@ void *tdm__worker_main(void *arg) {
   }
   for (;;) {
     tdm_task *t = find_work(w);
-    /* Idle: poll with a growing pause between looks (polling hard would
-     * steal cache lines from the threads that are producing work), then
-     * poll giving the core away between looks, as a worker may share its
-     * core with a thread that is submitting (on a 2-core machine this is
-     * what lets the submitter keep up), and park once cfg.spin_us have
-     * passed. */
+    /* Idle: poll giving the core away between looks (tdm__idle_step), as
+     * a worker may share its core with a thread that is submitting or
+     * waiting, and park once cfg.spin_us have passed. */
     uint64_t deadline = 0;
     uint64_t idle_from = !t && rt->timing ? tdm__now_ns() : 0;
-    for (unsigned i = 0; !t && tdm__idle_step(i, &deadline, rt->cfg.spin_us) && may_run(w);
-         i++) {
-      t = find_work(w);
-      /* seq_cst: pairs with wait_all's increment (Dekker): a waiter that
-       * arrived sees our flush, or we see it */
-      if (!t && w->unflushed && atomic_load(&rt->nwaiters))
+    while (!t) {
+      /* before the core goes to another thread (a waiter, maybe): one
+       * that waits sees its tasks counted. seq_cst: pairs with
+       * wait_all's increment (Dekker): a waiter that arrived sees our
+       * flush, or we see it */
+      if (w->unflushed && atomic_load(&rt->nwaiters))
         tdm__flush_finished(w);
+      if (!tdm__idle_step(&deadline, rt->cfg.spin_us) || !may_run(w))
+        break;
+      t = find_work(w);
     }
     if (idle_from)
       idle_period(w, TDM_EV_IDLE, idle_from);

@@ -15,8 +15,11 @@
  *      the peak rate of useful work.
  *  (e) sparse work, as in a desktop application: one small task every
  *      5 ms for 1 s; the CPU time the process burns meanwhile (percent of
- *      one core) and the round trip of each task (submit + wait).
- *  (f) creating and destroying a runtime, with the default devices and
+ *      one core) and the round trip of each task (submit + wait), median
+ *      and 99th percentile; and a lone empty task every 2 ms (create,
+ *      submit, tdm_task_wait, as bench-peers times it).
+ *  (f) what tracing costs (trace_cost).
+ *  (g) creating and destroying a runtime, with the default devices and
  *      with none (TANDEM_DEVICES=none), interleaved, once the process has
  *      made one; and the first creation of a process, in a fresh one
  *      (this program run again: --first-create [none]).
@@ -25,10 +28,12 @@
  * within each repetition, and the Tandem/OpenMP ratio is the median of the
  * per-repetition ratios (below 1: Tandem is faster).
  *
- * usage: bench-core [--quick]   (--quick: fewer tasks, for a smoke run)
+ * usage: bench-core [--quick | --sparse | --stencil]   (--quick: fewer tasks,
+ * for a smoke run; --sparse: (e) alone; --stencil: (d) alone)
  */
 #include <math.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,7 +229,7 @@ static double cpu_now(void) {
 
 #define SPARSE_TASKS 200
 
-/* Returns the CPU percentage; *rtt_us gets the mean round trip. */
+/* Returns the CPU percentage; rtt_us[k] gets task k's round trip. */
 static double tdm_sparse(tdm_runtime *rt, double *rtt_us) {
   static const tdm_codelet cl = {.name = "sparse", .cpu_fn = stencil_fn,
                                  .nbuffers = 4, .modes = {TDM_R, TDM_R, TDM_R, TDM_W}};
@@ -235,24 +240,24 @@ static double tdm_sparse(tdm_runtime *rt, double *rtt_us) {
     tdm_register_vector(rt, &x[i], 1, sizeof(double), &h[i]);
   tdm_task_desc d = {.codelet = &cl, .handles = {h[0], h[1], h[2], h[3]}, .args = &iters,
                      .args_size = sizeof iters};
-  double c0 = cpu_now(), t0 = bench_now(), rtt = 0;
+  double c0 = cpu_now(), t0 = bench_now();
   for (int k = 0; k < SPARSE_TASKS; k++) {
     double s = bench_now();
     tdm_submit(rt, &d);
     tdm_wait_all(rt);
-    rtt += bench_now() - s;
+    rtt_us[k] = (bench_now() - s) * 1e6;
     pause_ms(5);
   }
   double cpu = (cpu_now() - c0) / (bench_now() - t0) * 100;
   for (int i = 0; i < 4; i++)
     tdm_handle_unregister(h[i]);
-  *rtt_us = rtt / SPARSE_TASKS * 1e6;
   return cpu;
 }
 
+/* As tdm_sparse. */
 static double omp_sparse(int nthreads, double *rtt_us) {
   double x[4] = {1, 1, 1, 0};
-  double c0 = cpu_now(), t0 = bench_now(), rtt = 0;
+  double c0 = cpu_now(), t0 = bench_now();
   for (int k = 0; k < SPARSE_TASKS; k++) {
     double s = bench_now();
 #pragma omp parallel num_threads(nthreads)
@@ -261,26 +266,63 @@ static double omp_sparse(int nthreads, double *rtt_us) {
 #pragma omp task depend(in : x[0], x[1], x[2]) depend(out : x[3])
       x[3] = busy(1000, (x[0] + x[1] + x[2]) / 3.0);
     }
-    rtt += bench_now() - s;
+    rtt_us[k] = (bench_now() - s) * 1e6;
     pause_ms(5);
   }
-  *rtt_us = rtt / SPARSE_TASKS * 1e6;
   return (cpu_now() - c0) / (bench_now() - t0) * 100;
 }
 
+/* A lone empty task every 2 ms, as bench-peers times it (create, submit,
+ * tdm_task_wait): rtt_us[k] gets task k's round trip. */
+static void tdm_lone(tdm_runtime *rt, double *rtt_us) {
+  static const tdm_codelet cl = {.name = "lone", .cpu_fn = empty_fn};
+  tdm_task_desc d = {.codelet = &cl};
+  for (int k = 0; k < SPARSE_TASKS; k++) {
+    pause_ms(2);
+    tdm_task *t;
+    double s = bench_now();
+    tdm_task_create(rt, &d, &t);
+    tdm_task_submit(t);
+    tdm_task_wait(t);
+    rtt_us[k] = (bench_now() - s) * 1e6;
+    tdm_task_release(t);
+  }
+}
+
+/* The p-quantile (0 to 1) of v[0 .. n-1]. */
+static double quantile(const double *v, int n, double p) {
+  double *s = malloc((size_t)n * sizeof *s);
+  if (!s)
+    abort();
+  memcpy(s, v, (size_t)n * sizeof *s);
+  qsort(s, (size_t)n, sizeof *s, bench_cmp_double);
+  double q = s[(int)(p * (n - 1) + 0.5)];
+  free(s);
+  return q;
+}
+
 static void sparse(tdm_runtime *rt, int nthreads) {
-  double ct[3], co[3], rt_t[3], rt_o[3];
+  double ct[3], co[3], rt_t[3 * SPARSE_TASKS], rt_o[3 * SPARSE_TASKS], lone[3 * SPARSE_TASKS];
   for (int r = 0; r < 3; r++) {
-    ct[r] = tdm_sparse(rt, &rt_t[r]);
+    ct[r] = tdm_sparse(rt, rt_t + r * SPARSE_TASKS);
     pause_ms(50);
-    co[r] = omp_sparse(nthreads, &rt_o[r]);
+    tdm_lone(rt, lone + r * SPARSE_TASKS);
+    pause_ms(50);
+    co[r] = omp_sparse(nthreads, rt_o + r * SPARSE_TASKS);
     pause_ms(50);
   }
-  printf("\n(e) sparse work: one task every 5 ms for %d tasks; medians of 3 runs\n",
+  int n = 3 * SPARSE_TASKS;
+  printf("\n(e) sparse work: one task every 5 ms, %d tasks, 3 runs interleaved\n",
          SPARSE_TASKS);
   printf("%-28s %12s %12s\n", "", "Tandem", "OpenMP");
-  printf("%-28s %11.1f%% %11.1f%%\n", "CPU burnt (% of one core)", bench_median(ct, 3), bench_median(co, 3));
-  printf("%-28s %12.1f %12.1f\n", "round trip per task (us)", bench_median(rt_t, 3), bench_median(rt_o, 3));
+  printf("%-28s %11.1f%% %11.1f%%\n", "CPU burnt (% of one core)", bench_median(ct, 3),
+         bench_median(co, 3));
+  printf("%-28s %12.1f %12.1f\n", "round trip, median (us)", quantile(rt_t, n, 0.5),
+         quantile(rt_o, n, 0.5));
+  printf("%-28s %12.1f %12.1f\n", "round trip, p99 (us)", quantile(rt_t, n, 0.99),
+         quantile(rt_o, n, 0.99));
+  printf("%-28s %12.1f %12s\n", "lone empty task, median (us)", quantile(lone, n, 0.5), "");
+  printf("%-28s %12.1f %12s\n", "lone empty task, p99 (us)", quantile(lone, n, 0.99), "");
 }
 
 /* Seconds to create and destroy a runtime with these devices (NULL: the
@@ -335,7 +377,7 @@ static void creation(void) {
     none[r] = create_destroy("none", n) * 1e3;
     ratio[r] = none[r] / d[r];
   }
-  printf("\n(f) tdm_runtime_create + tdm_runtime_destroy; medians of %d runs of %d\n", REPS, n);
+  printf("\n(g) tdm_runtime_create + tdm_runtime_destroy; medians of %d runs of %d\n", REPS, n);
   printf("%-28s %12s %12s %10s\n", "", "default", "devices=none", "none/def.");
   printf("%-28s %9.3f ms %9.3f ms %10.2f\n", "warm (not the first)", bench_median(d, REPS),
          bench_median(none, REPS), bench_median(ratio, REPS));
@@ -466,7 +508,7 @@ static void trace_cost(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc > 1 && !strcmp(argv[1], "--first-create")) { /* (f), in a fresh process */
+  if (argc > 1 && !strcmp(argv[1], "--first-create")) { /* (g), in a fresh process */
     tdm_config cfg;
     tdm_config_init(&cfg);
     cfg.devices = argc > 2 ? argv[2] : NULL;
@@ -479,6 +521,18 @@ int main(int argc, char **argv) {
     return 0;
   }
   quick = argc > 1 && !strcmp(argv[1], "--quick");
+  bool sparse_only = argc > 1 && !strcmp(argv[1], "--sparse");
+  if (sparse_only || (argc > 1 && !strcmp(argv[1], "--stencil"))) { /* (e) or (d) alone */
+    tdm_runtime *rt;
+    if (tdm_runtime_create(NULL, &rt))
+      return 1;
+    if (sparse_only)
+      sparse(rt, (int)tdm_runtime_ncpu_workers(rt));
+    else
+      stencil_sweep(rt, (int)tdm_runtime_ncpu_workers(rt));
+    tdm_runtime_destroy(rt);
+    return 0;
+  }
   tdm_runtime *rt;
   tdm_status st = tdm_runtime_create(NULL, &rt);
   if (st) {
@@ -502,8 +556,8 @@ int main(int argc, char **argv) {
     sparse(rt, nthreads);
   }
   tdm_runtime_destroy(rt);
-  creation();
   if (!quick)
     trace_cost();
+  creation();
   return 0;
 }
