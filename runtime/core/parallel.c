@@ -689,21 +689,23 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
                   "no device chosen can run the codelet, and the CPU workers may not (no CPU "
                   "function, or TDM_PARALLEL_NO_CPU)");
   }
-  unsigned unknown = 0, nw = tdm_runtime_active_workers(rt) + rt->ndevice_workers;
-  double *each = tdm__calloc(rt, rt->ndevice_workers + 1, sizeof *each);
+  unsigned unknown = 0;
+  /* the static split's: each device worker's speed */
+  double *each = fixed ? tdm__calloc(rt, rt->ndevice_workers + 1, sizeof *each) : NULL;
   double units = tdm__sched_speed_units(rt, probe, devices, cpu, &unknown, each);
   tdm_task_release(probe);
   unsigned probes = unknown * TDM_MODEL_CALIBRATION;
 
   size_t grain = d->grain ? d->grain : 1;
   size_t max_chunks = d->max_chunks ? d->max_chunks : 4096;
-  size_t n = fixed ? nw : tdm__parallel_plan(d->range[0], grain, units, probes, max_chunks, NULL);
+  size_t n = fixed ? tdm_runtime_active_workers(rt) + rt->ndevice_workers
+                   : tdm__parallel_plan(d->range[0], grain, units, probes, max_chunks, NULL);
   size_t *at = tdm__malloc(rt, (3 * n + 1) * sizeof *at), *sizes = at + n + 1,
          *slot_of = sizes + n;
   int *worker_of = fixed ? tdm__malloc(rt, n * sizeof *worker_of) : NULL;
   tdm_task **chunks = tdm__calloc(rt, n, sizeof *chunks);
   op *o = tdm__calloc(rt, 1, sizeof *o + n * sizeof o->rec[0]);
-  if (!at || !chunks || !o || !each || (fixed && !worker_of)) {
+  if (!at || !chunks || !o || (fixed && (!each || !worker_of))) {
     free(at), free(chunks), free(o), free(args), free(each), free(worker_of);
     return refuse(rt, TDM_ERR_NO_MEMORY, "out of memory");
   }
