@@ -846,7 +846,10 @@ typedef struct tdm_worker_stats {
   uint64_t busy_ns; /**< running tasks */
   uint64_t idle_ns; /**< looking for work */
   uint64_t parked_ns; /**< asleep, for want of work or paused */
-  uint64_t steals_tried, steals_won; /**< deques looked into, tasks taken */
+  /** Steals tried and tasks they took: a worker that steals from a deque
+   * holding many tasks takes up to half of them (32 at most), one steal
+   * each. */
+  uint64_t steals_tried, steals_won;
 } tdm_worker_stats;
 
 /** Statistics of a worker (as tdm_runtime_worker numbers them). Any

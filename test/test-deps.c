@@ -222,6 +222,61 @@ static void test_nested_submission(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* A task that submits many independent tasks (a nested producer): the
+ * other workers take them from its deque, several at a time when it holds
+ * many (worker.c, steal_more); each runs exactly once. */
+#define NESTED_N 100000
+typedef struct {
+  tdm_runtime *rt;
+  _Atomic unsigned char *runs;
+} producer_args;
+
+static void count_run(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b;
+  (void)n;
+  const struct {
+    _Atomic unsigned char *runs;
+    long i;
+  } *a = args;
+  atomic_fetch_add(&a->runs[a->i], 1);
+}
+
+static void produce(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b;
+  (void)n;
+  const producer_args *p = args;
+  static const tdm_codelet cl = {.name = "counted", .cpu_fn = count_run};
+  for (long i = 0; i < NESTED_N; i++) {
+    struct {
+      _Atomic unsigned char *runs;
+      long i;
+    } a = {p->runs, i};
+    /* no cmocka assertion on a worker: a failed submit shows as a task
+     * that ran 0 times */
+    tdm_submit(p->rt, &(tdm_task_desc){.codelet = &cl, .args = &a, .args_size = sizeof a});
+  }
+}
+
+static void test_nested_producer(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(4, NULL);
+  producer_args p = {rt, calloc(NESTED_N, 1)};
+  assert_non_null(p.runs);
+  static const tdm_codelet cl = {.name = "producer", .cpu_fn = produce};
+  for (int round = 0; round < 3; round++) {
+    memset((void *)p.runs, 0, NESTED_N);
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl, .args = &p,
+                                                      .args_size = sizeof p}),
+                     TDM_OK);
+    assert_int_equal(tdm_wait_all(rt), TDM_OK);
+    for (long i = 0; i < NESTED_N; i++)
+      if (p.runs[i] != 1)
+        fail_msg("round %d: task %ld ran %d times", round, i, (int)p.runs[i]);
+  }
+  free((void *)p.runs);
+  tdm_runtime_destroy(rt);
+}
+
 /* The callback runs after the task and before its successors. */
 static _Atomic int order[3];
 static _Atomic int order_n;
@@ -472,6 +527,7 @@ int main(void) {
       cmocka_unit_test(test_readers_overlap),
       cmocka_unit_test(test_explicit_dependency),
       cmocka_unit_test(test_nested_submission),
+      cmocka_unit_test(test_nested_producer),
       cmocka_unit_test(test_callback_and_task_wait),
       cmocka_unit_test(test_args_copied),
       cmocka_unit_test(test_cycle_check_random),

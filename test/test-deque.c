@@ -1,5 +1,5 @@
 /* The Chase–Lev deque: concurrent push/pop by the owner and steals by
- * thieves lose and duplicate no item; the ring grows. */
+ * thieves lose and duplicate no item; the ring grows, and wraps. */
 #include "common.h"
 
 #include "support/deque.h"
@@ -78,6 +78,55 @@ static void test_deque_concurrent_push_pop_steal(void **state) {
   tdm__deque_destroy(&s.d);
 }
 
+/* A deque that stays small wraps its ring many times: every push reuses
+ * a slot a thief or the owner took shortly before. The owner reads top
+ * only when the ring looks full (deque.c), so this is where a slot
+ * reused before its thief read it would lose or duplicate items. */
+static void test_deque_wraps_small_ring(void **state) {
+  (void)state;
+  stress s;
+  assert_int_equal(tdm__deque_init(&s.d, 16), 0);
+  s.seen = calloc(NITEMS, 1);
+  atomic_init(&s.done, 0);
+  atomic_init(&s.stolen, 0);
+  pthread_t th[NTHIEVES];
+  for (int i = 0; i < NTHIEVES; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, thief, &s), 0);
+  uint64_t rng = 987654321;
+  long popped = 0;
+  uintptr_t id = 1;
+  while (id <= NITEMS) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    unsigned burst = 1 + (unsigned)((rng >> 33) % 12); /* never past 16 */
+    for (unsigned k = 0; k < burst && id <= NITEMS; k++, id++)
+      assert_int_equal(tdm__deque_push(&s.d, (void *)id), 0);
+    while (tdm__deque_size(&s.d) > 3) {
+      void *item = tdm__deque_pop(&s.d);
+      if (item) {
+        take(&s, item);
+        popped++;
+      }
+    }
+  }
+  void *item;
+  while ((item = tdm__deque_pop(&s.d))) {
+    take(&s, item);
+    popped++;
+  }
+  atomic_store(&s.done, 1);
+  for (int i = 0; i < NTHIEVES; i++)
+    pthread_join(th[i], NULL);
+  for (long i = 0; i < NITEMS; i++)
+    if (s.seen[i] != 1)
+      fail_msg("item %ld taken %d times", i + 1, (int)s.seen[i]);
+  assert_int_equal(popped + atomic_load(&s.stolen), NITEMS);
+  assert_true(atomic_load(&s.stolen) > 0);
+  /* at most 15 items at once: the ring never had to grow */
+  assert_int_equal(atomic_load(&s.d.ring)->mask, 15);
+  free((void *)s.seen);
+  tdm__deque_destroy(&s.d);
+}
+
 static void test_deque_lifo_owner_fifo_thief(void **state) {
   (void)state;
   tdm_deque d;
@@ -98,6 +147,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_deque_lifo_owner_fifo_thief),
       cmocka_unit_test(test_deque_concurrent_push_pop_steal),
+      cmocka_unit_test(test_deque_wraps_small_ring),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,10 +19,14 @@
  * workers look at the normal band only.
  *
  * Finding work, in order: own deque, injection stack, then stealing, nearest
- * victims first (topology.c). A worker that finds nothing polls for
- * cfg.spin_us microseconds (tasks often come in bursts, and waking a
- * parked thread costs tens of microseconds) and then parks on a condition
- * variable, so an idle runtime burns no CPU.
+ * victims first (topology.c); from a deque holding many tasks a thief takes
+ * up to half onto its own (steal-half, as in Hendler and Shavit,
+ * "Non-Blocking Steal-Half Work Queues", PODC 2002, though one steal at a
+ * time here), so that a task producing many others feeds the idle workers
+ * in batches rather than one contended steal per task. A worker that
+ * finds nothing polls for cfg.spin_us microseconds (tasks often come in
+ * bursts, and waking a parked thread costs tens of microseconds) and then
+ * parks on a condition variable, so an idle runtime burns no CPU.
  *
  * Waking. A parking worker increments nsleeping, then looks at every queue
  * once more before it waits; a thread that makes work available publishes
@@ -181,6 +185,8 @@ void tdm__flush_finished(tdm_worker *w) {
   tdm__sub_inflight(w->rt, n);
 }
 
+#define TDM_STEAL_MAX 32
+
 static uint64_t next_random(tdm_worker *w) {
   /* xorshift64 (Marsaglia, 2003) */
   uint64_t x = w->rng;
@@ -188,6 +194,35 @@ static uint64_t next_random(tdm_worker *w) {
   x ^= x >> 7;
   x ^= x << 17;
   return w->rng = x;
+}
+
+/* After a won steal from d: when d still holds many tasks, takes up to
+ * half of them (at most TDM_STEAL_MAX) onto this worker's own deque, so
+ * that a worker fed by another's producer task runs them from its own
+ * deque instead of stealing each (nested producers). One steal at a time:
+ * a Chase–Lev owner pops without a CAS, so a thief cannot claim a range
+ * with one. Stops at the first lost race (or empty deque). */
+static void steal_more(tdm_worker *w, tdm_deque *d, unsigned b) {
+  int64_t n = tdm__deque_size(d) / 2;
+  if (n < 2)
+    return;
+  if (n > TDM_STEAL_MAX)
+    n = TDM_STEAL_MAX;
+  tdm_deque *own = &w->deques[b];
+  int64_t tried = 0, won = 0;
+  while (tried < n) {
+    tried++;
+    tdm_task *t = tdm__deque_steal(d);
+    if (!t)
+      break;
+    won++;
+    if (tdm__deque_push(own, t) != 0) { /* out of memory: elsewhere */
+      tdm__schedule(w->rt, t);
+      break;
+    }
+  }
+  tdm__count(&w->steals_tried, (uint64_t)tried);
+  tdm__count(&w->steals_won, (uint64_t)won);
 }
 
 static tdm_task *steal(tdm_worker *w, unsigned b) {
@@ -207,6 +242,7 @@ static tdm_task *steal(tdm_worker *w, unsigned b) {
       tdm_task *t = tdm__deque_steal(d);
       if (t) {
         tdm__count(&w->steals_won, 1);
+        steal_more(w, d, b);
         return t;
       }
     }

@@ -29,6 +29,7 @@ int tdm__deque_init(tdm_deque *d, size_t capacity) {
   atomic_init(&d->top, 0);
   atomic_init(&d->bottom, 0);
   atomic_init(&d->ring, r);
+  d->top_seen = 0;
   d->retired = NULL;
   return 0;
 }
@@ -61,14 +62,19 @@ static tdm_ring *grow(tdm_deque *d, tdm_ring *old, int64_t top, int64_t bottom) 
 int tdm__deque_push(tdm_deque *d, void *item) {
   /* relaxed: only the owner writes bottom */
   int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed);
-  /* acquire: pairs with the thieves' CAS on top, so the slot we may reuse
-   * has been read by the thief that took it */
-  int64_t t = atomic_load_explicit(&d->top, memory_order_acquire);
   tdm_ring *r = atomic_load_explicit(&d->ring, memory_order_relaxed);
-  if (b - t > r->mask) {
-    r = grow(d, r, t, b);
-    if (!r)
-      return -1;
+  /* top only grows, so the top seen last bounds the size from above: the
+   * owner reads top (a line the thieves write) only when the ring looks
+   * full, not at every push. acquire: pairs with the thieves' CAS on top,
+   * so a slot reused has been read by the thief that took it (a slot is
+   * reused only below a top read this way). */
+  if (b - d->top_seen > r->mask) {
+    int64_t t = d->top_seen = atomic_load_explicit(&d->top, memory_order_acquire);
+    if (b - t > r->mask) {
+      r = grow(d, r, t, b);
+      if (!r)
+        return -1;
+    }
   }
   atomic_store_explicit(&r->slots[b & r->mask], item, memory_order_relaxed);
   /* release: publishes the slot (and the task it points to) to thieves;

@@ -14,7 +14,9 @@
  *
  * Field layout follows lace: what only the owner writes (bottom, the ring
  * pointer as the owner sees it) and what thieves write (top) live on
- * separate cache lines.
+ * separate cache lines. The owner keeps the top it read last and reads
+ * top again only when the ring looks full, so a push does not pull the
+ * thieves' line (a nested producer pushing while others steal).
  */
 #ifndef TDM_DEQUE_H
 #define TDM_DEQUE_H
@@ -47,6 +49,7 @@ typedef struct tdm_deque {
   _Alignas(TDM_CACHE_LINE) _Atomic int64_t top;
   _Alignas(TDM_CACHE_LINE) _Atomic int64_t bottom;
   _Atomic(tdm_ring *) ring;
+  int64_t top_seen; /* owner only: top as last read, never above top */
   tdm_ring *retired; /* owner only */
 } tdm_deque;
 

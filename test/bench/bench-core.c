@@ -19,6 +19,9 @@
  *      and 99th percentile; and a lone empty task every 2 ms (create,
  *      submit, tdm_task_wait, as bench-peers times it).
  *  (f) what tracing costs (trace_cost).
+ *  (h) the tasks of (a), submitted by a task running on a worker rather
+ *      than by the application's thread (nested producers: the other
+ *      workers get them by stealing)
  *  (g) creating and destroying a runtime, with the default devices and
  *      with none (TANDEM_DEVICES=none), interleaved, once the process has
  *      made one; and the first creation of a process, in a fresh one
@@ -28,8 +31,9 @@
  * within each repetition, and the Tandem/OpenMP ratio is the median of the
  * per-repetition ratios (below 1: Tandem is faster).
  *
- * usage: bench-core [--quick | --sparse | --stencil]   (--quick: fewer tasks,
- * for a smoke run; --sparse: (e) alone; --stencil: (d) alone)
+ * usage: bench-core [--quick | --micro | --sparse | --stencil]   (--quick: fewer
+ * tasks, for a smoke run; --micro: (a), (h), (b), (c) alone; --sparse: (e)
+ * alone; --stencil: (d) alone)
  */
 #include <math.h>
 #include <omp.h>
@@ -123,6 +127,45 @@ static double omp_chain(int nthreads, long n) {
   for (long i = 0; i < n; i++) {
 #pragma omp task depend(inout : x)
     empty_fn(NULL, &x, 0);
+  }
+  return bench_now() - t0;
+}
+
+/* (h) the same independent tasks, produced by a task running on a worker
+ * (the other workers take them from its deque by stealing) */
+typedef struct {
+  tdm_runtime *rt;
+  long n;
+} producer_args;
+
+static void producer_fn(const tdm_buffer *b, const void *a, size_t n) {
+  (void)b;
+  (void)n;
+  const producer_args *p = a;
+  static const tdm_codelet cl = {.name = "empty", .cpu_fn = empty_fn};
+  tdm_task_desc d = {.codelet = &cl};
+  for (long i = 0; i < p->n; i++)
+    tdm_submit(p->rt, &d);
+}
+
+static double tdm_nested(tdm_runtime *rt, long n) {
+  static const tdm_codelet cl = {.name = "producer", .cpu_fn = producer_fn};
+  producer_args args = {rt, n};
+  tdm_task_desc d = {.codelet = &cl, .args = &args, .args_size = sizeof args};
+  double t0 = bench_now();
+  tdm_submit(rt, &d);
+  tdm_wait_all(rt);
+  return bench_now() - t0;
+}
+
+static double omp_nested(int nthreads, long n) {
+  double t0 = bench_now();
+#pragma omp parallel num_threads(nthreads)
+#pragma omp single
+#pragma omp task
+  for (long i = 0; i < n; i++) {
+#pragma omp task
+    empty_fn(NULL, NULL, 0);
   }
   return bench_now() - t0;
 }
@@ -521,6 +564,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   quick = argc > 1 && !strcmp(argv[1], "--quick");
+  bool micro = argc > 1 && !strcmp(argv[1], "--micro");
   bool sparse_only = argc > 1 && !strcmp(argv[1], "--sparse");
   if (sparse_only || (argc > 1 && !strcmp(argv[1], "--stencil"))) { /* (e) or (d) alone */
     tdm_runtime *rt;
@@ -547,10 +591,16 @@ int main(int argc, char **argv) {
          "ratio");
   side_by_side("(a) independent empty tasks", rt, nthreads, tdm_independent, omp_independent,
                1000000 / scale, 1000000 / scale);
+  side_by_side("(h) independent, from a task", rt, nthreads, tdm_nested, omp_nested,
+               1000000 / scale, 1000000 / scale);
   side_by_side("(b) chain on one handle", rt, nthreads, tdm_chain, omp_chain, 200000 / scale,
                200000 / scale);
   side_by_side("(c) fan-out/fan-in x64", rt, nthreads, tdm_fan, omp_fan, 2000 / scale,
                2000 / scale * (FAN + 1));
+  if (micro) {
+    tdm_runtime_destroy(rt);
+    return 0;
+  }
   if (!quick) {
     stencil_sweep(rt, nthreads);
     sparse(rt, nthreads);
