@@ -49,7 +49,8 @@ typedef struct tdm_graph {
 enum tdm_task_kind {
   TDM_TASK_CODELET = 0, /* runs on a worker */
   TDM_TASK_ACQUIRE = 1, /* a host acquisition: becomes ready, never queued */
-  TDM_TASK_FREE = 2     /* in the pool */
+  TDM_TASK_FREE = 2,    /* in the pool */
+  TDM_TASK_EDGES = 3    /* a slot of the pool lent as another's edges */
 };
 
 enum tdm_task_state {
@@ -60,6 +61,9 @@ enum tdm_task_state {
 };
 
 #define TDM_INLINE_EDGES 4
+/* Edges a slot of the task pool holds when lent to a task with more
+ * (tdm__edges_alloc): the slot past its first line. */
+#define TDM_POOL_EDGES 20
 #define TDM_MAX_RETRIES 100 /* tdm_config.retries */
 #define TDM_MAX_DEVICE_WORKERS 64 /* bits of tdm_task.dev_mask */
 /* A device that fails tdm_config.quarantine_failures tries (at most
@@ -167,6 +171,9 @@ typedef struct tdm_task {
   bool main_thread : 1, callback_on_dispatch : 1;
   /* In the dispatch queue for its callback (it ended), not to run. */
   bool dispatch_ended : 1;
+  /* Its edges are a slot of the pool (tdm__edges_alloc), not the heap's.
+   * Set at its submission, read when it is freed. */
+  bool edges_pooled : 1;
 
   /* tdm_task_desc.cost in a group (1 when not given), as a bfloat16 (the
    * float's upper half, rounded: about 3 significant digits) for want of

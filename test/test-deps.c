@@ -277,6 +277,90 @@ static void test_nested_producer(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* A task with many predecessors: its edges past the few kept in the
+ * task come from the task pool (up to TDM_POOL_EDGES) or the heap (more).
+ * The predecessors are held at a gate until the task is submitted, so
+ * that each needs its edge; the task must see every one of them done. */
+typedef struct {
+  _Atomic int open;
+  _Atomic int done;
+  _Atomic int seen; /* done, as the last task saw it */
+} gate;
+
+static void gated(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b;
+  (void)n;
+  gate *g = *(gate *const *)args;
+  double end = now_s() + 10.0;
+  while (!atomic_load(&g->open) && now_s() < end)
+    sleep_ms(1);
+  atomic_fetch_add(&g->done, 1);
+}
+
+static void last(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b;
+  (void)n;
+  gate *g = *(gate *const *)args;
+  atomic_store(&g->seen, atomic_load(&g->done));
+}
+
+static void test_many_predecessors(void **state) {
+  (void)state;
+  static const unsigned counts[] = {4, 5, 19, 20, 21, 64};
+  tdm_runtime *rt = test_runtime(4, NULL);
+  double x = 0;
+  tdm_handle *h;
+  assert_int_equal(tdm_register_vector(rt, &x, 1, sizeof x, &h), TDM_OK);
+  static const tdm_codelet reader = {.name = "gated reader", .cpu_fn = gated,
+                                     .nbuffers = 1, .modes = {TDM_R}};
+  static const tdm_codelet writer = {.name = "writer", .cpu_fn = last,
+                                     .nbuffers = 1, .modes = {TDM_W}};
+  static const tdm_codelet plain = {.name = "gated", .cpu_fn = gated};
+  static const tdm_codelet joiner = {.name = "join", .cpu_fn = last};
+  for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+    unsigned n = counts[c];
+    /* implicit: n readers of h, then a writer of h */
+    gate g = {0};
+    gate *gp = &g;
+    for (unsigned i = 0; i < n; i++)
+      assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &reader, .handles = {h},
+                                                        .args = &gp, .args_size = sizeof gp}),
+                       TDM_OK);
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &writer, .handles = {h},
+                                                      .args = &gp, .args_size = sizeof gp}),
+                     TDM_OK);
+    atomic_store(&g.open, 1);
+    assert_int_equal(tdm_wait_all(rt), TDM_OK);
+    assert_int_equal(atomic_load(&g.seen), (int)n);
+
+    /* explicit: a task that depends on n others */
+    gate e = {0};
+    gate *ep = &e;
+    tdm_task *deps[64], *join;
+    assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &joiner, .args = &ep,
+                                                           .args_size = sizeof ep},
+                                     &join),
+                     TDM_OK);
+    for (unsigned i = 0; i < n; i++) {
+      assert_int_equal(tdm_task_create(rt, &(tdm_task_desc){.codelet = &plain, .args = &ep,
+                                                             .args_size = sizeof ep},
+                                       &deps[i]),
+                       TDM_OK);
+      assert_int_equal(tdm_task_depends_on(join, deps[i]), TDM_OK);
+      assert_int_equal(tdm_task_submit(deps[i]), TDM_OK);
+    }
+    assert_int_equal(tdm_task_submit(join), TDM_OK);
+    atomic_store(&e.open, 1);
+    assert_int_equal(tdm_task_wait(join), TDM_OK);
+    assert_int_equal(atomic_load(&e.seen), (int)n);
+    for (unsigned i = 0; i < n; i++)
+      tdm_task_release(deps[i]);
+    tdm_task_release(join);
+  }
+  assert_int_equal(tdm_handle_unregister(h), TDM_OK);
+  tdm_runtime_destroy(rt);
+}
+
 /* The callback runs after the task and before its successors. */
 static _Atomic int order[3];
 static _Atomic int order_n;
@@ -528,6 +612,7 @@ int main(void) {
       cmocka_unit_test(test_explicit_dependency),
       cmocka_unit_test(test_nested_submission),
       cmocka_unit_test(test_nested_producer),
+      cmocka_unit_test(test_many_predecessors),
       cmocka_unit_test(test_callback_and_task_wait),
       cmocka_unit_test(test_args_copied),
       cmocka_unit_test(test_cycle_check_random),

@@ -109,6 +109,11 @@ void tdm__flush_finished(tdm_worker *w);
 
 /* pool.c */
 tdm_task *tdm__task_alloc(tdm_runtime *rt);
+/* Room for t's n incoming edges past its inline ones: a slot of the pool
+ * when they fit in one (TDM_POOL_EDGES), so that a task with a few more
+ * predecessors costs no malloc and free; the heap's otherwise. Sets
+ * t->edges (and edges_pooled); false when out of memory. */
+bool tdm__edges_alloc(tdm_task *t, unsigned n);
 void tdm__task_unref(tdm_task *t);
 static inline void tdm__task_ref(tdm_task *t) {
   /* relaxed: taking a reference needs no ordering, only releasing does */

@@ -8,6 +8,7 @@
  */
 #include "core.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,7 +66,7 @@ static tdm_task *take_batch(tdm_runtime *rt) {
   return batch;
 }
 
-static void pool_put(tdm_runtime *rt, tdm_task *t) {
+TDM_ALWAYS_INLINE static void pool_put(tdm_runtime *rt, tdm_task *t) {
   tdm_worker *w = tdm__self_in(rt);
   t->kind = TDM_TASK_FREE;
   if (!w) {
@@ -92,7 +93,9 @@ static void pool_put(tdm_runtime *rt, tdm_task *t) {
   tdm__spin_unlock(&rt->pool_lock);
 }
 
-tdm_task *tdm__task_alloc(tdm_runtime *rt) {
+/* A free slot of the pool, its fields as they were left; NULL when out of
+ * memory. */
+static inline tdm_task *pool_take(tdm_runtime *rt) {
   tdm_worker *w = tdm__self_in(rt);
   tdm_task *t;
   if (w) {
@@ -124,9 +127,14 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
       }
     }
     tdm__spin_unlock(&rt->ext_lock);
-    if (!t)
-      return NULL;
   }
+  return t;
+}
+
+tdm_task *tdm__task_alloc(tdm_runtime *rt) {
+  tdm_task *t = pool_take(rt);
+  if (!t)
+    return NULL;
   atomic_init(&t->pending, 1);
   atomic_init(&t->refs, 1);
   atomic_init(&t->state, TDM_TS_CREATED);
@@ -146,6 +154,7 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->rt = rt;
   t->codelet = NULL;
   t->edges = t->inline_edges;
+  t->edges_pooled = false;
   t->links = NULL; /* and dx, which shares its place */
   t->callback = NULL;
   t->callback_data = NULL;
@@ -159,14 +168,49 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   return t;
 }
 
+/* A slot lent as edges starts at this offset: its first line keeps the
+ * slot's kind (TDM_TASK_EDGES), so that the slabs can be told apart. */
+#define EDGES_OFFSET TDM_CACHE_LINE
+_Static_assert(TDM_POOL_EDGES * sizeof(struct tdm_edge) <= sizeof(tdm_task) - EDGES_OFFSET &&
+                   offsetof(tdm_task, kind) < EDGES_OFFSET,
+               "a slot holds TDM_POOL_EDGES edges past its kind");
+
+bool tdm__edges_alloc(tdm_task *t, unsigned n) {
+  tdm_runtime *rt = t->rt;
+  if (n <= TDM_POOL_EDGES) {
+    tdm_task *slot = pool_take(rt);
+    if (slot) {
+      slot->kind = TDM_TASK_EDGES;
+      t->edges = (struct tdm_edge *)(void *)((char *)slot + EDGES_OFFSET);
+      t->edges_pooled = true;
+      return true;
+    }
+  }
+  struct tdm_edge *e = tdm__malloc(rt, n * sizeof *e);
+  if (!e)
+    return false;
+  t->edges = e;
+  return true;
+}
+
+/* Out of line: pool_put stays inlined where every task goes. */
+static __attribute__((noinline)) void free_edges(tdm_task *t, bool destroying) {
+  if (!t->edges_pooled)
+    free(t->edges);
+  else if (!destroying)
+    pool_put(t->rt, (tdm_task *)(void *)((char *)t->edges - EDGES_OFFSET));
+  t->edges = t->inline_edges;
+  t->edges_pooled = false;
+}
+
 /* Frees what a task owns outside its slab (not the references it holds:
- * at destroy every task goes at once). */
-static void free_task_memory(tdm_task *t) {
+ * at destroy every task goes at once, and the slabs with them). */
+static void free_task_memory(tdm_task *t, bool destroying) {
   tdm__graph_drop(t->rt, t, false);
   if (t->args != t->inline_args)
     free(t->args);
   if (t->edges != t->inline_edges)
-    free(t->edges);
+    free_edges(t, destroying);
   if (t->more) {
     free(t->more);
     t->more = NULL;
@@ -179,8 +223,8 @@ void tdm__pool_destroy(tdm_runtime *rt) {
   for (size_t i = 0; i < rt->nslabs; i++) {
     tdm_task *slab = rt->slabs[i];
     for (unsigned k = 0; k < TDM_SLAB_TASKS; k++)
-      if (slab[k].kind != TDM_TASK_FREE)
-        free_task_memory(&slab[k]);
+      if (slab[k].kind != TDM_TASK_FREE && slab[k].kind != TDM_TASK_EDGES)
+        free_task_memory(&slab[k], true);
     free(slab);
   }
   free(rt->slabs);
@@ -223,7 +267,7 @@ void tdm__task_unref(tdm_task *t) {
   if (t->tile_mask || ((uintptr_t)t->more | (uintptr_t)t->group))
     drop_references(t);
   tdm__graph_drop(t->rt, t, true); /* free_task_memory's finds none left */
-  free_task_memory(t);
+  free_task_memory(t, false);
   pool_put(t->rt, t);
 }
 

@@ -305,6 +305,7 @@ static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc, bool us
 typedef struct {
   tdm_task **items;
   unsigned n, cap;
+  uint64_t seen; /* filter of the items (preds_add) */
   tdm_task *local[32];
   /* While recording the graph: the predecessors already finished, which
    * need no edge but are dependencies all the same. */
@@ -369,15 +370,23 @@ TDM_ALWAYS_INLINE static int preds_add(pred_list *p, tdm_task *t, bool data) {
   }
   tdm_task *tagged = data ? tdm__edge_tag(t) : t;
   /* The same predecessor often comes through several handles (a stencil
-   * point wrote one neighbour and read another): one edge is enough. The
-   * scan is bounded so that a writer after thousands of readers stays
-   * linear; duplicates past it are harmless. */
-  for (unsigned i = 0; i < p->n && i < 16; i++)
-    if (tdm__edge_task(p->items[i]) == t) {
-      if (data)
-        p->items[i] = tagged;
-      return 0;
-    }
+   * point wrote one neighbour and read another): one edge is enough. A
+   * bit per predecessor, by its address (Fibonacci hashing), says which
+   * may be there already (a Bloom filter of one hash): the scan runs only for those, so that
+   * a task with many predecessors does not pay for every pair. The scan
+   * is bounded so that a writer after thousands of readers stays linear;
+   * duplicates past it are harmless. */
+  uint64_t bit = 1ull << (((uint64_t)(uintptr_t)t * 0x9e3779b97f4a7c15ull) >> 58);
+  if (p->seen & bit) {
+    tdm_task **items = p->items;
+    for (unsigned i = 0, n = p->n < 16 ? p->n : 16; i < n; i++)
+      if (tdm__edge_task(items[i]) == t) {
+        if (data)
+          items[i] = tagged;
+        return 0;
+      }
+  }
+  p->seen |= bit;
   if (TDM_UNLIKELY(p->n == p->cap))
     return preds_grow(p, tagged);
   p->items[p->n++] = tagged;
@@ -499,8 +508,37 @@ static int by_address(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Past TDM_MAX_BUFFERS: sorted by address, then the repeats merged
+/* The distinct handles of n (handles, modes), sorted by address, with
+ * their modes together: one insertion sort, a handle named twice merged
+ * as it is met (for a few handles, fewer steps than finding the repeats
+ * first, and than qsort's calls). */
+TDM_ALWAYS_INLINE static unsigned unique_few(tdm_handle *const *handles,
+                                             const uint8_t *bufmodes, unsigned nbuf,
+                                             tdm_handle **hs, unsigned *modes) {
+  unsigned n = 0;
+  for (unsigned i = 0; i < nbuf; i++) {
+    tdm_handle *h = handles[i];
+    unsigned m = bufmodes[i], j = n;
+    while (j > 0 && (uintptr_t)hs[j - 1] > (uintptr_t)h)
+      j--;
+    if (j > 0 && hs[j - 1] == h) {
+      modes[j - 1] |= m;
+      continue;
+    }
+    for (unsigned k = n; k > j; k--) {
+      hs[k] = hs[k - 1];
+      modes[k] = modes[k - 1];
+    }
+    hs[j] = h;
+    modes[j] = m;
+    n++;
+  }
+  return n;
+}
+
+/* Past UNIQUE_FEW buffers: sorted by address, then the repeats merged
  * (O(n log n); the room is the task's own, pairs in its views' room). */
+#define UNIQUE_FEW 32
 static unsigned unique_many(const tdm_task *t, tdm_handle **hs, unsigned *modes) {
   handle_mode *pairs = (handle_mode *)(void *)t->more->bufs; /* unused until it runs */
   _Static_assert(sizeof(handle_mode) <= sizeof(tdm_buffer), "a pair fits in a view's room");
@@ -521,31 +559,11 @@ static unsigned unique_many(const tdm_task *t, tdm_handle **hs, unsigned *modes)
 
 /* Distinct handles of t with their combined modes, sorted by address. */
 static unsigned unique_handles(const tdm_task *t, tdm_handle **hs, unsigned *modes) {
-  if (t->nbuf > TDM_MAX_BUFFERS)
-    return unique_many(t, hs, modes);
-  unsigned n = 0;
-  for (unsigned i = 0; i < t->nbuf; i++) {
-    unsigned j;
-    for (j = 0; j < n; j++)
-      if (hs[j] == t->handles[i])
-        break;
-    if (j == n) {
-      hs[n] = t->handles[i];
-      modes[n++] = 0;
-    }
-    modes[j] |= t->modes[i];
-  }
-  /* insertion sort by address, carrying the modes */
-  for (unsigned i = 1; i < n; i++)
-    for (unsigned j = i; j > 0 && (uintptr_t)hs[j - 1] > (uintptr_t)hs[j]; j--) {
-      tdm_handle *h = hs[j];
-      hs[j] = hs[j - 1];
-      hs[j - 1] = h;
-      unsigned m = modes[j];
-      modes[j] = modes[j - 1];
-      modes[j - 1] = m;
-    }
-  return n;
+  if (t->nbuf <= TDM_MAX_BUFFERS)
+    return unique_few(t->handles, t->modes, t->nbuf, hs, modes);
+  if (t->nbuf <= UNIQUE_FEW)
+    return unique_few(t->more->handles, t->more->modes, t->nbuf, hs, modes);
+  return unique_many(t, hs, modes);
 }
 
 /* The submission of t, in steps (tdm__task_submit); the hot ones are
@@ -600,13 +618,8 @@ TDM_ALWAYS_INLINE static tdm_status check_and_reserve(tdm_task *t, tdm_handle **
       }
     }
   }
-  if (!st && preds->n > TDM_INLINE_EDGES) {
-    t->edges = tdm__malloc(rt, preds->n * sizeof *t->edges);
-    if (!t->edges) {
-      t->edges = t->inline_edges;
-      st = TDM_ERR_NO_MEMORY;
-    }
-  }
+  if (!st && preds->n > TDM_INLINE_EDGES && !tdm__edges_alloc(t, preds->n))
+    st = TDM_ERR_NO_MEMORY;
   return st;
 }
 
@@ -674,6 +687,7 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   pred_list preds; /* no initialiser: it would zero the local array */
   preds.items = preds.local;
   preds.n = 0;
+  preds.seen = 0;
   preds.cap = sizeof preds.local / sizeof preds.local[0];
   preds.record = rt->recording && t->trace_id;
   preds.done = NULL;

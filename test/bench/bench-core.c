@@ -22,6 +22,8 @@
  *  (h) the tasks of (a), submitted by a task running on a worker rather
  *      than by the application's thread (nested producers: the other
  *      workers get them by stealing)
+ *  (i) wide tasks: each reads 1, then 7, of 8 handles written by the
+ *      step before and writes one (an input more costs the difference / 6)
  *  (g) creating and destroying a runtime, with the default devices and
  *      with none (TANDEM_DEVICES=none), interleaved, once the process has
  *      made one; and the first creation of a process, in a fresh one
@@ -32,7 +34,7 @@
  * per-repetition ratios (below 1: Tandem is faster).
  *
  * usage: bench-core [--quick | --micro | --sparse | --stencil]   (--quick: fewer
- * tasks, for a smoke run; --micro: (a), (h), (b), (c) alone; --sparse: (e)
+ * tasks, for a smoke run; --micro: (a), (h), (i), (b), (c) alone; --sparse: (e)
  * alone; --stencil: (d) alone)
  */
 #include <math.h>
@@ -207,6 +209,79 @@ static double omp_fan(int nthreads, long rounds) {
     }
   }
   return bench_now() - t0;
+}
+
+/* (i) wide tasks: two layers of WIDE handles; each step, task i reads
+ * k handles of the previous layer (i, i+1, .. mod WIDE) and writes its
+ * own of the next. The cost of one more input: (k = 7 minus k = 1) / 6. */
+#define WIDE 8
+static double wide_data[2][WIDE];
+static int wide_k; /* inputs per task */
+
+static double tdm_wide(tdm_runtime *rt, long steps) {
+  tdm_codelet cl = {.name = "wide", .cpu_fn = empty_fn, .nbuffers = (unsigned)wide_k + 1};
+  for (int j = 0; j < wide_k; j++)
+    cl.modes[j] = TDM_R;
+  cl.modes[wide_k] = TDM_W;
+  tdm_handle *h[2][WIDE];
+  for (int l = 0; l < 2; l++)
+    for (int i = 0; i < WIDE; i++)
+      tdm_register_vector(rt, &wide_data[l][i], 1, sizeof(double), &h[l][i]);
+  double t0 = bench_now();
+  for (long s = 0; s < steps; s++) {
+    int p = (int)(s & 1), q = p ^ 1;
+    for (int i = 0; i < WIDE; i++) {
+      tdm_task_desc d = {.codelet = &cl};
+      for (int j = 0; j < wide_k; j++)
+        d.handles[j] = h[p][(i + j) % WIDE];
+      d.handles[wide_k] = h[q][i];
+      tdm_submit(rt, &d);
+    }
+  }
+  tdm_wait_all(rt);
+  double t = bench_now() - t0;
+  for (int l = 0; l < 2; l++)
+    for (int i = 0; i < WIDE; i++)
+      tdm_handle_unregister(h[l][i]);
+  return t;
+}
+
+static double omp_wide(int nthreads, long steps) {
+  double t0 = bench_now();
+#pragma omp parallel num_threads(nthreads)
+#pragma omp single
+  for (long s = 0; s < steps; s++) {
+    int p = (int)(s & 1), q = p ^ 1;
+    for (int i = 0; i < WIDE; i++) {
+      if (wide_k == 1) {
+#pragma omp task depend(in : wide_data[p][i]) depend(out : wide_data[q][i])
+        empty_fn(NULL, NULL, 0);
+      } else {
+#pragma omp task depend(in : wide_data[p][i], wide_data[p][(i + 1) % WIDE], wide_data[p][(i + 2) % WIDE], \
+                            wide_data[p][(i + 3) % WIDE], wide_data[p][(i + 4) % WIDE], \
+                            wide_data[p][(i + 5) % WIDE], wide_data[p][(i + 6) % WIDE]) depend(out : wide_data[q][i])
+        empty_fn(NULL, NULL, 0);
+      }
+    }
+  }
+  return bench_now() - t0;
+}
+
+static double tdm_wide1(tdm_runtime *rt, long steps) {
+  wide_k = 1;
+  return tdm_wide(rt, steps);
+}
+static double omp_wide1(int nthreads, long steps) {
+  wide_k = 1;
+  return omp_wide(nthreads, steps);
+}
+static double tdm_wide7(tdm_runtime *rt, long steps) {
+  wide_k = 7;
+  return tdm_wide(rt, steps);
+}
+static double omp_wide7(int nthreads, long steps) {
+  wide_k = 7;
+  return omp_wide(nthreads, steps);
 }
 
 #define STEPS 1000
@@ -593,6 +668,10 @@ int main(int argc, char **argv) {
                1000000 / scale, 1000000 / scale);
   side_by_side("(h) independent, from a task", rt, nthreads, tdm_nested, omp_nested,
                1000000 / scale, 1000000 / scale);
+  side_by_side("(i) wide: 1 input + 1 output", rt, nthreads, tdm_wide1, omp_wide1,
+               100000 / scale, 100000 / scale * WIDE);
+  side_by_side("(i) wide: 7 inputs + 1 output", rt, nthreads, tdm_wide7, omp_wide7,
+               100000 / scale, 100000 / scale * WIDE);
   side_by_side("(b) chain on one handle", rt, nthreads, tdm_chain, omp_chain, 200000 / scale,
                200000 / scale);
   side_by_side("(c) fan-out/fan-in x64", rt, nthreads, tdm_fan, omp_fan, 2000 / scale,
