@@ -114,6 +114,13 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt);
  * predecessors costs no malloc and free; the heap's otherwise. Sets
  * t->edges (and edges_pooled); false when out of memory. */
 bool tdm__edges_alloc(tdm_task *t, unsigned n);
+/* TDM_SLOT_ROOM bytes (aligned to a cache line) in a slot of the task
+ * pool, for what lives and dies with tasks and is made as often (edges,
+ * a created task's links): cheaper than the heap's; NULL when out of
+ * memory. Given back with tdm__slot_return (any thread); at destroy the
+ * slabs go with what they lent. */
+void *tdm__slot_lend(tdm_runtime *rt);
+void tdm__slot_return(tdm_runtime *rt, void *room);
 void tdm__task_unref(tdm_task *t);
 static inline void tdm__task_ref(tdm_task *t) {
   /* relaxed: taking a reference needs no ordering, only releasing does */

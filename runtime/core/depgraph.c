@@ -144,16 +144,22 @@ static void label_block(tdm_graph *g, tdm_links *after, unsigned k) {
 }
 
 tdm_status tdm__graph_enter(tdm_runtime *rt, tdm_task *t) {
-  tdm_links *l = tdm__malloc(rt, sizeof *l);
-  if (!l)
+  tdm_links *l = tdm__slot_lend(rt);
+  if (!l) {
+    tdm__log(rt, TDM_LOG_ERROR, "tdm_task_create: out of memory");
     return TDM_ERR_NO_MEMORY;
+  }
   tdm__taskvec_init(&l->deps);
   tdm__taskvec_init(&l->succs);
   l->fmark = l->bmark = 0;
-  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
+  tdm__spin_lock(&rt->deps_lock);
   link_after(&rt->graph, rt->graph.tail, l);
-  label_block(&rt->graph, l->prev, 1);
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
+  uint64_t last = l->prev ? l->prev->label : 0;
+  if (last <= UINT64_MAX - rt->graph.gap)
+    l->label = last + rt->graph.gap; /* appended: what label_block gives */
+  else
+    label_block(&rt->graph, l->prev, 1);
+  tdm__spin_unlock(&rt->deps_lock);
   t->links = l;
   return TDM_OK;
 }
@@ -282,5 +288,6 @@ void tdm__graph_drop_links(tdm_runtime *rt, tdm_task *t, bool unref) {
   void (*drop)(tdm_taskvec *) = unref ? tdm__taskvec_release : tdm__taskvec_free;
   drop(&l->deps);
   drop(&l->succs);
-  free(l);
+  if (unref)
+    tdm__slot_return(rt, l);
 }

@@ -168,23 +168,35 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   return t;
 }
 
-/* A slot lent as edges starts at this offset: its first line keeps the
- * slot's kind (TDM_TASK_EDGES), so that the slabs can be told apart. */
-#define EDGES_OFFSET TDM_CACHE_LINE
-_Static_assert(TDM_POOL_EDGES * sizeof(struct tdm_edge) <= sizeof(tdm_task) - EDGES_OFFSET &&
-                   offsetof(tdm_task, kind) < EDGES_OFFSET,
-               "a slot holds TDM_POOL_EDGES edges past its kind");
+/* A slot lent (tdm__slot_lend) starts its room at this offset: its first
+ * line keeps the slot's kind (TDM_TASK_LENT), so that the slabs can be
+ * told apart. */
+#define LENT_OFFSET TDM_CACHE_LINE
+_Static_assert(TDM_POOL_EDGES * sizeof(struct tdm_edge) <= TDM_SLOT_ROOM &&
+                   TDM_SLOT_ROOM <= sizeof(tdm_task) - LENT_OFFSET &&
+                   offsetof(tdm_task, kind) < LENT_OFFSET,
+               "a slot lends TDM_SLOT_ROOM bytes past its kind");
+_Static_assert(sizeof(tdm_links) <= TDM_SLOT_ROOM, "a created task's links fit in a slot");
+
+void *tdm__slot_lend(tdm_runtime *rt) {
+  tdm_task *slot = pool_take(rt);
+  if (!slot)
+    return NULL;
+  slot->kind = TDM_TASK_LENT;
+  return (char *)slot + LENT_OFFSET;
+}
+
+void tdm__slot_return(tdm_runtime *rt, void *room) {
+  pool_put(rt, (tdm_task *)(void *)((char *)room - LENT_OFFSET));
+}
 
 bool tdm__edges_alloc(tdm_task *t, unsigned n) {
   tdm_runtime *rt = t->rt;
-  if (n <= TDM_POOL_EDGES) {
-    tdm_task *slot = pool_take(rt);
-    if (slot) {
-      slot->kind = TDM_TASK_EDGES;
-      t->edges = (struct tdm_edge *)(void *)((char *)slot + EDGES_OFFSET);
-      t->edges_pooled = true;
-      return true;
-    }
+  void *room = n <= TDM_POOL_EDGES ? tdm__slot_lend(rt) : NULL;
+  if (room) {
+    t->edges = room;
+    t->edges_pooled = true;
+    return true;
   }
   struct tdm_edge *e = tdm__malloc(rt, n * sizeof *e);
   if (!e)
@@ -198,7 +210,7 @@ static __attribute__((noinline)) void free_edges(tdm_task *t, bool destroying) {
   if (!t->edges_pooled)
     free(t->edges);
   else if (!destroying)
-    pool_put(t->rt, (tdm_task *)(void *)((char *)t->edges - EDGES_OFFSET));
+    tdm__slot_return(t->rt, t->edges);
   t->edges = t->inline_edges;
   t->edges_pooled = false;
 }
@@ -219,14 +231,16 @@ static void free_task_memory(tdm_task *t, bool destroying) {
 
 void tdm__pool_destroy(tdm_runtime *rt) {
   /* Tasks still referenced (by a handle that was never unregistered, or
-   * by the application) own heap memory: free it with the slabs. */
+   * by the application) own heap memory: free it, then the slabs (what
+   * a task owns may be a slot of another slab). */
   for (size_t i = 0; i < rt->nslabs; i++) {
     tdm_task *slab = rt->slabs[i];
     for (unsigned k = 0; k < TDM_SLAB_TASKS; k++)
-      if (slab[k].kind != TDM_TASK_FREE && slab[k].kind != TDM_TASK_EDGES)
+      if (slab[k].kind != TDM_TASK_FREE && slab[k].kind != TDM_TASK_LENT)
         free_task_memory(&slab[k], true);
-    free(slab);
   }
+  for (size_t i = 0; i < rt->nslabs; i++)
+    free(rt->slabs[i]);
   free(rt->slabs);
   rt->slabs = NULL;
   rt->nslabs = rt->slabs_cap = 0;

@@ -76,8 +76,7 @@ static tdm_status init_sync(tdm_runtime *rt) {
     goto fail2b;
   if ((err = pthread_cond_init(&rt->wait_cond, NULL)))
     goto fail3;
-  if ((err = pthread_mutex_init(&rt->deps_lock, NULL)))
-    goto fail4;
+  atomic_init(&rt->deps_lock.locked, 0);
   if ((err = pthread_mutex_init(&rt->handles_lock, NULL)))
     goto fail5;
   if ((err = pthread_mutex_init(&rt->trace_lock, NULL)))
@@ -99,8 +98,6 @@ fail8:
 fail7:
   pthread_mutex_destroy(&rt->handles_lock);
 fail5:
-  pthread_mutex_destroy(&rt->deps_lock);
-fail4:
   pthread_cond_destroy(&rt->wait_cond);
 fail3:
   pthread_mutex_destroy(&rt->wait_lock);
@@ -123,7 +120,6 @@ static void destroy_sync(tdm_runtime *rt) {
   pthread_mutex_destroy(&rt->cache_lock);
   pthread_mutex_destroy(&rt->trace_lock);
   pthread_mutex_destroy(&rt->handles_lock);
-  pthread_mutex_destroy(&rt->deps_lock);
   pthread_cond_destroy(&rt->wait_cond);
   pthread_mutex_destroy(&rt->wait_lock);
   pthread_cond_destroy(&rt->bench_cond);

@@ -701,7 +701,7 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
    * holds may be reached by tdm_task_depends_on's search, so their
    * dependency list is read and emptied under deps_lock. */
   if (t->user_ref)
-    TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
+    tdm__spin_lock(&rt->deps_lock);
   if (t->links && (st = explicit_preds(t, &preds)))
     goto unlock_deps;
 
@@ -733,7 +733,7 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   tdm__handles_unlock(hs, nh);
   tdm__graph_drop(t->rt, t, true);
   if (t->user_ref)
-    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
+    tdm__spin_unlock(&rt->deps_lock);
 
   /* A host acquisition is not work: wait_all does not wait for it. */
   if (t->kind == TDM_TASK_ACQUIRE)
@@ -748,7 +748,7 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
 
 unlock_deps:
   if (t->user_ref)
-    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
+    tdm__spin_unlock(&rt->deps_lock);
   preds_free(&preds);
   tdm__sub_inflight(rt, 1);
   return st;
@@ -830,10 +830,10 @@ tdm_status tdm_task_depends_on(tdm_task *task, tdm_task *pred) {
     return bad(rt, TDM_ERR_WRONG_RUNTIME, "%s: the tasks belong to different runtimes",
                "tdm_task_depends_on");
   tdm_status st = TDM_ERR_ALREADY_SUBMITTED;
-  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
+  tdm__spin_lock(&rt->deps_lock);
   if (atomic_load(&task->state) == TDM_TS_CREATED)
     st = tdm__graph_add(rt, task, pred);
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
+  tdm__spin_unlock(&rt->deps_lock);
   if (st == TDM_ERR_ALREADY_SUBMITTED)
     tdm__log(rt, TDM_LOG_ERROR, "tdm_task_depends_on: the task was already submitted");
   else if (st == TDM_ERR_CYCLE)
@@ -893,7 +893,7 @@ void tdm_task_release(tdm_task *task) {
     tdm__forked_error(rt, "tdm_task_release");
     return;
   }
-  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->deps_lock));
+  tdm__spin_lock(&rt->deps_lock);
   bool created = atomic_load(&task->state) == TDM_TS_CREATED;
   if (created) {
     /* discarded unsubmitted: it no longer holds its handles or deps;
@@ -901,7 +901,7 @@ void tdm_task_release(tdm_task *task) {
     tdm__graph_drop(task->rt, task, true);
     atomic_store(&task->state, TDM_TS_DONE);
   }
-  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->deps_lock));
+  tdm__spin_unlock(&rt->deps_lock);
   if (created)
     count_unsubmitted(task, -1);
   tdm__task_unref(task);

@@ -3,7 +3,9 @@
  * (GCC's libgomp) in the same process, on the same number of threads.
  *
  *  (a) independent empty tasks submitted from one thread
- *  (b) a chain of tasks on one read-write handle
+ *  (b) a chain of tasks on one read-write handle; and the same chain made
+ *      with explicit edges (tdm_task_create, tdm_task_depends_on), against
+ *      the same OpenMP chain
  *  (c) fan-out/fan-in: one writer, then F readers, repeated
  *  (d) a stencil of width = worker count and 1000 steps, where each task
  *      reads its left, own and right neighbour of the previous step, swept
@@ -119,6 +121,30 @@ static double tdm_chain(tdm_runtime *rt, long n) {
   double t = bench_now() - t0;
   tdm_handle_unregister(h);
   return t;
+}
+
+/* (b) again with explicit edges: each task made with tdm_task_create,
+ * depending on the one before (tdm_task_depends_on), no buffer */
+static double tdm_chain_explicit(tdm_runtime *rt, long n) {
+  static const tdm_codelet cl = {.name = "link", .cpu_fn = empty_fn};
+  tdm_task_desc d = {.codelet = &cl};
+  double t0 = bench_now();
+  tdm_task *prev = NULL;
+  for (long i = 0; i < n; i++) {
+    tdm_task *t;
+    if (tdm_task_create(rt, &d, &t))
+      break;
+    if (prev) {
+      tdm_task_depends_on(t, prev);
+      tdm_task_release(prev);
+    }
+    tdm_task_submit(t);
+    prev = t;
+  }
+  if (prev)
+    tdm_task_release(prev);
+  tdm_wait_all(rt);
+  return bench_now() - t0;
 }
 
 static double omp_chain(int nthreads, long n) {
@@ -674,6 +700,8 @@ int main(int argc, char **argv) {
                100000 / scale, 100000 / scale * WIDE);
   side_by_side("(b) chain on one handle", rt, nthreads, tdm_chain, omp_chain, 200000 / scale,
                200000 / scale);
+  side_by_side("(b) chain, explicit edges", rt, nthreads, tdm_chain_explicit, omp_chain,
+               200000 / scale, 200000 / scale);
   side_by_side("(c) fan-out/fan-in x64", rt, nthreads, tdm_fan, omp_fan, 2000 / scale,
                2000 / scale * (FAN + 1));
   if (micro) {
