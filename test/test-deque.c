@@ -36,16 +36,42 @@ static void *thief(void *arg) {
   return NULL;
 }
 
+/* A deque of 16 slots and NTHIEVES thieves stealing from it. */
+static void stress_start(stress *s, pthread_t *th) {
+  assert_int_equal(tdm__deque_init(&s->d, 16), 0);
+  s->seen = calloc(NITEMS, 1);
+  assert_non_null(s->seen);
+  atomic_init(&s->done, 0);
+  atomic_init(&s->stolen, 0);
+  for (int i = 0; i < NTHIEVES; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, thief, s), 0);
+}
+
+/* The owner pops what is left; then every item was taken exactly once,
+ * some by the thieves. */
+static void stress_finish(stress *s, pthread_t *th, long popped) {
+  void *item;
+  while ((item = tdm__deque_pop(&s->d))) {
+    take(s, item);
+    popped++;
+  }
+  atomic_store(&s->done, 1);
+  for (int i = 0; i < NTHIEVES; i++)
+    pthread_join(th[i], NULL);
+  for (long i = 0; i < NITEMS; i++)
+    if (s->seen[i] != 1)
+      fail_msg("item %ld taken %d times", i + 1, (int)s->seen[i]);
+  assert_int_equal(popped + atomic_load(&s->stolen), NITEMS);
+  /* with three thieves racing, some items must have been stolen */
+  assert_true(atomic_load(&s->stolen) > 0);
+  free((void *)s->seen);
+}
+
 static void test_deque_concurrent_push_pop_steal(void **state) {
   (void)state;
   stress s;
-  assert_int_equal(tdm__deque_init(&s.d, 16), 0); /* small: forces growth */
-  s.seen = calloc(NITEMS, 1);
-  atomic_init(&s.done, 0);
-  atomic_init(&s.stolen, 0);
   pthread_t th[NTHIEVES];
-  for (int i = 0; i < NTHIEVES; i++)
-    assert_int_equal(pthread_create(&th[i], NULL, thief, &s), 0);
+  stress_start(&s, th); /* small: forces growth */
   /* The owner pushes in bursts and pops some back, as a worker does. */
   uint64_t rng = 12345;
   long popped = 0;
@@ -60,21 +86,7 @@ static void test_deque_concurrent_push_pop_steal(void **state) {
       }
     }
   }
-  void *item;
-  while ((item = tdm__deque_pop(&s.d))) {
-    take(&s, item);
-    popped++;
-  }
-  atomic_store(&s.done, 1);
-  for (int i = 0; i < NTHIEVES; i++)
-    pthread_join(th[i], NULL);
-  for (long i = 0; i < NITEMS; i++)
-    if (s.seen[i] != 1)
-      fail_msg("item %ld taken %d times", i + 1, (int)s.seen[i]);
-  assert_int_equal(popped + atomic_load(&s.stolen), NITEMS);
-  /* with three thieves racing, some items must have been stolen */
-  assert_true(atomic_load(&s.stolen) > 0);
-  free((void *)s.seen);
+  stress_finish(&s, th, popped);
   tdm__deque_destroy(&s.d);
 }
 
@@ -85,13 +97,8 @@ static void test_deque_concurrent_push_pop_steal(void **state) {
 static void test_deque_wraps_small_ring(void **state) {
   (void)state;
   stress s;
-  assert_int_equal(tdm__deque_init(&s.d, 16), 0);
-  s.seen = calloc(NITEMS, 1);
-  atomic_init(&s.done, 0);
-  atomic_init(&s.stolen, 0);
   pthread_t th[NTHIEVES];
-  for (int i = 0; i < NTHIEVES; i++)
-    assert_int_equal(pthread_create(&th[i], NULL, thief, &s), 0);
+  stress_start(&s, th);
   uint64_t rng = 987654321;
   long popped = 0;
   uintptr_t id = 1;
@@ -108,22 +115,9 @@ static void test_deque_wraps_small_ring(void **state) {
       }
     }
   }
-  void *item;
-  while ((item = tdm__deque_pop(&s.d))) {
-    take(&s, item);
-    popped++;
-  }
-  atomic_store(&s.done, 1);
-  for (int i = 0; i < NTHIEVES; i++)
-    pthread_join(th[i], NULL);
-  for (long i = 0; i < NITEMS; i++)
-    if (s.seen[i] != 1)
-      fail_msg("item %ld taken %d times", i + 1, (int)s.seen[i]);
-  assert_int_equal(popped + atomic_load(&s.stolen), NITEMS);
-  assert_true(atomic_load(&s.stolen) > 0);
+  stress_finish(&s, th, popped);
   /* at most 15 items at once: the ring never had to grow */
   assert_int_equal(atomic_load(&s.d.ring)->mask, 15);
-  free((void *)s.seen);
   tdm__deque_destroy(&s.d);
 }
 
