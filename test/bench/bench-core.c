@@ -51,6 +51,9 @@
 #include "tandem.h"
 
 #include "bench.h"
+#ifdef BENCH_HAVE_TBB
+#include "bench-core-tbb.h"
+#endif
 
 #define REPS 5
 
@@ -534,22 +537,50 @@ static void creation(void) {
 typedef double (*tdm_run)(tdm_runtime *, long);
 typedef double (*omp_run)(int, long);
 
+/* Tandem, OpenMP and, where built in, oneTBB (brun: NULL otherwise), in
+ * turn within each repetition. */
 static void side_by_side(const char *name, tdm_runtime *rt, int nthreads, tdm_run tr,
-                         omp_run orun, long n, long ntasks) {
-  double tt[REPS], to[REPS], ratio[REPS];
+                         omp_run orun, omp_run brun, long n, long ntasks) {
+  double tt[REPS], to[REPS], tb[REPS], ratio[REPS], ratio_b[REPS];
   tr(rt, n / 10); /* warm-up: pools, thread wake-up */
   orun(nthreads, n / 10);
+  if (brun)
+    brun(nthreads, n / 10);
   for (int r = 0; r < REPS; r++) {
     tt[r] = tr(rt, n) / (double)ntasks * 1e9;
     pause_ms(20);
     to[r] = orun(nthreads, n) / (double)ntasks * 1e9;
     pause_ms(20);
     ratio[r] = tt[r] / to[r];
+    if (brun) {
+      tb[r] = brun(nthreads, n) / (double)ntasks * 1e9;
+      pause_ms(20);
+      ratio_b[r] = tt[r] / tb[r];
+    }
   }
-  printf("%-28s %9ld %12.0f %12.0f %10.2f\n", name, ntasks, bench_median(tt, REPS),
+  printf("%-28s %9ld %12.0f %12.0f %10.2f", name, ntasks, bench_median(tt, REPS),
          bench_median(to, REPS), bench_median(ratio, REPS));
+  if (brun)
+    printf(" %12.0f %10.2f", bench_median(tb, REPS), bench_median(ratio_b, REPS));
+  printf("\n");
   fflush(stdout);
 }
+
+#ifdef BENCH_HAVE_TBB
+static double tbb_fan(int nthreads, long rounds) {
+  return bench_tbb_fan(nthreads, rounds, FAN);
+}
+static double tbb_wide1(int nthreads, long steps) {
+  return bench_tbb_wide(nthreads, steps, WIDE, 1);
+}
+static double tbb_wide7(int nthreads, long steps) {
+  return bench_tbb_wide(nthreads, steps, WIDE, 7);
+}
+#define TBB(f) f
+#else
+#define TBB(f) NULL
+#endif
+
 
 /* METG(50%) of one system from its sweep: the smallest granularity with
  * efficiency >= 0.5, interpolated in log space with the next smaller size
@@ -688,22 +719,32 @@ int main(int argc, char **argv) {
   long scale = quick ? 10 : 1;
   printf("bench-core: %d workers / %d OpenMP threads; medians of %d runs\n", nthreads,
          nthreads, REPS);
-  printf("%-28s %9s %12s %12s %10s\n", "workload", "tasks", "Tandem ns/t", "OpenMP ns/t",
-         "ratio");
-  side_by_side("(a) independent empty tasks", rt, nthreads, tdm_independent, omp_independent,
-               1000000 / scale, 1000000 / scale);
+#ifdef BENCH_HAVE_TBB
+  bench_tbb_init(nthreads);
+  printf("%-28s %9s %12s %12s %10s %12s %10s\n", "workload", "tasks", "Tandem ns/t",
+         "OpenMP ns/t", "T/OpenMP", "oneTBB ns/t", "T/oneTBB");
+#else
+  printf("%-28s %9s %12s %12s %10s   (oneTBB not built in)\n", "workload", "tasks",
+         "Tandem ns/t", "OpenMP ns/t", "T/OpenMP");
+#endif
+  side_by_side("(a) independent empty tasks", rt, nthreads, tdm_independent,
+               omp_independent, TBB(bench_tbb_independent), 1000000 / scale,
+               1000000 / scale);
   side_by_side("(h) independent, from a task", rt, nthreads, tdm_nested, omp_nested,
-               1000000 / scale, 1000000 / scale);
+               TBB(bench_tbb_nested), 1000000 / scale, 1000000 / scale);
   side_by_side("(i) wide: 1 input + 1 output", rt, nthreads, tdm_wide1, omp_wide1,
-               100000 / scale, 100000 / scale * WIDE);
+               TBB(tbb_wide1), 100000 / scale, 100000 / scale * WIDE);
   side_by_side("(i) wide: 7 inputs + 1 output", rt, nthreads, tdm_wide7, omp_wide7,
-               100000 / scale, 100000 / scale * WIDE);
-  side_by_side("(b) chain on one handle", rt, nthreads, tdm_chain, omp_chain, 200000 / scale,
-               200000 / scale);
+               TBB(tbb_wide7), 100000 / scale, 100000 / scale * WIDE);
+  side_by_side("(b) chain on one handle", rt, nthreads, tdm_chain, omp_chain,
+               TBB(bench_tbb_chain), 200000 / scale, 200000 / scale);
   side_by_side("(b) chain, explicit edges", rt, nthreads, tdm_chain_explicit, omp_chain,
-               200000 / scale, 200000 / scale);
-  side_by_side("(c) fan-out/fan-in x64", rt, nthreads, tdm_fan, omp_fan, 2000 / scale,
-               2000 / scale * (FAN + 1));
+               TBB(bench_tbb_chain), 200000 / scale, 200000 / scale);
+  side_by_side("(c) fan-out/fan-in x64", rt, nthreads, tdm_fan, omp_fan, TBB(tbb_fan),
+               2000 / scale, 2000 / scale * (FAN + 1));
+#ifdef BENCH_HAVE_TBB
+  bench_tbb_fini();
+#endif
   if (micro) {
     tdm_runtime_destroy(rt);
     return 0;

@@ -1,0 +1,146 @@
+// bench-core's workloads with oneTBB, where meson found it: independent
+// tasks with a task_group, dependencies with a flow graph whose edges are
+// made by hand (oneTBB infers none from data). Each function returns the
+// wall time of building and running its graph, as bench-core times
+// Tandem's submissions and their run. oneTBB runs on `nthreads` threads,
+// the waiting thread among them (its task_group::wait and
+// graph::wait_for_all run tasks), as OpenMP's team does.
+#include <oneapi/tbb/flow_graph.h>
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_group.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "bench-core-tbb.h"
+
+namespace {
+
+using node = tbb::flow::continue_node<tbb::flow::continue_msg>;
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::unique_ptr<tbb::global_control> threads;
+
+// A graph of n empty nodes; make_edges(nodes) links them; the sources are
+// started. Checks that every node ran.
+template <typename Edges> double run_graph(long n, Edges make_edges) {
+  std::atomic<long> count{0};
+  double t0 = now();
+  tbb::flow::graph g;
+  std::vector<node> nodes;
+  nodes.reserve((size_t)n);
+  for (long i = 0; i < n; i++)
+    nodes.emplace_back(g, [&count](const tbb::flow::continue_msg &) {
+      count.fetch_add(1, std::memory_order_relaxed);
+    });
+  std::vector<bool> has_pred((size_t)n, false);
+  make_edges(nodes, has_pred);
+  for (long i = 0; i < n; i++)
+    if (!has_pred[(size_t)i])
+      nodes[(size_t)i].try_put(tbb::flow::continue_msg());
+  g.wait_for_all();
+  double t = now() - t0;
+  long ran = count.load();
+  if (ran != n)
+    std::fprintf(stderr, "bench-core: oneTBB's graph ran %ld nodes of %ld\n", ran, n);
+  return t;
+}
+
+void edge(std::vector<node> &nodes, std::vector<bool> &has_pred, long from, long to) {
+  tbb::flow::make_edge(nodes[(size_t)from], nodes[(size_t)to]);
+  has_pred[(size_t)to] = true;
+}
+
+} // namespace
+
+extern "C" {
+
+void bench_tbb_init(int nthreads) {
+  threads = std::make_unique<tbb::global_control>(
+      tbb::global_control::max_allowed_parallelism, (size_t)nthreads);
+}
+
+void bench_tbb_fini(void) { threads.reset(); }
+
+double bench_tbb_independent(int nthreads, long n) {
+  (void)nthreads;
+  double t0 = now();
+  tbb::task_group g;
+  for (long i = 0; i < n; i++)
+    g.run([] {});
+  g.wait();
+  return now() - t0;
+}
+
+double bench_tbb_nested(int nthreads, long n) {
+  (void)nthreads;
+  double t0 = now();
+  tbb::task_group g;
+  g.run([&g, n] {
+    for (long i = 0; i < n; i++)
+      g.run([] {});
+  });
+  g.wait();
+  return now() - t0;
+}
+
+double bench_tbb_chain(int nthreads, long n) {
+  (void)nthreads;
+  return run_graph(n, [n](std::vector<node> &nodes, std::vector<bool> &has_pred) {
+    for (long i = 1; i < n; i++)
+      edge(nodes, has_pred, i - 1, i);
+  });
+}
+
+double bench_tbb_fan(int nthreads, long rounds, int fan) {
+  (void)nthreads;
+  long per = fan + 1; // a writer, then its readers
+  return run_graph(rounds * per, [rounds, per](std::vector<node> &nodes,
+                                               std::vector<bool> &has_pred) {
+    for (long k = 0; k < rounds; k++) {
+      long w = k * per;
+      for (long i = 1; i < per; i++) {
+        edge(nodes, has_pred, w, w + i); // reader after its writer
+        if (k + 1 < rounds)
+          edge(nodes, has_pred, w + i, w + per); // the next writer after it
+      }
+    }
+  });
+}
+
+double bench_tbb_wide(int nthreads, long steps, int width, int k) {
+  (void)nthreads;
+  // the edges bench-core's Tandem and OpenMP versions infer, the same at
+  // every step (so found once, before the clock starts): task i of step
+  // s reads i .. i+k-1 (mod width) of step s-1's outputs, and overwrites
+  // its own output of step s-2, which the tasks of step s-1 that read it
+  // must have finished reading
+  std::vector<std::vector<long>> preds((size_t)width);
+  for (long i = 0; i < width; i++)
+    for (long m = 0; m < width; m++) {
+      bool wrote = false, read = false;
+      for (long j = 0; j < k; j++) {
+        wrote = wrote || (i + j) % width == m;
+        read = read || (m + j) % width == i;
+      }
+      if (wrote || read)
+        preds[(size_t)i].push_back(m);
+    }
+  return run_graph(steps * width, [steps, width, &preds](std::vector<node> &nodes,
+                                                         std::vector<bool> &has_pred) {
+    for (long s = 1; s < steps; s++)
+      for (long i = 0; i < width; i++)
+        for (long m : preds[(size_t)i])
+          edge(nodes, has_pred, (s - 1) * width + m, s * width + i);
+  });
+}
+
+} // extern "C"

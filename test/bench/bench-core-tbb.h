@@ -1,0 +1,23 @@
+/* bench-core's workloads with oneTBB (bench-core-tbb.cpp), built in when
+ * meson finds it (BENCH_HAVE_TBB). Each returns the seconds its workload
+ * took on nthreads threads (bench_tbb_init sets them). */
+#ifndef BENCH_CORE_TBB_H
+#define BENCH_CORE_TBB_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void bench_tbb_init(int nthreads);
+void bench_tbb_fini(void);
+double bench_tbb_independent(int nthreads, long n);
+double bench_tbb_nested(int nthreads, long n);
+double bench_tbb_chain(int nthreads, long n);
+double bench_tbb_fan(int nthreads, long rounds, int fan);
+double bench_tbb_wide(int nthreads, long steps, int width, int k);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
