@@ -1221,7 +1221,9 @@ typedef struct tdm_task_desc {
  * fit), TDM_ERR_INVALID_ARG (see TDM_OPENCL_POINTERS). Each is logged.
  * Any thread, including tasks. From a thread of the
  * application, waits first while tdm_config.max_pending tasks are
- * unfinished (back-pressure; see there, and tdm_submit_try).
+ * unfinished (back-pressure; see there, and tdm_submit_try); a wait
+ * that tdm_runtime_destroy (from another thread) interrupts returns
+ * TDM_ERR_SHUTTING_DOWN at once, and destroy does not return before it.
  */
 TDM_API tdm_status tdm_submit(tdm_runtime *rt, const tdm_task_desc *desc);
 

@@ -73,6 +73,34 @@ static void test_producer_waits(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* A producer blocked for room when tdm_runtime_destroy is called is
+ * refused at once (TDM_ERR_SHUTTING_DOWN), not when a task finishes: here
+ * none can finish until the producer has been refused. */
+static void *destroy_it(void *arg) {
+  tdm_runtime_destroy(arg);
+  return NULL;
+}
+
+static void test_destroy_refuses_blocked_producer(void **state) {
+  (void)state;
+  tdm_runtime *rt = bounded(2, 1);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_gated}), TDM_OK);
+  producer p = {.rt = rt};
+  pthread_t th, destroyer;
+  assert_int_equal(pthread_create(&th, NULL, produce_one, &p), 0);
+  sleep_ms(50);
+  assert_int_equal(atomic_load(&p.done), 0); /* waiting for room */
+  assert_int_equal(pthread_create(&destroyer, NULL, destroy_it, rt), 0);
+  int refused = wait_flag(&p.done, 5);
+  atomic_store(&gate, 1); /* now the tasks, and the destroy, may end */
+  assert_int_equal(pthread_join(th, NULL), 0);
+  assert_int_equal(pthread_join(destroyer, NULL), 0);
+  assert_int_equal(refused, 1);
+  assert_int_equal(p.st, TDM_ERR_SHUTTING_DOWN);
+  assert_int_equal(atomic_load(&ran), 2); /* the refused one never ran */
+}
+
 /* 0: no bound. */
 static void test_unbounded(void **state) {
   (void)state;
@@ -216,6 +244,7 @@ static void test_many_producers(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_producer_waits),
+      cmocka_unit_test(test_destroy_refuses_blocked_producer),
       cmocka_unit_test(test_unbounded),
       cmocka_unit_test(test_runtime_code_never_waits),
       cmocka_unit_test(test_holder_of_an_acquisition_never_waits),

@@ -237,10 +237,15 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref);
 /* A chunk of a data-parallel operation (tdm_task.chunk), created as
  * tdm_task_create creates a task (the caller holds a reference), and its
  * submission, verified when the runtime verifies, without waiting for
- * room; tdm__submit_wait_room waits for room as tdm_submit does. */
+ * room; tdm__submit_wait_room waits for room as tdm_submit does (TDM_OK, or
+ * TDM_ERR_SHUTTING_DOWN when the runtime is being destroyed meanwhile). */
 tdm_status tdm__chunk_create(tdm_runtime *rt, const tdm_task_desc *desc, tdm_task **out);
 tdm_status tdm__submit_created(tdm_task *t);
-void tdm__submit_wait_room(tdm_runtime *rt);
+tdm_status tdm__submit_wait_room(tdm_runtime *rt);
+/* At tdm_runtime_destroy: wakes the threads blocked for room (they return
+ * TDM_ERR_SHUTTING_DOWN), and waits until none is left inside. */
+void tdm__submit_unblock(tdm_runtime *rt);
+void tdm__submit_wait_unblocked(tdm_runtime *rt);
 
 /* ---- handles' tasks (handles.c) -------------------------------------------- */
 

@@ -665,7 +665,10 @@ tdm_status tdm_parallel_submit(tdm_runtime *rt, const tdm_parallel_desc *d, tdm_
   bool cpu = d->cpu_fn && !(d->flags & TDM_PARALLEL_NO_CPU);
   bool fixed = d->flags & TDM_PARALLEL_STATIC;
   uint64_t devices = d->flags & TDM_PARALLEL_NO_DEVICES ? 0 : chosen_workers(rt, d->device_mask, cpu);
-  tdm__submit_wait_room(rt);
+  if ((st = tdm__submit_wait_room(rt))) {
+    free(args);
+    return st;
+  }
 
   /* A probe over the whole range, never submitted: whether a device can
    * run it, and the machine's speed by the models. */

@@ -398,6 +398,7 @@ tdm_status tdm_runtime_destroy(tdm_runtime *rt) {
     return TDM_ERR_IN_TASK;
   }
   atomic_store(&rt->closing, true);
+  tdm__submit_unblock(rt); /* submitters waiting for room are refused now */
   tdm_runtime_resume(rt); /* the tasks queued run */
   tdm__release_acquisitions(rt); /* tasks may wait for them */
   /* tasks pinned to the application's thread run here meanwhile */
@@ -407,6 +408,7 @@ tdm_status tdm_runtime_destroy(tdm_runtime *rt) {
   tdm_wait_all(rt);
   while (tdm_dispatch(rt) > 0) /* callbacks and progress calls left */
     ;
+  tdm__submit_wait_unblocked(rt); /* none of them still uses rt */
   tdm__handles_home(rt); /* the application's memory holds every result */
   tdm__trace_write(rt);
   tdm__trace_finish(rt);

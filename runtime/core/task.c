@@ -493,9 +493,34 @@ static __attribute__((noinline, cold)) tdm_status room_for_one(tdm_runtime *rt, 
   while (atomic_load(&rt->inflight) >= max && !atomic_load(&rt->closing))
     TDM_PTHREAD(rt, pthread_cond_wait(&rt->wait_cond, &rt->wait_lock));
   atomic_fetch_sub(&rt->nwaiters, 1);
+  bool closed = atomic_load(&rt->closing);
+  if (!closed)
+    atomic_fetch_sub(&rt->nblocked, 1);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
+  if (!closed)
+    return TDM_OK;
+  /* tdm_runtime_destroy woke us (tdm__submit_unblock): still counted in
+   * nblocked, which it waits to see at 0 before it frees anything */
+  tdm__log(rt, TDM_LOG_ERROR, "submit refused: the runtime is being destroyed");
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
   atomic_fetch_sub(&rt->nblocked, 1);
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
-  return TDM_OK;
+  return TDM_ERR_SHUTTING_DOWN;
+}
+
+void tdm__submit_unblock(tdm_runtime *rt) {
+  tdm__wake_waiters(rt);
+}
+
+void tdm__submit_wait_unblocked(tdm_runtime *rt) {
+  for (;;) {
+    TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
+    int64_t n = atomic_load(&rt->nblocked);
+    TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
+    if (n <= 0)
+      return;
+    usleep(100);
+  }
 }
 
 typedef struct handle_mode {
@@ -853,9 +878,8 @@ tdm_status tdm__submit_created(tdm_task *t) {
   return TDM_UNLIKELY(t->rt->verify) ? submit_verified(t, false) : tdm__task_submit(t, false);
 }
 
-void tdm__submit_wait_room(tdm_runtime *rt) {
-  if (!room_now(rt))
-    room_for_one(rt, true);
+tdm_status tdm__submit_wait_room(tdm_runtime *rt) {
+  return room_now(rt) ? TDM_OK : room_for_one(rt, true);
 }
 
 tdm_status tdm_task_submit(tdm_task *task) {
@@ -867,8 +891,8 @@ tdm_status tdm_task_submit(tdm_task *task) {
   if (atomic_load(&task->state) != TDM_TS_CREATED)
     return bad(task->rt, TDM_ERR_ALREADY_SUBMITTED, "%s: task already submitted",
                "tdm_task_submit");
-  tdm__submit_wait_room(task->rt);
-  return tdm__submit_created(task);
+  tdm_status st = tdm__submit_wait_room(task->rt);
+  return st ? st : tdm__submit_created(task);
 }
 
 tdm_status tdm_task_wait(tdm_task *task) {
