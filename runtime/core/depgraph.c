@@ -123,17 +123,19 @@ static void make_room(tdm_graph *g, tdm_links *after, unsigned k, tdm_links *end
 
 /* Labels the k tasks that now follow `after` (NULL: the first k), within
  * the gap up to the task after them. */
-static void label_block(tdm_graph *g, tdm_links *after, unsigned k) {
+TDM_ALWAYS_INLINE static void label_block(tdm_graph *g, tdm_links *after, unsigned k) {
   tdm_links *first = after ? after->next : g->head, *end = first;
   for (unsigned i = 0; i < k; i++)
     end = end->next;
   uint64_t lo = after ? after->label : 0, hi = end ? end->label : UINT64_MAX;
-  uint64_t step = (hi - lo) / ((uint64_t)k + 1), gap = g->gap;
+  uint64_t step, gap = g->gap;
   bool small = k < (1u << 30); /* gap * (k + 1) does not overflow */
   if (!end && small && lo <= UINT64_MAX - gap * ((uint64_t)k + 1))
-    step = gap; /* at the end: as appended */
+    step = gap; /* at the end: as appended (every tdm_task_create) */
   else if (!after && small && hi > gap * ((uint64_t)k + 1))
     lo = hi - gap * ((uint64_t)k + 1), step = gap; /* at the start: likewise */
+  else
+    step = (hi - lo) / ((uint64_t)k + 1); /* between: evenly */
   if (step == 0 || hi - lo <= k) {
     make_room(g, after, k, end);
     return;
@@ -154,11 +156,7 @@ tdm_status tdm__graph_enter(tdm_runtime *rt, tdm_task *t) {
   l->fmark = l->bmark = 0;
   tdm__spin_lock(&rt->deps_lock);
   link_after(&rt->graph, rt->graph.tail, l);
-  uint64_t last = l->prev ? l->prev->label : 0;
-  if (last <= UINT64_MAX - rt->graph.gap)
-    l->label = last + rt->graph.gap; /* appended: what label_block gives */
-  else
-    label_block(&rt->graph, l->prev, 1);
+  label_block(&rt->graph, l->prev, 1);
   tdm__spin_unlock(&rt->deps_lock);
   t->links = l;
   return TDM_OK;
