@@ -242,9 +242,9 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref);
 tdm_status tdm__chunk_create(tdm_runtime *rt, const tdm_task_desc *desc, tdm_task **out);
 tdm_status tdm__submit_created(tdm_task *t);
 tdm_status tdm__submit_wait_room(tdm_runtime *rt);
-/* At tdm_runtime_destroy: wakes the threads blocked for room (they return
- * TDM_ERR_SHUTTING_DOWN), and waits until none is left inside. */
-void tdm__submit_unblock(tdm_runtime *rt);
+/* At tdm_runtime_destroy, once closing is set and the waiters woken
+ * (tdm__wake_waiters: a thread blocked for room then returns
+ * TDM_ERR_SHUTTING_DOWN): waits until no such thread is left inside. */
 void tdm__submit_wait_unblocked(tdm_runtime *rt);
 
 /* ---- handles' tasks (handles.c) -------------------------------------------- */

@@ -398,7 +398,7 @@ tdm_status tdm_runtime_destroy(tdm_runtime *rt) {
     return TDM_ERR_IN_TASK;
   }
   atomic_store(&rt->closing, true);
-  tdm__submit_unblock(rt); /* submitters waiting for room are refused now */
+  tdm__wake_waiters(rt); /* submitters waiting for room are refused now */
   tdm_runtime_resume(rt); /* the tasks queued run */
   tdm__release_acquisitions(rt); /* tasks may wait for them */
   /* tasks pinned to the application's thread run here meanwhile */

@@ -372,10 +372,10 @@ TDM_ALWAYS_INLINE static int preds_add(pred_list *p, tdm_task *t, bool data) {
   /* The same predecessor often comes through several handles (a stencil
    * point wrote one neighbour and read another): one edge is enough. A
    * bit per predecessor, by its address (Fibonacci hashing), says which
-   * may be there already (a Bloom filter of one hash): the scan runs only for those, so that
-   * a task with many predecessors does not pay for every pair. The scan
-   * is bounded so that a writer after thousands of readers stays linear;
-   * duplicates past it are harmless. */
+   * may be there already (a Bloom filter of one hash): the scan runs
+   * only for those, so that a task with many predecessors does not pay
+   * for every pair. The scan is bounded so that a writer after thousands
+   * of readers stays linear; duplicates past it are harmless. */
   uint64_t bit = 1ull << (((uint64_t)(uintptr_t)t * 0x9e3779b97f4a7c15ull) >> 58);
   if (p->seen & bit) {
     tdm_task **items = p->items;
@@ -499,17 +499,13 @@ static __attribute__((noinline, cold)) tdm_status room_for_one(tdm_runtime *rt, 
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
   if (!closed)
     return TDM_OK;
-  /* tdm_runtime_destroy woke us (tdm__submit_unblock): still counted in
+  /* tdm_runtime_destroy woke us: still counted in
    * nblocked, which it waits to see at 0 before it frees anything */
   tdm__log(rt, TDM_LOG_ERROR, "submit refused: the runtime is being destroyed");
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
   atomic_fetch_sub(&rt->nblocked, 1);
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
   return TDM_ERR_SHUTTING_DOWN;
-}
-
-void tdm__submit_unblock(tdm_runtime *rt) {
-  tdm__wake_waiters(rt);
 }
 
 void tdm__submit_wait_unblocked(tdm_runtime *rt) {
