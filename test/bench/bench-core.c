@@ -89,12 +89,18 @@ static void stencil_fn(const tdm_buffer *b, const void *a, size_t n) {
 
 /* ---- the workloads ------------------------------------------------------ */
 
-static double tdm_independent(tdm_runtime *rt, long n) {
+/* n independent empty tasks, from the calling thread: (a)'s application
+ * thread, (h)'s producer task */
+static void submit_empty(tdm_runtime *rt, long n) {
   static const tdm_codelet cl = {.name = "empty", .cpu_fn = empty_fn};
   tdm_task_desc d = {.codelet = &cl};
-  double t0 = bench_now();
   for (long i = 0; i < n; i++)
     tdm_submit(rt, &d);
+}
+
+static double tdm_independent(tdm_runtime *rt, long n) {
+  double t0 = bench_now();
+  submit_empty(rt, n);
   tdm_wait_all(rt);
   return bench_now() - t0;
 }
@@ -173,10 +179,7 @@ static void producer_fn(const tdm_buffer *b, const void *a, size_t n) {
   (void)b;
   (void)n;
   const producer_args *p = a;
-  static const tdm_codelet cl = {.name = "empty", .cpu_fn = empty_fn};
-  tdm_task_desc d = {.codelet = &cl};
-  for (long i = 0; i < p->n; i++)
-    tdm_submit(p->rt, &d);
+  submit_empty(p->rt, p->n);
 }
 
 static double tdm_nested(tdm_runtime *rt, long n) {
@@ -286,9 +289,10 @@ static double omp_wide(int nthreads, long steps) {
 #pragma omp task depend(in : wide_data[p][i]) depend(out : wide_data[q][i])
         empty_fn(NULL, NULL, 0);
       } else {
-#pragma omp task depend(in : wide_data[p][i], wide_data[p][(i + 1) % WIDE], wide_data[p][(i + 2) % WIDE], \
-                            wide_data[p][(i + 3) % WIDE], wide_data[p][(i + 4) % WIDE], \
-                            wide_data[p][(i + 5) % WIDE], wide_data[p][(i + 6) % WIDE]) depend(out : wide_data[q][i])
+#pragma omp task depend(in : wide_data[p][i], wide_data[p][(i + 1) % WIDE],                  \
+                            wide_data[p][(i + 2) % WIDE], wide_data[p][(i + 3) % WIDE],      \
+                            wide_data[p][(i + 4) % WIDE], wide_data[p][(i + 5) % WIDE],      \
+                            wide_data[p][(i + 6) % WIDE]) depend(out : wide_data[q][i])
         empty_fn(NULL, NULL, 0);
       }
     }
