@@ -179,6 +179,61 @@ static void test_agreeing_device(void **state) {
   finish(rt, dir);
 }
 
+/* y = y + 2 * y' through two buffers naming one handle (read, then
+ * written): the second run must read the handle as it was before the
+ * task, through both buffers, not what the task wrote through the other
+ * one (which differs, and whose "correction" would be wrong). */
+static void alias_add(const tdm_buffer *b, const void *args, size_t n) {
+  (void)args;
+  (void)n;
+  busy();
+  const double *in = b[0].ptr;
+  double *out = b[1].ptr;
+  for (size_t i = 0; i < b[0].nx; i++) {
+    double v = in[i];
+    out[i] = 3 * v + 1; /* the same memory: in[i] is now that too */
+  }
+}
+
+static void test_handle_named_twice(void **state) {
+  (void)state;
+  atomic_store(&off_by_one, false);
+  test_log log;
+  char dir[64];
+  tdm_runtime *rt = make("*:1", NULL, &log, dir, sizeof dir);
+  static const tdm_codelet alias_cl = {.name = "alias", .cpu_fn = alias_add, .nbuffers = 2,
+                                       .modes = {TDM_R, TDM_W}};
+  static const tdm_codelet alias_rw_cl = {.name = "alias-rw", .cpu_fn = alias_add,
+                                          .nbuffers = 2, .modes = {TDM_RW, TDM_RW}};
+  static double y[NH][N];
+  tdm_handle *hy[NH];
+  for (unsigned h = 0; h < NH; h++) {
+    for (unsigned i = 0; i < N; i++)
+      y[h][i] = 1 + h + i;
+    assert_int_equal(tdm_register_vector(rt, y[h], N, sizeof(double), &hy[h]), TDM_OK);
+  }
+  for (unsigned r = 0; r < 4; r++)
+    for (unsigned h = 0; h < NH; h++)
+      assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = r % 2 ? &alias_rw_cl
+                                                                        : &alias_cl,
+                                                        .handles = {hy[h], hy[h]}}),
+                       TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  for (unsigned h = 0; h < NH; h++)
+    assert_int_equal(tdm_handle_unregister(hy[h]), TDM_OK);
+  for (unsigned h = 0; h < NH; h++)
+    for (unsigned i = 0; i < N; i++) {
+      double v = 1 + h + i;
+      for (unsigned r = 0; r < 4; r++)
+        v = 3 * v + 1;
+      assert_true(y[h][i] == v);
+    }
+  tdm_verify_counts c = counts(rt);
+  assert_true(c.compared > 0);
+  assert_int_equal(c.mismatched, 0);
+  finish(rt, dir);
+}
+
 /* A sample: one task in four of `twice` alone, spread evenly. */
 static void test_rate(void **state) {
   (void)state;
@@ -434,6 +489,7 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_agreeing_device),   cmocka_unit_test(test_rate),
+      cmocka_unit_test(test_handle_named_twice),
       cmocka_unit_test(test_mismatch_exact),    cmocka_unit_test(test_mismatch_bytes),
       cmocka_unit_test(test_within_ulps),       cmocka_unit_test(test_beyond_ulps),
       cmocka_unit_test(test_within_relative),

@@ -79,9 +79,17 @@ typedef struct record {
    * differently) */
   unsigned ncompared;
   uint8_t *modes;      /* nbuf */
+  /* A handle T names more than once is one buffer: first[i] is the first
+   * buffer naming buffer i's handle, hmodes[i] the modes of all the
+   * buffers naming it at that first one (0 at the others). The second
+   * run's buffers of a handle are one too, or it would read as an input
+   * what T wrote through another buffer. */
+  unsigned *first;     /* nbuf */
+  uint8_t *hmodes;     /* nbuf */
   void *args;          /* T's arguments */
   size_t args_size;
-  void **pre;          /* nbuf: P's copy of each read-write buffer, packed */
+  void **pre;          /* nbuf: P's copy of each handle T reads and writes, packed, at its
+                          first buffer */
   tdm_access *c_modes; /* nbuf: C's modes (T's outputs TDM_RW, else TDM_R) */
   tdm_access *p_modes; /* nbuf of TDM_R: P's */
   tdm_codelet p_codelet, c_codelet;
@@ -249,6 +257,8 @@ static void record_unref(record *r) {
     free(r->pre[i]);
   free(r->pre);
   free(r->modes);
+  free(r->first);
+  free(r->hmodes);
   free(r->args);
   free(r->c_modes);
   free(r->p_modes);
@@ -266,12 +276,12 @@ static void pack(void *dst, const tdm_buffer *b) {
            row_bytes(b));
 }
 
-/* P: the read-write buffers of T, as they are before T. */
+/* P: the handles T reads and writes, as they are before T. */
 static void keep_inputs(const tdm_buffer *b, const void *args, size_t n) {
   (void)n;
   record *r = *(record *const *)args;
   for (unsigned i = 0, j = 0; i < r->nbuf; i++) {
-    if (r->modes[i] != TDM_RW)
+    if (r->hmodes[i] != TDM_RW)
       continue;
     r->pre[i] = malloc(b[j].nx * row_bytes(&b[j]) + 1);
     if (r->pre[i])
@@ -297,7 +307,7 @@ static const char *element(const tdm_buffer *b, size_t ld, const void *base, siz
 static worst compare_outputs(const record *r, const tdm_buffer *b, void *const *mine) {
   worst w = {.d = -1};
   for (unsigned i = 0; i < r->ncompared; i++) {
-    if (!(r->modes[i] & TDM_W))
+    if (!(r->hmodes[i] & TDM_W)) /* not an output, or compared at its first buffer */
       continue;
     for (size_t row = 0; row < b[i].nx; row++)
       for (size_t c = 0; c < b[i].ny; c++) {
@@ -406,7 +416,7 @@ bool tdm__verify_report_mismatches(tdm_runtime *rt, const char *what) {
 /* Writes T's CPU results (mine, packed) over its device's (b). */
 static void keep_cpu_results(const record *r, const tdm_buffer *b, void *const *mine) {
   for (unsigned i = 0; i < r->nbuf; i++) {
-    if (!(r->modes[i] & TDM_W))
+    if (!(r->hmodes[i] & TDM_W))
       continue;
     for (size_t row = 0; row < b[i].nx; row++)
       memcpy((char *)b[i].ptr + row * b[i].ld * b[i].elem_size,
@@ -431,16 +441,17 @@ static void compare(const tdm_buffer *b, const void *args, size_t n) {
   bool ok = views && mine;
   for (unsigned i = 0; ok && i < r->nbuf; i++) {
     views[i] = b[i];
-    if (!(r->modes[i] & TDM_W))
+    unsigned f = r->first[i];
+    if (!(r->hmodes[f] & TDM_W)) /* an input no one changed yet */
       continue;
-    if (r->modes[i] == TDM_RW) {
+    if (f == i && r->hmodes[i] == TDM_RW) {
       mine[i] = r->pre[i]; /* T's input, which T overwrote */
       r->pre[i] = NULL;
-    } else {
+    } else if (f == i) {
       mine[i] = calloc(1, b[i].nx * row_bytes(&b[i]) + 1);
     }
-    ok = mine[i] != NULL;
-    views[i].ptr = mine[i];
+    ok = mine[f] != NULL;
+    views[i].ptr = mine[f];
     views[i].ld = b[i].ny;
   }
   if (!ok) {
@@ -515,16 +526,16 @@ static bool sampled(struct tdm_verify *v, const tdm_task *t) {
   return false;
 }
 
-/* A helper task (P or C) of r on T's handles hs (those with `want` in
- * their mode; every one when want is 0), on the CPU workers. */
+/* A helper task (P or C) of r on T's handles hs (P: each handle T reads
+ * and writes, once; C: every buffer), on the CPU workers. */
 static tdm_status helper(record *r, tdm_codelet *cl, tdm_cpu_fn fn, const char *what,
-                         tdm_handle *const *hs, unsigned want, unsigned n) {
+                         tdm_handle *const *hs, unsigned n) {
   tdm_handle **mine = malloc(n * sizeof *mine);
   if (!mine)
     return TDM_ERR_NO_MEMORY;
   unsigned k = 0;
   for (unsigned i = 0; i < r->nbuf; i++)
-    if (!want || (r->modes[i] & want) == want)
+    if (fn == compare || r->hmodes[i] == TDM_RW)
       mine[k++] = hs[i];
   *cl = (tdm_codelet){.name = what, .cpu_fn = fn, .nbuffers = k};
   tdm_task_desc d = {.codelet = cl, .args = &r, .args_size = sizeof r,
@@ -563,12 +574,14 @@ void *tdm__verify_before(tdm_task *t) {
   unsigned n = t->nbuf;
   if (r) {
     r->modes = tdm__malloc(rt, n + 1);
+    r->hmodes = tdm__calloc(rt, n + 1, 1);
+    r->first = tdm__malloc(rt, (n + 1) * sizeof *r->first);
     r->pre = tdm__calloc(rt, n + 1, sizeof *r->pre);
     r->c_modes = tdm__malloc(rt, (n + 1) * sizeof *r->c_modes);
     r->p_modes = tdm__malloc(rt, (n + 1) * sizeof *r->p_modes);
     r->args = tdm__malloc(rt, t->args_size + 1);
   }
-  if (!r || !r->modes || !r->pre || !r->c_modes || !r->p_modes || !r->args) {
+  if (!r || !r->modes || !r->hmodes || !r->first || !r->pre || !r->c_modes || !r->p_modes || !r->args) {
     if (r)
       atomic_init(&r->refs, 1);
     if (r)
@@ -595,11 +608,18 @@ void *tdm__verify_before(tdm_task *t) {
   r->args_size = t->args_size;
   if (t->args_size)
     memcpy(r->args, t->args, t->args_size);
+  tdm_handle *const *ths = tdm__task_handles(t);
+  for (unsigned i = 0; i < n; i++) { /* by pairs: a sampled task only */
+    unsigned f = 0;
+    while (ths[f] != ths[i])
+      f++;
+    r->first[i] = f;
+    r->hmodes[f] |= r->modes[i];
+  }
   unsigned rw = 0;
   for (unsigned i = 0; i < n; i++)
-    rw += r->modes[i] == TDM_RW;
-  if (rw && helper(r, &r->p_codelet, keep_inputs, "tandem-verify-inputs",
-                   tdm__task_handles(t), TDM_RW, rw) != TDM_OK) {
+    rw += r->hmodes[i] == TDM_RW;
+  if (rw && helper(r, &r->p_codelet, keep_inputs, "tandem-verify-inputs", ths, rw) != TDM_OK) {
     tdm__log(rt, TDM_LOG_WARNING, "verify: codelet %s: a task not verified (no room)", r->name);
     record_unref(r);
     return NULL;
@@ -617,7 +637,7 @@ void tdm__verify_after(tdm_runtime *rt, void *rec, tdm_task *t, bool submitted) 
   struct tdm_verify *v = rt->verify;
   record *r = rec;
   if (r && submitted && helper(r, &r->c_codelet, compare, "tandem-verify",
-                               tdm__task_handles(t), 0, r->nbuf) != TDM_OK) {
+                               tdm__task_handles(t), r->nbuf) != TDM_OK) {
     tdm__log(rt, TDM_LOG_WARNING, "verify: codelet %s: a task not verified (no room)", r->name);
     atomic_fetch_add_explicit(&v->skipped, 1, memory_order_relaxed);
   }
