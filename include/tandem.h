@@ -1314,6 +1314,94 @@ TDM_API void tdm_task_release(tdm_task *task);
  * nor from what its tdm_dispatch runs (TDM_ERR_IN_TASK). */
 TDM_API tdm_status tdm_wait_all(tdm_runtime *rt);
 
+/**
+ * Recorded graphs. A program that submits the same tasks every frame or
+ * every iteration can record them once in a graph and launch it as many
+ * times as it likes: the dependency analysis (which recorded task waits
+ * for which, through their handles and tdm_graph_depend) is done once,
+ * when recording; a launch makes the tasks, links the edges found then,
+ * and looks at each handle once, not at every access.
+ *
+ * A launch behaves exactly as if the recorded tasks had been submitted
+ * with tdm_submit, in the order they were recorded, at the moment of the
+ * launch: its first tasks on a handle wait for what was submitted on it
+ * before (tasks, other launches, a host acquisition), and what is
+ * submitted after the launch waits for its tasks. Launches of one graph
+ * may therefore follow each other without waiting in between, mixed with
+ * ordinary submissions on the same handles. Recorded tasks are placed
+ * like any task: on CPU workers or devices, by the runtime's policy;
+ * their outcomes, retries, callbacks and groups are those of submitted
+ * tasks. Wait for a launch with tdm_wait_all, a group, a callback, or by
+ * acquiring a handle it writes.
+ *
+ * What is recorded: the codelet, the handles and their modes (read when
+ * recording: later changes to the codelet's dyn_modes do not apply), a
+ * copy of the arguments (tdm_graph_set_args replaces it between
+ * launches), callback, priority, group, cost and flags. Data-parallel
+ * operations (tdm_parallel_submit) are not recorded.
+ *
+ * A graph is used by one thread at a time (recording, launching and
+ * tdm_graph_set_args do not lock); a second launch of a graph while one
+ * is in progress on another thread fails with TDM_ERR_BUSY. Any thread,
+ * including tasks. tdm_runtime_destroy frees the graphs left; none may
+ * be used after it.
+ */
+typedef struct tdm_graph tdm_graph;
+
+/** Creates an empty graph of rt in *out (NULL on error). Errors:
+ * TDM_ERR_INVALID_ARG (NULL), TDM_ERR_NO_MEMORY. */
+TDM_API tdm_status tdm_graph_create(tdm_runtime *rt, tdm_graph **out);
+
+/**
+ * Records a task as tdm_submit would submit it, after the tasks recorded
+ * before; nothing runs. *node (if not NULL) gets its index: 0 for the
+ * first task recorded, then 1, 2, ... Same checks and errors as
+ * tdm_submit (TDM_ERR_INVALID_ARG, TDM_ERR_TOO_MANY_BUFFERS,
+ * TDM_ERR_INVALID_MODE, TDM_ERR_WRONG_RUNTIME, TDM_ERR_STALE_HANDLE,
+ * TDM_ERR_NO_DEVICE ...), and the graph is unchanged then. Tasks may be
+ * recorded after launches: later launches include them.
+ */
+TDM_API tdm_status tdm_graph_add(tdm_graph *graph, const tdm_task_desc *desc, size_t *node);
+
+/** Makes recorded task `node` wait for recorded task `pred`, recorded
+ * before it (pred < node), besides what their handles order: an explicit
+ * dependency, as tdm_task_depends_on makes (a failed or cancelled pred
+ * cancels node). Errors: TDM_ERR_INVALID_ARG (NULL graph, an index out
+ * of range, pred >= node), TDM_ERR_NO_MEMORY. */
+TDM_API tdm_status tdm_graph_depend(tdm_graph *graph, size_t node, size_t pred);
+
+/** Replaces the arguments recorded for task `node` by a copy of
+ * args_size bytes at args (NULL and 0: none), for the launches that
+ * follow; launches already made keep theirs. Errors:
+ * TDM_ERR_INVALID_ARG (NULL graph, node out of range, args NULL with
+ * args_size > 0), TDM_ERR_NO_MEMORY (the old arguments are kept). */
+TDM_API tdm_status tdm_graph_set_args(tdm_graph *graph, size_t node, const void *args,
+                                      size_t args_size);
+
+/** The number of tasks recorded; 0 for NULL. */
+TDM_API size_t tdm_graph_size(const tdm_graph *graph);
+
+/**
+ * Submits the recorded tasks, as described above. All or nothing: on
+ * error no task of the launch was submitted. From a thread of the
+ * application, waits first while tdm_config.max_pending tasks are
+ * unfinished (the launch then adds all its tasks at once). Errors:
+ * TDM_ERR_INVALID_ARG (NULL), TDM_ERR_BUSY (launched meanwhile by
+ * another thread), TDM_ERR_STALE_HANDLE (a handle recorded was
+ * unregistered), TDM_ERR_PARTITIONED (a handle recorded is partitioned
+ * now), TDM_ERR_SHUTTING_DOWN, TDM_ERR_NO_MEMORY, TDM_ERR_IN_TASK (from
+ * an OpenCL variant's enqueue or work-size function). In the
+ * verification mode (tdm_config.verify) and while a trace or a graph
+ * file is recorded, a launch submits the recorded tasks one by one
+ * (tdm_task_create, tdm_task_depends_on, tdm_task_submit), which are
+ * verified and traced as any: a launch refused there half-way leaves the
+ * tasks before it submitted (logged). An empty graph launches nothing.
+ */
+TDM_API tdm_status tdm_graph_launch(tdm_graph *graph);
+
+/** Frees a graph; the tasks of its launches go on. NULL is accepted. */
+TDM_API void tdm_graph_destroy(tdm_graph *graph);
+
 /** Called once a codelet's programs are built (tdm_codelet_build). */
 typedef void (*tdm_build_fn)(void *user_data, tdm_status status);
 

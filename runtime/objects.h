@@ -38,11 +38,11 @@ typedef struct tdm_links {
   uint64_t label;
   uint64_t fmark, bmark; /* the last forward and backward searches here */
 } tdm_links;
-typedef struct tdm_graph {
+typedef struct tdm_order {
   tdm_links *head, *tail;
   uint64_t epoch; /* of the last search */
   uint64_t gap;   /* between labels given anew (2^32; a test seam) */
-} tdm_graph;
+} tdm_order;
 
 /* ---- tasks ------------------------------------------------------------ */
 
@@ -520,6 +520,7 @@ struct tdm_runtime {
    * for balancing the workers' lists. */
   tdm_spinlock groups_lock;
   struct tdm_group *groups; /* every group not yet freed */
+  struct tdm_graph *graphs; /* every recorded graph not yet freed (core/graph.c) */
   /* The codelets data-parallel operations made, kept until destroy
    * (core/parallel.c), under groups_lock. */
   struct tdm_op_codelet *op_codelets;
@@ -557,7 +558,7 @@ struct tdm_runtime {
    * yields when held long, as by a cycle search), four of them a task
    * made by tdm_task_create, where a mutex cost a chain 12% more. */
   tdm_spinlock deps_lock;
-  tdm_graph graph; /* created tasks in order (depgraph.c), under deps_lock */
+  tdm_order graph; /* created tasks in order (depgraph.c), under deps_lock */
 
   /* Every handle not yet freed (for destroy), and the recently
    * unregistered ones, kept alive so that a stale use is detected. */

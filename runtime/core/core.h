@@ -5,9 +5,9 @@
  * handles' dependency state, acquisitions and unregistration
  * (handles.c), workers, parking and pausing (worker.c), placement on the
  * runtime's threads and the next task for a device (place.c), the
- * watchdog (watchdog.c), groups (group.c), the application's thread's
- * queue (dispatch.c), verification (verify.c), the trace and the run's
- * summary (trace.c). It calls every layer below, and the backends only
+ * watchdog (watchdog.c), groups (group.c), recorded graphs (graph.c),
+ * the application's thread's queue (dispatch.c), verification
+ * (verify.c), the trace and the run's summary (trace.c). It calls every layer below, and the backends only
  * through their tables (backends/backend.h).
  */
 #ifndef TDM_CORE_H
@@ -97,6 +97,10 @@ void *tdm__worker_main(void *arg);
 /* Makes a ready task runnable: on the calling worker's deque, or on the
  * injection stack for other threads; wakes a sleeper if any. */
 void tdm__schedule(tdm_runtime *rt, tdm_task *t);
+/* tdm__schedule of a chain of ready tasks of priority 0 (linked by
+ * pool_next), which tdm__place would schedule: at once on the injection
+ * stack (one exchange), or the calling worker's deque; one wake-up. */
+void tdm__schedule_chain(tdm_runtime *rt, tdm_task *first);
 void tdm__wake_all(tdm_runtime *rt);
 /* The oldest task of CPU worker `worker`'s deque of the highest band that
  * has one (a thief's end), or NULL. */
@@ -109,6 +113,9 @@ void tdm__flush_finished(tdm_worker *w);
 
 /* pool.c */
 tdm_task *tdm__task_alloc(tdm_runtime *rt);
+/* Up to n tasks as tdm__task_alloc makes them, into out, taking the
+ * shared cache's lock once; how many (fewer: out of memory). */
+size_t tdm__task_alloc_many(tdm_runtime *rt, tdm_task **out, size_t n);
 /* Room for t's n incoming edges past its inline ones: a slot of the pool
  * when they fit in one (TDM_POOL_EDGES), so that a task with a few more
  * predecessors costs no malloc and free; the heap's otherwise. Sets
@@ -229,6 +236,36 @@ __attribute__((cold)) tdm_status tdm__refuse_locked(const tdm_runtime *rt, const
 static inline tdm_status tdm__check_unlocked(const tdm_runtime *rt, const char *what) {
   return TDM_UNLIKELY(tdm__locked_of == rt) ? tdm__refuse_locked(rt, what) : TDM_OK;
 }
+
+/* What a task description says of its buffers: modes and handles, in
+ * place or in the caller's arrays past TDM_MAX_BUFFERS. */
+typedef struct tdm_desc_bufs {
+  unsigned n;
+  const tdm_access *modes;
+  tdm_handle *const *handles;
+  /* the caller's layout has the fields added for groups and dispatch,
+   * and they are set */
+  bool extras;
+} tdm_desc_bufs;
+/* Checks desc (its sizes, buffers, modes, handles) as `what` (logged);
+ * fills *b. */
+tdm_status tdm__desc_check(tdm_runtime *rt, const tdm_task_desc *desc, const char *what,
+                           tdm_desc_bufs *b);
+/* A task just allocated (t) made what desc with the buffers b (checked)
+ * describes: arguments copied, group joined; not prepared for devices
+ * (t->dev_mask: none), not in the graph of created tasks, not counted
+ * as naming its handles. TDM_ERR_NO_MEMORY, logged: the caller then
+ * drops t (tdm__task_unref). */
+tdm_status tdm__task_fill(tdm_task *t, const tdm_task_desc *desc, const tdm_desc_bufs *b,
+                          const char *what);
+/* A task built from desc with the buffers b (checked) as tdm_submit
+ * (user_ref false) or tdm_task_create (true) builds one: prepared for
+ * devices; the same errors, logged as `what`. */
+tdm_status tdm__task_build(tdm_runtime *rt, const tdm_task_desc *desc, const tdm_desc_bufs *b,
+                           bool user_ref, const char *what, tdm_task **out);
+/* Recorded graphs (graph.c): frees those left, at teardown (their
+ * handles and groups go with the runtime's). */
+void tdm__graphs_free(tdm_runtime *rt);
 
 /* Submits t (created, all checks done but those needing handle locks).
  * Used for codelet tasks and host acquisitions alike. give_ref: the
@@ -419,6 +456,35 @@ static inline void tdm__task_release_pending(tdm_task *t) {
    * runs on whichever thread drops the count to zero */
   if (atomic_fetch_sub_explicit(&t->pending, 1, memory_order_acq_rel) == 1)
     tdm__task_ready(t);
+}
+
+/* Links the edge e (t's own) from a predecessor to succ, counted in
+ * succ's pending; tagged: the predecessor, tagged (tdm__edge_tag) when
+ * succ reads a version it produces. A predecessor that has finished
+ * gets no edge (succ is cancelled if it read what that one failed to
+ * produce). The caller keeps the predecessor alive and holds one count
+ * of succ's pending (task.c, graph.c). */
+static inline void tdm__link_edge(tdm_task *tagged, tdm_task *succ, tdm_edge *e) {
+  tdm_task *pred = tdm__edge_task(tagged);
+  e->succ = tagged == pred ? succ : tdm__edge_tag(succ);
+  /* count the edge first: pred may finish as soon as it is visible */
+  atomic_fetch_add_explicit(&succ->pending, 1, memory_order_relaxed);
+  tdm_edge *head = atomic_load_explicit(&pred->succ_head, memory_order_acquire);
+  do {
+    if (head == TDM_CLOSED) {
+      /* pred finished: its writes and outcome are visible (acquire), no
+       * wait needed. Cannot reach zero: the submitter still holds one
+       * count. */
+      if (tagged != pred && atomic_load_explicit(&pred->outcome, memory_order_relaxed))
+        atomic_store_explicit(&succ->outcome, TDM_ERR_CANCELLED, memory_order_relaxed);
+      atomic_fetch_sub_explicit(&succ->pending, 1, memory_order_relaxed);
+      return;
+    }
+    e->next = head;
+    /* release: the edge's contents are visible to the finishing pred;
+     * acquire on failure: see TDM_CLOSED's happens-before as above */
+  } while (!atomic_compare_exchange_weak_explicit(
+      &pred->succ_head, &head, e, memory_order_release, memory_order_acquire));
 }
 
 /* A sleeping CPU worker woken, if any: after work was published with a

@@ -29,7 +29,7 @@
  * an edge (the backward side is one task). Each search marks what it
  * visits (an epoch per search), so no task is visited twice.
  *
- * Labels: spaced tdm_graph.gap (2^32) apart as tasks are appended; a block
+ * Labels: spaced tdm_order.gap (2^32) apart as tasks are appended; a block
  * moved into a gap takes evenly spaced labels in it. When a gap is too
  * small, the tasks around it get labels again, evenly spread over the
  * smallest aligned range of labels around it that is sparse enough (2^i
@@ -51,13 +51,13 @@
 
 
 /* Gives every task of the list a label again, GAP apart, in order. */
-static void relabel_all(tdm_graph *g) {
+static void relabel_all(tdm_order *g) {
   uint64_t label = g->gap;
   for (tdm_links *l = g->head; l; l = l->next, label += g->gap)
     l->label = label;
 }
 
-static void unlink_node(tdm_graph *g, tdm_links *l) {
+static void unlink_node(tdm_order *g, tdm_links *l) {
   if (l->prev)
     l->prev->next = l->next;
   else
@@ -70,7 +70,7 @@ static void unlink_node(tdm_graph *g, tdm_links *l) {
 }
 
 /* Puts l after `after` (NULL: first) without labelling it. */
-static void link_after(tdm_graph *g, tdm_links *after, tdm_links *l) {
+static void link_after(tdm_order *g, tdm_links *after, tdm_links *l) {
   l->prev = after;
   l->next = after ? after->next : g->head;
   if (l->next)
@@ -96,7 +96,7 @@ static void spread(tdm_links *first, uint64_t count, uint64_t base, uint64_t spa
  * after them) found no room in their gap: the tasks around them get
  * labels again, over the smallest aligned range about `after`'s label
  * that is sparse enough (Bender et al.: see above). */
-static void make_room(tdm_graph *g, tdm_links *after, unsigned k, tdm_links *end) {
+static void make_room(tdm_order *g, tdm_links *after, unsigned k, tdm_links *end) {
   uint64_t anchor = after ? after->label : 0;
   double most = 1; /* (4/3)^i */
   for (unsigned i = 1; i < 64; i++) {
@@ -123,7 +123,7 @@ static void make_room(tdm_graph *g, tdm_links *after, unsigned k, tdm_links *end
 
 /* Labels the k tasks that now follow `after` (NULL: the first k), within
  * the gap up to the task after them. */
-TDM_ALWAYS_INLINE static void label_block(tdm_graph *g, tdm_links *after, unsigned k) {
+TDM_ALWAYS_INLINE static void label_block(tdm_order *g, tdm_links *after, unsigned k) {
   tdm_links *first = after ? after->next : g->head, *end = first;
   for (unsigned i = 0; i < k; i++)
     end = end->next;
@@ -217,7 +217,7 @@ static int by_label(const void *a, const void *b) {
 
 /* Moves the tasks s found, in their order, to just before `task`
  * (backward) or just after `pred` (forward). */
-static void move_block(tdm_graph *g, search *s, tdm_task *task, tdm_task *pred) {
+static void move_block(tdm_order *g, search *s, tdm_task *task, tdm_task *pred) {
   qsort(s->seen.items, s->seen.n, sizeof *s->seen.items, by_label);
   for (unsigned i = 0; i < s->seen.n; i++)
     unlink_node(g, s->seen.items[i]->links);

@@ -131,10 +131,8 @@ static inline tdm_task *pool_take(tdm_runtime *rt) {
   return t;
 }
 
-tdm_task *tdm__task_alloc(tdm_runtime *rt) {
-  tdm_task *t = pool_take(rt);
-  if (!t)
-    return NULL;
+/* A free slot made a new task: the fields every task starts with. */
+TDM_ALWAYS_INLINE static void task_init(tdm_runtime *rt, tdm_task *t) {
   atomic_init(&t->pending, 1);
   atomic_init(&t->refs, 1);
   atomic_init(&t->state, TDM_TS_CREATED);
@@ -165,7 +163,35 @@ tdm_task *tdm__task_alloc(tdm_runtime *rt) {
   t->device_ok = false;
   if (rt->recording)
     t->trace_id = 0; /* codelet tasks get theirs at build */
+}
+
+tdm_task *tdm__task_alloc(tdm_runtime *rt) {
+  tdm_task *t = pool_take(rt);
+  if (t)
+    task_init(rt, t);
   return t;
+}
+
+size_t tdm__task_alloc_many(tdm_runtime *rt, tdm_task **out, size_t n) {
+  size_t got = 0;
+  tdm_worker *w = tdm__self_in(rt);
+  if (w) {
+    for (; got < n && (out[got] = pool_take(rt)); got++)
+      ;
+  } else { /* the shared cache's lock once, not once a task */
+    tdm__spin_lock(&rt->ext_lock);
+    while (got < n) {
+      if (!rt->ext_free && !(rt->ext_free = take_batch(rt)))
+        break;
+      tdm_task *t = rt->ext_free;
+      rt->ext_free = t->pool_next;
+      out[got++] = t;
+    }
+    tdm__spin_unlock(&rt->ext_lock);
+  }
+  for (size_t i = 0; i < got; i++)
+    task_init(rt, out[i]);
+  return got;
 }
 
 /* A slot lent (tdm__slot_lend) starts its room at this offset: its first

@@ -165,6 +165,7 @@ static bool teardown(tdm_runtime *rt) {
   free(rt->trace_marks.v);
   tdm__pool_destroy(rt);
   tdm__groups_free(rt);
+  tdm__graphs_free(rt);
   tdm__parallel_free(rt);
   tdm__dispatch_close(rt);
   tdm__plan_free(&rt->plan);

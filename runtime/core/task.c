@@ -77,16 +77,6 @@ static void count_unsubmitted(tdm_task *t, int delta) {
 #define CODELET_V1 (offsetof(tdm_codelet, opencl) + sizeof(void *))
 #define DESC_V1 (offsetof(tdm_task_desc, priority) + sizeof(int))
 
-/* What a task description says of its buffers: modes and handles, in
- * place or in the caller's arrays past TDM_MAX_BUFFERS. */
-typedef struct desc_bufs {
-  unsigned n;
-  const tdm_access *modes;
-  tdm_handle *const *handles;
-  /* the caller's layout has the fields added for groups and dispatch,
-   * and they are set */
-  bool extras;
-} desc_bufs;
 
 /* The task's flags and group, set (rare: out of the common path). */
 static __attribute__((noinline, cold)) tdm_status check_extras(tdm_runtime *rt,
@@ -124,8 +114,8 @@ static __attribute__((noinline, cold)) void build_extras(tdm_task *t,
 }
 
 /* Checks desc (its sizes, buffers, modes, handles); fills *b. */
-static tdm_status check_desc(tdm_runtime *rt, const tdm_task_desc *desc, const char *what,
-                             desc_bufs *b) {
+tdm_status tdm__desc_check(tdm_runtime *rt, const tdm_task_desc *desc, const char *what,
+                          tdm_desc_bufs *b) {
   if (!desc || !desc->codelet)
     return bad(rt, TDM_ERR_INVALID_ARG, "%s: NULL task description or codelet", what);
   const tdm_codelet *cl = desc->codelet;
@@ -212,7 +202,7 @@ static tdm_task_more *more_new(tdm_runtime *rt, unsigned n) {
  * wait for, but not a registered handle: unregister waits for the
  * handle's tasks, and a finished task no longer touches its handles (the
  * mask tells which are tiles without reading the handle then). */
-static void set_buffers(tdm_task *t, const desc_bufs *b) {
+static void set_buffers(tdm_task *t, const tdm_desc_bufs *b) {
   tdm_task_more *m = t->more;
   t->nbuf = (uint16_t)b->n;
   if (!m) {
@@ -235,42 +225,56 @@ static void set_buffers(tdm_task *t, const desc_bufs *b) {
   }
 }
 
-static tdm_status task_build_as(tdm_runtime *rt, const tdm_task_desc *desc, bool user_ref,
-                                bool chunk, tdm_task **out, const char *what) {
-  if (!rt)
-    return TDM_ERR_INVALID_ARG;
-  TDM_FORK_GUARD(rt, what);
-  desc_bufs b = {0, NULL, NULL, false};
-  tdm_status st = check_desc(rt, desc, what, &b);
-  if (st)
-    return st;
+/* t (just allocated) made from desc, whose buffers are b (checked), as
+ * far as the description says: not yet prepared for devices, nor
+ * counted, nor in the graph. TDM_ERR_NO_MEMORY (logged) when out of
+ * memory: the caller drops t. */
+TDM_ALWAYS_INLINE static tdm_status fill_task(tdm_task *t, const tdm_task_desc *desc,
+                                              const tdm_desc_bufs *b, const char *what) {
+  tdm_runtime *rt = t->rt;
   const tdm_codelet *cl = desc->codelet;
-#define name tdm__name_or(cl->name) /* for the messages only */
-  tdm_task *t = tdm__task_alloc(rt);
-  if (!t)
-    return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for task %s", what, name);
   if (desc->args_size > TDM_INLINE_ARGS)
     t->args = tdm__malloc(rt, desc->args_size);
   else if (desc->args_size)
     t->args = t->inline_args;
-  bool more_failed = b.n > TDM_MAX_BUFFERS && !(t->more = more_new(rt, b.n));
-  if ((desc->args_size && !t->args) || more_failed) {
-    tdm__task_unref(t); /* no buffers yet */
+  bool more_failed = b->n > TDM_MAX_BUFFERS && !(t->more = more_new(rt, b->n));
+  if ((desc->args_size && !t->args) || more_failed)
     return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for the %s of %s", what,
-               more_failed ? "buffers" : "arguments", name);
-  }
+               more_failed ? "buffers" : "arguments", tdm__name_or(cl->name));
   if (desc->args_size)
     memcpy(t->args, desc->args, desc->args_size);
   t->args_size = desc->args_size;
   t->codelet = cl;
-  set_buffers(t, &b);
+  set_buffers(t, b);
   t->callback = desc->callback;
   t->callback_data = desc->callback_data;
   t->priority = desc->priority;
   t->device_ok = false;
   t->sched_cls = -1; /* (sched_calib: cleared by tdm__task_alloc) */
-  if (TDM_UNLIKELY(b.extras))
+  if (TDM_UNLIKELY(b->extras))
     build_extras(t, desc);
+  return TDM_OK;
+}
+
+tdm_status tdm__task_fill(tdm_task *t, const tdm_task_desc *desc, const tdm_desc_bufs *b,
+                          const char *what) {
+  return fill_task(t, desc, b, what);
+}
+
+/* The rest of task_build_as, desc checked (its buffers b). */
+TDM_ALWAYS_INLINE static tdm_status build_from(tdm_runtime *rt, const tdm_task_desc *desc,
+                                               const tdm_desc_bufs *b, bool user_ref, bool chunk,
+                                               tdm_task **out, const char *what) {
+  const tdm_codelet *cl = desc->codelet;
+  tdm_task *t = tdm__task_alloc(rt);
+  if (!t)
+    return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for task %s", what,
+               tdm__name_or(cl->name));
+  tdm_status st = fill_task(t, desc, b, what);
+  if (st) {
+    tdm__task_unref(t); /* its buffers not set: nothing to undo */
+    return st;
+  }
   t->chunk = chunk;
   if (rt->recording)
     t->trace_id = atomic_fetch_add_explicit(&rt->next_task_id, 1, memory_order_relaxed) + 1;
@@ -282,14 +286,29 @@ static tdm_status task_build_as(tdm_runtime *rt, const tdm_task_desc *desc, bool
   }
   if (user_ref && tdm__graph_enter(rt, t)) {
     tdm__task_unref(t);
-    return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for task %s", what, name);
+    return bad(rt, TDM_ERR_NO_MEMORY, "%s: out of memory for task %s", what,
+               tdm__name_or(cl->name));
   }
   t->user_ref = user_ref;
   if (user_ref)
     count_unsubmitted(t, +1);
   *out = t;
   return TDM_OK;
-#undef name
+}
+
+tdm_status tdm__task_build(tdm_runtime *rt, const tdm_task_desc *desc, const tdm_desc_bufs *b,
+                           bool user_ref, const char *what, tdm_task **out) {
+  return build_from(rt, desc, b, user_ref, false, out, what);
+}
+
+static tdm_status task_build_as(tdm_runtime *rt, const tdm_task_desc *desc, bool user_ref,
+                                bool chunk, tdm_task **out, const char *what) {
+  if (!rt)
+    return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, what);
+  tdm_desc_bufs b = {0, NULL, NULL, false};
+  tdm_status st = tdm__desc_check(rt, desc, what, &b);
+  return st ? st : build_from(rt, desc, &b, user_ref, chunk, out, what);
 }
 
 static tdm_status task_build(tdm_runtime *rt, const tdm_task_desc *desc, bool user_ref,
@@ -432,30 +451,6 @@ void tdm__wake_waiters(tdm_runtime *rt) {
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->wait_lock));
   TDM_PTHREAD(rt, pthread_cond_broadcast(&rt->wait_cond));
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->wait_lock));
-}
-
-/* pred: tagged as preds_add made it. */
-static void link_edge(tdm_task *tagged, tdm_task *succ, tdm_edge *e) {
-  tdm_task *pred = tdm__edge_task(tagged);
-  e->succ = tagged == pred ? succ : tdm__edge_tag(succ);
-  /* count the edge first: pred may finish as soon as it is visible */
-  atomic_fetch_add_explicit(&succ->pending, 1, memory_order_relaxed);
-  tdm_edge *head = atomic_load_explicit(&pred->succ_head, memory_order_acquire);
-  do {
-    if (head == TDM_CLOSED) {
-      /* pred finished: its writes and outcome are visible (acquire), no
-       * wait needed. Cannot reach zero: the submitter still holds one
-       * count. */
-      if (tagged != pred && atomic_load_explicit(&pred->outcome, memory_order_relaxed))
-        atomic_store_explicit(&succ->outcome, TDM_ERR_CANCELLED, memory_order_relaxed);
-      atomic_fetch_sub_explicit(&succ->pending, 1, memory_order_relaxed);
-      return;
-    }
-    e->next = head;
-    /* release: the edge's contents are visible to the finishing pred;
-     * acquire on failure: see TDM_CLOSED's happens-before as above */
-  } while (!atomic_compare_exchange_weak_explicit(
-      &pred->succ_head, &head, e, memory_order_release, memory_order_acquire));
 }
 
 void tdm__sub_inflight(tdm_runtime *rt, int64_t n) {
@@ -741,7 +736,7 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   /* release: a task that names t as a dependency sees it submitted */
   atomic_store_explicit(&t->state, TDM_TS_SUBMITTED, memory_order_release);
   for (unsigned i = 0; i < preds.n; i++)
-    link_edge(preds.items[i], t, &t->edges[i]);
+    tdm__link_edge(preds.items[i], t, &t->edges[i]);
   if (rt->recording && t->trace_id)
     record_submit(t, &preds);
   if (preds.cancel) /* before anyone can run it */

@@ -142,6 +142,25 @@ static inline void schedule_in(tdm_runtime *rt, tdm_task *t, unsigned b) {
   wake_if_sleeping(rt);
 }
 
+void tdm__schedule_chain(tdm_runtime *rt, tdm_task *first) {
+  tdm_worker *w = tdm__self_in(rt);
+  if (w) {
+    while (first) {
+      tdm_task *next = first->pool_next; /* pushed, it may run and go at once */
+      if (tdm__deque_push(&w->deques[TDM_BAND_NORMAL], first) != 0)
+        break;
+      first = next;
+    }
+    if (!first) {
+      wake_one(rt);
+      return;
+    }
+  }
+  /* not a worker of rt, or its deque could not grow: one exchange */
+  inject_chain(rt, TDM_BAND_NORMAL, first);
+  wake_if_sleeping(rt);
+}
+
 void tdm__schedule(tdm_runtime *rt, tdm_task *t) {
   if (TDM_UNLIKELY(t->priority))
     schedule_in(rt, t, banded(rt, t->priority));

@@ -59,6 +59,8 @@ int tdm__taskvec_push(tdm_runtime *rt, tdm_taskvec *v, struct tdm_task *t);
 void tdm__taskvec_free(tdm_taskvec *v);
 /* Moves src's contents to dst (which must be empty); src becomes empty. */
 void tdm__taskvec_move(tdm_taskvec *dst, tdm_taskvec *src);
+/* Makes v's capacity at least cap, its items kept (-1: out of memory). */
+int tdm__taskvec_reserve(tdm_runtime *rt, tdm_taskvec *v, unsigned cap);
 
 /* ---- memory (alloc.c) ---------------------------------------------------- */
 

@@ -26,23 +26,28 @@ void tdm__taskvec_init(tdm_taskvec *v) {
   v->cap = 2;
 }
 
-int tdm__taskvec_push(tdm_runtime *rt, tdm_taskvec *v, tdm_task *t) {
-  if (v->n == v->cap) {
-    unsigned cap = v->cap * 2;
-    tdm_task **items;
-    if (v->items == v->inline_items) {
-      items = tdm__malloc(rt, cap * sizeof(*items));
-      if (items)
-        for (unsigned i = 0; i < v->n; i++)
-          items[i] = v->items[i];
-    } else {
-      items = tdm__realloc(rt, v->items, cap * sizeof(*items));
-    }
-    if (!items)
-      return -1;
-    v->items = items;
-    v->cap = cap;
+int tdm__taskvec_reserve(tdm_runtime *rt, tdm_taskvec *v, unsigned cap) {
+  if (cap <= v->cap)
+    return 0;
+  tdm_task **items;
+  if (v->items == v->inline_items) {
+    items = tdm__malloc(rt, cap * sizeof(*items));
+    if (items)
+      for (unsigned i = 0; i < v->n; i++)
+        items[i] = v->items[i];
+  } else {
+    items = tdm__realloc(rt, v->items, cap * sizeof(*items));
   }
+  if (!items)
+    return -1;
+  v->items = items;
+  v->cap = cap;
+  return 0;
+}
+
+int tdm__taskvec_push(tdm_runtime *rt, tdm_taskvec *v, tdm_task *t) {
+  if (v->n == v->cap && tdm__taskvec_reserve(rt, v, v->cap * 2))
+    return -1;
   v->items[v->n++] = t;
   return 0;
 }

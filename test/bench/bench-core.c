@@ -26,6 +26,10 @@
  *      workers get them by stealing)
  *  (i) wide tasks: each reads 1, then 7, of 8 handles written by the
  *      step before and writes one (an input more costs the difference / 6)
+ *  (j) recorded graphs (tdm_graph_*): (a) and (b) recorded once and
+ *      launched again and again (1000 tasks a launch), against the same
+ *      tasks submitted, side by side: replayed / submitted; and (d) with
+ *      two steps of the stencil recorded and launched STEPS / 2 times
  *  (g) creating and destroying a runtime, with the default devices and
  *      with none (TANDEM_DEVICES=none), interleaved, once the process has
  *      made one; and the first creation of a process, in a fresh one
@@ -36,7 +40,7 @@
  * per-repetition ratios (below 1: Tandem is faster).
  *
  * usage: bench-core [--quick | --micro | --sparse | --stencil]   (--quick: fewer
- * tasks, for a smoke run; --micro: (a), (h), (i), (b), (c) alone; --sparse: (e)
+ * tasks, for a smoke run; --micro: (a), (h), (i), (b), (c), (j) alone; --sparse: (e)
  * alone; --stencil: (d) alone)
  */
 #include <math.h>
@@ -370,6 +374,120 @@ static double omp_stencil(int nthreads, int width, long iters) {
   return bench_now() - t0;
 }
 
+/* (d) again, two steps recorded once (outside the time: a program
+ * records its frame once) and launched STEPS / 2 times */
+static double tdm_stencil_replayed(tdm_runtime *rt, int width, long iters) {
+  static const tdm_codelet cl = {.name = "stencil", .cpu_fn = stencil_fn,
+                                 .nbuffers = 4, .modes = {TDM_R, TDM_R, TDM_R, TDM_W}};
+  tdm_handle *h[2][MAXW];
+  for (int p = 0; p < 2; p++)
+    for (int i = 0; i < width; i++) {
+      grid[p][i] = 1.0;
+      tdm_register_vector(rt, &grid[p][i], 1, sizeof(double), &h[p][i]);
+    }
+  tdm_graph *g;
+  if (tdm_graph_create(rt, &g))
+    return NAN;
+  for (int t = 1; t <= 2; t++) {
+    int cur = t % 2, prev = 1 - cur;
+    for (int i = 0; i < width; i++) {
+      int l = i > 0 ? i - 1 : i, r = i + 1 < width ? i + 1 : i;
+      tdm_task_desc d = {.codelet = &cl,
+                         .handles = {h[prev][l], h[prev][i], h[prev][r], h[cur][i]},
+                         .args = &iters,
+                         .args_size = sizeof iters};
+      tdm_graph_add(g, &d, NULL);
+    }
+  }
+  double t0 = bench_now();
+  for (int t = 0; t < STEPS / 2; t++)
+    tdm_graph_launch(g);
+  tdm_wait_all(rt);
+  double t = bench_now() - t0;
+  tdm_graph_destroy(g);
+  for (int p = 0; p < 2; p++)
+    for (int i = 0; i < width; i++)
+      tdm_handle_unregister(h[p][i]);
+  return t;
+}
+
+/* ---- recorded graphs (j) ------------------------------------------------- */
+
+#define LAUNCH_TASKS 1000
+
+/* (a) replayed: LAUNCH_TASKS empty tasks recorded once (not timed),
+ * launched n / LAUNCH_TASKS times */
+static double tdm_independent_replayed(tdm_runtime *rt, long n) {
+  static const tdm_codelet cl = {.name = "empty", .cpu_fn = empty_fn};
+  tdm_task_desc d = {.codelet = &cl};
+  tdm_graph *g;
+  if (tdm_graph_create(rt, &g))
+    return NAN;
+  for (int i = 0; i < LAUNCH_TASKS; i++)
+    tdm_graph_add(g, &d, NULL);
+  double t0 = bench_now();
+  for (long i = 0; i < n / LAUNCH_TASKS; i++)
+    tdm_graph_launch(g);
+  tdm_wait_all(rt);
+  double t = bench_now() - t0;
+  tdm_graph_destroy(g);
+  return t;
+}
+
+/* (b) replayed: a chain of LAUNCH_TASKS on one handle, launched n /
+ * LAUNCH_TASKS times (each launch after the last: one chain of n) */
+static double tdm_chain_replayed(tdm_runtime *rt, long n) {
+  static const tdm_codelet cl = {.name = "link", .cpu_fn = empty_fn,
+                                 .nbuffers = 1, .modes = {TDM_RW}};
+  double x = 0;
+  tdm_handle *h;
+  tdm_register_vector(rt, &x, 1, sizeof x, &h);
+  tdm_task_desc d = {.codelet = &cl, .handles = {h}};
+  tdm_graph *g;
+  if (tdm_graph_create(rt, &g))
+    return NAN;
+  for (int i = 0; i < LAUNCH_TASKS; i++)
+    tdm_graph_add(g, &d, NULL);
+  double t0 = bench_now();
+  for (long i = 0; i < n / LAUNCH_TASKS; i++)
+    tdm_graph_launch(g);
+  tdm_wait_all(rt);
+  double t = bench_now() - t0;
+  tdm_graph_destroy(g);
+  tdm_handle_unregister(h);
+  return t;
+}
+
+/* Submitted against replayed, alternating within each repetition; the
+ * median of the per-repetition ratios. */
+static void replay_side_by_side(const char *name, tdm_runtime *rt,
+                                double (*submitted)(tdm_runtime *, long),
+                                double (*replayed)(tdm_runtime *, long), long n) {
+  double ts[REPS], tr[REPS], ratio[REPS];
+  submitted(rt, n / 10);
+  replayed(rt, n / 10);
+  for (int r = 0; r < REPS; r++) {
+    ts[r] = submitted(rt, n) / (double)n * 1e9;
+    pause_ms(20);
+    tr[r] = replayed(rt, n) / (double)n * 1e9;
+    pause_ms(20);
+    ratio[r] = tr[r] / ts[r];
+  }
+  printf("%-28s %9ld %12.0f %12.0f %10.2f\n", name, n, bench_median(ts, REPS),
+         bench_median(tr, REPS), bench_median(ratio, REPS));
+  fflush(stdout);
+}
+
+static void graphs(tdm_runtime *rt, long scale) {
+  printf("\n(j) recorded graphs, %d tasks a launch; medians of %d runs\n", LAUNCH_TASKS, REPS);
+  printf("%-28s %9s %12s %12s %10s\n", "workload", "tasks", "submit ns/t", "replay ns/t",
+         "replay/sub");
+  replay_side_by_side("(a) independent empty tasks", rt, tdm_independent,
+                      tdm_independent_replayed, 1000000 / scale);
+  replay_side_by_side("(b) chain on one handle", rt, tdm_chain, tdm_chain_replayed,
+                      200000 / scale);
+}
+
 /* ---- sparse work: CPU burnt between tasks -------------------------------- */
 
 static double cpu_now(void) {
@@ -613,12 +731,15 @@ static void stencil_sweep(tdm_runtime *rt, int nthreads) {
   int nk = 0;
   for (long it = 1L << 18; it >= 16 && nk < NK; it /= 2)
     iters[nk++] = it;
-  double tt[NK][REPS], to[NK][REPS];
+  double tt[NK][REPS], to[NK][REPS], tg[NK][REPS];
   tdm_stencil(rt, width, 64); /* warm-up */
+  tdm_stencil_replayed(rt, width, 64);
   omp_stencil(nthreads, width, 64);
   for (int k = 0; k < nk; k++)
     for (int r = 0; r < REPS; r++) {
       tt[k][r] = tdm_stencil(rt, width, iters[k]);
+      pause_ms(10);
+      tg[k][r] = tdm_stencil_replayed(rt, width, iters[k]);
       pause_ms(10);
       to[k][r] = omp_stencil(nthreads, width, iters[k]);
       pause_ms(10);
@@ -632,24 +753,30 @@ static void stencil_sweep(tdm_runtime *rt, int nthreads) {
         peak = work / tt[k][r];
       if (work / to[k][r] > peak)
         peak = work / to[k][r];
+      if (work / tg[k][r] > peak)
+        peak = work / tg[k][r];
     }
-  double gt[NK], et[NK], go[NK], eo[NK];
+  double gt[NK], et[NK], go[NK], eo[NK], gg[NK], eg[NK];
   printf("\n(d) stencil, width %d, %d steps (%ld tasks); medians of %d runs\n", width,
          STEPS, ntasks, REPS);
-  printf("%10s | %14s %8s | %14s %8s\n", "iterations", "Tandem gran us", "eff",
-         "OpenMP gran us", "eff");
+  printf("%10s | %14s %8s | %14s %8s | %14s %8s\n", "iterations", "Tandem gran us", "eff",
+         "replay gran us", "eff", "OpenMP gran us", "eff");
   for (int k = 0; k < nk; k++) {
     double mt = bench_median(tt[k], REPS), mo = bench_median(to[k], REPS);
+    double mg = bench_median(tg[k], REPS);
     double ideal = (double)iters[k] * (double)ntasks / nthreads / peak;
     gt[k] = mt * nthreads / (double)ntasks * 1e6;
     go[k] = mo * nthreads / (double)ntasks * 1e6;
+    gg[k] = mg * nthreads / (double)ntasks * 1e6;
     et[k] = ideal / mt;
     eo[k] = ideal / mo;
-    printf("%10ld | %14.2f %8.2f | %14.2f %8.2f\n", iters[k], gt[k], et[k], go[k], eo[k]);
+    eg[k] = ideal / mg;
+    printf("%10ld | %14.2f %8.2f | %14.2f %8.2f | %14.2f %8.2f\n", iters[k], gt[k], et[k],
+           gg[k], eg[k], go[k], eo[k]);
   }
-  double mt = metg(gt, et, nk), mo = metg(go, eo, nk);
-  printf("METG(50%%): Tandem %.2f us, OpenMP %.2f us, ratio Tandem/OpenMP %.2f\n", mt, mo,
-         mt / mo);
+  double mt = metg(gt, et, nk), mo = metg(go, eo, nk), mg = metg(gg, eg, nk);
+  printf("METG(50%%): Tandem %.2f us, replayed %.2f us, OpenMP %.2f us; replayed/submitted "
+         "%.2f, Tandem/OpenMP %.2f\n", mt, mg, mo, mg / mt, mt / mo);
 }
 
 /* (f) What tracing costs: (a) on a runtime recording a trace against one
@@ -749,6 +876,7 @@ int main(int argc, char **argv) {
 #ifdef BENCH_HAVE_TBB
   bench_tbb_fini();
 #endif
+  graphs(rt, scale);
   if (micro) {
     tdm_runtime_destroy(rt);
     return 0;
