@@ -20,65 +20,7 @@
 #define NREC 120  /* tasks recorded in each graph */
 #define NLAUNCH 12
 
-typedef struct {
-  uint64_t id;
-  unsigned nbuf;
-  unsigned modes[MAX_WIDE];
-} step;
-
-static uint64_t mix(uint64_t x) {
-  return test_mix64(x);
-}
-
-/* Reads every R/RW buffer, then writes every W/RW one: any reordering of
- * conflicting tasks changes the result. */
-static void apply(const step *s, uint64_t *const *bufs) {
-  uint64_t acc = mix(s->id);
-  for (unsigned i = 0; i < s->nbuf; i++)
-    if (s->modes[i] & TDM_R)
-      for (int w = 0; w < WORDS; w++)
-        acc = mix(acc ^ bufs[i][w]);
-  for (unsigned i = 0; i < s->nbuf; i++)
-    if (s->modes[i] & TDM_W)
-      for (int w = 0; w < WORDS; w++)
-        bufs[i][w] = mix(acc + i * WORDS + (unsigned)w);
-}
-
-static void run_step(const tdm_buffer *b, const void *args, size_t n) {
-  assert_int_equal(n, sizeof(step));
-  const step *s = args;
-  uint64_t *bufs[MAX_WIDE];
-  for (unsigned i = 0; i < s->nbuf; i++)
-    bufs[i] = b[i].ptr;
-  apply(s, bufs);
-}
-
-/* A codelet for each (nbuf, modes) drawn (modes as base-3 digits); wide
- * tasks: one codelet per count, modes from `wide_modes`, read when the
- * task is recorded or submitted only. */
-static tdm_codelet cls[4][81];
-static tdm_codelet wide[MAX_WIDE + 1];
-static tdm_access wide_modes[MAX_WIDE];
-
-static void init_codelets(void) {
-  static const tdm_access mode_of[3] = {TDM_R, TDM_W, TDM_RW};
-  for (unsigned nbuf = 1; nbuf <= 4; nbuf++) {
-    unsigned ncodes = 1;
-    for (unsigned i = 0; i < nbuf; i++)
-      ncodes *= 3;
-    for (unsigned code = 0; code < ncodes; code++) {
-      tdm_codelet *cl = &cls[nbuf - 1][code];
-      cl->name = "step";
-      cl->cpu_fn = run_step;
-      cl->nbuffers = nbuf;
-      for (unsigned i = 0, c = code; i < nbuf; i++, c /= 3)
-        cl->modes[nbuf - 1 - i] = mode_of[c % 3];
-    }
-  }
-  for (unsigned n = TDM_MAX_BUFFERS + 1; n <= MAX_WIDE; n++)
-    wide[n] = (tdm_codelet){.name = "wide", .cpu_fn = run_step, .nbuffers = n,
-                            .dyn_modes = wide_modes};
-}
+#include "steps.h"
 
 /* A random task: its step, its handles (indices), its description. */
 typedef struct {

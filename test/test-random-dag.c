@@ -27,11 +27,7 @@
 #define WORDS 4
 #define MAX_WIDE 16
 
-typedef struct {
-  uint64_t id;
-  unsigned nbuf;
-  unsigned modes[MAX_WIDE];
-} step;
+#include "steps.h"
 
 /* Under injected device faults: each task's handles, and its outcome as
  * its completion callback saw it. */
@@ -47,23 +43,6 @@ static record records[NTASKS];
 
 static void note_outcome(void *data) {
   atomic_store((_Atomic int *)data, (int)tdm_callback_status());
-}
-
-static uint64_t mix(uint64_t x) {
-  return test_mix64(x);
-}
-
-/* Reads every R/RW buffer first, then writes every W/RW buffer. */
-static void apply(const step *s, uint64_t *const *bufs) {
-  uint64_t acc = mix(s->id);
-  for (unsigned i = 0; i < s->nbuf; i++)
-    if (s->modes[i] & TDM_R)
-      for (int w = 0; w < WORDS; w++)
-        acc = mix(acc ^ bufs[i][w]);
-  for (unsigned i = 0; i < s->nbuf; i++)
-    if (s->modes[i] & TDM_W)
-      for (int w = 0; w < WORDS; w++)
-        bufs[i][w] = mix(acc + i * WORDS + (unsigned)w);
 }
 
 /* An operation: each word w of its range [lo, hi) mixes word w of its
@@ -120,44 +99,6 @@ static void run_op(const tdm_buffer *b, const tdm_range *r, const void *args, si
     bufs[i] = b[i].ptr;
   /* a reduction's partial values come last: the chunk's into the first */
   apply_op(o, bufs, r->begin[0], r->end[0], o->reduce ? b[o->s.nbuf].ptr : NULL);
-}
-
-static void run_step(const tdm_buffer *b, const void *args, size_t n) {
-  (void)n;
-  const step *s = args;
-  uint64_t *bufs[MAX_WIDE];
-  for (unsigned i = 0; i < s->nbuf; i++)
-    bufs[i] = b[i].ptr;
-  apply(s, bufs);
-}
-
-/* A codelet for every (nbuf, modes) combination drawn; code is the modes
- * as base-3 digits, first buffer most significant. Filled before any task
- * runs: codelets are read by the workers. */
-static tdm_codelet cls[4][81];
-/* Wide tasks: one codelet per count; their modes are read at submission
- * only, from wide_modes, which the submitting thread fills. */
-static tdm_codelet wide[MAX_WIDE + 1];
-static tdm_access wide_modes[MAX_WIDE];
-
-static void init_codelets(void) {
-  static const tdm_access mode_of[3] = {TDM_R, TDM_W, TDM_RW};
-  for (unsigned nbuf = 1; nbuf <= 4; nbuf++) {
-    unsigned ncodes = 1;
-    for (unsigned i = 0; i < nbuf; i++)
-      ncodes *= 3;
-    for (unsigned code = 0; code < ncodes; code++) {
-      tdm_codelet *cl = &cls[nbuf - 1][code];
-      cl->name = "step";
-      cl->cpu_fn = run_step;
-      cl->nbuffers = nbuf;
-      for (unsigned i = 0, c = code; i < nbuf; i++, c /= 3)
-        cl->modes[nbuf - 1 - i] = mode_of[c % 3];
-    }
-  }
-  for (unsigned n = TDM_MAX_BUFFERS + 1; n <= MAX_WIDE; n++)
-    wide[n] = (tdm_codelet){.name = "wide", .cpu_fn = run_step, .nbuffers = n,
-                            .dyn_modes = wide_modes};
 }
 
 /* The sequential run, given the tasks that failed: a task whose inputs

@@ -415,16 +415,14 @@ static double tdm_stencil_replayed(tdm_runtime *rt, int width, long iters) {
 
 #define LAUNCH_TASKS 1000
 
-/* (a) replayed: LAUNCH_TASKS empty tasks recorded once (not timed),
- * launched n / LAUNCH_TASKS times */
-static double tdm_independent_replayed(tdm_runtime *rt, long n) {
-  static const tdm_codelet cl = {.name = "empty", .cpu_fn = empty_fn};
-  tdm_task_desc d = {.codelet = &cl};
+/* LAUNCH_TASKS tasks of d recorded once (not timed), launched n /
+ * LAUNCH_TASKS times: the time from the first launch to the last end */
+static double replayed(tdm_runtime *rt, const tdm_task_desc *d, long n) {
   tdm_graph *g;
   if (tdm_graph_create(rt, &g))
     return NAN;
   for (int i = 0; i < LAUNCH_TASKS; i++)
-    tdm_graph_add(g, &d, NULL);
+    tdm_graph_add(g, d, NULL);
   double t0 = bench_now();
   for (long i = 0; i < n / LAUNCH_TASKS; i++)
     tdm_graph_launch(g);
@@ -434,26 +432,20 @@ static double tdm_independent_replayed(tdm_runtime *rt, long n) {
   return t;
 }
 
-/* (b) replayed: a chain of LAUNCH_TASKS on one handle, launched n /
- * LAUNCH_TASKS times (each launch after the last: one chain of n) */
+/* (a) replayed */
+static double tdm_independent_replayed(tdm_runtime *rt, long n) {
+  static const tdm_codelet cl = {.name = "empty", .cpu_fn = empty_fn};
+  return replayed(rt, &(tdm_task_desc){.codelet = &cl}, n);
+}
+
+/* (b) replayed: each launch after the last, one chain of n */
 static double tdm_chain_replayed(tdm_runtime *rt, long n) {
   static const tdm_codelet cl = {.name = "link", .cpu_fn = empty_fn,
                                  .nbuffers = 1, .modes = {TDM_RW}};
   double x = 0;
   tdm_handle *h;
   tdm_register_vector(rt, &x, 1, sizeof x, &h);
-  tdm_task_desc d = {.codelet = &cl, .handles = {h}};
-  tdm_graph *g;
-  if (tdm_graph_create(rt, &g))
-    return NAN;
-  for (int i = 0; i < LAUNCH_TASKS; i++)
-    tdm_graph_add(g, &d, NULL);
-  double t0 = bench_now();
-  for (long i = 0; i < n / LAUNCH_TASKS; i++)
-    tdm_graph_launch(g);
-  tdm_wait_all(rt);
-  double t = bench_now() - t0;
-  tdm_graph_destroy(g);
+  double t = replayed(rt, &(tdm_task_desc){.codelet = &cl, .handles = {h}}, n);
   tdm_handle_unregister(h);
   return t;
 }
