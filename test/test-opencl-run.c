@@ -5,7 +5,8 @@
  *   test-opencl-run integrated | discrete [two-devices]
  *
  * Vector add; a SAXPY chain alternating CPU and OpenCL tasks on the same
- * handles (coherence); byte counters (integrated: zero; discrete: exactly
+ * handles (coherence), submitted and recorded in a graph launched again
+ * and again; byte counters (integrated: zero; discrete: exactly
  * what the graph needs); a device-only chain; tasks with both variants;
  * a tiled matrix multiply (device only, and mixed with the CPU); a task
  * enqueueing its own commands; eviction under a small device-memory limit;
@@ -241,6 +242,57 @@ static void test_saxpy_chain_alternating(void **state) {
   assert_int_equal(k.bytes_to_device, discrete ? (1 + steps / 2) * bytes : 0);
   assert_int_equal(k.bytes_to_host, discrete ? (steps / 2) * bytes : 0);
   assert_int_equal(counters(rt).bytes_to_host, k.bytes_to_host); /* the last step ran on the CPU */
+  run_end(rt, x, y);
+  tdm_free(ref);
+  assert_int_equal(test_log_errors(&log), 0);
+}
+
+/* The SAXPY chain recorded once (device and CPU steps alternating) and
+ * launched four times, its scale factors rebound between launches: every
+ * step sees the one before wherever it ran; the device ran its steps
+ * of every launch, and (discrete) y went there before each of them and
+ * came home before each CPU step, x once. */
+static void test_recorded_graph(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  float *x = array(1, 1), *y = array(3, 1), *ref = array(3, 1);
+  tdm_handle *hx = vector_of(rt, x), *hy = vector_of(rt, y);
+  atomic_store(&cpu_runs, 0);
+  tdm_graph *g;
+  assert_int_equal(tdm_graph_create(rt, &g), TDM_OK);
+  const int steps = 4, launches = 4;
+  float a = 2.0f;
+  for (int s = 0; s < steps; s++)
+    assert_int_equal(tdm_graph_add(g, &(tdm_task_desc){.codelet = s % 2 ? &saxpy_cpu_only
+                                                                         : &saxpy_gpu_only,
+                                                       .handles = {hx, hy},
+                                                       .args = &a,
+                                                       .args_size = sizeof a},
+                                   NULL),
+                     TDM_OK);
+  for (int l = 0; l < launches; l++) {
+    float al = (float)(l + 1);
+    for (int s = 0; s < steps; s++)
+      assert_int_equal(tdm_graph_set_args(g, (size_t)s, &al, sizeof al), TDM_OK);
+    assert_int_equal(tdm_graph_launch(g), TDM_OK);
+    for (int s = 0; s < steps; s++)
+      for (int i = 0; i < N; i++)
+        ref[i] = al * x[i] + ref[i];
+  }
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  tdm_device_counters k = counters(rt);
+  assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+  for (int i = 0; i < N; i++)
+    if (y[i] != ref[i])
+      fail_msg("y[%d] = %g, expected %g", i, (double)y[i], (double)ref[i]);
+  assert_int_equal(k.tasks, launches * steps / 2);
+  assert_int_equal(atomic_load(&cpu_runs), launches * steps / 2);
+  const uint64_t bytes = N * sizeof(float);
+  assert_int_equal(k.bytes_to_device, discrete ? (1 + launches * steps / 2) * bytes : 0);
+  assert_int_equal(k.bytes_to_host, discrete ? (launches * steps / 2) * bytes : 0);
+  tdm_graph_destroy(g);
   run_end(rt, x, y);
   tdm_free(ref);
   assert_int_equal(test_log_errors(&log), 0);
@@ -1008,6 +1060,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_vector_add),
       cmocka_unit_test(test_saxpy_chain_alternating),
+      cmocka_unit_test(test_recorded_graph),
       cmocka_unit_test(test_device_chain),
       cmocka_unit_test(test_device_chain_home_at_destroy),
       cmocka_unit_test(test_chain_while_cpus_busy),

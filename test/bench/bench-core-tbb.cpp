@@ -29,16 +29,17 @@ double now() {
 
 std::unique_ptr<tbb::global_control> threads;
 
-// A graph of n empty nodes; make_edges(nodes) links them; the sources are
-// started. Checks that every node ran.
-template <typename Edges> double run_graph(long n, Edges make_edges) {
+// A graph of n nodes, node i running body(i); make_edges(nodes) links
+// them; the sources are started. Checks that every node ran.
+template <typename Edges, typename Body> double run_graph(long n, Edges make_edges, Body body) {
   std::atomic<long> count{0};
   double t0 = now();
   tbb::flow::graph g;
   std::vector<node> nodes;
   nodes.reserve((size_t)n);
   for (long i = 0; i < n; i++)
-    nodes.emplace_back(g, [&count](const tbb::flow::continue_msg &) {
+    nodes.emplace_back(g, [&count, &body, i](const tbb::flow::continue_msg &) {
+      body(i);
       count.fetch_add(1, std::memory_order_relaxed);
     });
   std::vector<bool> has_pred((size_t)n, false);
@@ -52,6 +53,11 @@ template <typename Edges> double run_graph(long n, Edges make_edges) {
   if (ran != n)
     std::fprintf(stderr, "bench-core: oneTBB's graph ran %ld nodes of %ld\n", ran, n);
   return t;
+}
+
+// ... of empty nodes
+template <typename Edges> double run_graph(long n, Edges make_edges) {
+  return run_graph(n, make_edges, [](long) {});
 }
 
 void edge(std::vector<node> &nodes, std::vector<bool> &has_pred, long from, long to) {
@@ -141,6 +147,32 @@ double bench_tbb_wide(int nthreads, long steps, int width, int k) {
         for (long m : preds[(size_t)i])
           edge(nodes, has_pred, (s - 1) * width + m, s * width + i);
   });
+}
+
+double bench_tbb_stencil(int nthreads, int width, long steps, long iters,
+                         double (*busy)(long, double), double *grid) {
+  (void)nthreads;
+  // grid: two rows of width values; task i of step t (from 1) reads l, i
+  // and r of row (t - 1) % 2 and writes i of row t % 2; it comes after
+  // those three of step t - 1 (which also read what it overwrites)
+  auto body = [width, iters, busy, grid](long k) {
+    long t = k / width + 1, i = k % width;
+    long l = i > 0 ? i - 1 : i, r = i + 1 < width ? i + 1 : i;
+    const double *prev = grid + ((t - 1) % 2) * width;
+    grid[(t % 2) * width + i] = busy(iters, (prev[l] + prev[i] + prev[r]) / 3.0);
+  };
+  return run_graph(steps * width, [steps, width](std::vector<node> &nodes,
+                                                 std::vector<bool> &has_pred) {
+    for (long t = 1; t < steps; t++)
+      for (long i = 0; i < width; i++) {
+        long l = i > 0 ? i - 1 : i, r = i + 1 < width ? i + 1 : i;
+        edge(nodes, has_pred, (t - 1) * width + l, t * width + i);
+        if (i != l)
+          edge(nodes, has_pred, (t - 1) * width + i, t * width + i);
+        if (r != i)
+          edge(nodes, has_pred, (t - 1) * width + r, t * width + i);
+      }
+  }, body);
 }
 
 } // extern "C"

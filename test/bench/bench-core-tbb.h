@@ -15,6 +15,11 @@ double bench_tbb_nested(int nthreads, long n);
 double bench_tbb_chain(int nthreads, long n);
 double bench_tbb_fan(int nthreads, long rounds, int fan);
 double bench_tbb_wide(int nthreads, long steps, int width, int k);
+/* bench-core's stencil (d): width tasks a step, steps steps, each
+ * busy(iters, ...) on the three values of the row before; grid: two rows
+ * of width doubles */
+double bench_tbb_stencil(int nthreads, int width, long steps, long iters,
+                         double (*busy)(long, double), double *grid);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,8 @@
  *      with explicit edges (tdm_task_create, tdm_task_depends_on), against
  *      the same OpenMP chain
  *  (c) fan-out/fan-in: one writer, then F readers, repeated
- *  (d) a stencil of width = worker count and 1000 steps, where each task
+ *  (d) a stencil of width = worker count and 1000 steps (also with
+ *      oneTBB's flow graph, where built in, and replayed: see (j)), where each task
  *      reads its left, own and right neighbour of the previous step, swept
  *      over task sizes to find the minimum effective task granularity at
  *      50% efficiency (METG), as defined by Task Bench (Slaughter et al.,
@@ -715,6 +716,20 @@ static double metg(const double *gran, const double *eff, int n) {
   return best;
 }
 
+/* (d) with oneTBB's flow graph (its edges made by hand, as its other
+ * workloads), where built in; NaN otherwise */
+static double tbb_stencil(int nthreads, int width, long iters) {
+#ifdef BENCH_HAVE_TBB
+  static double rows[2 * MAXW];
+  for (int i = 0; i < 2 * width; i++)
+    rows[i] = 1.0;
+  return bench_tbb_stencil(nthreads, width, STEPS, iters, busy, rows);
+#else
+  (void)nthreads, (void)width, (void)iters;
+  return NAN;
+#endif
+}
+
 static void stencil_sweep(tdm_runtime *rt, int nthreads) {
   int width = nthreads;
   long ntasks = (long)STEPS * width;
@@ -723,10 +738,14 @@ static void stencil_sweep(tdm_runtime *rt, int nthreads) {
   int nk = 0;
   for (long it = 1L << 18; it >= 16 && nk < NK; it /= 2)
     iters[nk++] = it;
-  double tt[NK][REPS], to[NK][REPS], tg[NK][REPS];
+  double tt[NK][REPS], to[NK][REPS], tg[NK][REPS], tb[NK][REPS];
+#ifdef BENCH_HAVE_TBB
+  bench_tbb_init(nthreads);
+#endif
   tdm_stencil(rt, width, 64); /* warm-up */
   tdm_stencil_replayed(rt, width, 64);
   omp_stencil(nthreads, width, 64);
+  tbb_stencil(nthreads, width, 64);
   for (int k = 0; k < nk; k++)
     for (int r = 0; r < REPS; r++) {
       tt[k][r] = tdm_stencil(rt, width, iters[k]);
@@ -735,6 +754,9 @@ static void stencil_sweep(tdm_runtime *rt, int nthreads) {
       pause_ms(10);
       to[k][r] = omp_stencil(nthreads, width, iters[k]);
       pause_ms(10);
+      tb[k][r] = tbb_stencil(nthreads, width, iters[k]);
+      if (!isnan(tb[k][r]))
+        pause_ms(10);
     }
   /* Peak useful rate: the best iterations per second per core seen. */
   double peak = 0;
@@ -747,15 +769,18 @@ static void stencil_sweep(tdm_runtime *rt, int nthreads) {
         peak = work / to[k][r];
       if (work / tg[k][r] > peak)
         peak = work / tg[k][r];
+      if (work / tb[k][r] > peak) /* false for NaN */
+        peak = work / tb[k][r];
     }
-  double gt[NK], et[NK], go[NK], eo[NK], gg[NK], eg[NK];
+  double gt[NK], et[NK], go[NK], eo[NK], gg[NK], eg[NK], gb[NK], eb[NK];
   printf("\n(d) stencil, width %d, %d steps (%ld tasks); medians of %d runs\n", width,
          STEPS, ntasks, REPS);
-  printf("%10s | %14s %8s | %14s %8s | %14s %8s\n", "iterations", "Tandem gran us", "eff",
-         "replay gran us", "eff", "OpenMP gran us", "eff");
+  printf("%10s | %14s %8s | %14s %8s | %14s %8s | %14s %8s\n", "iterations",
+         "Tandem gran us", "eff", "replay gran us", "eff", "OpenMP gran us", "eff",
+         "oneTBB gran us", "eff");
   for (int k = 0; k < nk; k++) {
     double mt = bench_median(tt[k], REPS), mo = bench_median(to[k], REPS);
-    double mg = bench_median(tg[k], REPS);
+    double mg = bench_median(tg[k], REPS), mb = bench_median(tb[k], REPS);
     double ideal = (double)iters[k] * (double)ntasks / nthreads / peak;
     gt[k] = mt * nthreads / (double)ntasks * 1e6;
     go[k] = mo * nthreads / (double)ntasks * 1e6;
@@ -763,12 +788,19 @@ static void stencil_sweep(tdm_runtime *rt, int nthreads) {
     et[k] = ideal / mt;
     eo[k] = ideal / mo;
     eg[k] = ideal / mg;
-    printf("%10ld | %14.2f %8.2f | %14.2f %8.2f | %14.2f %8.2f\n", iters[k], gt[k], et[k],
-           gg[k], eg[k], go[k], eo[k]);
+    gb[k] = mb * nthreads / (double)ntasks * 1e6;
+    eb[k] = ideal / mb;
+    printf("%10ld | %14.2f %8.2f | %14.2f %8.2f | %14.2f %8.2f | %14.2f %8.2f\n", iters[k],
+           gt[k], et[k], gg[k], eg[k], go[k], eo[k], gb[k], eb[k]);
   }
+#ifdef BENCH_HAVE_TBB
+  bench_tbb_fini();
+#endif
   double mt = metg(gt, et, nk), mo = metg(go, eo, nk), mg = metg(gg, eg, nk);
-  printf("METG(50%%): Tandem %.2f us, replayed %.2f us, OpenMP %.2f us; replayed/submitted "
-         "%.2f, Tandem/OpenMP %.2f\n", mt, mg, mo, mg / mt, mt / mo);
+  double mb = metg(gb, eb, nk); /* NaN without oneTBB */
+  printf("METG(50%%): Tandem %.2f us, replayed %.2f us, OpenMP %.2f us, oneTBB %.2f us; "
+         "replayed/submitted %.2f, Tandem/OpenMP %.2f, Tandem/oneTBB %.2f\n",
+         mt, mg, mo, mb, mg / mt, mt / mo, mt / mb);
 }
 
 /* (f) What tracing costs: (a) on a runtime recording a trace against one
