@@ -179,13 +179,15 @@ static void test_agreeing_device(void **state) {
   finish(rt, dir);
 }
 
-/* y = y + 2 * y' through two buffers naming one handle (read, then
+/* y = 3y + 1 through two buffers naming one handle (read, then
  * written): the second run must read the handle as it was before the
  * task, through both buffers, not what the task wrote through the other
- * one (which differs, and whose "correction" would be wrong). */
+ * one (which differs, and whose "correction" would be wrong). Without
+ * arguments, the second run gets NULL as the first does. */
+static _Atomic unsigned args_given; /* runs that got arguments, having none */
 static void alias_add(const tdm_buffer *b, const void *args, size_t n) {
-  (void)args;
-  (void)n;
+  if (args || n) /* none: NULL, in either run */
+    atomic_fetch_add(&args_given, 1);
   busy();
   const double *in = b[0].ptr;
   double *out = b[1].ptr;
@@ -231,6 +233,7 @@ static void test_handle_named_twice(void **state) {
   tdm_verify_counts c = counts(rt);
   assert_true(c.compared > 0);
   assert_int_equal(c.mismatched, 0);
+  assert_int_equal(atomic_load(&args_given), 0);
   finish(rt, dir);
 }
 

@@ -459,7 +459,8 @@ static void compare(const tdm_buffer *b, const void *args, size_t n) {
              r->name);
     atomic_fetch_add_explicit(&v->skipped, 1, memory_order_relaxed);
   } else {
-    TDM_USER_CODE(r->cpu_fn(views, r->args, r->args_size));
+    /* as the first run: no arguments, NULL (tandem.h) */
+    TDM_USER_CODE(r->cpu_fn(views, r->args_size ? r->args : NULL, r->args_size));
     worst w = compare_outputs(r, b, mine);
     atomic_fetch_add_explicit(&v->compared, 1, memory_order_relaxed);
     if (w.outside) {
@@ -581,7 +582,8 @@ void *tdm__verify_before(tdm_task *t) {
     r->p_modes = tdm__malloc(rt, (n + 1) * sizeof *r->p_modes);
     r->args = tdm__malloc(rt, t->args_size + 1);
   }
-  if (!r || !r->modes || !r->hmodes || !r->first || !r->pre || !r->c_modes || !r->p_modes || !r->args) {
+  if (!r || !r->modes || !r->hmodes || !r->first || !r->pre || !r->c_modes || !r->p_modes ||
+      !r->args) {
     if (r)
       atomic_init(&r->refs, 1);
     if (r)
