@@ -7,13 +7,17 @@
 // graph::wait_for_all run tasks), as OpenMP's team does.
 #include <oneapi/tbb/flow_graph.h>
 #include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_arena.h>
 #include <oneapi/tbb/task_group.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
+#include <mutex>
+#include <new>
 #include <vector>
 
 #include "bench-core-tbb.h"
@@ -28,6 +32,7 @@ double now() {
 }
 
 std::unique_ptr<tbb::global_control> threads;
+std::unique_ptr<tbb::task_arena> lone_arena; // bench_tbb_lone's
 
 // A graph of n nodes, node i running body(i); make_edges(nodes) links
 // them; the sources are started. Checks that every node ran.
@@ -74,7 +79,10 @@ void bench_tbb_init(int nthreads) {
       tbb::global_control::max_allowed_parallelism, (size_t)nthreads);
 }
 
-void bench_tbb_fini(void) { threads.reset(); }
+void bench_tbb_fini(void) {
+  lone_arena.reset();
+  threads.reset();
+}
 
 double bench_tbb_independent(int nthreads, long n) {
   (void)nthreads;
@@ -173,6 +181,46 @@ double bench_tbb_stencil(int nthreads, int width, long steps, long iters,
           edge(nodes, has_pred, (t - 1) * width + r, t * width + i);
       }
   }, body);
+}
+
+double bench_tbb_lone(int nthreads) {
+  // As Tandem's lone task (tdm_task_wait blocks; a worker runs the
+  // task): enqueued into an arena, which a worker thread runs, the
+  // caller blocked on a condition variable meanwhile (task_group::wait
+  // would run the task on the caller)
+  if (!lone_arena) // no slot kept for the caller
+    lone_arena = std::make_unique<tbb::task_arena>(nthreads, 0);
+  tbb::task_arena &arena = *lone_arena;
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  double t0 = now();
+  arena.enqueue([&] {
+    std::lock_guard<std::mutex> lock(m);
+    done = true;
+    cv.notify_one();
+  });
+  std::unique_lock<std::mutex> lock(m);
+  cv.wait(lock, [&] { return done; });
+  return now() - t0;
+}
+
+double bench_tbb_start_stop(int nthreads) {
+  // oneTBB's scheduler made and ended whole: its worker threads started
+  // (a parallel run wakes them) and joined (tbb::finalize)
+  double t0 = now();
+  tbb::task_scheduler_handle handle{tbb::attach{}};
+  {
+    tbb::task_arena arena(nthreads);
+    arena.execute([nthreads] {
+      tbb::task_group g;
+      for (int i = 0; i < nthreads; i++)
+        g.run([] {});
+      g.wait();
+    });
+  }
+  bool ended = tbb::finalize(handle, std::nothrow);
+  return ended ? now() - t0 : -1;
 }
 
 } // extern "C"

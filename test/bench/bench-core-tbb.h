@@ -21,6 +21,14 @@ double bench_tbb_wide(int nthreads, long steps, int width, int k);
 double bench_tbb_stencil(int nthreads, int width, long steps, long iters,
                          double (*busy)(long, double), double *grid);
 
+/* A lone empty task's round trip: enqueued, run by a worker thread, the
+ * caller blocked until it ended */
+double bench_tbb_lone(int nthreads);
+/* oneTBB's scheduler started (its threads woken by a parallel run) and
+ * ended (tbb::finalize joins them); -1 when it could not end it (another
+ * part of the process holds it) */
+double bench_tbb_start_stop(int nthreads);
+
 #ifdef __cplusplus
 }
 #endif

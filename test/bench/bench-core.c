@@ -20,7 +20,9 @@
  *      5 ms for 1 s; the CPU time the process burns meanwhile (percent of
  *      one core) and the round trip of each task (submit + wait), median
  *      and 99th percentile; and a lone empty task every 2 ms (create,
- *      submit, tdm_task_wait, as bench-peers times it).
+ *      submit, tdm_task_wait, as bench-peers times it), and oneTBB's
+ *      (enqueued in an arena, the caller blocked until it ends) where
+ *      built in.
  *  (f) what tracing costs (trace_cost).
  *  (h) the tasks of (a), submitted by a task running on a worker rather
  *      than by the application's thread (nested producers: the other
@@ -34,7 +36,8 @@
  *  (g) creating and destroying a runtime, with the default devices and
  *      with none (TANDEM_DEVICES=none), interleaved, once the process has
  *      made one; and the first creation of a process, in a fresh one
- *      (this program run again: --first-create [none]).
+ *      (this program run again: --first-create [none]); and, where
+ *      oneTBB is built in, its whole scheduler started and finalized.
  *
  * Every figure is the median of REPS runs; Tandem and OpenMP alternate
  * within each repetition, and the Tandem/OpenMP ratio is the median of the
@@ -563,12 +566,29 @@ static double quantile(const double *v, int n, double p) {
   return q;
 }
 
+/* tdm_lone with oneTBB (a task enqueued in an arena, the caller blocked
+ * until it ends); NaN without oneTBB */
+static void tbb_lone(int nthreads, double *rtt_us) {
+  for (int k = 0; k < SPARSE_TASKS; k++) {
+    pause_ms(2);
+#ifdef BENCH_HAVE_TBB
+    rtt_us[k] = bench_tbb_lone(nthreads) * 1e6;
+#else
+    (void)nthreads;
+    rtt_us[k] = NAN;
+#endif
+  }
+}
+
 static void sparse(tdm_runtime *rt, int nthreads) {
   double ct[3], co[3], rt_t[3 * SPARSE_TASKS], rt_o[3 * SPARSE_TASKS], lone[3 * SPARSE_TASKS];
+  double lone_b[3 * SPARSE_TASKS];
   for (int r = 0; r < 3; r++) {
     ct[r] = tdm_sparse(rt, rt_t + r * SPARSE_TASKS);
     pause_ms(50);
     tdm_lone(rt, lone + r * SPARSE_TASKS);
+    pause_ms(50);
+    tbb_lone(nthreads, lone_b + r * SPARSE_TASKS);
     pause_ms(50);
     co[r] = omp_sparse(nthreads, rt_o + r * SPARSE_TASKS);
     pause_ms(50);
@@ -583,8 +603,14 @@ static void sparse(tdm_runtime *rt, int nthreads) {
          quantile(rt_o, n, 0.5));
   printf("%-28s %12.1f %12.1f\n", "round trip, p99 (us)", quantile(rt_t, n, 0.99),
          quantile(rt_o, n, 0.99));
-  printf("%-28s %12.1f %12s\n", "lone empty task, median (us)", quantile(lone, n, 0.5), "");
-  printf("%-28s %12.1f %12s\n", "lone empty task, p99 (us)", quantile(lone, n, 0.99), "");
+  printf("%-28s %12.1f\n", "lone empty task, median (us)", quantile(lone, n, 0.5));
+  printf("%-28s %12.1f\n", "lone empty task, p99 (us)", quantile(lone, n, 0.99));
+#ifdef BENCH_HAVE_TBB
+  printf("%-28s %12.1f (a task enqueued in an arena, the caller blocked)\n",
+         "oneTBB lone task, median (us)", quantile(lone_b, n, 0.5));
+  printf("%-28s %12.1f\n", "oneTBB lone task, p99 (us)", quantile(lone_b, n, 0.99));
+  bench_tbb_fini(); /* its arena goes */
+#endif
 }
 
 /* Seconds to create and destroy a runtime with these devices (NULL: the
@@ -645,6 +671,26 @@ static void creation(void) {
          bench_median(none, REPS), bench_median(ratio, REPS));
   printf("%-28s %9.2f ms %9.2f ms\n", "first of a process (3 runs)", first_create(NULL),
          first_create("none"));
+#ifdef BENCH_HAVE_TBB
+  /* oneTBB's whole scheduler started and ended, against Tandem's runtime
+   * without devices, in turn */
+  int nthreads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  double tb[REPS], tn[REPS], ratio_b[REPS];
+  for (int r = 0; r < REPS; r++) {
+    double b[20];
+    for (int i = 0; i < 20; i++)
+      b[i] = bench_tbb_start_stop(nthreads) * 1e3;
+    tb[r] = bench_median(b, 20); /* negative: oneTBB could not end it */
+    tn[r] = create_destroy("none", 20) * 1e3;
+    ratio_b[r] = tn[r] / tb[r];
+  }
+  if (bench_median(tb, REPS) > 0)
+    printf("%-28s %9.3f ms (oneTBB's scheduler started and finalized: %.3f ms; "
+           "Tandem/oneTBB %.2f)\n", "warm, devices=none", bench_median(tn, REPS),
+           bench_median(tb, REPS), bench_median(ratio_b, REPS));
+  else
+    printf("oneTBB's scheduler could not be finalized here (tbb::finalize failed)\n");
+#endif
 }
 
 /* ---- driver ------------------------------------------------------------- */
