@@ -343,6 +343,52 @@ static void test_graph_outcomes(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* A task before the launch that a recorded task waits for through two
+ * handles, reading its version through one only (it wrote a, read b;
+ * the recorded task reads a, writes b): one edge, which carries the
+ * version, so that the writer's cancellation cancels the recorded task,
+ * whichever handle comes first (both address orders). */
+static const tdm_codelet rw_r_cl = {.name = "rw-r", .cpu_fn = write_one, .nbuffers = 2,
+                                    .modes = {TDM_RW, TDM_R}};
+static const tdm_codelet r_w_cl = {.name = "r-w", .cpu_fn = copy_one, .nbuffers = 2,
+                                   .modes = {TDM_R, TDM_W}};
+
+static void test_graph_outcome_through_two_handles(void **state) {
+  (void)state;
+  tdm_runtime *rt = test_runtime(2, NULL);
+  int cells[2] = {0, 0};
+  tdm_handle *h[2];
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(tdm_register_vector(rt, &cells[i], 1, sizeof(int), &h[i]), TDM_OK);
+  for (int order = 0; order < 2; order++) {
+    tdm_handle *a = h[order], *b = h[1 - order];
+    tdm_group *doomed;
+    assert_int_equal(tdm_group_create(rt, NULL, &doomed), TDM_OK);
+    _Atomic int st;
+    atomic_init(&st, 99);
+    tdm_graph *g;
+    assert_int_equal(tdm_graph_create(rt, &g), TDM_OK);
+    tdm_task_desc n = {.codelet = &r_w_cl, .handles = {a, b}, .callback = note_status,
+                       .callback_data = &st};
+    assert_int_equal(tdm_graph_add(g, &n, NULL), TDM_OK);
+    atomic_store(&gate_open, 0);
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &gate_cl, .handles = {a}}),
+                     TDM_OK);
+    int one = 1;
+    tdm_task_desc x = {.codelet = &rw_r_cl, .handles = {a, b}, .args = &one,
+                       .args_size = sizeof one, .group = doomed};
+    assert_int_equal(tdm_submit(rt, &x), TDM_OK);
+    assert_int_equal(tdm_graph_launch(g), TDM_OK);
+    assert_int_equal(tdm_group_cancel(doomed), TDM_OK);
+    atomic_store(&gate_open, 1);
+    assert_int_equal(tdm_wait_all(rt), TDM_ERR_TASK_FAILED);
+    assert_int_equal(atomic_load(&st), TDM_ERR_CANCELLED);
+    tdm_graph_destroy(g);
+    tdm_group_release(doomed);
+  }
+  tdm_runtime_destroy(rt);
+}
+
 /* ---- errors and edges ------------------------------------------------------- */
 
 static _Atomic int runs;
@@ -569,6 +615,7 @@ int main(void) {
       cmocka_unit_test(test_graph_devices),
       cmocka_unit_test(test_graph_verified_and_traced),
       cmocka_unit_test(test_graph_outcomes),
+      cmocka_unit_test(test_graph_outcome_through_two_handles),
       cmocka_unit_test(test_graph_errors),
       cmocka_unit_test(test_graph_explicit_chain),
       cmocka_unit_test(test_graph_args_and_pressure),

@@ -552,6 +552,60 @@ static tdm_status make_all(tdm_graph *g) {
   return st;
 }
 
+/* Adds x (tagged when the task reads its version) to its predecessors
+ * from outside the launch, e[0 .. *k) so far (their succ fields hold the
+ * predecessors meanwhile), once: a task before the launch often comes
+ * through several handles (it wrote one and read another), and an edge
+ * more is an atomic more on its way to t. The same filter as task.c's
+ * preds_add: a bit per predecessor by its address (Fibonacci hashing),
+ * the scan only when the bit is set, and bounded (a repeat past it is
+ * harmless). */
+static inline void outside_pred(tdm_edge *e, unsigned *k, uint64_t *seen, tdm_task *x,
+                                bool data) {
+  uint64_t bit = 1ull << (((uint64_t)(uintptr_t)x * 0x9e3779b97f4a7c15ull) >> 58);
+  if (*seen & bit)
+    for (unsigned j = 0, end = *k < 16 ? *k : 16; j < end; j++)
+      if (tdm__edge_task(e[j].succ) == x) {
+        if (data)
+          e[j].succ = tdm__edge_tag(x);
+        return;
+      }
+  *seen |= bit;
+  e[(*k)++].succ = data ? tdm__edge_tag(x) : x;
+}
+
+/* The tasks before the launch that recorded task nd's accesses wait for,
+ * by the handles' states now, each once, into e[0 .. returned) (their
+ * succ fields; tagged as tdm__link_edge takes them). Under the locks:
+ * the same every time until they are released. */
+static unsigned outside_preds(const tdm_graph *g, const gnode *nd, tdm_edge *e) {
+  unsigned k = 0;
+  uint64_t seen = 0;
+  for (unsigned j = 0; j < nd->bound.n; j++) {
+    uint32_t b = nd->bound.v[j];
+    const tdm_handle *h = g->hs[b >> EXT_BITS].h;
+    if (b & EXT_WRITERS)
+      for (unsigned w = 0; w < h->writers.n; w++)
+        outside_pred(e, &k, &seen, h->writers.items[w], (b & EXT_DATA) != 0);
+    if (b & EXT_READERS)
+      for (unsigned r = 0; r < h->readers.n; r++)
+        outside_pred(e, &k, &seen, h->readers.items[r], false);
+  }
+  return k;
+}
+
+/* The most of them, before removing repeats. */
+static unsigned outside_bound(const tdm_graph *g, const gnode *nd) {
+  unsigned n = 0;
+  for (unsigned k = 0; k < nd->bound.n; k++) {
+    uint32_t b = nd->bound.v[k];
+    const tdm_handle *h = g->hs[b >> EXT_BITS].h;
+    n += ((b & EXT_WRITERS) ? h->writers.n : 0) + ((b & EXT_READERS) ? h->readers.n : 0);
+  }
+  return n;
+}
+
+
 /* Under the handles' locks: each handle usable, the readers that
  * finished dropped, room for the launch's readers, each task's edges. */
 static tdm_status reserve_all(tdm_graph *g) {
@@ -579,16 +633,26 @@ static tdm_status reserve_all(tdm_graph *g) {
     if (tdm__taskvec_reserve(rt, r, want))
       return refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
   }
+  /* Each task's predecessors from outside, found now into its edges past
+   * the recorded ones (inst.k: how many), linked by link_all. */
   for (size_t i = 0; i < g->n; i++) {
     const gnode *nd = &g->nodes[i];
-    unsigned n = nd->preds.n;
-    for (unsigned k = 0; k < nd->bound.n; k++) {
-      uint32_t b = nd->bound.v[k];
-      const tdm_handle *h = g->hs[b >> EXT_BITS].h;
-      n += ((b & EXT_WRITERS) ? h->writers.n : 0) + ((b & EXT_READERS) ? h->readers.n : 0);
+    tdm_task *t = g->inst[i].t;
+    unsigned n = nd->preds.n, most = nd->bound.n ? outside_bound(g, nd) : 0, out = 0;
+    if (n + most <= TDM_INLINE_EDGES) {
+      out = most ? outside_preds(g, nd, t->edges + n) : 0;
+    } else if (most <= 32) { /* how many once repeats are out: fewer edges to make room for */
+      tdm_edge room[32];
+      out = outside_preds(g, nd, room);
+      if (n + out > TDM_INLINE_EDGES && !tdm__edges_alloc(t, n + out))
+        return refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
+      memcpy(t->edges + n, room, out * sizeof *room);
+    } else {
+      if (!tdm__edges_alloc(t, n + most))
+        return refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
+      out = outside_preds(g, nd, t->edges + n);
     }
-    if (n > TDM_INLINE_EDGES && !tdm__edges_alloc(g->inst[i].t, n))
-      return refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
+    g->inst[i].k = out;
   }
   return TDM_OK;
 }
@@ -616,18 +680,9 @@ static void link_all(tdm_graph *g) {
     /* before the edges from outside: their tasks may end at once */
     if (k)
       atomic_store_explicit(&t->pending, 1 + (int32_t)k, memory_order_relaxed);
-    for (unsigned j = 0; j < nd->bound.n; j++) {
-      uint32_t b = nd->bound.v[j];
-      const tdm_handle *h = g->hs[b >> EXT_BITS].h;
-      if (b & EXT_WRITERS)
-        for (unsigned w = 0; w < h->writers.n; w++) {
-          tdm_task *x = h->writers.items[w];
-          tdm__link_edge((b & EXT_DATA) ? tdm__edge_tag(x) : x, t, &t->edges[k++]);
-        }
-      if (b & EXT_READERS)
-        for (unsigned r = 0; r < h->readers.n; r++)
-          tdm__link_edge(h->readers.items[r], t, &t->edges[k++]);
-    }
+    /* those from outside, found by reserve_all (their succ fields) */
+    for (unsigned end = k + g->inst[i].k; k < end; k++)
+      tdm__link_edge(t->edges[k].succ, t, &t->edges[k]); /* read before it is written */
     g->inst[i].k = k;
     if (TDM_UNLIKELY(t->group))
       tdm__group_submitted(t);

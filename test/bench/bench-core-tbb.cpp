@@ -188,8 +188,8 @@ double bench_tbb_lone(int nthreads) {
   // task): enqueued into an arena, which a worker thread runs, the
   // caller blocked on a condition variable meanwhile (task_group::wait
   // would run the task on the caller)
-  if (!lone_arena) // no slot kept for the caller
-    lone_arena = std::make_unique<tbb::task_arena>(nthreads, 0);
+  if (!lone_arena) // no slot kept for the caller; as many workers as oneTBB starts
+    lone_arena = std::make_unique<tbb::task_arena>(std::max(1, nthreads - 1), 0);
   tbb::task_arena &arena = *lone_arena;
   std::mutex m;
   std::condition_variable cv;
