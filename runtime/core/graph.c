@@ -107,6 +107,9 @@ struct tdm_graph {
   ginst *inst; /* a launch's tasks, room for n */
   size_t cinst;
   uint32_t *mark; /* recording: the last task that made each one a predecessor (+1) */
+  /* some recorded task has predecessors from outside, or more edges than
+   * a task holds inline: a launch looks at each task before linking */
+  bool reserves;
   _Atomic bool launching;
 };
 
@@ -409,6 +412,7 @@ tdm_status tdm_graph_add(tdm_graph *g, const tdm_task_desc *desc, size_t *node) 
   }
   if (nd.desc.group)
     atomic_fetch_add_explicit(&nd.desc.group->refs, 1, memory_order_relaxed);
+  g->reserves |= nd.bound.n || nd.preds.n > TDM_INLINE_EDGES;
   g->nodes[i] = nd;
   g->n++;
   if (node)
@@ -445,6 +449,7 @@ tdm_status tdm_graph_depend(tdm_graph *g, size_t node, size_t pred) {
       return TDM_OK;
     }
   nd->preds.v[nd->preds.n++] = (uint32_t)(pred << 1 | 1);
+  g->reserves |= nd->preds.n > TDM_INLINE_EDGES;
   return TDM_OK;
 }
 
@@ -634,8 +639,9 @@ static tdm_status reserve_all(tdm_graph *g) {
       return refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
   }
   /* Each task's predecessors from outside, found now into its edges past
-   * the recorded ones (inst.k: how many), linked by link_all. */
-  for (size_t i = 0; i < g->n; i++) {
+   * the recorded ones (inst.k: how many, 0 from make_all), linked by
+   * link_all. */
+  for (size_t i = 0; g->reserves && i < g->n; i++) {
     const gnode *nd = &g->nodes[i];
     tdm_task *t = g->inst[i].t;
     unsigned n = nd->preds.n, most = nd->bound.n ? outside_bound(g, nd) : 0, out = 0;
