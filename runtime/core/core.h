@@ -7,8 +7,9 @@
  * runtime's threads and the next task for a device (place.c), the
  * watchdog (watchdog.c), groups (group.c), recorded graphs (graph.c),
  * the application's thread's queue (dispatch.c), verification
- * (verify.c), the trace and the run's summary (trace.c). It calls every layer below, and the backends only
- * through their tables (backends/backend.h).
+ * (verify.c), the trace and the run's summary (trace.c). It calls every
+ * layer below, and the backends only through their tables
+ * (backends/backend.h).
  */
 #ifndef TDM_CORE_H
 #define TDM_CORE_H
@@ -263,6 +264,17 @@ tdm_status tdm__task_fill(tdm_task *t, const tdm_task_desc *desc, const tdm_desc
  * devices; the same errors, logged as `what`. */
 tdm_status tdm__task_build(tdm_runtime *rt, const tdm_task_desc *desc, const tdm_desc_bufs *b,
                            bool user_ref, const char *what, tdm_task **out);
+/* The distinct handles of a built task with their combined modes, sorted
+ * by address (the order their locks are taken in): how many; hs and
+ * modes have room for its buffers. */
+unsigned tdm__task_unique_handles(const tdm_task *t, tdm_handle **hs, unsigned *modes);
+/* Room in h's readers (its lock held) for k more: the readers that
+ * finished dropped first (-1: out of memory). tdm__reserve_readers looks
+ * first whether there is room. */
+int tdm__readers_room(tdm_handle *h, unsigned k);
+static inline int tdm__reserve_readers(tdm_handle *h, unsigned k) {
+  return h->readers.n + k <= h->readers.cap ? 0 : tdm__readers_room(h, k);
+}
 /* Recorded graphs (graph.c): frees those left, at teardown (their
  * handles and groups go with the runtime's). */
 void tdm__graphs_free(tdm_runtime *rt);

@@ -66,9 +66,9 @@ typedef struct gnode {
   /* codelet, its own copy of the arguments, callback, priority, group
    * (a reference held), cost, flags; no handles */
   tdm_task_desc desc;
-  tdm_desc_bufs bufs; /* the handles and modes in order (arrays below) */
-  tdm_handle **handles;
-  tdm_access *modes;
+  /* the handles and modes in order, in a block of the node's own with
+   * dhs and dmodes */
+  tdm_desc_bufs bufs;
   /* distinct handles by address and their modes (with more than
    * TDM_MAX_BUFFERS buffers, a task keeps them: tdm_task_more.locked) */
   tdm_handle **dhs;
@@ -87,12 +87,6 @@ typedef struct ghandle {
   u32vec readers;      /* the graph's readers since (or since the start) */
 } ghandle;
 
-/* A task of a launch: the task and its edges so far. */
-typedef struct ginst {
-  tdm_task *t;
-  unsigned k;
-} ginst;
-
 struct tdm_graph {
   tdm_runtime *rt;
   struct tdm_graph *next, *prev; /* the runtime's graphs (groups_lock) */
@@ -104,7 +98,10 @@ struct tdm_graph {
   unsigned nslots;
   tdm_handle **locks; /* hs's handles by address, for nlocks of them */
   unsigned nlocks;
-  ginst *inst; /* a launch's tasks, room for n */
+  /* a launch's tasks, and how many edges each has from outside (found
+   * by reserve_all), then in all (link_all); room for cinst */
+  tdm_task **inst;
+  unsigned *nedges;
   size_t cinst;
   uint32_t *mark; /* recording: the last task that made each one a predecessor (+1) */
   /* some recorded task has predecessors from outside, or more edges than
@@ -116,16 +113,19 @@ struct tdm_graph {
 static const char *const what_add = "tdm_graph_add";
 static const char *const what_launch = "tdm_graph_launch";
 
-static tdm_status refuse(tdm_runtime *rt, tdm_status st, const char *what, const char *why) {
-  tdm__log(rt, TDM_LOG_ERROR, "%s: %s", what, why);
-  return st;
-}
-
 /* ---- handles ------------------------------------------------------------ */
 
 static unsigned slot_of(const tdm_handle *h, unsigned nslots) {
   /* Fibonacci hashing of the address */
   return (unsigned)(((uint64_t)(uintptr_t)h * 0x9e3779b97f4a7c15ull) >> 32) & (nslots - 1);
+}
+
+/* Enters hs[i] in a table of nslots slots (where it is not). */
+static void slot_put(unsigned *slots, unsigned nslots, const tdm_handle *h, unsigned i) {
+  unsigned s = slot_of(h, nslots);
+  while (slots[s])
+    s = (s + 1) & (nslots - 1);
+  slots[s] = i + 1;
 }
 
 /* Rebuilds the table for hs[0 .. nh-1] in nslots slots (a power of two
@@ -134,12 +134,8 @@ static int rehash(tdm_graph *g, unsigned nslots) {
   unsigned *slots = tdm__calloc(g->rt, nslots, sizeof *slots);
   if (!slots)
     return -1;
-  for (unsigned i = 0; i < g->nh; i++) {
-    unsigned s = slot_of(g->hs[i].h, nslots);
-    while (slots[s])
-      s = (s + 1) & (nslots - 1);
-    slots[s] = i + 1;
-  }
+  for (unsigned i = 0; i < g->nh; i++)
+    slot_put(slots, nslots, g->hs[i].h, i);
   free(g->slots);
   g->slots = slots;
   g->nslots = nslots;
@@ -167,10 +163,7 @@ static int64_t handle_index(tdm_graph *g, tdm_handle *h) {
   unsigned i = g->nh++;
   g->hs[i] = (ghandle){.h = h, .last_writer = -1};
   tdm__handle_ref(h);
-  unsigned s = slot_of(h, g->nslots);
-  while (g->slots[s])
-    s = (s + 1) & (g->nslots - 1);
-  g->slots[s] = i + 1;
+  slot_put(g->slots, g->nslots, h, i);
   return i;
 }
 
@@ -184,12 +177,8 @@ static void handles_truncate(tdm_graph *g, unsigned nh) {
   }
   g->nh = nh;
   memset(g->slots, 0, g->nslots * sizeof *g->slots);
-  for (unsigned i = 0; i < g->nh; i++) {
-    unsigned s = slot_of(g->hs[i].h, g->nslots);
-    while (g->slots[s])
-      s = (s + 1) & (g->nslots - 1);
-    g->slots[s] = i + 1;
-  }
+  for (unsigned i = 0; i < g->nh; i++)
+    slot_put(g->slots, g->nslots, g->hs[i].h, i);
 }
 
 /* ---- creation and recording ------------------------------------------- */
@@ -198,12 +187,12 @@ tdm_status tdm_graph_create(tdm_runtime *rt, tdm_graph **out) {
   if (out)
     *out = NULL;
   if (!rt || !out)
-    return rt ? refuse(rt, TDM_ERR_INVALID_ARG, "tdm_graph_create", "out is NULL")
+    return rt ? tdm__refuse(rt, TDM_ERR_INVALID_ARG, "tdm_graph_create", "out is NULL")
               : TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, "tdm_graph_create");
   tdm_graph *g = tdm__calloc(rt, 1, sizeof *g);
   if (!g)
-    return refuse(rt, TDM_ERR_NO_MEMORY, "tdm_graph_create", "out of memory");
+    return tdm__refuse(rt, TDM_ERR_NO_MEMORY, "tdm_graph_create", "out of memory");
   g->rt = rt;
   atomic_init(&g->launching, false);
   tdm__spin_lock(&rt->groups_lock);
@@ -220,7 +209,7 @@ static void node_free(gnode *nd, bool refs) {
   if (refs && nd->desc.group)
     tdm__group_unref(nd->desc.group);
   free((void *)nd->desc.args);
-  free(nd->handles); /* and the other arrays, in the same block */
+  free((void *)nd->bufs.handles); /* and the other arrays, in the same block */
   free(nd->preds.v);
   free(nd->xpreds.v);
   free(nd->bound.v);
@@ -242,6 +231,7 @@ static void graph_free(tdm_graph *g, bool refs) {
   free(g->slots);
   free(g->locks);
   free(g->inst);
+  free(g->nedges);
   free(g->mark);
   tdm__spin_lock(&rt->groups_lock);
   if (g->prev)
@@ -273,36 +263,21 @@ size_t tdm_graph_size(const tdm_graph *g) {
   return g ? g->n : 0;
 }
 
-/* nd's own copy of its handles and modes in order, and of its distinct
- * handles by address with their modes merged; -1: out of memory. */
+/* nd's own copy of its handles and modes in order, and room for its
+ * distinct handles and their modes; -1: out of memory. */
 static int node_buffers(tdm_runtime *rt, gnode *nd, const tdm_desc_bufs *b) {
   unsigned n = b->n;
   size_t bytes = n * (2 * sizeof(tdm_handle *) + sizeof(tdm_access) + sizeof(unsigned));
   unsigned char *p = tdm__malloc(rt, bytes ? bytes : 1);
   if (!p)
     return -1;
-  nd->handles = (tdm_handle **)(void *)p;
-  nd->dhs = nd->handles + n;
-  nd->modes = (tdm_access *)(void *)(nd->dhs + n);
-  nd->dmodes = (unsigned *)(void *)(nd->modes + n);
-  nd->nd = 0;
-  for (unsigned i = 0; i < n; i++) {
-    tdm_handle *h = nd->handles[i] = b->handles[i];
-    nd->modes[i] = b->modes[i];
-    unsigned j = nd->nd; /* insertion by address, repeats merged */
-    while (j > 0 && (uintptr_t)nd->dhs[j - 1] > (uintptr_t)h)
-      j--;
-    if (j > 0 && nd->dhs[j - 1] == h) {
-      nd->dmodes[j - 1] |= (unsigned)b->modes[i];
-      continue;
-    }
-    memmove(nd->dhs + j + 1, nd->dhs + j, (nd->nd - j) * sizeof *nd->dhs);
-    memmove(nd->dmodes + j + 1, nd->dmodes + j, (nd->nd - j) * sizeof *nd->dmodes);
-    nd->dhs[j] = h;
-    nd->dmodes[j] = (unsigned)b->modes[i];
-    nd->nd++;
-  }
-  nd->bufs = (tdm_desc_bufs){n, nd->modes, nd->handles, b->extras};
+  tdm_handle **handles = (tdm_handle **)(void *)p;
+  nd->dhs = handles + n;
+  tdm_access *modes = (tdm_access *)(void *)(nd->dhs + n);
+  nd->dmodes = (unsigned *)(void *)(modes + n);
+  memcpy(handles, b->handles, n * sizeof *handles);
+  memcpy(modes, b->modes, n * sizeof *modes);
+  nd->bufs = (tdm_desc_bufs){n, modes, handles, b->extras};
   return 0;
 }
 
@@ -329,14 +304,7 @@ tdm_status tdm_graph_add(tdm_graph *g, const tdm_task_desc *desc, size_t *node) 
   if (st)
     return st;
   if (g->n >= UINT32_MAX / 2)
-    return refuse(rt, TDM_ERR_NO_MEMORY, what_add, "too many tasks in one graph");
-  /* where it may run, as tdm_submit finds it (and its errors) */
-  tdm_task *probe;
-  if ((st = tdm__task_build(rt, desc, &b, false, what_add, &probe)))
-    return st;
-  uint64_t dev_mask = probe->dev_mask;
-  bool device_ok = probe->device_ok;
-  tdm__task_unref(probe);
+    return tdm__refuse(rt, TDM_ERR_NO_MEMORY, what_add, "too many tasks in one graph");
 
   /* Room first (nothing changes on failure), then the analysis. */
   size_t i = g->n;
@@ -350,13 +318,24 @@ tdm_status tdm_graph_add(tdm_graph *g, const tdm_task_desc *desc, size_t *node) 
     if (nodes)
       g->nodes = nodes;
     if (!mark)
-      return refuse(rt, TDM_ERR_NO_MEMORY, what_add, "out of memory");
+      return tdm__refuse(rt, TDM_ERR_NO_MEMORY, what_add, "out of memory");
     g->mark = mark;
     memset(mark + g->cap, 0, (cap - g->cap) * sizeof *mark);
     g->cap = cap;
   }
   if (node_buffers(rt, &nd, &b))
-    return refuse(rt, TDM_ERR_NO_MEMORY, what_add, "out of memory");
+    return tdm__refuse(rt, TDM_ERR_NO_MEMORY, what_add, "out of memory");
+  /* The task as tdm_submit builds it: where it may run (and the errors
+   * there), and its distinct handles, as a submission finds them. */
+  tdm_task *probe;
+  if ((st = tdm__task_build(rt, desc, &b, false, what_add, &probe))) {
+    node_free(&nd, false);
+    return st;
+  }
+  nd.dev_mask = probe->dev_mask;
+  nd.device_ok = probe->device_ok;
+  nd.nd = tdm__task_unique_handles(probe, nd.dhs, nd.dmodes);
+  tdm__task_unref(probe);
   nd.desc.codelet = desc->codelet;
   if (desc->args_size) {
     void *args = tdm__malloc(rt, desc->args_size);
@@ -374,8 +353,6 @@ tdm_status tdm_graph_add(tdm_graph *g, const tdm_task_desc *desc, size_t *node) 
     nd.desc.cost = desc->cost;
     nd.desc.flags = desc->flags;
   }
-  nd.dev_mask = dev_mask;
-  nd.device_ok = device_ok;
   unsigned npreds = 0;
   int64_t gi[TDM_MAX_TASK_BUFFERS];
   for (unsigned k = 0; k < nd.nd; k++) {
@@ -422,7 +399,7 @@ tdm_status tdm_graph_add(tdm_graph *g, const tdm_task_desc *desc, size_t *node) 
 nomem:
   handles_truncate(g, nh0);
   node_free(&nd, false);
-  return refuse(rt, TDM_ERR_NO_MEMORY, what_add, "out of memory");
+  return tdm__refuse(rt, TDM_ERR_NO_MEMORY, what_add, "out of memory");
 }
 
 tdm_status tdm_graph_depend(tdm_graph *g, size_t node, size_t pred) {
@@ -432,16 +409,16 @@ tdm_status tdm_graph_depend(tdm_graph *g, size_t node, size_t pred) {
   tdm_runtime *rt = g->rt;
   TDM_FORK_GUARD(rt, what);
   if (node >= g->n || pred >= node)
-    return refuse(rt, TDM_ERR_INVALID_ARG, what,
-                  node >= g->n ? "no such recorded task"
-                               : "the predecessor must be recorded before the task");
+    return tdm__refuse(rt, TDM_ERR_INVALID_ARG, what,
+                       node >= g->n ? "no such recorded task"
+                                    : "the predecessor must be recorded before the task");
   gnode *nd = &g->nodes[node];
   for (unsigned k = 0; k < nd->xpreds.n; k++)
     if (nd->xpreds.v[k] == pred)
       return TDM_OK;
   if (u32_reserve(rt, &nd->preds, nd->preds.n + 1) ||
       u32_reserve(rt, &nd->xpreds, nd->xpreds.n + 1))
-    return refuse(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
+    return tdm__refuse(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
   nd->xpreds.v[nd->xpreds.n++] = (uint32_t)pred;
   for (unsigned k = 0; k < nd->preds.n; k++)
     if (nd->preds.v[k] >> 1 == pred) {
@@ -460,12 +437,12 @@ tdm_status tdm_graph_set_args(tdm_graph *g, size_t node, const void *args, size_
   tdm_runtime *rt = g->rt;
   TDM_FORK_GUARD(rt, what);
   if (node >= g->n || (args_size && !args))
-    return refuse(rt, TDM_ERR_INVALID_ARG, what,
-                  node >= g->n ? "no such recorded task" : "args_size > 0 but args is NULL");
+    return tdm__refuse(rt, TDM_ERR_INVALID_ARG, what,
+                       node >= g->n ? "no such recorded task" : "args_size > 0 but args is NULL");
   void *copy = NULL;
   if (args_size) {
     if (!(copy = tdm__malloc(rt, args_size)))
-      return refuse(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
+      return tdm__refuse(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
     memcpy(copy, args, args_size);
   }
   gnode *nd = &g->nodes[node];
@@ -486,19 +463,19 @@ static tdm_status launch_each(tdm_graph *g) {
   size_t made = 0, sent = 0;
   for (; made < g->n && !st; made++)
     st = tdm__task_build(rt, &g->nodes[made].desc, &g->nodes[made].bufs, true, what_launch,
-                         &g->inst[made].t);
+                         &g->inst[made]);
   if (st)
     made--;
   for (size_t i = 0; i < made && !st; i++)
     for (unsigned k = 0; k < g->nodes[i].xpreds.n && !st; k++)
-      st = tdm_task_depends_on(g->inst[i].t, g->inst[g->nodes[i].xpreds.v[k]].t);
+      st = tdm_task_depends_on(g->inst[i], g->inst[g->nodes[i].xpreds.v[k]]);
   for (; sent < made && !st; sent++)
-    st = tdm__submit_created(g->inst[sent].t);
+    st = tdm__submit_created(g->inst[sent]);
   if (st && sent)
     tdm__log(rt, TDM_LOG_ERROR, "%s: refused after %zu of its %zu tasks were submitted (%s)",
              what_launch, sent - 1, g->n, tdm_status_name(st));
   for (size_t i = 0; i < made; i++)
-    tdm_task_release(g->inst[i].t);
+    tdm_task_release(g->inst[i]);
   return st;
 }
 
@@ -527,22 +504,15 @@ static int sort_locks(tdm_graph *g) {
 static tdm_status make_all(tdm_graph *g) {
   tdm_runtime *rt = g->rt;
   size_t n = g->n;
-  /* the slots first, in one go; the instances' room holds them meanwhile */
-  tdm_task **room = (tdm_task **)(void *)g->inst;
-  _Static_assert(sizeof(ginst) >= sizeof(tdm_task *), "a task pointer fits in an instance");
-  size_t got = tdm__task_alloc_many(rt, room, n);
+  size_t got = tdm__task_alloc_many(rt, g->inst, n); /* the slots in one go */
   tdm_status st = TDM_OK;
   if (got < n)
-    st = refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory for its tasks");
-  /* from the last: each ginst is written over the pointers it came from */
-  for (size_t i = got; i-- > 0;) {
-    tdm_task *t = room[i];
-    g->inst[i] = (ginst){t, 0};
-    if (st)
-      continue;
+    st = tdm__refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory for its tasks");
+  for (size_t i = 0; i < got && !st; i++) {
+    tdm_task *t = g->inst[i];
     const gnode *nd = &g->nodes[i];
     if ((st = tdm__task_fill(t, &nd->desc, &nd->bufs, what_launch)))
-      continue;
+      break;
     t->device_ok = nd->device_ok;
     t->dev_mask = nd->dev_mask;
     if (t->more) {
@@ -553,7 +523,9 @@ static tdm_status make_all(tdm_graph *g) {
   }
   if (st)
     for (size_t i = 0; i < got; i++)
-      tdm__task_unref(g->inst[i].t);
+      tdm__task_unref(g->inst[i]);
+  else
+    memset(g->nedges, 0, n * sizeof *g->nedges);
   return st;
 }
 
@@ -610,7 +582,6 @@ static unsigned outside_bound(const tdm_graph *g, const gnode *nd) {
   return n;
 }
 
-
 /* Under the handles' locks: each handle usable, the readers that
  * finished dropped, room for the launch's readers, each task's edges. */
 static tdm_status reserve_all(tdm_graph *g) {
@@ -619,31 +590,22 @@ static tdm_status reserve_all(tdm_graph *g) {
     ghandle *gh = &g->hs[i];
     tdm_handle *h = gh->h;
     if (atomic_load_explicit(&h->magic, memory_order_relaxed) != TDM_HANDLE_MAGIC)
-      return refuse(rt, TDM_ERR_STALE_HANDLE, what_launch, "a handle was unregistered");
+      return tdm__refuse(rt, TDM_ERR_STALE_HANDLE, what_launch, "a handle was unregistered");
     if (h->tiles)
-      return refuse(rt, TDM_ERR_PARTITIONED, what_launch,
-                    "a handle is partitioned (record its tiles)");
-    tdm_taskvec *r = &h->readers;
-    unsigned k = 0;
-    for (unsigned j = 0; j < r->n; j++) {
-      tdm_task *x = r->items[j];
-      /* acquire: as in task.c's reserve_reader */
-      if (atomic_load_explicit(&x->state, memory_order_acquire) == TDM_TS_DONE)
-        tdm__task_unref(x);
-      else
-        r->items[k++] = x;
-    }
-    r->n = k;
-    unsigned want = gh->readers.n + (gh->last_writer < 0 ? r->n : 0);
-    if (tdm__taskvec_reserve(rt, r, want))
-      return refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
+      return tdm__refuse(rt, TDM_ERR_PARTITIONED, what_launch,
+                         "a handle is partitioned (record its tiles)");
+    /* the readers that finished dropped (fewer edges), and room for the
+     * launch's beside those left (more than needed where the graph writes
+     * the handle: its readers then replace them) */
+    if (tdm__readers_room(h, gh->readers.n))
+      return tdm__refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
   }
   /* Each task's predecessors from outside, found now into its edges past
-   * the recorded ones (inst.k: how many, 0 from make_all), linked by
+   * the recorded ones (nedges: how many, 0 from make_all), linked by
    * link_all. */
   for (size_t i = 0; g->reserves && i < g->n; i++) {
     const gnode *nd = &g->nodes[i];
-    tdm_task *t = g->inst[i].t;
+    tdm_task *t = g->inst[i];
     unsigned n = nd->preds.n, most = nd->bound.n ? outside_bound(g, nd) : 0, out = 0;
     if (n + most <= TDM_INLINE_EDGES) {
       out = most ? outside_preds(g, nd, t->edges + n) : 0;
@@ -651,14 +613,14 @@ static tdm_status reserve_all(tdm_graph *g) {
       tdm_edge room[32];
       out = outside_preds(g, nd, room);
       if (n + out > TDM_INLINE_EDGES && !tdm__edges_alloc(t, n + out))
-        return refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
+        return tdm__refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
       memcpy(t->edges + n, room, out * sizeof *room);
     } else {
       if (!tdm__edges_alloc(t, n + most))
-        return refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
+        return tdm__refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
       out = outside_preds(g, nd, t->edges + n);
     }
-    g->inst[i].k = out;
+    g->nedges[i] = out;
   }
   return TDM_OK;
 }
@@ -669,7 +631,7 @@ static void link_all(tdm_graph *g) {
   bool devices = g->rt->ndevice_workers != 0;
   for (size_t i = 0; i < g->n; i++) {
     const gnode *nd = &g->nodes[i];
-    tdm_task *t = g->inst[i].t;
+    tdm_task *t = g->inst[i];
     /* release: as a submission does (tdm_task_depends_on's check) */
     atomic_store_explicit(&t->state, TDM_TS_SUBMITTED, memory_order_release);
     unsigned k = 0;
@@ -677,7 +639,7 @@ static void link_all(tdm_graph *g) {
      * thread sees them (their release publishes these stores) */
     for (; k < nd->preds.n; k++) {
       uint32_t p = nd->preds.v[k];
-      tdm_task *pt = g->inst[p >> 1].t;
+      tdm_task *pt = g->inst[p >> 1];
       tdm_edge *e = &t->edges[k];
       e->succ = (p & 1) ? tdm__edge_tag(t) : t;
       e->next = atomic_load_explicit(&pt->succ_head, memory_order_relaxed);
@@ -687,9 +649,9 @@ static void link_all(tdm_graph *g) {
     if (k)
       atomic_store_explicit(&t->pending, 1 + (int32_t)k, memory_order_relaxed);
     /* those from outside, found by reserve_all (their succ fields) */
-    for (unsigned end = k + g->inst[i].k; k < end; k++)
+    for (unsigned end = k + g->nedges[i]; k < end; k++)
       tdm__link_edge(t->edges[k].succ, t, &t->edges[k]); /* read before it is written */
-    g->inst[i].k = k;
+    g->nedges[i] = k;
     if (TDM_UNLIKELY(t->group))
       tdm__group_submitted(t);
     /* the gathers each access comes after (data/coherence.h) */
@@ -707,12 +669,12 @@ static void link_all(tdm_graph *g) {
     if (gh->last_writer >= 0) {
       tdm__taskvec_clear(&h->writers);
       tdm__taskvec_clear(&h->readers);
-      tdm_task *w = g->inst[gh->last_writer].t;
+      tdm_task *w = g->inst[gh->last_writer];
       tdm__task_ref(w);
       h->writers.items[h->writers.n++] = w; /* inline room */
     }
     for (unsigned r = 0; r < gh->readers.n; r++) {
-      tdm_task *x = g->inst[gh->readers.v[r]].t;
+      tdm_task *x = g->inst[gh->readers.v[r]];
       tdm__task_ref(x);
       h->readers.items[h->readers.n++] = x; /* reserved */
     }
@@ -727,8 +689,8 @@ static void release_all(tdm_graph *g) {
   tdm_runtime *rt = g->rt;
   tdm_task *chain = NULL;
   for (size_t i = 0; i < g->n; i++) {
-    tdm_task *t = g->inst[i].t;
-    if (g->inst[i].k) {
+    tdm_task *t = g->inst[i];
+    if (g->nedges[i]) {
       tdm__task_release_pending(t);
     } else if (!t->device_ok && !rt->sched && !t->priority && !t->main_thread &&
                !atomic_load_explicit(&t->outcome, memory_order_relaxed)) {
@@ -752,21 +714,25 @@ tdm_status tdm_graph_launch(tdm_graph *g) {
   if (st)
     return st;
   if (atomic_exchange_explicit(&g->launching, true, memory_order_acquire))
-    return refuse(rt, TDM_ERR_BUSY, what_launch, "the graph is being launched by another thread");
+    return tdm__refuse(rt, TDM_ERR_BUSY, what_launch,
+                       "the graph is being launched by another thread");
   size_t n = g->n;
   if (!n)
     goto out;
   if (g->cinst < n) {
-    ginst *inst = tdm__realloc(rt, g->inst, n * sizeof *inst);
-    if (!inst) {
-      st = refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
+    tdm_task **inst = tdm__realloc(rt, g->inst, n * sizeof *inst);
+    if (inst)
+      g->inst = inst;
+    unsigned *nedges = inst ? tdm__realloc(rt, g->nedges, n * sizeof *nedges) : NULL;
+    if (!nedges) {
+      st = tdm__refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
       goto out;
     }
-    g->inst = inst;
+    g->nedges = nedges;
     g->cinst = n;
   }
   if (sort_locks(g)) {
-    st = refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
+    st = tdm__refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
     goto out;
   }
   if ((st = tdm__submit_wait_room(rt)))
@@ -779,7 +745,7 @@ tdm_status tdm_graph_launch(tdm_graph *g) {
   atomic_fetch_add(&rt->inflight, (int64_t)n);
   if (atomic_load(&rt->closing) && tdm__thread_of != rt) {
     tdm__sub_inflight(rt, (int64_t)n);
-    st = refuse(rt, TDM_ERR_SHUTTING_DOWN, what_launch, "the runtime is being destroyed");
+    st = tdm__refuse(rt, TDM_ERR_SHUTTING_DOWN, what_launch, "the runtime is being destroyed");
     goto out;
   }
   if ((st = make_all(g))) {
@@ -790,7 +756,7 @@ tdm_status tdm_graph_launch(tdm_graph *g) {
   if ((st = reserve_all(g))) {
     tdm__handles_unlock(g->locks, g->nh);
     for (size_t i = 0; i < n; i++)
-      tdm__task_unref(g->inst[i].t);
+      tdm__task_unref(g->inst[i]);
     tdm__sub_inflight(rt, (int64_t)n);
     goto out;
   }

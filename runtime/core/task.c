@@ -419,12 +419,9 @@ static void preds_free(pred_list *p) {
     free(p->done);
 }
 
-/* Makes room for one more reader, first dropping readers that finished. */
-static int reserve_reader(tdm_handle *h) {
+int tdm__readers_room(tdm_handle *h, unsigned k) {
   tdm_taskvec *r = &h->readers;
-  if (r->n < r->cap)
-    return 0;
-  unsigned k = 0;
+  unsigned n = 0;
   for (unsigned i = 0; i < r->n; i++) {
     tdm_task *x = r->items[i];
     /* acquire: as in preds_add, dropping a finished reader must not drop
@@ -432,18 +429,14 @@ static int reserve_reader(tdm_handle *h) {
     if (atomic_load_explicit(&x->state, memory_order_acquire) == TDM_TS_DONE)
       tdm__task_unref(x);
     else
-      r->items[k++] = x;
+      r->items[n++] = x;
   }
-  r->n = k;
-  if (r->n < r->cap)
+  r->n = n;
+  if (n + k <= r->cap)
     return 0;
-  /* grow by pushing a placeholder and taking it back */
-  if (tdm__taskvec_push(h->rt, r, NULL))
-    return -1;
-  r->n--;
-  return 0;
+  /* grown as tdm__taskvec_push grows it, or to what is asked */
+  return tdm__taskvec_reserve(h->rt, r, 2 * r->cap > n + k ? 2 * r->cap : n + k);
 }
-
 
 /* Wakes every thread blocked in a wait (they share one condition and
  * each checks its own condition again). */
@@ -574,12 +567,17 @@ static unsigned unique_many(const tdm_task *t, tdm_handle **hs, unsigned *modes)
 }
 
 /* Distinct handles of t with their combined modes, sorted by address. */
-static unsigned unique_handles(const tdm_task *t, tdm_handle **hs, unsigned *modes) {
+TDM_ALWAYS_INLINE static unsigned unique_handles(const tdm_task *t, tdm_handle **hs,
+                                                 unsigned *modes) {
   if (t->nbuf <= TDM_MAX_BUFFERS)
     return unique_few(t->handles, t->modes, t->nbuf, hs, modes);
   if (t->nbuf <= UNIQUE_FEW)
     return unique_few(t->more->handles, t->more->modes, t->nbuf, hs, modes);
   return unique_many(t, hs, modes);
+}
+
+unsigned tdm__task_unique_handles(const tdm_task *t, tdm_handle **hs, unsigned *modes) {
+  return unique_handles(t, hs, modes);
 }
 
 /* The submission of t, in steps (tdm__task_submit); the hot ones are
@@ -629,7 +627,7 @@ TDM_ALWAYS_INLINE static tdm_status check_and_reserve(tdm_task *t, tdm_handle **
         for (unsigned k = 0; k < h->readers.n && !st; k++)
           if (preds_add(preds, h->readers.items[k], false))
             st = TDM_ERR_NO_MEMORY;
-      } else if (!st && reserve_reader(h)) {
+      } else if (!st && tdm__reserve_readers(h, 1)) {
         st = TDM_ERR_NO_MEMORY;
       }
     }
