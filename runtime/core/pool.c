@@ -95,6 +95,17 @@ TDM_ALWAYS_INLINE static void pool_put(tdm_runtime *rt, tdm_task *t) {
 
 /* A free slot of the pool, its fields as they were left; NULL when out of
  * memory. */
+/* The next free task of the other threads' shared cache, refilled in a
+ * batch when empty; NULL when out of memory. ext_lock held. */
+static inline tdm_task *ext_pop(tdm_runtime *rt) {
+  if (!rt->ext_free)
+    rt->ext_free = take_batch(rt);
+  tdm_task *t = rt->ext_free;
+  if (t)
+    rt->ext_free = t->pool_next;
+  return t;
+}
+
 static inline tdm_task *pool_take(tdm_runtime *rt) {
   tdm_worker *w = tdm__self_in(rt);
   tdm_task *t;
@@ -113,18 +124,14 @@ static inline tdm_task *pool_take(tdm_runtime *rt) {
      * that a thread submitting many tasks seldom touches the lock the
      * workers use. */
     tdm__spin_lock(&rt->ext_lock);
-    if (!rt->ext_free)
-      rt->ext_free = take_batch(rt);
-    t = rt->ext_free;
-    if (t) {
-      tdm_task *next = rt->ext_free = t->pool_next;
-      /* The free tasks were last written by the workers that ran them:
-       * fetch the next one's two hot lines for writing while this one is
-       * filled, instead of stalling on both misses in turn. */
-      if (next) {
-        __builtin_prefetch(next, 1);
-        __builtin_prefetch((char *)next + TDM_CACHE_LINE, 1);
-      }
+    t = ext_pop(rt);
+    tdm_task *next = rt->ext_free;
+    /* The free tasks were last written by the workers that ran them:
+     * fetch the next one's two hot lines for writing while this one is
+     * filled, instead of stalling on both misses in turn. */
+    if (t && next) {
+      __builtin_prefetch(next, 1);
+      __builtin_prefetch((char *)next + TDM_CACHE_LINE, 1);
     }
     tdm__spin_unlock(&rt->ext_lock);
   }
@@ -180,13 +187,8 @@ size_t tdm__task_alloc_many(tdm_runtime *rt, tdm_task **out, size_t n) {
       ;
   } else { /* the shared cache's lock once, not once a task */
     tdm__spin_lock(&rt->ext_lock);
-    while (got < n) {
-      if (!rt->ext_free && !(rt->ext_free = take_batch(rt)))
-        break;
-      tdm_task *t = rt->ext_free;
-      rt->ext_free = t->pool_next;
-      out[got++] = t;
-    }
+    for (; got < n && (out[got] = ext_pop(rt)); got++)
+      ;
     tdm__spin_unlock(&rt->ext_lock);
   }
   for (size_t i = 0; i < got; i++)
