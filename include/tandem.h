@@ -889,11 +889,47 @@ TDM_API void tdm_free(void *ptr);
 
 typedef struct tdm_handle tdm_handle;
 
-/** How a task accesses a buffer. */
+/**
+ * How a task accesses a buffer.
+ *
+ * TDM_COMMUTE: reads and writes, as TDM_RW, but the tasks that name a
+ * handle so one after another (no other access between them in
+ * submission order) may run in any order, never two at once: each waits
+ * for the accesses before the run of them, and the next other access
+ * waits for all of them. A histogram's or a sum's updates, a list's
+ * appends. The exclusion is held from the moment the task is ready
+ * until it ends, retries included, wherever it runs (CPU or device); a
+ * task whose several handles are TDM_COMMUTE takes them all at once.
+ * If one of them fails, the version the run of them makes is lost (its
+ * readers are cancelled, as after a failed TDM_RW); the others still run.
+ *
+ * TDM_REDUX: accumulates into the buffer. The handle must have a
+ * reduction (tdm_handle_set_reduction). Tasks that name it so one after
+ * another run in parallel, each on a private copy the reduction's init
+ * codelet set to its identity: the copies are lanes
+ * (tdm_reduction.copies, by default one per worker and device), the
+ * n-th such task goes to lane n mod copies, and a lane's tasks run one
+ * after another. The next other access to the handle (a task, an
+ * acquisition, unregistration, partitioning, a recorded graph's launch,
+ * tdm_runtime_destroy) first combines the lanes that were used into the
+ * handle with the reduction's combine codelet, in a fixed order: lane 1
+ * into lane 0, 3 into 2, ..., then pairs of those, then the result into
+ * the handle. The result is therefore the same for a given submission order
+ * and number of lanes, wherever the tasks ran (bitwise, floating point
+ * included). A task's function sees its lane's buffer: it must add to
+ * it, not overwrite it. The verification mode (tdm_config.verify) does
+ * not compare such tasks. A task may name a handle TDM_REDUX and also
+ * read it (TDM_R): it reads what was combined before it.
+ *
+ * Neither mode is accepted by a recorded graph (tdm_graph_add), a
+ * data-parallel operation or a host acquisition (TDM_ERR_INVALID_MODE).
+ */
 typedef enum tdm_access {
-  TDM_R = 1,  /**< reads only */
-  TDM_W = 2,  /**< overwrites (former contents may be discarded) */
-  TDM_RW = 3  /**< reads and writes */
+  TDM_R = 1,        /**< reads only */
+  TDM_W = 2,        /**< overwrites (former contents may be discarded) */
+  TDM_RW = 3,       /**< reads and writes */
+  TDM_REDUX = 4,    /**< accumulates into a private copy (see above) */
+  TDM_COMMUTE = 11  /**< reads and writes, in any order, one at a time (TDM_RW | 8) */
 } tdm_access;
 
 /**
@@ -1137,6 +1173,36 @@ typedef struct tdm_codelet {
    * avoided, and codelets without a name share "(unnamed)". */
   tdm_footprint_fn footprint;
 } tdm_codelet;
+
+/**
+ * How tasks that name a handle TDM_REDUX accumulate into it
+ * (tdm_handle_set_reduction; the mode is described at tdm_access).
+ */
+typedef struct tdm_reduction {
+  size_t struct_size; /**< sizeof(tdm_reduction), or 0 */
+  /** Sets a lane's private copy to the identity: one buffer, TDM_W (a
+   * copy of the handle's shape, rows packed: ld == cols). Its variants
+   * run where it is placed, as any task's. */
+  const tdm_codelet *init;
+  /** Adds buffer 1 into buffer 0: two buffers, TDM_RW then TDM_R, of the
+   * handle's shape (buffer 0 is the handle itself at the last step: its
+   * own ld). Its CPU variant is required, and is the one used: the lanes
+   * are combined by one task on a CPU worker, in the order tdm_access
+   * describes. Both codelets get no arguments (NULL, 0). */
+  const tdm_codelet *combine;
+  /** Lanes (private copies, each made on first use, freed with the
+   * handle): 0 for one per worker (tdm_runtime_nworkers), at most 64. */
+  unsigned copies;
+} tdm_reduction;
+
+/**
+ * Gives h (a registered vector or matrix, not a tile) the reduction r
+ * (copied; its codelets must outlive the handle), which TDM_REDUX needs.
+ * Once per handle, before any task names it TDM_REDUX.
+ * TDM_ERR_INVALID_ARG: NULL, a tile, r's codelets not as described, more
+ * than 64 copies; TDM_ERR_BUSY: h has one already. Any thread.
+ */
+TDM_API tdm_status tdm_handle_set_reduction(tdm_handle *h, const tdm_reduction *r);
 
 typedef struct tdm_task tdm_task;
 /** A group of tasks (see "Task groups" below). */

@@ -100,8 +100,10 @@ typedef struct tdm_task {
    * no_cpu: the CPU workers do not run it though its codelet has a CPU
    * variant (a chunk of an operation that keeps them out, or one bound to
    * its device by a static split), unless cpu_fallback and no device is
-   * left to it (tdm__task_cpu_ok). */
-  bool user_ref : 1, chunk : 1, no_cpu : 1, cpu_fallback : 1;
+   * left to it (tdm__task_cpu_ok). commute: a buffer is TDM_COMMUTE (it
+   * takes the handles' exclusion when ready, core/commute.c); redux: a
+   * buffer is TDM_REDUX, not yet bound to its lane (until its submission). */
+  bool user_ref : 1, chunk : 1, no_cpu : 1, cpu_fallback : 1, commute : 1, redux : 1;
   bool device_ok; /* may run on a device (a backend's prepare) */
   /* Where the scheduler placed it (0: the CPU workers, 1 + k: device k;
    * -1: not placed by a model) and the execution time it predicted. */
@@ -243,6 +245,11 @@ static inline bool tdm__task_lose_devices(tdm_task *t, uint64_t gone) {
   return t->device_ok || tdm__task_cpu_ok(t);
 }
 
+/* The bit of TDM_COMMUTE beyond TDM_RW's. */
+#define TDM__COMMUTES 8u
+#define TDM__H_LANES 1u     /* tdm_handle.unusual */
+#define TDM__H_COMMUTERS 2u
+
 typedef struct tdm_edge tdm_edge;
 #define TDM_CLOSED ((tdm_edge *)(uintptr_t)1)
 
@@ -318,6 +325,13 @@ struct tdm_handle {
    * struct is freed when they are all gone. */
   _Atomic int32_t refs;
   uint8_t kind;
+  /* What a submission must look at besides its writers and readers
+   * (one test for both; under `lock`): TDM__H_LANES, lanes of its
+   * reduction were used since they were last combined (core/reduce.c:
+   * an access of another mode combines them first; written under the
+   * runtime's redux_lock too, so readable under either); TDM__H_COMMUTERS,
+   * tasks commute on it (commuters below). */
+  uint8_t unusual;
   tdm_runtime *rt;
   tdm_buffer buf;
   tdm_spinlock lock; /* guards everything below */
@@ -326,6 +340,15 @@ struct tdm_handle {
    * contents. A reader waits for the writers; a writer waits for both. */
   tdm_taskvec writers;
   tdm_taskvec readers;
+  /* The tasks naming it TDM_COMMUTE since the writers and readers above
+   * (each came after all of those); the next other access settles them
+   * as the writers (tdm__handle_settle). */
+  tdm_taskvec commuters;
+  /* Their exclusion (core/commute.c): the task that holds it, and those
+   * ready and waiting for it, linked by pool_next. */
+  tdm_task *commute_owner, *commute_head, *commute_tail;
+  /* Its reduction (tdm_handle_set_reduction; core/reduce.c), or NULL. */
+  struct tdm_redux *redux;
   /* The host acquisition node, if any. Written under `lock`; atomic so
    * that destroy can scan handles without taking their locks (it holds
    * handles_lock, which submitters take while holding handle locks). */
@@ -558,6 +581,10 @@ struct tdm_runtime {
    * yields when held long, as by a cycle search), four of them a task
    * made by tdm_task_create, where a mutex cost a chain 12% more. */
   tdm_spinlock deps_lock;
+  /* Reductions (core/reduce.c): binding tasks to lanes and combining
+   * lanes, one thread at a time, so that each lane's tasks and its
+   * combination come in one order. */
+  tdm_spinlock redux_lock;
   tdm_order graph; /* created tasks in order (depgraph.c), under deps_lock */
 
   /* Every handle not yet freed (for destroy), and the recently

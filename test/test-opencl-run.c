@@ -8,7 +8,8 @@
  * handles (coherence), submitted and recorded in a graph launched again
  * and again; byte counters (integrated: zero; discrete: exactly
  * what the graph needs); a device-only chain; tasks with both variants;
- * a tiled matrix multiply (device only, and mixed with the CPU); a task
+ * a tiled matrix multiply (device only, and mixed with the CPU);
+ * accumulating kernels (TDM_REDUX, TDM_COMMUTE); a task
  * enqueueing its own commands; eviction under a small device-memory limit;
  * a buffer too large for the device; vector pieces; the OpenCL objects of
  * a device; an OpenCL-only task without a device; pausing; a task pinned
@@ -488,6 +489,84 @@ static void test_both_variants(void **state) {
   tdm_handle_unregister(hx);
   tdm_runtime_destroy(rt);
   tdm_free(x);
+  assert_int_equal(test_log_errors(&log), 0);
+}
+
+/* ---- accesses that do not serialise -------------------------------------- */
+
+static const tdm_opencl_variant acc_cl = {
+    .source = "__kernel void acc(__global float *y, ulong ny, float k) {\n"
+              "  y[get_global_id(0)] += k;\n"
+              "}\n"
+              "__kernel void zero(__global float *y, ulong ny) {\n"
+              "  y[get_global_id(0)] = 0;\n"
+              "}\n",
+    .kernel = "acc"};
+static const tdm_opencl_variant zero_cl = {.source = acc_cl.source, .kernel = "zero"};
+static void zero_cpu(const tdm_buffer *b, const void *args, size_t size) {
+  (void)args;
+  (void)size;
+  memset(b[0].ptr, 0, b[0].nx * sizeof(float));
+}
+static void add_cpu(const tdm_buffer *b, const void *args, size_t size) {
+  (void)args;
+  (void)size;
+  float *y = b[0].ptr;
+  const float *x = b[1].ptr;
+  for (size_t i = 0; i < b[0].nx; i++)
+    y[i] += x[i];
+}
+static const tdm_codelet acc_redux = {
+    .name = "acc (redux)", .nbuffers = 1, .modes = {TDM_REDUX}, .opencl = &acc_cl};
+static const tdm_codelet acc_commute = {
+    .name = "acc (commute)", .nbuffers = 1, .modes = {TDM_COMMUTE}, .opencl = &acc_cl};
+static const tdm_codelet zero_both = {
+    .name = "zero", .cpu_fn = zero_cpu, .nbuffers = 1, .modes = {TDM_W}, .opencl = &zero_cl};
+static const tdm_codelet add_cpu_only = {
+    .name = "add", .cpu_fn = add_cpu, .nbuffers = 2, .modes = {TDM_RW, TDM_R}};
+
+/* Kernels that accumulate into a vector, TDM_REDUX (lanes on the
+ * device, combined on the CPU) and TDM_COMMUTE: every update counted
+ * once, read by the host between rounds and at the end. */
+static void test_modes_on_device(void **state) {
+  (void)state;
+  test_log log;
+  tdm_runtime *rt = device_runtime(&log, 1);
+  float *r = array(1, 1), *c = array(2, 1), *r0 = array(1, 1), *c0 = array(2, 1);
+  tdm_handle *hr = vector_of(rt, r), *hc = vector_of(rt, c);
+  tdm_reduction sum = {.init = &zero_both, .combine = &add_cpu_only, .copies = 3};
+  assert_int_equal(tdm_handle_set_reduction(hr, &sum), TDM_OK);
+  float total = 0;
+  for (int round = 0; round < 3; round++) {
+    for (int t = 0; t < 20; t++) {
+      float k = (float)(round * 20 + t + 1);
+      total += k;
+      assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &acc_redux, .handles = {hr},
+                                                       .args = &k, .args_size = sizeof k}),
+                       TDM_OK);
+      assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &acc_commute, .handles = {hc},
+                                                       .args = &k, .args_size = sizeof k}),
+                       TDM_OK);
+    }
+    assert_int_equal(tdm_handle_acquire(hr, TDM_R), TDM_OK);
+    assert_int_equal(tdm_handle_acquire(hc, TDM_R), TDM_OK);
+    for (int i = 0; i < N; i++) {
+      assert_true(r[i] == r0[i] + total);
+      assert_true(c[i] == c0[i] + total);
+    }
+    assert_int_equal(tdm_handle_release(hr), TDM_OK);
+    assert_int_equal(tdm_handle_release(hc), TDM_OK);
+  }
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  tdm_device_counters k = counters(rt);
+  assert_true(k.tasks >= 120); /* every update ran there */
+  tdm_handle_unregister(hr);
+  tdm_handle_unregister(hc);
+  tdm_runtime_destroy(rt);
+  tdm_free(r);
+  tdm_free(c);
+  tdm_free(r0);
+  tdm_free(c0);
   assert_int_equal(test_log_errors(&log), 0);
 }
 
@@ -1066,6 +1145,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_chain_while_cpus_busy),
       cmocka_unit_test(test_destroy_while_device_chain_grows),
       cmocka_unit_test(test_both_variants),
+      cmocka_unit_test(test_modes_on_device),
       cmocka_unit_test(test_adaptive_window),
       cmocka_unit_test(test_tiled_gemm),
       cmocka_unit_test(test_tiled_gemm_both_variants),

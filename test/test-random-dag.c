@@ -265,11 +265,16 @@ static unsigned one_seed(tdm_runtime *rt, uint64_t seed, const rates *faults, bo
     assert_int_equal(tdm_register_vector(rt, data[h], WORDS, sizeof(uint64_t), &hs[h]), TDM_OK);
   for (int h = NHANDLES; h < NH; h++) /* one value each: a reduction's result */
     assert_int_equal(tdm_register_vector(rt, data[h], 1, sizeof data[h], &hs[h]), TDM_OK);
+  /* Without faults, tasks also commute on handles and accumulate into
+   * them (TDM_COMMUTE, TDM_REDUX); replay does not model their failures. */
+  bool every_mode = !faults;
+  const tdm_reduction sum = sum_words(0);
+  for (int h = 0; every_mode && h < NHANDLES; h++)
+    assert_int_equal(tdm_handle_set_reduction(hs[h], &sum), TDM_OK);
   for (unsigned k = 0; faults && k < TDM_NFAULTS; k++)
     if (faults->p[k] > 0)
       tdm__faults_set(rt, k, faults->p[k], seed);
 
-  static const unsigned mode_of[3] = {TDM_R, TDM_W, TDM_RW};
   uint64_t rng = seed;
   for (int t = 0; t < NTASKS; t++) {
     rng = mix(rng);
@@ -281,26 +286,36 @@ static unsigned one_seed(tdm_runtime *rt, uint64_t seed, const rates *faults, bo
     step s = {.id = rng,
               .nbuf = is_wide ? TDM_MAX_BUFFERS + 1 + (unsigned)((rng >> 44) % 8)
                               : 1 + (unsigned)(rng % 4)};
-    unsigned code = 0;
+    unsigned code = 0, hi[MAX_WIDE], mi[MAX_WIDE];
     tdm_task_desc d = {0};
     tdm_handle *dyn[MAX_WIDE];
     uint64_t *bufs[MAX_WIDE];
     for (unsigned i = 0; i < s.nbuf; i++) {
       rng = mix(rng);
       /* readers a bit more often, so that groups of readers form */
-      unsigned m = (rng >> 8) % 5;
-      s.modes[i] = mode_of[m < 3 ? 0 : m - 2];
-      unsigned h = (unsigned)((rng >> 20) % NHANDLES);
+      unsigned m = (rng >> 8) % (every_mode ? 7 : 5);
+      mi[i] = m < 3 ? 0 : m - 2; /* an index in all_modes */
+      hi[i] = (unsigned)((rng >> 20) % NHANDLES);
+    }
+    /* a handle it commutes on, it names so each time (a read of it
+     * would see the others' updates in whatever order they ran) */
+    for (unsigned i = 0; i < s.nbuf; i++)
+      for (unsigned j = 0; j < s.nbuf; j++)
+        if (all_modes[mi[i]] == TDM_COMMUTE && hi[j] == hi[i])
+          mi[j] = mi[i];
+    for (unsigned i = 0; i < s.nbuf; i++) {
+      s.modes[i] = all_modes[mi[i]];
       if (is_wide) {
-        dyn[i] = hs[h];
+        dyn[i] = hs[hi[i]];
         wide_modes[i] = (tdm_access)s.modes[i];
       } else {
-        d.handles[i] = hs[h];
+        d.handles[i] = hs[hi[i]];
       }
-      bufs[i] = ref[h];
-      code = code * 3 + (m < 3 ? 0 : m - 2);
+      bufs[i] = ref[hi[i]];
+      code = code * (every_mode ? 5 : 3) + mi[i];
     }
-    d.codelet = is_wide ? &wide[s.nbuf] : &cls[s.nbuf - 1][code];
+    d.codelet = is_wide ? &wide[s.nbuf] : every_mode ? &xcls[s.nbuf - 1][code]
+                                                     : &cls[s.nbuf - 1][code];
     d.dyn_handles = is_wide ? dyn : NULL;
     d.args = &s;
     d.args_size = sizeof s;

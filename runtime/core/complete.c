@@ -86,6 +86,8 @@ static __attribute__((noinline, cold)) void cancel_readers(tdm_edge *e) {
 /* Finishes t; w: the calling worker of t's runtime, or NULL. */
 static void finish(tdm_task *t, tdm_worker *w) {
   tdm_runtime *rt = t->rt;
+  if (TDM_UNLIKELY(t->commute)) /* before it is DONE: its handles may go then */
+    tdm__commute_give(t);
   /* acq_rel: our writes (the task's results) are released to successors;
    * acquire the edges they pushed */
   tdm_edge *e = atomic_exchange_explicit(&t->succ_head, TDM_CLOSED, memory_order_acq_rel);

@@ -206,6 +206,9 @@ void *tdm__verify_before(tdm_task *t);
 void tdm__verify_after(tdm_runtime *rt, void *rec, tdm_task *t, bool submitted);
 /* The verification mode's own tasks (not counted as the application's). */
 bool tdm__verify_internal(const tdm_task *t);
+/* Whether this thread is between tdm__verify_before and _after (holding
+ * the mode's lock): the runtime's own submissions then skip the mode. */
+bool tdm__verify_held(const tdm_runtime *rt);
 /* Logs its counts (TANDEM_STATS). */
 void tdm__verify_report(tdm_runtime *rt);
 /* Whether devices' results were replaced by the CPU variant's since the
@@ -275,6 +278,32 @@ int tdm__readers_room(tdm_handle *h, unsigned k);
 static inline int tdm__reserve_readers(tdm_handle *h, unsigned k) {
   return h->readers.n + k <= h->readers.cap ? 0 : tdm__readers_room(h, k);
 }
+/* h's lock held: the tasks naming it TDM_COMMUTE since its writers, if
+ * any, become its writers, for an access of another mode, or a call that
+ * reads its state (handles.c). */
+void tdm__handle_settle(tdm_handle *h);
+/* Commutative accesses (commute.c). t (t->commute) is ready: true when it
+ * took the exclusion of each handle it names TDM_COMMUTE (or already held
+ * it); false: it waits for one of them and is placed when given it.
+ * tdm__commute_give: t ends, it gives back what it holds. */
+bool tdm__commute_take(tdm_task *t);
+void tdm__commute_give(tdm_task *t);
+/* Reductions (reduce.c). tdm__task_submit of a task naming a handle
+ * TDM_REDUX (t->redux): each such buffer bound to its lane, whose init
+ * task comes first, and t submitted. The lanes of h combined into it
+ * (nothing when none was used since): for an access of another mode, for
+ * unregistration or partitioning; those of every handle (at destroy);
+ * what is left freed (a handle unregistered; at teardown). Statuses as
+ * tdm__task_submit's. */
+#define TDM__FLUSH ((tdm_status)1) /* check_and_reserve: bind or combine first */
+tdm_status tdm__redux_submit(tdm_task *t, bool give_ref);
+tdm_status tdm__redux_flush(tdm_handle *h);
+tdm_status tdm__redux_flush_task(tdm_task *t);
+void tdm__redux_flush_all(tdm_runtime *rt);
+void tdm__redux_free(tdm_handle *h, bool at_destroy);
+/* A task built from desc and submitted as the runtime's own (init and
+ * combination tasks): no wait for room; verified in that mode. */
+tdm_status tdm__submit_internal(tdm_runtime *rt, const tdm_task_desc *desc, const char *what);
 /* Recorded graphs (graph.c): frees those left, at teardown (their
  * handles and groups go with the runtime's). */
 void tdm__graphs_free(tdm_runtime *rt);
@@ -459,6 +488,8 @@ static inline void tdm__task_ready(tdm_task *t) {
     return;
   }
   atomic_store_explicit(&t->state, TDM_TS_READY, memory_order_relaxed);
+  if (TDM_UNLIKELY(t->commute) && !tdm__commute_take(t))
+    return; /* placed when the exclusion it waits for is given to it */
   tdm__place(t->rt, t);
 }
 

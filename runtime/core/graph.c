@@ -303,6 +303,10 @@ tdm_status tdm_graph_add(tdm_graph *g, const tdm_task_desc *desc, size_t *node) 
   tdm_status st = tdm__desc_check(rt, desc, what_add, &b);
   if (st)
     return st;
+  for (unsigned k = 0; k < b.n; k++)
+    if (b.modes[k] == TDM_COMMUTE || b.modes[k] == TDM_REDUX)
+      return tdm__refuse(rt, TDM_ERR_INVALID_MODE, what_add,
+                         "TDM_COMMUTE and TDM_REDUX are not recorded (submit such tasks)");
   if (g->n >= UINT32_MAX / 2)
     return tdm__refuse(rt, TDM_ERR_NO_MEMORY, what_add, "too many tasks in one graph");
 
@@ -594,6 +598,10 @@ static tdm_status reserve_all(tdm_graph *g) {
     if (h->tiles)
       return tdm__refuse(rt, TDM_ERR_PARTITIONED, what_launch,
                          "a handle is partitioned (record its tiles)");
+    if (h->unusual & TDM__H_LANES)
+      return tdm__refuse(rt, TDM_ERR_BUSY, what_launch,
+                         "a task named a handle TDM_REDUX while the graph was launched");
+    tdm__handle_settle(h); /* tasks commuting on it: its writers now */
     /* the readers that finished dropped (fewer edges), and room for the
      * launch's beside those left (more than needed where the graph writes
      * the handle: its readers then replace them) */
@@ -735,6 +743,9 @@ tdm_status tdm_graph_launch(tdm_graph *g) {
     st = tdm__refuse(rt, TDM_ERR_NO_MEMORY, what_launch, "out of memory");
     goto out;
   }
+  for (unsigned i = 0; i < g->nh; i++) /* reductions' lanes combined first */
+    if (g->locks[i]->redux && (st = tdm__redux_flush(g->locks[i])))
+      goto out;
   if ((st = tdm__submit_wait_room(rt)))
     goto out;
   if (TDM_UNLIKELY(rt->verify || rt->recording)) {

@@ -19,6 +19,17 @@
 static void drop_state(tdm_handle *h) {
   tdm__taskvec_release(&h->writers);
   tdm__taskvec_release(&h->readers);
+  tdm__taskvec_release(&h->commuters);
+}
+
+void tdm__handle_settle(tdm_handle *h) {
+  if (TDM_LIKELY(!(h->unusual & TDM__H_COMMUTERS)))
+    return;
+  /* each came after every writer and reader: they are the writers now */
+  tdm__taskvec_release(&h->writers);
+  tdm__taskvec_clear(&h->readers);
+  tdm__taskvec_move(&h->writers, &h->commuters);
+  h->unusual &= (uint8_t)~TDM__H_COMMUTERS;
 }
 
 /* ---- partitioning ------------------------------------------------------ */
@@ -62,6 +73,8 @@ static tdm_status partition_at(tdm_handle *h, size_t tile_rows, size_t tile_cols
   else if (rows_at[0] != 0 || rows_at[ni] != h->buf.nx)
     return tdm__refuse(rt, TDM_ERR_INVALID_ARG, what, "row boundaries do not span the rows");
   size_t nj = (h->buf.ny + tile_cols - 1) / tile_cols;
+  if (h->redux && (st = tdm__redux_flush(h))) /* its tiles get what the lanes hold */
+    return st;
   tdm_handle **tiles = tdm__calloc(rt, ni * nj, sizeof *tiles);
   if (!tiles)
     return tdm__refuse(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
@@ -69,6 +82,8 @@ static tdm_status partition_at(tdm_handle *h, size_t tile_rows, size_t tile_cols
   tdm__spin_lock(&h->lock);
   if (atomic_load(&h->magic) != TDM_HANDLE_MAGIC)
     st = tdm__refuse(rt, TDM_ERR_STALE_HANDLE, what, "handle was unregistered");
+  else if (h->unusual & TDM__H_LANES)
+    st = tdm__refuse(rt, TDM_ERR_BUSY, what, "a task named it TDM_REDUX meanwhile");
   else if (h->tiles)
     st = tdm__refuse(rt, TDM_ERR_PARTITIONED, what, "already partitioned");
   else if (h->acquired)
@@ -88,6 +103,7 @@ static tdm_status partition_at(tdm_handle *h, size_t tile_rows, size_t tile_cols
       }
       tdm__handle_ref(h); /* the tile's */
       tiles[i * nj + j] = tile;
+      tdm__handle_settle(h); /* (its lock held) */
       if (copy_refs(rt, &tile->writers, &h->writers) || copy_refs(rt, &tile->readers, &h->readers))
         st = tdm__refuse(rt, TDM_ERR_NO_MEMORY, what, "out of memory");
     }
@@ -178,6 +194,7 @@ static tdm_status unpartition(tdm_handle *h, unsigned flags, uint8_t kind, const
     st = tdm__refuse(rt, TDM_ERR_NOT_PARTITIONED, what, "unpartitioned concurrently");
   for (size_t k = 0; k < n && !st; k++) {
     tdm_handle *t = tiles[k];
+    tdm__handle_settle(t);
     if (t->acquired || t->tiles || t->unsubmitted)
       st = tdm__refuse(rt, TDM_ERR_BUSY, what,
                        "a tile is acquired, partitioned or named by an unsubmitted task");
@@ -332,9 +349,13 @@ tdm_status tdm_handle_unregister(tdm_handle *h) {
   tdm_status st = enter_blocking(h, what, &rt);
   if (st)
     return st;
+  if (h->redux && (st = tdm__redux_flush(h))) /* what its reduction holds comes first */
+    return st;
   tdm__spin_lock(&h->lock);
   if (atomic_load(&h->magic) != TDM_HANDLE_MAGIC)
     st = tdm__refuse(rt, TDM_ERR_STALE_HANDLE, what, "handle was unregistered");
+  else if (h->unusual & TDM__H_LANES)
+    st = tdm__refuse(rt, TDM_ERR_BUSY, what, "a task named it TDM_REDUX meanwhile");
   else if (h->acquired)
     st = tdm__refuse(rt, TDM_ERR_BUSY, what, "handle is acquired by the host");
   else if (h->tiles)
@@ -349,6 +370,7 @@ tdm_status tdm_handle_unregister(tdm_handle *h) {
   if (!st) {
     /* dead from now on: later submissions fail */
     atomic_store(&h->magic, TDM_HANDLE_DEAD);
+    tdm__handle_settle(h);
     tdm__taskvec_move(&writers, &h->writers);
     tdm__taskvec_move(&readers, &h->readers);
   }
@@ -372,6 +394,7 @@ tdm_status tdm_handle_unregister(tdm_handle *h) {
   /* the latest contents go home, and the device buffers go */
   bool home = tdm__handle_home(h, false);
   tdm__handle_forget(h, true);
+  tdm__redux_free(h, false);
   tdm__handle_quarantine(h);
   if (!home)
     return tdm__refuse(rt, TDM_ERR_LOST, what,

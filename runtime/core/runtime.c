@@ -77,6 +77,7 @@ static tdm_status init_sync(tdm_runtime *rt) {
   if ((err = pthread_cond_init(&rt->wait_cond, NULL)))
     goto fail3;
   atomic_init(&rt->deps_lock.locked, 0);
+  atomic_init(&rt->redux_lock.locked, 0);
   if ((err = pthread_mutex_init(&rt->handles_lock, NULL)))
     goto fail5;
   if ((err = pthread_mutex_init(&rt->trace_lock, NULL)))
@@ -398,6 +399,7 @@ tdm_status tdm_runtime_destroy(tdm_runtime *rt) {
              "it once that code has returned (from the event loop, say)");
     return TDM_ERR_IN_TASK;
   }
+  tdm__redux_flush_all(rt); /* the application's memory holds the reductions too */
   atomic_store(&rt->closing, true);
   tdm__wake_waiters(rt); /* submitters waiting for room are refused now */
   tdm_runtime_resume(rt); /* the tasks queued run */
@@ -411,6 +413,10 @@ tdm_status tdm_runtime_destroy(tdm_runtime *rt) {
     ;
   tdm__submit_wait_unblocked(rt); /* none of them still uses rt */
   tdm__handles_home(rt); /* the application's memory holds every result */
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->handles_lock));
+  for (tdm_handle *h = rt->all_handles; h; h = h->all_next)
+    tdm__redux_free(h, true);
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->handles_lock));
   tdm__trace_write(rt);
   tdm__trace_finish(rt);
   tdm__log(rt, TDM_LOG_INFO, "runtime stopping");

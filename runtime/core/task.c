@@ -156,9 +156,11 @@ tdm_status tdm__desc_check(tdm_runtime *rt, const tdm_task_desc *desc, const cha
                what, name);
 
   for (unsigned i = 0; i < b->n; i++) {
-    if (b->modes[i] != TDM_R && b->modes[i] != TDM_W && b->modes[i] != TDM_RW)
+    tdm_access m = b->modes[i];
+    if (TDM_UNLIKELY((unsigned)m - TDM_R > TDM_RW - TDM_R) && m != TDM_COMMUTE &&
+        m != TDM_REDUX)
       return bad(rt, TDM_ERR_INVALID_MODE, "%s: codelet %s, buffer %u: invalid access mode %d",
-                 what, name, i, (int)b->modes[i]);
+                 what, name, i, (int)m);
     const tdm_handle *h = b->handles[i];
     if (TDM_UNLIKELY(!h || atomic_load_explicit(&h->magic, memory_order_relaxed) !=
                                TDM_HANDLE_MAGIC || h->rt != rt)) { /* which buffer */
@@ -168,6 +170,10 @@ tdm_status tdm__desc_check(tdm_runtime *rt, const tdm_task_desc *desc, const cha
       if (st)
         return st;
     }
+    if (TDM_UNLIKELY((unsigned)m - TDM_R > TDM_RW - TDM_R) && m == TDM_REDUX && !h->redux)
+      return bad(rt, TDM_ERR_INVALID_MODE,
+                 "%s: codelet %s, buffer %u: TDM_REDUX names a handle without a reduction "
+                 "(tdm_handle_set_reduction)", what, name, i);
   }
   return TDM_OK;
 #undef name
@@ -205,23 +211,28 @@ static tdm_task_more *more_new(tdm_runtime *rt, unsigned n) {
 static void set_buffers(tdm_task *t, const tdm_desc_bufs *b) {
   tdm_task_more *m = t->more;
   t->nbuf = (uint16_t)b->n;
+  unsigned all = 0; /* every mode's bits */
   if (!m) {
     for (unsigned i = 0; i < b->n; i++) {
       tdm_handle *h = t->handles[i] = b->handles[i];
-      t->modes[i] = (uint8_t)b->modes[i];
+      all |= t->modes[i] = (uint8_t)b->modes[i];
       if (h->parent) {
         t->tile_mask |= (uint8_t)(1u << i);
         tdm__handle_ref(h);
       }
     }
-    return;
+  } else {
+    for (unsigned i = 0; i < b->n; i++) {
+      tdm_handle *h = m->handles[i] = b->handles[i];
+      all |= m->modes[i] = (uint8_t)b->modes[i];
+      m->tiles[i] = h->parent != NULL;
+      if (h->parent)
+        tdm__handle_ref(h);
+    }
   }
-  for (unsigned i = 0; i < b->n; i++) {
-    tdm_handle *h = m->handles[i] = b->handles[i];
-    m->modes[i] = (uint8_t)b->modes[i];
-    m->tiles[i] = h->parent != NULL;
-    if (h->parent)
-      tdm__handle_ref(h);
+  if (TDM_UNLIKELY(all & (TDM__COMMUTES | TDM_REDUX))) {
+    t->commute = (all & TDM__COMMUTES) != 0;
+    t->redux = (all & TDM_REDUX) != 0;
   }
 }
 
@@ -419,14 +430,17 @@ static void preds_free(pred_list *p) {
     free(p->done);
 }
 
-int tdm__readers_room(tdm_handle *h, unsigned k) {
-  tdm_taskvec *r = &h->readers;
+/* Room in r (a list of h's, its lock held) for k more, the tasks that
+ * finished dropped first; those that failed are kept where they made a
+ * version (commuters): whoever reads it must see that it is lost. */
+static int list_room(tdm_handle *h, tdm_taskvec *r, unsigned k, bool keep_failed) {
   unsigned n = 0;
   for (unsigned i = 0; i < r->n; i++) {
     tdm_task *x = r->items[i];
-    /* acquire: as in preds_add, dropping a finished reader must not drop
+    /* acquire: as in preds_add, dropping a finished task must not drop
      * the ordering its finish provides */
-    if (atomic_load_explicit(&x->state, memory_order_acquire) == TDM_TS_DONE)
+    if (atomic_load_explicit(&x->state, memory_order_acquire) == TDM_TS_DONE &&
+        !(keep_failed && atomic_load_explicit(&x->outcome, memory_order_relaxed)))
       tdm__task_unref(x);
     else
       r->items[n++] = x;
@@ -436,6 +450,23 @@ int tdm__readers_room(tdm_handle *h, unsigned k) {
     return 0;
   /* grown as tdm__taskvec_push grows it, or to what is asked */
   return tdm__taskvec_reserve(h->rt, r, 2 * r->cap > n + k ? 2 * r->cap : n + k);
+}
+
+int tdm__readers_room(tdm_handle *h, unsigned k) {
+  return list_room(h, &h->readers, k, false);
+}
+
+/* Phase 1 for a TDM_COMMUTE access of h by t's submission: after h's
+ * writers (whose version it reads) and readers, as a writer, but not
+ * after the tasks that commute with it; room for it among them. */
+static __attribute__((noinline)) int commute_reserve(tdm_handle *h, pred_list *preds) {
+  for (unsigned k = 0; k < h->writers.n; k++)
+    if (preds_add(preds, h->writers.items[k], true))
+      return -1;
+  for (unsigned k = 0; k < h->readers.n; k++)
+    if (preds_add(preds, h->readers.items[k], false))
+      return -1;
+  return h->commuters.n < h->commuters.cap ? 0 : list_room(h, &h->commuters, 1, true);
 }
 
 /* Wakes every thread blocked in a wait (they share one condition and
@@ -619,6 +650,19 @@ TDM_ALWAYS_INLINE static tdm_status check_and_reserve(tdm_task *t, tdm_handle **
       tdm__log(rt, TDM_LOG_ERROR, "submit of %s refused: a handle is partitioned (use its tiles)",
                tdm__codelet_name(t));
     } else {
+      if (TDM_UNLIKELY(h->unusual | (modes[i] & (TDM__COMMUTES | TDM_REDUX)))) {
+        /* its reduction's lanes are combined first; a TDM_REDUX buffer
+         * is bound to a lane first (tdm__task_submit) */
+        if ((h->unusual & TDM__H_LANES) || (modes[i] & TDM_REDUX)) {
+          st = TDM__FLUSH;
+          continue;
+        }
+        if (modes[i] & TDM__COMMUTES) {
+          st = commute_reserve(h, preds) ? TDM_ERR_NO_MEMORY : TDM_OK;
+          continue;
+        }
+        tdm__handle_settle(h); /* the run of commuting tasks ends here */
+      }
       /* it reads what the writers produce; it only comes after readers */
       for (unsigned k = 0; k < h->writers.n && !st; k++)
         if (preds_add(preds, h->writers.items[k], modes[i] & TDM_R))
@@ -658,7 +702,10 @@ TDM_ALWAYS_INLINE static void commit(tdm_task *t, tdm_handle **hs, const unsigne
   for (unsigned i = 0; i < nh; i++) {
     tdm_handle *h = hs[i];
     tdm__task_ref(t);
-    if (modes[i] & TDM_W) {
+    if (TDM_UNLIKELY(modes[i] & TDM__COMMUTES)) {
+      h->commuters.items[h->commuters.n++] = t; /* reserved above */
+      h->unusual |= TDM__H_COMMUTERS;
+    } else if (modes[i] & TDM_W) {
       tdm__taskvec_clear(&h->writers);
       tdm__taskvec_clear(&h->readers);
       h->writers.items[h->writers.n++] = t; /* inline room: cannot fail */
@@ -723,6 +770,17 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   tdm__handles_lock(hs, nh);
   st = check_and_reserve(t, hs, modes, nh, &preds);
   if (st) {
+    if (st == TDM__FLUSH) {
+      tdm__handles_unlock(hs, nh);
+      if (t->user_ref)
+        tdm__spin_unlock(&rt->deps_lock);
+      preds_free(&preds);
+      tdm__sub_inflight(rt, 1);
+      if (t->redux) /* its buffers bound to lanes, it comes back */
+        return tdm__redux_submit(t, give_ref);
+      st = tdm__redux_flush_task(t);
+      return st ? st : tdm__task_submit(t, give_ref);
+    }
     if (st == TDM_ERR_NO_MEMORY)
       tdm__log(rt, TDM_LOG_ERROR, "submit of %s: out of memory", tdm__codelet_name(t));
     tdm__handles_unlock(hs, nh);
@@ -786,6 +844,16 @@ static __attribute__((noinline, cold)) tdm_status build_verified(tdm_runtime *rt
   tdm_task *t;
   tdm_status st = task_build(rt, desc, false, &t, "tdm_submit");
   if (!st && (st = submit_verified(t, true)))
+    tdm__task_unref(t);
+  return st;
+}
+
+tdm_status tdm__submit_internal(tdm_runtime *rt, const tdm_task_desc *desc, const char *what) {
+  if (TDM_UNLIKELY(rt->verify) && !tdm__verify_held(rt))
+    return build_verified(rt, desc);
+  tdm_task *t;
+  tdm_status st = task_build(rt, desc, false, &t, what);
+  if (!st && (st = tdm__task_submit(t, true)))
     tdm__task_unref(t);
   return st;
 }

@@ -565,11 +565,18 @@ static tdm_status helper(record *r, tdm_codelet *cl, tdm_cpu_fn fn, const char *
   return st;
 }
 
+/* The runtime whose mode's lock this thread holds (tdm__verify_held). */
+static _Thread_local const tdm_runtime *holder TDM_TLS_MODEL;
+
 void *tdm__verify_before(tdm_task *t) {
   tdm_runtime *rt = t->rt;
   struct tdm_verify *v = rt->verify;
-  TDM_PTHREAD(rt, pthread_mutex_lock(&v->lock));
-  if (!sampled(v, t))
+  TDM_PTHREAD(rt, pthread_mutex_lock(&v->lock)); /* held until tdm__verify_after */
+  holder = rt;
+  /* Not one that accumulates: its submission binds it to a lane. (The
+   * lanes of a handle it uses otherwise are combined when the first of
+   * P and T is submitted: P then keeps what T reads.) */
+  if (t->redux || !sampled(v, t))
     return NULL;
   record *r = tdm__calloc(rt, 1, sizeof *r);
   unsigned n = t->nbuf;
@@ -616,7 +623,7 @@ void *tdm__verify_before(tdm_task *t) {
     while (ths[f] != ths[i])
       f++;
     r->first[i] = f;
-    r->hmodes[f] |= r->modes[i];
+    r->hmodes[f] |= r->modes[i] & TDM_RW; /* (TDM_COMMUTE's is TDM_RW's here) */
   }
   unsigned rw = 0;
   for (unsigned i = 0; i < n; i++)
@@ -635,6 +642,10 @@ void *tdm__verify_before(tdm_task *t) {
   return r;
 }
 
+bool tdm__verify_held(const tdm_runtime *rt) {
+  return holder == rt;
+}
+
 void tdm__verify_after(tdm_runtime *rt, void *rec, tdm_task *t, bool submitted) {
   struct tdm_verify *v = rt->verify;
   record *r = rec;
@@ -643,6 +654,7 @@ void tdm__verify_after(tdm_runtime *rt, void *rec, tdm_task *t, bool submitted) 
     tdm__log(rt, TDM_LOG_WARNING, "verify: codelet %s: a task not verified (no room)", r->name);
     atomic_fetch_add_explicit(&v->skipped, 1, memory_order_relaxed);
   }
+  holder = NULL;
   TDM_PTHREAD(rt, pthread_mutex_unlock(&v->lock));
   if (r) {
     tdm__task_unref(t);

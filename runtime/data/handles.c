@@ -85,6 +85,7 @@ tdm_handle *tdm__handle_new(tdm_runtime *rt, uint8_t kind, const tdm_buffer *buf
   h->parent = parent;
   tdm__taskvec_init(&h->writers);
   tdm__taskvec_init(&h->readers);
+  tdm__taskvec_init(&h->commuters);
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->handles_lock));
   tdm_memrange *other = registration ? tdm__ranges_find(&rt->ranges, buf) : NULL;
   if (other) {
@@ -108,6 +109,7 @@ static void handle_free_memory(tdm_handle *h, bool at_destroy) {
   tdm__handle_forget(h, !at_destroy);
   tdm__taskvec_free(&h->writers);
   tdm__taskvec_free(&h->readers);
+  tdm__taskvec_free(&h->commuters);
   free(h->tiles);
   tdm_handle *parent = h->parent;
   free(h);
