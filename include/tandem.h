@@ -916,10 +916,13 @@ typedef struct tdm_handle tdm_handle;
  * into lane 0, 3 into 2, ..., then pairs of those, then the result into
  * the handle. The result is therefore the same for a given submission order
  * and number of lanes, wherever the tasks ran (bitwise, floating point
- * included). A task's function sees its lane's buffer: it must add to
+ * included); the default number of lanes follows the workers, so a
+ * result meant to be the same on other machines sets
+ * tdm_reduction.copies. A task's function sees its lane's buffer: it must add to
  * it, not overwrite it. The verification mode (tdm_config.verify) does
  * not compare such tasks. A task may name a handle TDM_REDUX and also
- * read it (TDM_R): it reads what was combined before it.
+ * access it otherwise (TDM_R, TDM_W, TDM_RW): that access sees what was
+ * combined before the task, and its accumulation comes after it.
  *
  * Neither mode is accepted by a recorded graph (tdm_graph_add), a
  * data-parallel operation or a host acquisition (TDM_ERR_INVALID_MODE).
@@ -1188,7 +1191,9 @@ typedef struct tdm_reduction {
    * handle's shape (buffer 0 is the handle itself at the last step: its
    * own ld). Its CPU variant is required, and is the one used: the lanes
    * are combined by one task on a CPU worker, in the order tdm_access
-   * describes. Both codelets get no arguments (NULL, 0). */
+   * describes (on a CPU worker even where devices could run the codelet:
+   * the combination is not run twice). Both codelets get no arguments
+   * (NULL, 0). */
   const tdm_codelet *combine;
   /** Lanes (private copies, each made on first use, freed with the
    * handle): 0 for one per worker (tdm_runtime_nworkers), at most 64. */
@@ -1267,6 +1272,11 @@ typedef struct tdm_task_desc {
  * tdm_dispatch after them runs it); tdm_callback_status gives the task's
  * outcome there. tdm_runtime_destroy runs those still queued. */
 #define TDM_TASK_CALLBACK_ON_DISPATCH 2u
+/** tdm_task_desc.flags: the task runs on the CPU workers only, never on
+ * a device (an emulated one included) even when its codelet could: a
+ * task whose function defers its end (tdm_task_defer), or calls a library
+ * that must run on the process's own threads. */
+#define TDM_TASK_CPU_ONLY 4u
 
 /**
  * Creates and submits a task in one call; the caller keeps no reference.

@@ -104,6 +104,7 @@ typedef struct tdm_task {
    * takes the handles' exclusion when ready, core/commute.c); redux: a
    * buffer is TDM_REDUX, not yet bound to its lane (until its submission). */
   bool user_ref : 1, chunk : 1, no_cpu : 1, cpu_fallback : 1, commute : 1, redux : 1;
+  bool cpu_only_flag : 1; /* TDM_TASK_CPU_ONLY: never prepared for devices */
   bool device_ok; /* may run on a device (a backend's prepare) */
   /* Where the scheduler placed it (0: the CPU workers, 1 + k: device k;
    * -1: not placed by a model) and the execution time it predicted. */

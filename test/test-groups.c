@@ -596,10 +596,13 @@ static void test_event_fd_and_callbacks(void **state) {
                                                      .flags = TDM_TASK_CALLBACK_ON_DISPATCH}),
                      TDM_OK);
   static const tdm_codelet no_cpu = {.name = "none"};
-  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_count, .flags = 4}),
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &cl_count, .flags = 8}),
                    TDM_ERR_INVALID_ARG);
   assert_int_equal(
       tdm_submit(rt, &(tdm_task_desc){.codelet = &no_cpu, .flags = TDM_TASK_MAIN_THREAD}),
+      TDM_ERR_INVALID_ARG);
+  assert_int_equal(
+      tdm_submit(rt, &(tdm_task_desc){.codelet = &no_cpu, .flags = TDM_TASK_CPU_ONLY}),
       TDM_ERR_INVALID_ARG);
   tdm_runtime_destroy(rt);
   assert_int_equal(atomic_load(&on_main), 8);
@@ -861,6 +864,37 @@ static void test_final_progress_once(void **state) {
   }
 }
 
+/* TDM_TASK_CPU_ONLY: beside emulated devices that take half the tasks
+ * (random placement), flagged tasks run on the CPU workers only. */
+static tdm_runtime *where_rt;
+static _Atomic int on_device;
+static void note_worker(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b;
+  (void)args;
+  (void)n;
+  if (tdm_worker_id(where_rt) >= (int)tdm_runtime_ncpu_workers(where_rt))
+    atomic_fetch_add(&on_device, 1);
+}
+
+static void test_cpu_only_flag(void **state) {
+  (void)state;
+  static const tdm_codelet cl = {.name = "where", .cpu_fn = note_worker};
+  where_rt = test_runtime_emulated(2, "gpu:speedup=4,latency=2us,bandwidth=8G;igpu:speedup=2,"
+                                      "memory=shared", NULL);
+  for (unsigned flags = 0; flags <= TDM_TASK_CPU_ONLY; flags += TDM_TASK_CPU_ONLY) {
+    atomic_store(&on_device, 0);
+    for (int i = 0; i < 200; i++)
+      assert_int_equal(tdm_submit(where_rt, &(tdm_task_desc){.codelet = &cl, .flags = flags}),
+                       TDM_OK);
+    assert_int_equal(tdm_wait_all(where_rt), TDM_OK);
+    if (flags)
+      assert_int_equal(atomic_load(&on_device), 0);
+    else
+      assert_true(atomic_load(&on_device) > 0); /* the devices do take such tasks */
+  }
+  tdm_runtime_destroy(where_rt);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_progress_counts),
@@ -873,6 +907,7 @@ int main(void) {
       cmocka_unit_test(test_cancel_from_task),
       cmocka_unit_test(test_cancel_random_graphs),
       cmocka_unit_test(test_event_fd_and_callbacks),
+      cmocka_unit_test(test_cpu_only_flag),
       cmocka_unit_test(test_pinned_tasks_in_order),
       cmocka_unit_test(test_progress_on_dispatch),
       cmocka_unit_test(test_wait_on_dispatching_thread),

@@ -155,7 +155,7 @@ TDM_ALWAYS_INLINE static void task_init(tdm_runtime *rt, tdm_task *t) {
   t->tile_mask = 0;
   t->more = NULL;
   t->user_ref = false;
-  t->chunk = t->no_cpu = t->cpu_fallback = t->commute = t->redux = false;
+  t->chunk = t->no_cpu = t->cpu_fallback = t->commute = t->redux = t->cpu_only_flag = false;
   t->rt = rt;
   t->codelet = NULL;
   t->edges = t->inline_edges;

@@ -13,8 +13,11 @@
  * The next access of another mode finds the handle open (task.c's
  * check_and_reserve: TDM__FLUSH) and first submits one task that
  * combines the lanes used, in a fixed tree order, into the handle
- * (TDM_RW on it, TDM_R on each lane): one task, so that the combination
- * is submitted whole or not at all.
+ * (TDM_RW on it and on each lane, which the tree adds into one another):
+ * one task, so that the combination is submitted whole or not at all,
+ * and on the CPU workers only (TDM_TASK_CPU_ONLY): it is not idempotent,
+ * so a device must not run it, fail and have it run again, nor the
+ * verification mode run it a second time.
  *
  * Binding and combining hold the runtime's redux_lock: a task bound to a
  * lane is submitted before that lane can be combined, and the lane's
@@ -40,7 +43,7 @@ typedef struct tdm_redux {
   tdm_handle **copy;    /* each lane's; NULL until its first use */
   void **mem;           /* their memory (tdm_malloc) */
   tdm_codelet *all;     /* all[k - 1]: combines k lanes (k + 1 buffers) */
-  tdm_access *modes;    /* TDM_RW, then TDM_R for each lane (their modes) */
+  tdm_access *modes;    /* TDM_RW for the handle and each lane (their modes) */
 } tdm_redux;
 
 /* The combination's arguments: the reduction's CPU function, the lanes. */
@@ -92,11 +95,14 @@ tdm_status tdm_handle_set_reduction(tdm_handle *h, const tdm_reduction *r) {
     return tdm__refuse(rt, TDM_ERR_INVALID_ARG, what_set,
                        "a tile or piece: give the reduction to a registered handle");
   const tdm_codelet *in = r->init, *cb = r->combine;
-  if (!in || in->nbuffers != 1 || in->modes[0] != TDM_W || (!in->cpu_fn && !in->opencl))
+  /* (a codelet's struct_size: 0, or its first version's at least) */
+  const size_t v1 = offsetof(tdm_codelet, opencl) + sizeof in->opencl;
+  if (!in || (in->struct_size && in->struct_size < v1) || in->nbuffers != 1 ||
+      in->modes[0] != TDM_W || (!in->cpu_fn && !in->opencl))
     return tdm__refuse(rt, TDM_ERR_INVALID_ARG, what_set,
                        "init must be a codelet of one buffer, TDM_W, with a variant");
-  if (!cb || cb->nbuffers != 2 || cb->modes[0] != TDM_RW || cb->modes[1] != TDM_R ||
-      !cb->cpu_fn)
+  if (!cb || (cb->struct_size && cb->struct_size < v1) || cb->nbuffers != 2 ||
+      cb->modes[0] != TDM_RW || cb->modes[1] != TDM_R || !cb->cpu_fn)
     return tdm__refuse(rt, TDM_ERR_INVALID_ARG, what_set,
                        "combine must be a codelet of two buffers, TDM_RW then TDM_R, with a "
                        "CPU variant");
@@ -120,9 +126,8 @@ tdm_status tdm_handle_set_reduction(tdm_handle *h, const tdm_reduction *r) {
   red->init = in;
   red->combine = cb;
   red->lanes = lanes;
-  red->modes[0] = TDM_RW;
-  for (unsigned l = 1; l <= lanes; l++)
-    red->modes[l] = TDM_R;
+  for (unsigned l = 0; l <= lanes; l++)
+    red->modes[l] = TDM_RW;
   for (unsigned k = 1; k <= lanes; k++) {
     tdm_codelet *c = &red->all[k - 1];
     c->name = cb->name;
@@ -185,7 +190,8 @@ static tdm_status flush_locked(tdm_handle *h) {
   memset(&a, 0, sizeof a); /* (its padding too: the task copies it) */
   a.fn = red->combine->cpu_fn;
   a.k = k;
-  tdm_task_desc d = {.codelet = &red->all[k - 1], .args = &a, .args_size = sizeof a};
+  tdm_task_desc d = {.codelet = &red->all[k - 1], .args = &a, .args_size = sizeof a,
+                     .flags = TDM_TASK_CPU_ONLY};
   if (k + 1 <= TDM_MAX_BUFFERS)
     memcpy(d.handles, hs, (k + 1) * sizeof *hs);
   else

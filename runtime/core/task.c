@@ -84,11 +84,13 @@ static __attribute__((noinline, cold)) tdm_status check_extras(tdm_runtime *rt,
                                                               const char *what) {
   const tdm_codelet *cl = desc->codelet;
   const char *name = tdm__name_or(cl->name);
-  const unsigned known = TDM_TASK_MAIN_THREAD | TDM_TASK_CALLBACK_ON_DISPATCH;
-  if ((desc->flags & ~known) || ((desc->flags & TDM_TASK_MAIN_THREAD) && !cl->cpu_fn))
+  const unsigned known = TDM_TASK_MAIN_THREAD | TDM_TASK_CALLBACK_ON_DISPATCH | TDM_TASK_CPU_ONLY;
+  if ((desc->flags & ~known) ||
+      ((desc->flags & (TDM_TASK_MAIN_THREAD | TDM_TASK_CPU_ONLY)) && !cl->cpu_fn))
     return bad(rt, TDM_ERR_INVALID_ARG, "%s: flags 0x%x of codelet %s: %s", what, desc->flags,
                name, (desc->flags & ~known) ? "unknown flags"
-                                            : "TDM_TASK_MAIN_THREAD needs a CPU variant");
+                                            : "TDM_TASK_MAIN_THREAD and TDM_TASK_CPU_ONLY need a "
+                                              "CPU variant");
   if (desc->group && desc->group->rt != rt)
     return bad(rt, TDM_ERR_WRONG_RUNTIME, "%s: task %s names a group of another runtime", what,
                name);
@@ -100,6 +102,7 @@ static __attribute__((noinline, cold)) void build_extras(tdm_task *t,
   if (desc->flags) {
     t->main_thread = (desc->flags & TDM_TASK_MAIN_THREAD) != 0;
     t->callback_on_dispatch = (desc->flags & TDM_TASK_CALLBACK_ON_DISPATCH) != 0;
+    t->cpu_only_flag = (desc->flags & TDM_TASK_CPU_ONLY) != 0;
     if (t->main_thread)
       atomic_store(&t->rt->pinned, true);
   }
@@ -289,8 +292,9 @@ TDM_ALWAYS_INLINE static tdm_status build_from(tdm_runtime *rt, const tdm_task_d
   t->chunk = chunk;
   if (rt->recording)
     t->trace_id = atomic_fetch_add_explicit(&rt->next_task_id, 1, memory_order_relaxed) + 1;
-  /* a task pinned to the application's thread runs its CPU variant */
-  if ((cl->opencl || rt->ndevice_workers) && !t->main_thread &&
+  /* a task pinned to the application's thread, or to the CPU workers,
+   * runs its CPU variant */
+  if ((cl->opencl || rt->ndevice_workers) && !t->main_thread && !t->cpu_only_flag &&
       (st = tdm__device_prepare(rt, t, what))) {
     tdm__task_unref(t);
     return st;
