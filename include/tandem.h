@@ -1373,6 +1373,31 @@ TDM_API tdm_status tdm_task_wait(tdm_task *task);
  * thread that is not running a completion callback. */
 TDM_API tdm_status tdm_callback_status(void);
 
+/**
+ * Deferred end: called by a task's CPU function (on a CPU worker, or in
+ * tdm_dispatch for a pinned task), it makes the task not end when the
+ * function returns but when tdm_deferred_end is called for it, from any
+ * thread, exactly once. Until then the task holds its buffers as if it
+ * were still running: their host memory is the task's (what it writes
+ * there, before it ends, is its output), no task after it runs, and
+ * tdm_wait_all waits for it. For operations the function starts and
+ * something else completes: a message over the network, a request to
+ * another library's queue (StarPU's starpu_task_end_dep_add does the
+ * same). Returns the task's token, or NULL (logged where a runtime is
+ * known) outside a task's CPU function, or twice in one run, or where
+ * a device runs the function (an emulated device runs CPU variants): a
+ * task that defers is flagged TDM_TASK_CPU_ONLY where devices may be.
+ */
+typedef struct tdm_deferred tdm_deferred;
+TDM_API tdm_deferred *tdm_task_defer(void);
+
+/** Ends the deferred task d with `status`: TDM_OK, or a failure (a
+ * negative tdm_status: the task failed, its readers are cancelled as
+ * after any failure). Its callback runs on this thread. The token is
+ * invalid afterwards. TDM_ERR_INVALID_ARG: NULL or a positive status (the
+ * task is then ended failed, with TDM_ERR_INVALID_ARG). */
+TDM_API tdm_status tdm_deferred_end(tdm_deferred *d, tdm_status status);
+
 /** Gives back the reference from tdm_task_create. A task released before
  * being submitted is discarded, and tasks that named it in
  * tdm_task_depends_on no longer wait for it. NULL is accepted. Any thread. */

@@ -449,6 +449,9 @@ typedef struct tdm_worker {
   pthread_t thread;
   bool started;
   uint64_t rng;
+  /* The task whose CPU function runs here, NULL otherwise and once it
+   * deferred its end (tdm_task_defer; complete.c). */
+  tdm_task *running;
   /* Free tasks this worker may hand out without locking. */
   tdm_task *free_tasks;
   unsigned nfree;

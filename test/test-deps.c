@@ -603,6 +603,110 @@ static void test_long_chain_and_lattice(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* ---- deferred ends ------------------------------------------------------ */
+
+/* A deferred task's end, made by a thread of the test after a pause:
+ * the value it writes then is the task's output. */
+typedef struct {
+  tdm_deferred *d;
+  int64_t *out;
+  int64_t value;
+  tdm_status status;
+} ender;
+
+static void *end_later(void *arg) {
+  ender *e = arg;
+  sleep_ms(30);
+  *e->out = e->value;
+  tdm_deferred_end(e->d, e->status);
+  free(e);
+  return NULL;
+}
+
+typedef struct {
+  int64_t value;
+  tdm_status status;
+  bool now; /* ended from the function itself */
+} defer_args;
+
+static void start_and_defer(const tdm_buffer *b, const void *args, size_t n) {
+  (void)n;
+  const defer_args *a = args;
+  tdm_deferred *d = tdm_task_defer();
+  assert_non_null(d);
+  assert_null(tdm_task_defer()); /* once a run */
+  if (a->now) {
+    *(int64_t *)b[0].ptr = a->value;
+    tdm_deferred_end(d, a->status);
+    return;
+  }
+  ender *e = malloc(sizeof *e);
+  assert_non_null(e);
+  *e = (ender){d, b[0].ptr, a->value, a->status};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, end_later, e), 0);
+  pthread_detach(th);
+}
+
+static void copy_plus_one(const tdm_buffer *b, const void *args, size_t n) {
+  (void)args;
+  (void)n;
+  *(int64_t *)b[1].ptr = *(const int64_t *)b[0].ptr + 1;
+}
+
+static const tdm_codelet defer_cl = {.name = "defer", .cpu_fn = start_and_defer, .nbuffers = 1,
+                                     .modes = {TDM_W}};
+static const tdm_codelet defer_pinned_cl = {.name = "defer-pinned", .cpu_fn = start_and_defer,
+                                            .nbuffers = 1, .modes = {TDM_W}};
+static const tdm_codelet plus_one_cl = {.name = "plus-one", .cpu_fn = copy_plus_one,
+                                        .nbuffers = 2, .modes = {TDM_R, TDM_W}};
+
+/* One deferred writer and a reader after it, on rt: the reader sees what
+ * the end wrote, or is cancelled when the end says the task failed. */
+static void deferred_pair(tdm_runtime *rt, defer_args a, const tdm_codelet *cl,
+                          unsigned flags) {
+  int64_t x = 0, y = 0;
+  tdm_handle *hx, *hy;
+  assert_int_equal(tdm_register_vector(rt, &x, 1, sizeof x, &hx), TDM_OK);
+  assert_int_equal(tdm_register_vector(rt, &y, 1, sizeof y, &hy), TDM_OK);
+  tdm_task_desc d = {.codelet = cl, .handles = {hx}, .args = &a, .args_size = sizeof a,
+                     .flags = flags};
+  assert_int_equal(tdm_submit(rt, &d), TDM_OK);
+  tdm_task_desc r = {.codelet = &plus_one_cl, .handles = {hx, hy}};
+  assert_int_equal(tdm_submit(rt, &r), TDM_OK);
+  if (flags & TDM_TASK_MAIN_THREAD)
+    while (tdm_dispatch(rt) == 0)
+      sleep_ms(1);
+  tdm_status st = tdm_wait_all(rt);
+  assert_int_equal(st, a.status ? TDM_ERR_TASK_FAILED : TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hx), a.status ? TDM_ERR_LOST : TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hy), a.status ? TDM_ERR_LOST : TDM_OK);
+  if (!a.status) {
+    assert_int_equal(x, a.value);
+    assert_int_equal(y, a.value + 1);
+  } else {
+    assert_int_equal(y, 0); /* the reader was cancelled */
+  }
+}
+
+static void test_deferred_end(void **state) {
+  (void)state;
+  assert_null(tdm_task_defer()); /* not in a task */
+  assert_int_equal(tdm_deferred_end(NULL, TDM_OK), TDM_ERR_INVALID_ARG);
+  tdm_runtime *rt = test_runtime(2, NULL);
+  deferred_pair(rt, (defer_args){41, TDM_OK, false}, &defer_cl, 0);
+  deferred_pair(rt, (defer_args){42, TDM_OK, true}, &defer_cl, 0);
+  deferred_pair(rt, (defer_args){43, TDM_ERR_SYSTEM, false}, &defer_cl, 0);
+  deferred_pair(rt, (defer_args){44, TDM_OK, false}, &defer_pinned_cl, TDM_TASK_MAIN_THREAD);
+  tdm_runtime_destroy(rt);
+  /* the reader on an emulated device with memory of its own: the host's
+   * version, written before the end, is what goes there */
+  rt = test_runtime_emulated(2, "gpu:speedup=4,latency=2us,bandwidth=8G", NULL);
+  for (int i = 0; i < 4; i++)
+    deferred_pair(rt, (defer_args){45 + i, TDM_OK, i % 2 == 0}, &defer_cl, TDM_TASK_CPU_ONLY);
+  tdm_runtime_destroy(rt);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_read_after_write),
@@ -618,6 +722,7 @@ int main(void) {
       cmocka_unit_test(test_cycle_check_random),
       cmocka_unit_test(test_cycle_check_random_relabelling),
       cmocka_unit_test(test_long_chain_and_lattice),
+      cmocka_unit_test(test_deferred_end),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -250,13 +250,61 @@ void tdm__cpu_run(const tdm_task *t, const tdm_buffer *bufs) {
   cl->cpu_fn(bufs, t->args, t->args_size);
 }
 
+/* A pinned task's CPU function runs on this thread (tdm_dispatch): as
+ * tdm_worker.running. */
+static _Thread_local tdm_task *pinned_running TDM_TLS_MODEL;
+
+/* Runs t's CPU variant on its own buffers, as its run on *running (a
+ * worker's, or pinned_running): false when the function deferred the
+ * task's end (tdm_task_defer), which tdm_deferred_end then makes. */
+TDM_ALWAYS_INLINE static bool run_own(tdm_task *t, tdm_task **running) {
+  *running = t;
+  tdm__cpu_run(t, NULL);
+  tdm_task *r = *running;
+  *running = NULL;
+  return r != NULL;
+}
+
+tdm_deferred *tdm_task_defer(void) {
+  tdm_worker *w = tdm__self;
+  tdm_task **running = w && w->running ? &w->running : &pinned_running;
+  tdm_task *t = *running;
+  if (!t) {
+    if (w) /* (a worker's thread: a callback, or a second call) */
+      tdm__log(w->rt, TDM_LOG_ERROR, "tdm_task_defer: not in a task's CPU function, or called "
+               "twice in one run: nothing deferred");
+    return NULL;
+  }
+  *running = NULL;
+  return (tdm_deferred *)(void *)t;
+}
+
+tdm_status tdm_deferred_end(tdm_deferred *d, tdm_status status) {
+  if (!d)
+    return TDM_ERR_INVALID_ARG;
+  tdm_task *t = (tdm_task *)(void *)d;
+  tdm_status st = TDM_OK;
+  if (status > 0) {
+    tdm__log(t->rt, TDM_LOG_ERROR, "tdm_deferred_end: status %d is not a tdm_status: task %s "
+             "ends failed", (int)status, tdm__codelet_name(t));
+    status = st = TDM_ERR_INVALID_ARG;
+  }
+  if (!status && t->rt->ndevice_workers)
+    tdm__host_written(t);
+  /* worker 0 for what task_done passes on: a CPU task is not tried again
+   * for a failure of its own */
+  task_done(t, tdm__self_in(t->rt), 0, status, 0, 0);
+  return st;
+}
+
 /* Runs t on CPU worker w, timed: for the trace or the statistics, for
  * the scheduler's model (a task a device could run, or a sample of those
  * only the CPU workers run), or to stretch it on an emulated machine. */
 static __attribute__((noinline)) void run_timed(tdm_task *t, tdm_worker *w, bool sample) {
   tdm_runtime *rt = t->rt;
   uint64_t t0 = tdm__now_ns();
-  tdm__cpu_run(t, NULL);
+  if (!run_own(t, &w->running))
+    return; /* (its time is not the function's: nothing learnt) */
   uint64_t t1 = tdm__now_ns();
   if (rt->cpu_stretch) { /* an emulated machine is slower than this one */
     double stretched = (double)(t1 - t0) * 1e-9 * rt->cpu_stretch(rt, w->id, t);
@@ -297,7 +345,8 @@ void tdm__task_execute(tdm_task *t, tdm_worker *w) {
     run_timed(t, w, false);
     return;
   }
-  tdm__cpu_run(t, NULL);
+  if (TDM_UNLIKELY(!run_own(t, &w->running)))
+    return;
   if (rt->ndevice_workers)
     tdm__host_written(t);
   task_done(t, w, w->id, TDM_OK, 0, 0);
@@ -315,7 +364,10 @@ void tdm__task_run_here(tdm_task *t) {
     /* a submission from it never waits for room: the tasks that would
      * make room may wait for this thread */
     uint64_t t0 = rt->recording ? tdm__now_ns() : 0;
-    TDM_USER_CODE(tdm__cpu_run(t, NULL));
+    bool ended;
+    TDM_USER_CODE(ended = run_own(t, &pinned_running));
+    if (!ended)
+      return;
     if (t0) /* on the application's track */
       tdm__trace_task(rt, t, TDM_TRACK_APP, t0, tdm__now_ns());
     if (rt->ndevice_workers)
