@@ -113,7 +113,7 @@ static tdm_runtime *machine(enum machine m, test_log *log, const char *scheduler
     cfg.devices = "none";
     break;
   case SIM_SHARED:
-    cfg.sim = "igpu:speedup=3,memory=shared";
+    cfg.sim = "igpu:speedup=12,memory=shared";
     cfg.sim_time_scale = 0;
     break;
   case SIM_OWN:
