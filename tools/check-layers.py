@@ -15,6 +15,8 @@ What it checks:
     a layer above its own, nor one defined in a backend (runtime/objects.h
     calls only the support layer); a backend calls only what
     backends/driver.h declares, the support layer, and its own functions;
+  - a client library (runtime/mpi/) uses the public API only: it includes
+    no runtime header and calls no internal (tdm__*) function;
   - docs: every .c and .h under runtime/ and backends/ is named in the row
     of its folder in docs/ARCHITECTURE.md's layer table.
 """
@@ -36,6 +38,8 @@ OBJECT_TYPES = {
 }
 # Reach inside for tests and tools only; never included by the runtime.
 UMBRELLA = "runtime/internal.h"
+# Libraries built on the public API, as an application would use it.
+CLIENTS = {"mpi"}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 CALL = re.compile(r"\b(tdm_\w+)\s*\(")
@@ -93,7 +97,9 @@ def check_includes(root, files, errors):
             if dst is None or dst.startswith("include/"):
                 continue
             why = None
-            if layer == "backend":
+            if layer in CLIENTS:
+                why = "a client library includes the public headers only"
+            elif layer == "backend":
                 if dst.startswith("runtime/") and src != "backends/driver.h":
                     why = "a backend includes only backends/driver.h of the runtime"
             elif layer == "objects":
@@ -144,6 +150,10 @@ def check_calls(root, files, errors):
         text = strip_comments(open(os.path.join(root, src)).read())
         own = {n for n, f in defs.items() if f == src}
         for name in sorted(set(CALL.findall(text)) - own):
+            if layer in CLIENTS and name.startswith("tdm__"):
+                errors.append("%s: calls %s: a client library uses the public API only" %
+                              (src, name))
+                continue
             where = defs.get(name)
             if where is None:
                 continue  # a macro's or a test's name
@@ -218,6 +228,14 @@ def self_test(root):
          lambda s: s + "\nvoid tdm__planted(tdm_runtime *rt);\n"
                        "void tdm__planted(tdm_runtime *rt) { tdm__sched_stop(rt); }\n",
          "does not declare"),
+        ("a client library reaching inside", "runtime/mpi/mpi.c",
+         lambda s: s.replace('#include "tandem/mpi.h"',
+                             '#include "tandem/mpi.h"\n#include "../core/core.h"'),
+         "the public headers only"),
+        ("a client library calling inside", "runtime/mpi/mpi.c",
+         lambda s: s + "\nvoid tdm_mpi_planted(tdm_runtime *rt);\n"
+                       "void tdm_mpi_planted(tdm_runtime *rt) { tdm__place(rt, NULL); }\n",
+         "the public API only"),
         ("a file missing from the layer table", "docs/ARCHITECTURE.md",
          lambda s: s.replace("`clock.c`", "the clock"),
          "runtime/support/clock.c: not named"),

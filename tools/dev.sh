@@ -27,10 +27,11 @@ cd "$(dirname "$0")/.."
 
 # To build: a C compiler, meson, hwloc, cmocka, the OpenCL headers and ICD
 # loader (opened at run time). To test and for the demo: also PoCL, an
-# OpenCL implementation on the CPU that stands in for a GPU, and GLib (the
-# GLib main loop sample and its test).
+# OpenCL implementation on the CPU that stands in for a GPU, GLib (the
+# GLib main loop sample and its test), and Open MPI (libtandem-mpi and its
+# tests under mpirun).
 packages="gcc g++ libc6-dev meson ninja-build pkg-config libhwloc-dev libcmocka-dev ocl-icd-opencl-dev"
-test_packages="pocl-opencl-icd libglib2.0-dev"
+test_packages="pocl-opencl-icd libglib2.0-dev libopenmpi-dev openmpi-bin"
 
 install_missing() {
   local missing=""

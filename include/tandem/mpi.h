@@ -1,0 +1,140 @@
+/*
+ * tandem/mpi.h - one Tandem program on several machines, over MPI.
+ * Link with libtandem-mpi (and MPI); desktop programs never need either.
+ *
+ * The model is the sequential task flow over ranks (as StarPU-MPI's):
+ * every rank registers the same handles, each with the rank that owns its
+ * data, and submits the same tasks in the same order. A task runs on the
+ * rank that owns the data it writes; the other ranks skip it but keep
+ * the bookkeeping of versions, so that data moves where it is needed:
+ * an input owned elsewhere is received (MPI_Irecv) from its owner, who
+ * sends it (MPI_Isend) once the version is ready, and the copy received
+ * is kept and used again until the owner writes a new version. Messages
+ * are asynchronous: a transfer is a task of the graph, which ends when
+ * its request completes, so computation and communication overlap.
+ *
+ *   int level;
+ *   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &level);
+ *   tdm_runtime *rt;  tdm_runtime_create(NULL, &rt);
+ *   tdm_mpi *m;       tdm_mpi_create(rt, MPI_COMM_WORLD, &m);
+ *   tdm_handle *a[N]; ...register each on every rank...
+ *   for (i...) tdm_mpi_register(m, a[i], i % size, i);   // owner, key
+ *   tdm_mpi_submit(m, &(tdm_task_desc){.codelet = &cl, .handles = {a[0], a[1]}});
+ *   tdm_mpi_wait_all(m);
+ *   tdm_mpi_destroy(m);  tdm_runtime_destroy(rt);  MPI_Finalize();
+ *
+ * The application owns MPI: it calls MPI_Init_thread with
+ * MPI_THREAD_MULTIPLE or MPI_THREAD_SERIALIZED (Tandem makes its MPI
+ * calls from one thread of its own, the progress thread; with
+ * SERIALIZED the application must not call MPI while a tdm_mpi exists,
+ * except through these functions), and MPI_Finalize after
+ * tdm_mpi_destroy. Tandem works on a duplicate of the communicator it is
+ * given: several tdm_mpi (several runtimes, several communicators) work
+ * side by side. The calls on one tdm_mpi are made from one thread at a
+ * time (the order of its submissions is the program's).
+ *
+ * Progress: the progress thread sleeps while no message is in flight
+ * (no CPU used), and while some are, tests them at intervals that double
+ * from 2 us to 512 us as long as none completes: a completion is seen
+ * within 512 us, and within a few microseconds while messages complete
+ * one after another.
+ *
+ * Not supported yet: fault tolerance across ranks (a rank that dies
+ * ends the run), a task whose written handles have different owners
+ * (TDM_ERR_INVALID_ARG), TDM_REDUX and TDM_COMMUTE on distributed
+ * handles.
+ */
+#ifndef TANDEM_MPI_H
+#define TANDEM_MPI_H
+
+#include <mpi.h>
+
+#include "tandem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tdm_mpi tdm_mpi;
+
+/**
+ * Makes rt work with the other ranks of comm (duplicated: comm may be
+ * freed after). Collective over comm. TDM_ERR_INVALID_ARG: NULL
+ * arguments, MPI not initialised, or initialised below
+ * MPI_THREAD_SERIALIZED (logged with the level found); TDM_ERR_SYSTEM:
+ * an MPI call failed or the progress thread could not start.
+ */
+TDM_API tdm_status tdm_mpi_create(tdm_runtime *rt, MPI_Comm comm, tdm_mpi **out);
+
+/**
+ * Ends m: waits for its tasks and messages (tdm_mpi_wait_all), stops its
+ * progress thread, frees the copies received and the duplicate
+ * communicator. Collective over the communicator. The runtime and its
+ * handles stay; unregister the handles (each rank its own) after.
+ * NULL is accepted.
+ */
+TDM_API tdm_status tdm_mpi_destroy(tdm_mpi *m);
+
+/** This rank, and the ranks, of m's communicator. */
+TDM_API int tdm_mpi_rank(const tdm_mpi *m);
+TDM_API int tdm_mpi_size(const tdm_mpi *m);
+
+/**
+ * Declares h (a handle of m's runtime, registered on every rank with the
+ * same shape) distributed: `owner` holds its data (its memory on the
+ * other ranks is only where received copies may land: never read as
+ * the data), `key` names it across ranks (unique in m, the same on every
+ * rank). Every rank declares every handle, in the same order, before a
+ * task names it. TDM_ERR_INVALID_ARG: owner out of range, a key or
+ * handle declared twice; TDM_ERR_NO_MEMORY.
+ */
+TDM_API tdm_status tdm_mpi_register(tdm_mpi *m, tdm_handle *h, int owner, uint64_t key);
+
+/** The owner of a distributed handle, or -1 (not declared in m). */
+TDM_API int tdm_mpi_owner(const tdm_mpi *m, const tdm_handle *h);
+
+/**
+ * Submits a task on every rank (each calls it, with the same
+ * description, in the same order). It runs on the owner of the handles
+ * it writes (W or RW; all of one owner), or on rank 0 when it writes
+ * none; the inputs owned elsewhere are received there first. Every
+ * handle it names must be distributed. Its callback runs on the rank
+ * that runs it. TDM_ERR_INVALID_ARG: a handle not declared, written
+ * handles of different owners, TDM_REDUX or TDM_COMMUTE; otherwise as
+ * tdm_submit.
+ */
+TDM_API tdm_status tdm_mpi_submit(tdm_mpi *m, const tdm_task_desc *desc);
+
+/**
+ * Waits until every task and message of m on this rank has ended (as
+ * tdm_wait_all, whose statuses it returns). Not collective: a rank
+ * whose data others still need sends it before it returns.
+ */
+TDM_API tdm_status tdm_mpi_wait_all(tdm_mpi *m);
+
+/**
+ * Brings the current version of h to `rank` (every rank calls it): on
+ * that rank, h's memory then holds the data (owned or received), as
+ * after a task there read it. -1 for every rank. Returns once this
+ * rank's part is done. Statuses as tdm_mpi_submit.
+ */
+TDM_API tdm_status tdm_mpi_fetch(tdm_mpi *m, tdm_handle *h, int rank);
+
+/** What m's messages came to on this rank so far. */
+typedef struct tdm_mpi_counters {
+  size_t struct_size;     /**< sizeof(tdm_mpi_counters) */
+  uint64_t sent, received; /**< messages */
+  uint64_t bytes_sent, bytes_received;
+  uint64_t cache_hits;    /**< inputs found already received, at their version */
+  uint64_t tasks_run;     /**< tasks this rank ran */
+  uint64_t tasks_skipped; /**< tasks other ranks ran */
+} tdm_mpi_counters;
+
+/** Fills *out. TDM_ERR_INVALID_ARG: NULL, struct_size too small. */
+TDM_API tdm_status tdm_mpi_get_counters(const tdm_mpi *m, tdm_mpi_counters *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,506 @@
+/*
+ * libtandem-mpi: the sequential task flow over MPI ranks (tandem/mpi.h).
+ * It uses Tandem's public API only, as an application would.
+ *
+ * Every rank sees every submission. Each distributed handle has a
+ * version, which every rank counts alike (a task that writes it makes
+ * the next), and, for every rank, the version that rank's memory of it
+ * holds (its owner: always the current one; another rank: the last it
+ * received). A task runs on the owner of what it writes; for each input
+ * owned elsewhere whose current version that rank lacks, every rank
+ * counts one transfer, numbered alike on all ranks (the message's tag):
+ * the owner submits a send task (TDM_R on the handle) and the runner a
+ * receive task (TDM_W on its own memory of it), both ordered by the
+ * runtime's dependencies like any task. Neither blocks a worker: its
+ * function hands the request to the progress thread and defers the
+ * task's end (tdm_task_defer), which the progress thread makes when the
+ * request completes. A rank's memory of a handle it does not own is thus
+ * the cache of the copies received: used again while the version holds,
+ * overwritten by the next one received after every reader of the old
+ * one.
+ *
+ * The progress thread makes every MPI call of m after its creation (so
+ * MPI_THREAD_SERIALIZED is enough): it posts the requests handed to it,
+ * tests those posted (MPI_Testsome), ends their tasks, and sleeps: until
+ * a request is handed to it when none is posted, else for a time that
+ * doubles from 2 us to 512 us while nothing completes (the latency a
+ * completion may wait, bounded so; no core is spun on).
+ */
+#include "tandem/mpi.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define POLL_MIN_NS 2000ull
+#define POLL_MAX_NS 512000ull
+
+/* A distributed handle. */
+typedef struct dist {
+  tdm_handle *h;
+  uint64_t key;
+  int owner;
+  uint64_t ver;   /* its current version */
+  uint64_t *has; /* has[r]: the version rank r's memory holds (or UINT64_MAX: none) */
+} dist;
+
+/* A request for the progress thread: a send or a receive of a task's
+ * buffer, whose end it makes. */
+typedef struct op {
+  struct op *next;
+  bool send;
+  tdm_buffer buf; /* the task's view of the handle's memory */
+  MPI_Datatype type; /* its rows, when ld leaves gaps (made by the progress thread) */
+  int peer, tag;
+  tdm_deferred *task;
+  uint64_t bytes;
+} op;
+
+struct tdm_mpi {
+  tdm_runtime *rt;
+  MPI_Comm comm;
+  int rank, size, tag_ub;
+  /* the distributed handles, by address (open addressing) */
+  dist **table;
+  size_t cap, n;
+  uint64_t seq; /* transfers counted so far (every rank alike) */
+  /* the progress thread and what is handed to it */
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  op *head, *tail; /* handed, not posted (lock) */
+  bool stop;       /* lock */
+  _Atomic uint64_t sent, received, bytes_sent, bytes_received;
+  uint64_t cache_hits, tasks_run, tasks_skipped; /* the submitting thread's */
+};
+
+/* ---- the progress thread -------------------------------------------------- */
+
+static void *progress(void *arg) {
+  tdm_mpi *m = arg;
+  op **posted = NULL; /* with their requests, in step */
+  MPI_Request *reqs = NULL;
+  int *done = NULL;
+  int n = 0, cap = 0;
+  uint64_t nap = POLL_MIN_NS;
+  for (;;) {
+    pthread_mutex_lock(&m->lock);
+    while (!n && !m->head && !m->stop)
+      pthread_cond_wait(&m->cond, &m->lock);
+    op *fresh = m->head;
+    m->head = m->tail = NULL;
+    bool stop = m->stop && !n && !fresh;
+    pthread_mutex_unlock(&m->lock);
+    if (stop)
+      break;
+    for (op *o = fresh, *next; o; o = next) {
+      next = o->next;
+      if (n == cap) {
+        int c = cap ? 2 * cap : 16;
+        op **p = realloc(posted, (size_t)c * sizeof *p);
+        MPI_Request *r = p ? realloc(reqs, (size_t)c * sizeof *r) : NULL;
+        int *d = r ? realloc(done, (size_t)c * sizeof *d) : NULL;
+        if (p)
+          posted = p;
+        if (r)
+          reqs = r;
+        if (!d) { /* the task fails: nothing was posted for it */
+          tdm_deferred_end(o->task, TDM_ERR_NO_MEMORY);
+          free(o);
+          continue;
+        }
+        done = d;
+        cap = c;
+      }
+      /* its elements as they lie in memory: rows of ny elements, ld apart */
+      const tdm_buffer *b = &o->buf;
+      int count = (int)o->bytes, rc = MPI_SUCCESS;
+      MPI_Datatype type = MPI_BYTE;
+      if (b->ny > 1 && b->ld != b->ny) {
+        rc = MPI_Type_vector((int)b->nx, (int)(b->ny * b->elem_size), (int)(b->ld * b->elem_size),
+                             MPI_BYTE, &o->type);
+        if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&o->type)) != MPI_SUCCESS)
+          MPI_Type_free(&o->type);
+        type = o->type;
+        count = 1;
+      }
+      if (rc == MPI_SUCCESS)
+        rc = o->send ? MPI_Isend(b->ptr, count, type, o->peer, o->tag, m->comm, &reqs[n])
+                     : MPI_Irecv(b->ptr, count, type, o->peer, o->tag, m->comm, &reqs[n]);
+      if (rc != MPI_SUCCESS) {
+        if (o->type != MPI_DATATYPE_NULL)
+          MPI_Type_free(&o->type);
+        tdm_deferred_end(o->task, TDM_ERR_SYSTEM);
+        free(o);
+        continue;
+      }
+      posted[n++] = o;
+    }
+    int ndone = 0;
+    if (n && MPI_Testsome(n, reqs, &ndone, done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+      ndone = MPI_UNDEFINED;
+    if (ndone == MPI_UNDEFINED) { /* an error: every request posted fails */
+      for (int i = 0; i < n; i++) {
+        if (posted[i]->type != MPI_DATATYPE_NULL)
+          MPI_Type_free(&posted[i]->type);
+        tdm_deferred_end(posted[i]->task, TDM_ERR_SYSTEM);
+        free(posted[i]);
+      }
+      n = 0;
+      continue;
+    }
+    for (int k = 0; k < ndone; k++) {
+      op *o = posted[done[k]];
+      atomic_fetch_add(o->send ? &m->sent : &m->received, 1);
+      atomic_fetch_add(o->send ? &m->bytes_sent : &m->bytes_received, o->bytes);
+      if (o->type != MPI_DATATYPE_NULL)
+        MPI_Type_free(&o->type);
+      tdm_deferred_end(o->task, TDM_OK);
+      free(o);
+      posted[done[k]] = NULL;
+    }
+    if (ndone) { /* the ended ones out, the order kept */
+      int j = 0;
+      for (int i = 0; i < n; i++)
+        if (posted[i]) {
+          posted[j] = posted[i];
+          reqs[j++] = reqs[i];
+        }
+      n = j;
+      nap = POLL_MIN_NS;
+    } else if (n && !fresh) { /* a nap, cut short by a request handed over */
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      uint64_t ns = (uint64_t)until.tv_nsec + nap;
+      until.tv_sec += (time_t)(ns / 1000000000ull);
+      until.tv_nsec = (long)(ns % 1000000000ull);
+      pthread_mutex_lock(&m->lock);
+      if (!m->head && !m->stop)
+        pthread_cond_timedwait(&m->cond, &m->lock, &until);
+      pthread_mutex_unlock(&m->lock);
+      nap = nap * 2 > POLL_MAX_NS ? POLL_MAX_NS : nap * 2;
+    }
+  }
+  free(posted);
+  free(reqs);
+  free(done);
+  return NULL;
+}
+
+/* ---- the transfer tasks -------------------------------------------------------- */
+
+typedef struct {
+  tdm_mpi *m;
+  int peer, tag;
+  bool send;
+} xfer_args;
+
+static void xfer(const tdm_buffer *b, const void *args, size_t size) {
+  (void)size;
+  const xfer_args *a = args;
+  tdm_deferred *task = tdm_task_defer();
+  op *o = malloc(sizeof *o);
+  if (!o) {
+    tdm_deferred_end(task, TDM_ERR_NO_MEMORY);
+    return;
+  }
+  *o = (op){.send = a->send, .buf = b[0], .type = MPI_DATATYPE_NULL, .peer = a->peer,
+            .tag = a->tag, .task = task,
+            .bytes = (uint64_t)b[0].nx * b[0].ny * b[0].elem_size};
+  tdm_mpi *m = a->m;
+  pthread_mutex_lock(&m->lock);
+  if (m->tail)
+    m->tail->next = o;
+  else
+    m->head = o;
+  m->tail = o;
+  pthread_cond_signal(&m->cond);
+  pthread_mutex_unlock(&m->lock);
+}
+
+static const tdm_codelet send_cl = {.name = "tandem-mpi-send", .cpu_fn = xfer, .nbuffers = 1,
+                                    .modes = {TDM_R}};
+static const tdm_codelet recv_cl = {.name = "tandem-mpi-recv", .cpu_fn = xfer, .nbuffers = 1,
+                                    .modes = {TDM_W}};
+
+/* ---- creation ------------------------------------------------------------------ */
+
+tdm_status tdm_mpi_create(tdm_runtime *rt, MPI_Comm comm, tdm_mpi **out) {
+  if (!out)
+    return TDM_ERR_INVALID_ARG;
+  *out = NULL;
+  int inited = 0, level = MPI_THREAD_SINGLE;
+  if (!rt || comm == MPI_COMM_NULL || MPI_Initialized(&inited) != MPI_SUCCESS || !inited)
+    return TDM_ERR_INVALID_ARG;
+  MPI_Query_thread(&level);
+  if (level < MPI_THREAD_SERIALIZED) {
+    fprintf(stderr, "tandem-mpi: MPI was initialised at thread level %d (%s): "
+            "tdm_mpi_create needs MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE\n", level,
+            level == MPI_THREAD_FUNNELED ? "MPI_THREAD_FUNNELED" : "MPI_THREAD_SINGLE");
+    return TDM_ERR_INVALID_ARG;
+  }
+  tdm_mpi *m = calloc(1, sizeof *m);
+  if (!m)
+    return TDM_ERR_NO_MEMORY;
+  m->rt = rt;
+  if (MPI_Comm_dup(comm, &m->comm) != MPI_SUCCESS) {
+    free(m);
+    return TDM_ERR_SYSTEM;
+  }
+  MPI_Comm_rank(m->comm, &m->rank);
+  MPI_Comm_size(m->comm, &m->size);
+  int *ub = NULL, found = 0;
+  MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &ub, &found);
+  m->tag_ub = found && ub ? *ub : 32767;
+  if (pthread_mutex_init(&m->lock, NULL)) {
+    MPI_Comm_free(&m->comm);
+    free(m);
+    return TDM_ERR_SYSTEM;
+  }
+  if (pthread_cond_init(&m->cond, NULL)) {
+    pthread_mutex_destroy(&m->lock);
+    MPI_Comm_free(&m->comm);
+    free(m);
+    return TDM_ERR_SYSTEM;
+  }
+  if (pthread_create(&m->thread, NULL, progress, m)) {
+    pthread_cond_destroy(&m->cond);
+    pthread_mutex_destroy(&m->lock);
+    MPI_Comm_free(&m->comm);
+    free(m);
+    return TDM_ERR_SYSTEM;
+  }
+  *out = m;
+  return TDM_OK;
+}
+
+tdm_status tdm_mpi_wait_all(tdm_mpi *m) {
+  return m ? tdm_wait_all(m->rt) : TDM_ERR_INVALID_ARG;
+}
+
+tdm_status tdm_mpi_destroy(tdm_mpi *m) {
+  if (!m)
+    return TDM_OK;
+  tdm_status st = tdm_wait_all(m->rt);
+  pthread_mutex_lock(&m->lock);
+  m->stop = true;
+  pthread_cond_signal(&m->cond);
+  pthread_mutex_unlock(&m->lock);
+  pthread_join(m->thread, NULL);
+  pthread_cond_destroy(&m->cond);
+  pthread_mutex_destroy(&m->lock);
+  for (size_t i = 0; i < m->cap; i++) {
+    dist *d = m->table ? m->table[i] : NULL;
+    if (!d)
+      continue;
+    free(d->has);
+    free(d);
+  }
+  free(m->table);
+  MPI_Comm_free(&m->comm);
+  free(m);
+  return st;
+}
+
+int tdm_mpi_rank(const tdm_mpi *m) {
+  return m ? m->rank : -1;
+}
+
+int tdm_mpi_size(const tdm_mpi *m) {
+  return m ? m->size : 0;
+}
+
+/* ---- distributed handles -------------------------------------------------------- */
+
+static size_t slot_of(const tdm_mpi *m, const tdm_handle *h) {
+  uint64_t x = (uint64_t)(uintptr_t)h * 0x9e3779b97f4a7c15ull; /* Fibonacci hashing */
+  return (size_t)(x >> 20) & (m->cap - 1);
+}
+
+static dist *find(const tdm_mpi *m, const tdm_handle *h) {
+  if (!m->cap)
+    return NULL;
+  for (size_t i = slot_of(m, h);; i = (i + 1) & (m->cap - 1)) {
+    if (!m->table[i] || m->table[i]->h == h)
+      return m->table[i];
+  }
+}
+
+static int put(tdm_mpi *m, dist *d) {
+  if (2 * (m->n + 1) > m->cap) {
+    size_t cap = m->cap ? 2 * m->cap : 64;
+    dist **old = m->table;
+    size_t oldcap = m->cap;
+    m->table = calloc(cap, sizeof *m->table);
+    if (!m->table) {
+      m->table = old;
+      return -1;
+    }
+    m->cap = cap;
+    for (size_t i = 0; i < oldcap; i++)
+      if (old[i]) {
+        size_t j = slot_of(m, old[i]->h);
+        while (m->table[j])
+          j = (j + 1) & (cap - 1);
+        m->table[j] = old[i];
+      }
+    free(old);
+  }
+  size_t j = slot_of(m, d->h);
+  while (m->table[j])
+    j = (j + 1) & (m->cap - 1);
+  m->table[j] = d;
+  m->n++;
+  return 0;
+}
+
+tdm_status tdm_mpi_register(tdm_mpi *m, tdm_handle *h, int owner, uint64_t key) {
+  tdm_buffer b;
+  if (!m || !h || owner < 0 || owner >= m->size || tdm_handle_buffer(h, &b) != TDM_OK)
+    return TDM_ERR_INVALID_ARG;
+  if (find(m, h))
+    return TDM_ERR_INVALID_ARG;
+  for (size_t i = 0; i < m->cap; i++)
+    if (m->table[i] && m->table[i]->key == key)
+      return TDM_ERR_INVALID_ARG;
+  /* a message's size and a row's stride are ints */
+  uint64_t bytes = (uint64_t)b.nx * b.ny * b.elem_size;
+  if (bytes > INT32_MAX || (uint64_t)b.ld * b.elem_size > INT32_MAX)
+    return TDM_ERR_INVALID_ARG;
+  dist *d = calloc(1, sizeof *d);
+  uint64_t *has = d ? malloc((size_t)m->size * sizeof *has) : NULL;
+  if (!has) {
+    free(d);
+    return TDM_ERR_NO_MEMORY;
+  }
+  d->h = h;
+  d->key = key;
+  d->owner = owner;
+  d->has = has;
+  for (int r = 0; r < m->size; r++)
+    has[r] = r == owner ? 0 : UINT64_MAX;
+  if (put(m, d)) {
+    free(has);
+    free(d);
+    return TDM_ERR_NO_MEMORY;
+  }
+  return TDM_OK;
+}
+
+int tdm_mpi_owner(const tdm_mpi *m, const tdm_handle *h) {
+  const dist *d = m && h ? find(m, h) : NULL;
+  return d ? d->owner : -1;
+}
+
+/* ---- submission ------------------------------------------------------------------ */
+
+/* The transfer of d's current version from its owner to rank `to`,
+ * counted on every rank; this rank's part submitted. */
+static tdm_status transfer(tdm_mpi *m, dist *d, int to) {
+  int tag = (int)(m->seq++ % ((uint64_t)m->tag_ub + 1));
+  d->has[to] = d->ver;
+  if (m->rank != d->owner && m->rank != to)
+    return TDM_OK;
+  bool send = m->rank == d->owner;
+  xfer_args a = {m, send ? to : d->owner, tag, send};
+  tdm_task_desc t = {.codelet = send ? &send_cl : &recv_cl, .handles = {d->h}, .args = &a,
+                     .args_size = sizeof a, .flags = TDM_TASK_CPU_ONLY};
+  return tdm_submit(m->rt, &t);
+}
+
+tdm_status tdm_mpi_submit(tdm_mpi *m, const tdm_task_desc *desc) {
+  if (!m || !desc || !desc->codelet)
+    return TDM_ERR_INVALID_ARG;
+  const tdm_codelet *cl = desc->codelet;
+  unsigned n = cl->nbuffers;
+  if (n > TDM_MAX_BUFFERS && (!cl->dyn_modes || !desc->dyn_handles))
+    return TDM_ERR_INVALID_ARG;
+  const tdm_access *modes = n > TDM_MAX_BUFFERS ? cl->dyn_modes : cl->modes;
+  tdm_handle *const *hs = n > TDM_MAX_BUFFERS ? desc->dyn_handles : desc->handles;
+  /* where it runs: the owner of what it writes */
+  int runner = -1;
+  for (unsigned i = 0; i < n; i++) {
+    dist *d = find(m, hs[i]);
+    if (!d || modes[i] == TDM_REDUX || modes[i] == TDM_COMMUTE)
+      return TDM_ERR_INVALID_ARG;
+    if (modes[i] & TDM_W) {
+      if (runner >= 0 && runner != d->owner)
+        return TDM_ERR_INVALID_ARG;
+      runner = d->owner;
+    }
+  }
+  if (runner < 0)
+    runner = 0;
+  /* its inputs there, at their current version */
+  tdm_status st = TDM_OK;
+  for (unsigned i = 0; i < n && !st; i++) {
+    unsigned j = 0;
+    while (j < i && hs[j] != hs[i])
+      j++;
+    if (!(modes[i] & TDM_R) || j < i) /* (a handle named twice: once) */
+      continue;
+    dist *d = find(m, hs[i]);
+    if (d->has[runner] == d->ver) {
+      m->cache_hits += m->rank == runner && d->owner != runner;
+      continue;
+    }
+    st = transfer(m, d, runner);
+  }
+  if (!st && m->rank == runner)
+    st = tdm_submit(m->rt, desc);
+  if (st)
+    return st;
+  if (m->rank == runner)
+    m->tasks_run++;
+  else
+    m->tasks_skipped++;
+  /* what it writes is a new version, which only its owner holds */
+  for (unsigned i = 0; i < n; i++)
+    if (modes[i] & TDM_W) {
+      dist *d = find(m, hs[i]);
+      unsigned j = 0;
+      while (j < i && hs[j] != hs[i])
+        j++;
+      if (j < i && (modes[j] & TDM_W))
+        continue; /* named twice: one new version */
+      d->ver++;
+      d->has[d->owner] = d->ver;
+    }
+  return TDM_OK;
+}
+
+tdm_status tdm_mpi_fetch(tdm_mpi *m, tdm_handle *h, int rank) {
+  dist *d = m && h ? find(m, h) : NULL;
+  if (!d || rank < -1 || rank >= m->size)
+    return TDM_ERR_INVALID_ARG;
+  for (int r = 0; r < m->size; r++)
+    if ((rank < 0 || r == rank) && d->has[r] != d->ver) {
+      tdm_status st = transfer(m, d, r);
+      if (st)
+        return st;
+    }
+  if (rank >= 0 && rank != m->rank)
+    return TDM_OK;
+  /* this rank's memory holds it once what was submitted on it is done */
+  tdm_status st = tdm_handle_acquire(h, TDM_R);
+  if (!st)
+    st = tdm_handle_release(h);
+  return st;
+}
+
+tdm_status tdm_mpi_get_counters(const tdm_mpi *m, tdm_mpi_counters *out) {
+  if (!m || !out || out->struct_size < sizeof *out)
+    return TDM_ERR_INVALID_ARG;
+  out->sent = atomic_load(&m->sent);
+  out->received = atomic_load(&m->received);
+  out->bytes_sent = atomic_load(&m->bytes_sent);
+  out->bytes_received = atomic_load(&m->bytes_received);
+  out->cache_hits = m->cache_hits;
+  out->tasks_run = m->tasks_run;
+  out->tasks_skipped = m->tasks_skipped;
+  return TDM_OK;
+}

@@ -1,0 +1,410 @@
+/*
+ * Tandem over MPI ranks (libtandem-mpi), run by mpirun with 1 to 4 ranks
+ * on one machine:
+ *
+ *   mpirun --oversubscribe -np N test-mpi          the tests below
+ *   mpirun -np 1 test-mpi funneled                 the thread level refused
+ *
+ * A known graph: every message counted exactly (each version a rank
+ * needs sent once, none twice), the values right on every rank after a
+ * fetch. A matrix whose rows are apart (ld past its columns). A random DAG over handles of random owners, for several seeds:
+ * the data on each owner equal to a sequential run of the same
+ * submissions (every rank runs it: every rank sees every submission).
+ * Refusals. A failed check aborts every rank (MPI_Abort), so that a
+ * failure never hangs the others.
+ */
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tandem.h"
+#include "tandem/mpi.h"
+
+static int rank = -1, size = 0;
+
+static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "rank %d: ", rank);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond))                                                               \
+      fail("%s:%d: %s", __FILE__, __LINE__, #cond);                            \
+  } while (0)
+#define CHECK_EQ(a, b)                                                         \
+  do {                                                                         \
+    long long a_ = (long long)(a), b_ = (long long)(b);                        \
+    if (a_ != b_)                                                              \
+      fail("%s:%d: %s is %lld, not %lld", __FILE__, __LINE__, #a, a_, b_);   \
+  } while (0)
+
+static tdm_runtime *runtime(void) {
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 1; /* ranks oversubscribe the machine */
+  cfg.bind_workers = 0;
+  cfg.ignore_env = 1;
+  cfg.devices = "none";
+  tdm_runtime *rt = NULL;
+  CHECK_EQ(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  return rt;
+}
+
+/* ---- a known graph -------------------------------------------------------- */
+
+#define W 4 /* words of a handle */
+
+typedef struct {
+  int op;
+  int64_t k;
+} step_args;
+
+/* op 0: b0 = k; 1: b1 = b0 + k (b0 read); 2: b1 += b0; 3: b0 *= k */
+static void known_step(const tdm_buffer *b, const void *args, size_t n) {
+  (void)n;
+  const step_args *a = args;
+  int64_t *x = b[0].ptr, *y = b[1].ptr;
+  for (int i = 0; i < W; i++)
+    switch (a->op) {
+    case 0: x[i] = a->k + i; break;
+    case 1: y[i] = x[i] + a->k; break;
+    case 2: y[i] += x[i]; break;
+    default: x[i] *= a->k; break;
+    }
+}
+
+static const tdm_codelet set_cl = {.name = "set", .cpu_fn = known_step, .nbuffers = 1,
+                                   .modes = {TDM_W}};
+static const tdm_codelet make_cl = {.name = "make", .cpu_fn = known_step, .nbuffers = 2,
+                                    .modes = {TDM_R, TDM_W}};
+static const tdm_codelet add_cl = {.name = "add", .cpu_fn = known_step, .nbuffers = 2,
+                                   .modes = {TDM_R, TDM_RW}};
+static const tdm_codelet scale_cl = {.name = "scale", .cpu_fn = known_step, .nbuffers = 1,
+                                     .modes = {TDM_RW}};
+
+static void submit(tdm_mpi *m, const tdm_codelet *cl, tdm_handle *a, tdm_handle *b, int op,
+                   int64_t k) {
+  step_args s = {op, k};
+  tdm_task_desc d = {.codelet = cl, .handles = {a, b}, .args = &s, .args_size = sizeof s};
+  CHECK_EQ(tdm_mpi_submit(m, &d), TDM_OK);
+}
+
+static void test_known_graph(void) {
+  tdm_runtime *rt = runtime();
+  tdm_mpi *m;
+  CHECK_EQ(tdm_mpi_create(rt, MPI_COMM_WORLD, &m), TDM_OK);
+  CHECK_EQ(tdm_mpi_rank(m), rank);
+  CHECK_EQ(tdm_mpi_size(m), size);
+  int64_t x[W] = {0}, y[W] = {0};
+  tdm_handle *hx, *hy;
+  CHECK_EQ(tdm_register_vector(rt, x, W, sizeof x[0], &hx), TDM_OK);
+  CHECK_EQ(tdm_register_vector(rt, y, W, sizeof y[0], &hy), TDM_OK);
+  int ox = 0, oy = size > 1 ? 1 : 0;
+  CHECK_EQ(tdm_mpi_register(m, hx, ox, 100), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, hy, oy, 101), TDM_OK);
+  CHECK_EQ(tdm_mpi_owner(m, hy), oy);
+  /* x = 10 + i on 0; y = x + 1 on 1 (x sent: 1); y += x on 1 (x kept);
+   * x *= 2 on 0; y += x on 1 (the new x sent: 2); x += y... as make:
+   * y's new version read on 0 (sent: 3) */
+  submit(m, &set_cl, hx, NULL, 0, 10);
+  submit(m, &make_cl, hx, hy, 1, 1);
+  submit(m, &add_cl, hx, hy, 2, 0);
+  submit(m, &scale_cl, hx, NULL, 3, 2);
+  submit(m, &add_cl, hx, hy, 2, 0);
+  submit(m, &add_cl, hy, hx, 2, 0); /* x += y, on x's owner */
+  CHECK_EQ(tdm_mpi_wait_all(m), TDM_OK);
+  tdm_mpi_counters c = {.struct_size = sizeof c};
+  CHECK_EQ(tdm_mpi_get_counters(m, &c), TDM_OK);
+  const uint64_t bytes = W * sizeof(int64_t);
+  if (size == 1) {
+    CHECK_EQ(c.sent + c.received, 0);
+    CHECK_EQ(c.tasks_run, 6);
+  } else if (rank == 0) {
+    CHECK_EQ(c.sent, 2);
+    CHECK_EQ(c.received, 1);
+    CHECK_EQ(c.bytes_sent, 2 * bytes);
+    CHECK_EQ(c.tasks_run, 3);
+    CHECK_EQ(c.tasks_skipped, 3);
+  } else if (rank == 1) {
+    CHECK_EQ(c.sent, 1);
+    CHECK_EQ(c.received, 2);
+    CHECK_EQ(c.bytes_received, 2 * bytes);
+    CHECK_EQ(c.cache_hits, 1);
+    CHECK_EQ(c.tasks_run, 3);
+  } else {
+    CHECK_EQ(c.sent + c.received + c.tasks_run, 0);
+  }
+  /* y = (10+i)+1 + (10+i) + 2(10+i) = 4(10+i) + 1; x = 2(10+i) + y */
+  for (int i = 0; i < W; i++) {
+    if (rank == ox)
+      CHECK_EQ(x[i], 2 * (10 + i) + 4 * (10 + i) + 1);
+    if (rank == oy)
+      CHECK_EQ(y[i], 4 * (10 + i) + 1);
+  }
+  /* every rank gets both: only the versions a rank lacks move */
+  CHECK_EQ(tdm_mpi_fetch(m, hx, -1), TDM_OK);
+  CHECK_EQ(tdm_mpi_fetch(m, hy, -1), TDM_OK);
+  for (int i = 0; i < W; i++) {
+    CHECK_EQ(x[i], 2 * (10 + i) + 4 * (10 + i) + 1);
+    CHECK_EQ(y[i], 4 * (10 + i) + 1);
+  }
+  CHECK_EQ(tdm_mpi_wait_all(m), TDM_OK);
+  tdm_mpi_counters c2 = {.struct_size = sizeof c2};
+  CHECK_EQ(tdm_mpi_get_counters(m, &c2), TDM_OK);
+  /* x to every rank but 0, y to every rank but 0 (which has it) and 1 */
+  if (size > 1 && rank == 0)
+    CHECK_EQ(c2.sent - c.sent, size - 1);
+  if (size > 1 && rank == 1)
+    CHECK_EQ(c2.sent - c.sent, size - 2);
+  if (rank >= 2)
+    CHECK_EQ(c2.received, 2);
+  CHECK_EQ(tdm_mpi_destroy(m), TDM_OK);
+  CHECK_EQ(tdm_handle_unregister(hx), TDM_OK);
+  CHECK_EQ(tdm_handle_unregister(hy), TDM_OK);
+  tdm_runtime_destroy(rt);
+}
+
+/* ---- a matrix whose rows are apart ------------------------------------------- */
+
+static void row_sums(const tdm_buffer *b, const void *args, size_t n) {
+  (void)args;
+  (void)n;
+  const int64_t *a = b[0].ptr;
+  int64_t *s = b[1].ptr;
+  for (size_t r = 0; r < b[0].nx; r++) {
+    s[r] = 0;
+    for (size_t c = 0; c < b[0].ny; c++)
+      s[r] += a[r * b[0].ld + c];
+  }
+}
+
+/* A 3 x 4 matrix with ld 6, on rank 0, read on the last rank: its rows
+ * arrive where they belong, the two columns past each row untouched. */
+static void test_strided(void) {
+  static const tdm_codelet sums_cl = {.name = "row-sums", .cpu_fn = row_sums, .nbuffers = 2,
+                                      .modes = {TDM_R, TDM_W}};
+  tdm_runtime *rt = runtime();
+  tdm_mpi *m;
+  CHECK_EQ(tdm_mpi_create(rt, MPI_COMM_WORLD, &m), TDM_OK);
+  int64_t a[3][6], s[3] = {0};
+  for (int r = 0; r < 3; r++)
+    for (int c = 0; c < 6; c++)
+      a[r][c] = c < 4 ? (rank == 0 ? 10 * r + c : -1) : -7;
+  tdm_handle *ha, *hs;
+  CHECK_EQ(tdm_register_matrix(rt, a, 6, 3, 4, sizeof a[0][0], &ha), TDM_OK);
+  CHECK_EQ(tdm_register_vector(rt, s, 3, sizeof s[0], &hs), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, ha, 0, 7), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, hs, size - 1, 8), TDM_OK);
+  CHECK_EQ(tdm_mpi_submit(m, &(tdm_task_desc){.codelet = &sums_cl, .handles = {ha, hs}}), TDM_OK);
+  CHECK_EQ(tdm_mpi_fetch(m, hs, 0), TDM_OK);
+  CHECK_EQ(tdm_mpi_wait_all(m), TDM_OK);
+  if (rank == 0 || rank == size - 1)
+    for (int r = 0; r < 3; r++)
+      CHECK_EQ(s[r], 40 * r + 6);
+  if (rank == size - 1) /* received: the rows, not the gaps */
+    for (int r = 0; r < 3; r++)
+      for (int c = 0; c < 6; c++)
+        CHECK_EQ(a[r][c], c < 4 ? 10 * r + c : -7);
+  tdm_mpi_counters k = {.struct_size = sizeof k};
+  CHECK_EQ(tdm_mpi_get_counters(m, &k), TDM_OK);
+  if (size > 1 && rank == size - 1)
+    CHECK_EQ(k.bytes_received, 3 * 4 * sizeof(int64_t));
+  CHECK_EQ(tdm_mpi_destroy(m), TDM_OK);
+  CHECK_EQ(tdm_handle_unregister(ha), TDM_OK);
+  CHECK_EQ(tdm_handle_unregister(hs), TDM_OK);
+  tdm_runtime_destroy(rt);
+}
+
+/* ---- a random DAG ----------------------------------------------------------- */
+
+#define NH 12
+#define NT 300
+#define MAXB 3
+
+static uint64_t mix(uint64_t x) { /* splitmix64's finaliser */
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+typedef struct {
+  uint64_t id;
+  unsigned nbuf;
+  tdm_access modes[MAXB];
+} rstep;
+
+/* reads every R/RW buffer, then writes every W/RW buffer from them */
+static void apply(const rstep *s, uint64_t *const *b) {
+  uint64_t acc = mix(s->id);
+  for (unsigned i = 0; i < s->nbuf; i++)
+    if (s->modes[i] & TDM_R)
+      for (int w = 0; w < W; w++)
+        acc = mix(acc ^ b[i][w]);
+  for (unsigned i = 0; i < s->nbuf; i++)
+    if (s->modes[i] & TDM_W)
+      for (int w = 0; w < W; w++)
+        b[i][w] = mix(acc + i * W + (unsigned)w);
+}
+
+static void run_rstep(const tdm_buffer *b, const void *args, size_t n) {
+  (void)n;
+  const rstep *s = args;
+  uint64_t *bufs[MAXB];
+  for (unsigned i = 0; i < s->nbuf; i++)
+    bufs[i] = b[i].ptr;
+  apply(s, bufs);
+}
+
+static void test_random_dag(uint64_t seed) {
+  static const tdm_access mode_of[3] = {TDM_R, TDM_W, TDM_RW};
+  static tdm_codelet cls[MAXB][27];
+  for (unsigned nb = 1; nb <= MAXB; nb++)
+    for (unsigned code = 0; code < 27; code++) {
+      tdm_codelet *cl = &cls[nb - 1][code];
+      cl->name = "step";
+      cl->cpu_fn = run_rstep;
+      cl->nbuffers = nb;
+      for (unsigned i = 0, c = code; i < nb; i++, c /= 3)
+        cl->modes[i] = mode_of[c % 3];
+    }
+  tdm_runtime *rt = runtime();
+  tdm_mpi *m;
+  CHECK_EQ(tdm_mpi_create(rt, MPI_COMM_WORLD, &m), TDM_OK);
+  static uint64_t data[NH][W], ref[NH][W];
+  tdm_handle *hs[NH];
+  int owner[NH];
+  uint64_t r = mix(seed);
+  for (int h = 0; h < NH; h++) {
+    r = mix(r);
+    owner[h] = (int)(r % (uint64_t)size);
+    for (int w = 0; w < W; w++)
+      data[h][w] = ref[h][w] = rank == owner[h] ? mix(seed * 131 + (uint64_t)(h * W + w)) : 0;
+    for (int w = 0; w < W; w++)
+      ref[h][w] = mix(seed * 131 + (uint64_t)(h * W + w));
+    CHECK_EQ(tdm_register_vector(rt, data[h], W, sizeof data[h][0], &hs[h]), TDM_OK);
+    CHECK_EQ(tdm_mpi_register(m, hs[h], owner[h], (uint64_t)h), TDM_OK);
+  }
+  for (int t = 0; t < NT; t++) {
+    r = mix(r);
+    rstep s = {.id = r, .nbuf = 1 + (unsigned)(r % MAXB)};
+    unsigned hi[MAXB], code = 0;
+    int writer = -1;
+    for (unsigned i = 0; i < s.nbuf; i++) {
+      r = mix(r);
+      unsigned mo = (unsigned)((r >> 8) % 5); /* readers more often */
+      mo = mo < 3 ? 0 : mo - 2;
+      hi[i] = (unsigned)((r >> 20) % NH);
+      /* what it writes has one owner: the first written handle's */
+      if (mode_of[mo] & TDM_W) {
+        if (writer < 0)
+          writer = owner[hi[i]];
+        else if (owner[hi[i]] != writer)
+          mo = 0;
+      }
+      s.modes[i] = mode_of[mo];
+      code += mo * (i == 0 ? 1 : i == 1 ? 3 : 9);
+    }
+    tdm_task_desc d = {.codelet = &cls[s.nbuf - 1][code], .args = &s, .args_size = sizeof s};
+    uint64_t *bufs[MAXB];
+    for (unsigned i = 0; i < s.nbuf; i++) {
+      d.handles[i] = hs[hi[i]];
+      bufs[i] = ref[hi[i]];
+    }
+    CHECK_EQ(tdm_mpi_submit(m, &d), TDM_OK);
+    apply(&s, bufs); /* the sequential run, on every rank */
+  }
+  CHECK_EQ(tdm_mpi_wait_all(m), TDM_OK);
+  int wrong = 0;
+  for (int h = 0; h < NH; h++)
+    for (int w = 0; w < W && rank == owner[h]; w++)
+      wrong += data[h][w] != ref[h][w];
+  tdm_mpi_counters c = {.struct_size = sizeof c};
+  CHECK_EQ(tdm_mpi_get_counters(m, &c), TDM_OK);
+  int all = 0;
+  MPI_Allreduce(&wrong, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (all)
+    fail("seed %llu: %d words differ from the sequential run (%d here)",
+         (unsigned long long)seed, all, wrong);
+  CHECK_EQ(c.tasks_run + c.tasks_skipped, NT);
+  CHECK_EQ(tdm_mpi_destroy(m), TDM_OK);
+  for (int h = 0; h < NH; h++)
+    CHECK_EQ(tdm_handle_unregister(hs[h]), TDM_OK);
+  tdm_runtime_destroy(rt);
+}
+
+/* ---- refusals ------------------------------------------------------------------ */
+
+static void test_refusals(void) {
+  tdm_runtime *rt = runtime();
+  tdm_mpi *m;
+  CHECK_EQ(tdm_mpi_create(NULL, MPI_COMM_WORLD, &m), TDM_ERR_INVALID_ARG);
+  CHECK_EQ(tdm_mpi_create(rt, MPI_COMM_WORLD, NULL), TDM_ERR_INVALID_ARG);
+  CHECK_EQ(tdm_mpi_create(rt, MPI_COMM_WORLD, &m), TDM_OK);
+  int64_t a[W], b[W];
+  tdm_handle *ha, *hb;
+  CHECK_EQ(tdm_register_vector(rt, a, W, sizeof a[0], &ha), TDM_OK);
+  CHECK_EQ(tdm_register_vector(rt, b, W, sizeof b[0], &hb), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, ha, size, 1), TDM_ERR_INVALID_ARG); /* no such rank */
+  CHECK_EQ(tdm_mpi_register(m, ha, -1, 1), TDM_ERR_INVALID_ARG);
+  CHECK_EQ(tdm_mpi_register(m, ha, 0, 1), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, ha, 0, 2), TDM_ERR_INVALID_ARG); /* the handle twice */
+  CHECK_EQ(tdm_mpi_register(m, hb, 0, 1), TDM_ERR_INVALID_ARG); /* the key twice */
+  CHECK_EQ(tdm_mpi_owner(m, hb), -1);
+  step_args s = {2, 0};
+  tdm_task_desc d = {.codelet = &add_cl, .handles = {ha, hb}, .args = &s, .args_size = sizeof s};
+  CHECK_EQ(tdm_mpi_submit(m, &d), TDM_ERR_INVALID_ARG); /* hb not declared */
+  CHECK_EQ(tdm_mpi_register(m, hb, size - 1, 2), TDM_OK);
+  if (size > 1) { /* written handles of two owners */
+    static const tdm_codelet two_w = {.name = "two", .cpu_fn = known_step, .nbuffers = 2,
+                                      .modes = {TDM_RW, TDM_W}};
+    d.codelet = &two_w;
+    CHECK_EQ(tdm_mpi_submit(m, &d), TDM_ERR_INVALID_ARG);
+  }
+  static const tdm_codelet commute = {.name = "c", .cpu_fn = known_step, .nbuffers = 1,
+                                      .modes = {TDM_COMMUTE}};
+  d.codelet = &commute;
+  CHECK_EQ(tdm_mpi_submit(m, &d), TDM_ERR_INVALID_ARG);
+  CHECK_EQ(tdm_mpi_fetch(m, ha, size), TDM_ERR_INVALID_ARG);
+  CHECK_EQ(tdm_mpi_destroy(m), TDM_OK);
+  CHECK_EQ(tdm_handle_unregister(ha), TDM_OK);
+  CHECK_EQ(tdm_handle_unregister(hb), TDM_OK);
+  tdm_runtime_destroy(rt);
+}
+
+int main(int argc, char **argv) {
+  int level;
+  bool funneled = argc > 1 && !strcmp(argv[1], "funneled");
+  MPI_Init_thread(&argc, &argv, funneled ? MPI_THREAD_FUNNELED : MPI_THREAD_MULTIPLE, &level);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (funneled) { /* below MPI_THREAD_SERIALIZED: refused */
+    tdm_runtime *rt = runtime();
+    tdm_mpi *m = NULL;
+    CHECK_EQ(tdm_mpi_create(rt, MPI_COMM_WORLD, &m), TDM_ERR_INVALID_ARG);
+    CHECK(m == NULL);
+    tdm_runtime_destroy(rt);
+  } else {
+    CHECK(level >= MPI_THREAD_SERIALIZED);
+    test_known_graph();
+    test_strided();
+    for (uint64_t seed = 1; seed <= 8; seed++)
+      test_random_dag(seed);
+    test_refusals();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0)
+    printf("test-mpi: %d rank%s: %s passed\n", size, size == 1 ? "" : "s",
+           funneled ? "the refusal" : "every test");
+  MPI_Finalize();
+  return 0;
+}
