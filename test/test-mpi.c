@@ -10,9 +10,12 @@
  * fetch. A matrix whose rows are apart (ld past its columns). A random DAG over handles of random owners, for several seeds:
  * the data on each owner equal to a sequential run of the same
  * submissions (every rank runs it: every rank sees every submission).
+ * Tiled GEMM and Cholesky, 2-D block-cyclic and weighted, bit for bit
+ * those of the same tile operations run in order on one rank.
  * Refusals. A failed check aborts every rank (MPI_Abort), so that a
  * failure never hangs the others.
  */
+#include <math.h>
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -342,6 +345,240 @@ static void test_random_dag(uint64_t seed) {
   tdm_runtime_destroy(rt);
 }
 
+/* ---- tiled GEMM and Cholesky, 2-D block-cyclic ---------------------------------- */
+
+#define NTL 4 /* tiles a side */
+#define TB 8 /* elements a tile side */
+#define NN (NTL * TB)
+
+#define AT(b, r, c) (((double *)(b).ptr)[(r) * (b).ld + (c)])
+
+/* C += A B (gemm_nn), or C -= A B^T (gemm_nt) */
+static void gemm_nn(const tdm_buffer *b, const void *args, size_t n) {
+  (void)args, (void)n;
+  for (size_t r = 0; r < b[2].nx; r++)
+    for (size_t c = 0; c < b[2].ny; c++) {
+      double s = 0;
+      for (size_t k = 0; k < b[0].ny; k++)
+        s += AT(b[0], r, k) * AT(b[1], k, c);
+      AT(b[2], r, c) += s;
+    }
+}
+static void gemm_nt(const tdm_buffer *b, const void *args, size_t n) {
+  (void)args, (void)n;
+  for (size_t r = 0; r < b[2].nx; r++)
+    for (size_t c = 0; c < b[2].ny; c++) {
+      double s = 0;
+      for (size_t k = 0; k < b[0].ny; k++)
+        s += AT(b[0], r, k) * AT(b[1], c, k);
+      AT(b[2], r, c) -= s;
+    }
+}
+/* the lower Cholesky factor in place (the upper part zeroed) */
+static void potrf(const tdm_buffer *b, const void *args, size_t n) {
+  (void)args, (void)n;
+  for (size_t j = 0; j < b[0].nx; j++) {
+    double d = AT(b[0], j, j);
+    for (size_t k = 0; k < j; k++)
+      d -= AT(b[0], j, k) * AT(b[0], j, k);
+    d = sqrt(d);
+    AT(b[0], j, j) = d;
+    for (size_t i = j + 1; i < b[0].nx; i++) {
+      double s = AT(b[0], i, j);
+      for (size_t k = 0; k < j; k++)
+        s -= AT(b[0], i, k) * AT(b[0], j, k);
+      AT(b[0], i, j) = s / d;
+      AT(b[0], j, i) = 0;
+    }
+  }
+}
+/* X L^T = A: A (buffer 1) overwritten by X, L (buffer 0) lower */
+static void trsm(const tdm_buffer *b, const void *args, size_t n) {
+  (void)args, (void)n;
+  for (size_t r = 0; r < b[1].nx; r++)
+    for (size_t c = 0; c < b[1].ny; c++) {
+      double s = AT(b[1], r, c);
+      for (size_t k = 0; k < c; k++)
+        s -= AT(b[1], r, k) * AT(b[0], c, k);
+      AT(b[1], r, c) = s / AT(b[0], c, c);
+    }
+}
+
+static const tdm_codelet gemm_nn_cl = {.name = "gemm", .cpu_fn = gemm_nn, .nbuffers = 3,
+                                       .modes = {TDM_R, TDM_R, TDM_RW}};
+static const tdm_codelet gemm_nt_cl = {.name = "gemm-nt", .cpu_fn = gemm_nt, .nbuffers = 3,
+                                       .modes = {TDM_R, TDM_R, TDM_RW}};
+static const tdm_codelet potrf_cl = {.name = "potrf", .cpu_fn = potrf, .nbuffers = 1,
+                                     .modes = {TDM_RW}};
+static const tdm_codelet trsm_cl = {.name = "trsm", .cpu_fn = trsm, .nbuffers = 2,
+                                    .modes = {TDM_R, TDM_RW}};
+
+/* One task on the tiles named, submitted to m (or run here on the
+ * tiles of a local copy when m is NULL: the sequential reference). */
+static void tile_task(tdm_mpi *m, const tdm_codelet *cl, tdm_handle *const *t, double *const *ref) {
+  if (m) {
+    tdm_task_desc d = {.codelet = cl};
+    for (unsigned i = 0; i < cl->nbuffers; i++)
+      d.handles[i] = t[i];
+    CHECK_EQ(tdm_mpi_submit(m, &d), TDM_OK);
+    return;
+  }
+  tdm_buffer b[3];
+  for (unsigned i = 0; i < cl->nbuffers; i++)
+    b[i] = (tdm_buffer){.ptr = ref[i], .elem_size = sizeof(double), .nx = TB, .ny = TB, .ld = NN};
+  cl->cpu_fn(b, NULL, 0);
+}
+
+/* The tiled right-looking Cholesky of a's tiles (or of ref's). */
+static void cholesky(tdm_mpi *m, tdm_handle *a, double *ref) {
+#define TILE(i, j) (m ? tdm_matrix_tile(a, i, j) : NULL)
+#define REF(i, j) (ref + (i) * TB * NN + (j) * TB)
+  for (size_t k = 0; k < NTL; k++) {
+    tile_task(m, &potrf_cl, (tdm_handle *[]){TILE(k, k)}, (double *[]){REF(k, k)});
+    for (size_t i = k + 1; i < NTL; i++)
+      tile_task(m, &trsm_cl, (tdm_handle *[]){TILE(k, k), TILE(i, k)},
+                (double *[]){REF(k, k), REF(i, k)});
+    for (size_t j = k + 1; j < NTL; j++)
+      for (size_t i = j; i < NTL; i++) /* (i == j: the symmetric update) */
+        tile_task(m, &gemm_nt_cl, (tdm_handle *[]){TILE(i, k), TILE(j, k), TILE(i, j)},
+                  (double *[]){REF(i, k), REF(j, k), REF(i, j)});
+  }
+#undef TILE
+#undef REF
+}
+
+/* C = A B and the Cholesky factor of an SPD matrix, tiles 2-D
+ * block-cyclic (or, `weighted`, by weights 1, 2, 3, ... per rank): each
+ * owner's tiles equal, bit for bit, the same tile operations run in
+ * order here (every rank runs them), and what other ranks hold is never
+ * read as data (it starts as NaN). */
+static void test_tiled(bool weighted) {
+  tdm_runtime *rt = runtime();
+  tdm_mpi *m;
+  CHECK_EQ(tdm_mpi_create(rt, MPI_COMM_WORLD, &m), TDM_OK);
+  int p, q, owners[NTL * NTL];
+  tdm_mpi_grid(size, &p, &q);
+  CHECK_EQ(p * q, size);
+  double w[64];
+  CHECK_EQ(tdm_mpi_weights(m, rank + 1.0, w), TDM_OK);
+  for (int r = 0; r < size; r++)
+    CHECK(w[r] == r + 1.0);
+  if (weighted)
+    CHECK_EQ(tdm_mpi_weighted_owners(w, size, NTL * NTL, owners), TDM_OK);
+  else
+    for (size_t i = 0; i < NTL; i++)
+      for (size_t j = 0; j < NTL; j++)
+        owners[i * NTL + j] = tdm_mpi_block_cyclic(p, q, i, j);
+  static double A[NN * NN], B[NN * NN], C[NN * NN], S[NN * NN];
+  static double rA[NN * NN], rB[NN * NN], rC[NN * NN], rS[NN * NN];
+  for (size_t r = 0; r < NN; r++)
+    for (size_t c = 0; c < NN; c++) {
+      rA[r * NN + c] = (double)((r * 7 + c * 3) % 11) - 5;
+      rB[r * NN + c] = (double)((r * 5 + c * 2) % 13) - 6;
+      rC[r * NN + c] = (double)((r + c) % 3);
+      rS[r * NN + c] = (double)((r * c) % 5) / 8 + (r == c ? NN : 0); /* symmetric, dominant */
+    }
+  double nan = 0.0 / 0.0;
+  for (size_t r = 0; r < NN; r++)
+    for (size_t c = 0; c < NN; c++) {
+      bool mine = owners[(r / TB) * NTL + c / TB] == rank;
+      A[r * NN + c] = mine ? rA[r * NN + c] : nan;
+      B[r * NN + c] = mine ? rB[r * NN + c] : nan;
+      C[r * NN + c] = mine ? rC[r * NN + c] : nan;
+      S[r * NN + c] = mine ? rS[r * NN + c] : nan;
+    }
+  tdm_handle *h[4];
+  double *mem[4] = {A, B, C, S};
+  for (int k = 0; k < 4; k++) {
+    CHECK_EQ(tdm_register_matrix(rt, mem[k], NN, NN, NN, sizeof(double), &h[k]), TDM_OK);
+    CHECK_EQ(tdm_matrix_partition(h[k], TB, TB, 0), TDM_OK);
+    CHECK_EQ(tdm_mpi_register_tiles(m, h[k], owners, 1000 * (uint64_t)(k + 1)), TDM_OK);
+  }
+  for (size_t i = 0; i < NTL; i++)
+    for (size_t j = 0; j < NTL; j++)
+      for (size_t k = 0; k < NTL; k++) {
+        tdm_handle *t[3] = {tdm_matrix_tile(h[0], i, k), tdm_matrix_tile(h[1], k, j),
+                            tdm_matrix_tile(h[2], i, j)};
+        CHECK_EQ(tdm_mpi_submit(m, &(tdm_task_desc){.codelet = &gemm_nn_cl,
+                                                    .handles = {t[0], t[1], t[2]}}), TDM_OK);
+        double *ref[3] = {rA + i * TB * NN + k * TB, rB + k * TB * NN + j * TB,
+                          rC + i * TB * NN + j * TB};
+        tile_task(NULL, &gemm_nn_cl, NULL, ref);
+      }
+  cholesky(m, h[3], NULL);
+  cholesky(NULL, NULL, rS);
+  CHECK_EQ(tdm_mpi_wait_all(m), TDM_OK);
+  int wrong = 0;
+  for (size_t r = 0; r < NN; r++)
+    for (size_t c = 0; c < NN; c++)
+      if (owners[(r / TB) * NTL + c / TB] == rank) {
+        wrong += memcmp(&C[r * NN + c], &rC[r * NN + c], sizeof(double)) != 0;
+        /* the factor's tiles: below the diagonal, and the diagonal's */
+        if (r / TB >= c / TB)
+          wrong += memcmp(&S[r * NN + c], &rS[r * NN + c], sizeof(double)) != 0;
+      }
+  int all = 0;
+  MPI_Allreduce(&wrong, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (all)
+    fail("tiled %s: %d elements differ from the sequential run (%d here)",
+         weighted ? "weighted" : "block-cyclic", all, wrong);
+  /* the reference is right: L L^T is the matrix, lower part */
+  static double S0[NN * NN];
+  for (size_t r = 0; r < NN; r++)
+    for (size_t c = 0; c < NN; c++)
+      S0[r * NN + c] = (double)((r * c) % 5) / 8 + (r == c ? NN : 0);
+  for (size_t r = 0; r < NN; r++)
+    for (size_t c = 0; c <= r; c++) {
+      double s = 0;
+      for (size_t k = 0; k <= c; k++)
+        s += rS[r * NN + k] * rS[c * NN + k];
+      CHECK(fabs(s - S0[r * NN + c]) < 1e-9 * NN);
+    }
+  tdm_mpi_counters k = {.struct_size = sizeof k};
+  CHECK_EQ(tdm_mpi_get_counters(m, &k), TDM_OK);
+  if (rank == 0)
+    printf("  tiled %s, %d rank%s: rank 0 ran %llu tasks, sent %llu, received %llu messages\n",
+           weighted ? "weighted" : "block-cyclic", size, size == 1 ? "" : "s",
+           (unsigned long long)k.tasks_run, (unsigned long long)k.sent,
+           (unsigned long long)k.received);
+  CHECK_EQ(tdm_mpi_destroy(m), TDM_OK);
+  for (int j = 0; j < 4; j++) {
+    CHECK_EQ(tdm_matrix_unpartition(h[j], 0), TDM_OK);
+    CHECK_EQ(tdm_handle_unregister(h[j]), TDM_OK);
+  }
+  tdm_runtime_destroy(rt);
+}
+
+/* The distributions themselves. */
+static void test_distributions(void) {
+  int p, q;
+  tdm_mpi_grid(6, &p, &q);
+  CHECK(p == 2 && q == 3);
+  tdm_mpi_grid(7, &p, &q);
+  CHECK(p == 1 && q == 7);
+  tdm_mpi_grid(4, &p, &q);
+  CHECK(p == 2 && q == 2);
+  CHECK_EQ(tdm_mpi_block_cyclic(2, 2, 3, 1), 3);
+  CHECK_EQ(tdm_mpi_block_cyclic(2, 3, 4, 4), 1);
+  double w[3] = {1, 2, 5};
+  int own[80], count[3] = {0};
+  CHECK_EQ(tdm_mpi_weighted_owners(w, 3, 80, own), TDM_OK);
+  for (int k = 0; k < 80; k++)
+    count[own[k]]++;
+  CHECK(count[0] == 10 && count[1] == 20 && count[2] == 50);
+  /* spread: any 8 in a row hold 1, 2 and 5 of them, within one */
+  for (int k = 0; k + 8 <= 80; k++) {
+    int c[3] = {0};
+    for (int j = k; j < k + 8; j++)
+      c[own[j]]++;
+    CHECK(abs(c[0] - 1) <= 1 && abs(c[1] - 2) <= 1 && abs(c[2] - 5) <= 1);
+  }
+  double bad[2] = {0, 0};
+  CHECK_EQ(tdm_mpi_weighted_owners(bad, 2, 4, own), TDM_ERR_INVALID_ARG);
+  bad[0] = -1, bad[1] = 2;
+  CHECK_EQ(tdm_mpi_weighted_owners(bad, 2, 4, own), TDM_ERR_INVALID_ARG);
+}
+
 /* ---- refusals ------------------------------------------------------------------ */
 
 static void test_refusals(void) {
@@ -395,8 +632,11 @@ int main(int argc, char **argv) {
     tdm_runtime_destroy(rt);
   } else {
     CHECK(level >= MPI_THREAD_SERIALIZED);
+    test_distributions();
     test_known_graph();
     test_strided();
+    test_tiled(false);
+    test_tiled(true);
     for (uint64_t seed = 1; seed <= 8; seed++)
       test_random_dag(seed);
     test_refusals();

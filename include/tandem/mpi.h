@@ -120,6 +120,49 @@ TDM_API tdm_status tdm_mpi_wait_all(tdm_mpi *m);
  */
 TDM_API tdm_status tdm_mpi_fetch(tdm_mpi *m, tdm_handle *h, int rank);
 
+/* ---- distributions of tiled matrices ------------------------------------------ */
+
+/** A grid of p x q ranks for `size` ranks: p the largest divisor of size
+ * not above its square root, q = size / p (2 x 3 for 6, 1 x 7 for 7). */
+TDM_API void tdm_mpi_grid(int size, int *p, int *q);
+
+/** The owner of tile (i, j) in a 2-D block-cyclic distribution over a p x
+ * q grid of ranks (ScaLAPACK's): (i mod p) * q + (j mod q). A 1-D cyclic
+ * one over the rows is p = size, q = 1. */
+TDM_API int tdm_mpi_block_cyclic(int p, int q, size_t i, size_t j);
+
+/**
+ * Owners for n tiles (in the order the caller numbers them) in proportion
+ * to each rank's weight (weights[r] >= 0, not all 0): rank r gets
+ * n * weights[r] / sum of weights, rounded, spread evenly along the
+ * numbering by smooth weighted round-robin (each step, every rank's
+ * credit grows by its weight and the rank of the largest credit, the
+ * lowest on ties, takes the tile and loses the total): owners[k]. The
+ * same on every rank for the same weights. TDM_ERR_INVALID_ARG: NULL, a
+ * negative weight or none above 0.
+ */
+TDM_API tdm_status tdm_mpi_weighted_owners(const double *weights, int nranks, size_t n,
+                                           int *owners);
+
+/**
+ * Each rank's weight, for tdm_mpi_weighted_owners: every rank gives its
+ * own (`mine`: its throughput, declared or measured, in any unit shared
+ * by the ranks; 0 or less: its workers, CPU and devices, as a rough
+ * guess), and all[r] gets rank r's. Collective; call it while no message
+ * of m is in flight (before the first submission, or after
+ * tdm_mpi_wait_all on every rank).
+ */
+TDM_API tdm_status tdm_mpi_weights(tdm_mpi *m, double mine, double *all);
+
+/**
+ * Declares every tile (i, j) of the partitioned matrix `matrix`
+ * (tdm_matrix_partition) distributed, owned by owners[i * tile_cols + j]
+ * (tdm_matrix_tiles' counts), with the key key_base + i * tile_cols + j.
+ * Errors as tdm_mpi_register, and TDM_ERR_NOT_PARTITIONED.
+ */
+TDM_API tdm_status tdm_mpi_register_tiles(tdm_mpi *m, tdm_handle *matrix, const int *owners,
+                                          uint64_t key_base);
+
 /** What m's messages came to on this rank so far. */
 typedef struct tdm_mpi_counters {
   size_t struct_size;     /**< sizeof(tdm_mpi_counters) */

@@ -72,6 +72,10 @@ struct tdm_mpi {
   pthread_t thread;
   pthread_mutex_t lock;
   pthread_cond_t cond;
+  /* Held around every MPI call after creation, by the progress thread
+   * and by a collective call of the application's (tdm_mpi_weights):
+   * MPI_THREAD_SERIALIZED asks no more. */
+  pthread_mutex_t mpi_lock;
   op *head, *tail; /* handed, not posted (lock) */
   bool stop;       /* lock */
   _Atomic uint64_t sent, received, bytes_sent, bytes_received;
@@ -120,6 +124,7 @@ static void *progress(void *arg) {
       const tdm_buffer *b = &o->buf;
       int count = (int)o->bytes, rc = MPI_SUCCESS;
       MPI_Datatype type = MPI_BYTE;
+      pthread_mutex_lock(&m->mpi_lock);
       if (b->ny > 1 && b->ld != b->ny) {
         rc = MPI_Type_vector((int)b->nx, (int)(b->ny * b->elem_size), (int)(b->ld * b->elem_size),
                              MPI_BYTE, &o->type);
@@ -131,9 +136,13 @@ static void *progress(void *arg) {
       if (rc == MPI_SUCCESS)
         rc = o->send ? MPI_Isend(b->ptr, count, type, o->peer, o->tag, m->comm, &reqs[n])
                      : MPI_Irecv(b->ptr, count, type, o->peer, o->tag, m->comm, &reqs[n]);
+      pthread_mutex_unlock(&m->mpi_lock);
       if (rc != MPI_SUCCESS) {
-        if (o->type != MPI_DATATYPE_NULL)
+        if (o->type != MPI_DATATYPE_NULL) {
+          pthread_mutex_lock(&m->mpi_lock);
           MPI_Type_free(&o->type);
+          pthread_mutex_unlock(&m->mpi_lock);
+        }
         tdm_deferred_end(o->task, TDM_ERR_SYSTEM);
         free(o);
         continue;
@@ -141,12 +150,19 @@ static void *progress(void *arg) {
       posted[n++] = o;
     }
     int ndone = 0;
+    pthread_mutex_lock(&m->mpi_lock);
     if (n && MPI_Testsome(n, reqs, &ndone, done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
       ndone = MPI_UNDEFINED;
+    /* (the types of those done freed under the lock too) */
+    for (int k = 0; k < ndone && ndone != MPI_UNDEFINED; k++)
+      if (posted[done[k]]->type != MPI_DATATYPE_NULL)
+        MPI_Type_free(&posted[done[k]]->type);
+    for (int i = 0; i < n && ndone == MPI_UNDEFINED; i++)
+      if (posted[i]->type != MPI_DATATYPE_NULL)
+        MPI_Type_free(&posted[i]->type);
+    pthread_mutex_unlock(&m->mpi_lock);
     if (ndone == MPI_UNDEFINED) { /* an error: every request posted fails */
       for (int i = 0; i < n; i++) {
-        if (posted[i]->type != MPI_DATATYPE_NULL)
-          MPI_Type_free(&posted[i]->type);
         tdm_deferred_end(posted[i]->task, TDM_ERR_SYSTEM);
         free(posted[i]);
       }
@@ -157,8 +173,6 @@ static void *progress(void *arg) {
       op *o = posted[done[k]];
       atomic_fetch_add(o->send ? &m->sent : &m->received, 1);
       atomic_fetch_add(o->send ? &m->bytes_sent : &m->bytes_received, o->bytes);
-      if (o->type != MPI_DATATYPE_NULL)
-        MPI_Type_free(&o->type);
       tdm_deferred_end(o->task, TDM_OK);
       free(o);
       posted[done[k]] = NULL;
@@ -261,7 +275,14 @@ tdm_status tdm_mpi_create(tdm_runtime *rt, MPI_Comm comm, tdm_mpi **out) {
     free(m);
     return TDM_ERR_SYSTEM;
   }
+  if (pthread_mutex_init(&m->mpi_lock, NULL)) {
+    pthread_mutex_destroy(&m->lock);
+    MPI_Comm_free(&m->comm);
+    free(m);
+    return TDM_ERR_SYSTEM;
+  }
   if (pthread_cond_init(&m->cond, NULL)) {
+    pthread_mutex_destroy(&m->mpi_lock);
     pthread_mutex_destroy(&m->lock);
     MPI_Comm_free(&m->comm);
     free(m);
@@ -269,6 +290,7 @@ tdm_status tdm_mpi_create(tdm_runtime *rt, MPI_Comm comm, tdm_mpi **out) {
   }
   if (pthread_create(&m->thread, NULL, progress, m)) {
     pthread_cond_destroy(&m->cond);
+    pthread_mutex_destroy(&m->mpi_lock);
     pthread_mutex_destroy(&m->lock);
     MPI_Comm_free(&m->comm);
     free(m);
@@ -292,6 +314,7 @@ tdm_status tdm_mpi_destroy(tdm_mpi *m) {
   pthread_mutex_unlock(&m->lock);
   pthread_join(m->thread, NULL);
   pthread_cond_destroy(&m->cond);
+  pthread_mutex_destroy(&m->mpi_lock);
   pthread_mutex_destroy(&m->lock);
   for (size_t i = 0; i < m->cap; i++) {
     dist *d = m->table ? m->table[i] : NULL;
@@ -502,5 +525,85 @@ tdm_status tdm_mpi_get_counters(const tdm_mpi *m, tdm_mpi_counters *out) {
   out->cache_hits = m->cache_hits;
   out->tasks_run = m->tasks_run;
   out->tasks_skipped = m->tasks_skipped;
+  return TDM_OK;
+}
+
+/* ---- distributions of tiled matrices ------------------------------------------ */
+
+void tdm_mpi_grid(int size, int *p, int *q) {
+  int a = 1;
+  for (int d = 1; (long)d * d <= size; d++)
+    if (size % d == 0)
+      a = d;
+  if (p)
+    *p = a;
+  if (q)
+    *q = size > 0 ? size / a : 0;
+}
+
+int tdm_mpi_block_cyclic(int p, int q, size_t i, size_t j) {
+  if (p <= 0 || q <= 0)
+    return -1;
+  return (int)(i % (size_t)p) * q + (int)(j % (size_t)q);
+}
+
+/* Smooth weighted round-robin (as nginx balances upstream servers):
+ * over any stretch of the numbering, each rank's count stays within one
+ * of its weighted share. */
+tdm_status tdm_mpi_weighted_owners(const double *weights, int nranks, size_t n, int *owners) {
+  if (!weights || nranks <= 0 || (n && !owners))
+    return TDM_ERR_INVALID_ARG;
+  double total = 0;
+  for (int r = 0; r < nranks; r++) {
+    if (!(weights[r] >= 0)) /* (NaN too) */
+      return TDM_ERR_INVALID_ARG;
+    total += weights[r];
+  }
+  if (!(total > 0))
+    return TDM_ERR_INVALID_ARG;
+  double *credit = calloc((size_t)nranks, sizeof *credit);
+  if (!credit)
+    return TDM_ERR_NO_MEMORY;
+  for (size_t k = 0; k < n; k++) {
+    int best = 0;
+    for (int r = 0; r < nranks; r++) {
+      credit[r] += weights[r];
+      if (credit[r] > credit[best])
+        best = r;
+    }
+    credit[best] -= total;
+    owners[k] = best;
+  }
+  free(credit);
+  return TDM_OK;
+}
+
+tdm_status tdm_mpi_weights(tdm_mpi *m, double mine, double *all) {
+  if (!m || !all)
+    return TDM_ERR_INVALID_ARG;
+  if (!(mine > 0))
+    mine = (double)tdm_runtime_nworkers(m->rt);
+  pthread_mutex_lock(&m->mpi_lock);
+  int rc = MPI_Allgather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, m->comm);
+  pthread_mutex_unlock(&m->mpi_lock);
+  return rc == MPI_SUCCESS ? TDM_OK : TDM_ERR_SYSTEM;
+}
+
+tdm_status tdm_mpi_register_tiles(tdm_mpi *m, tdm_handle *matrix, const int *owners,
+                                  uint64_t key_base) {
+  size_t ni, nj;
+  if (!m || !matrix || !owners)
+    return TDM_ERR_INVALID_ARG;
+  tdm_status st = tdm_matrix_tiles(matrix, &ni, &nj);
+  if (st)
+    return st;
+  for (size_t i = 0; i < ni; i++)
+    for (size_t j = 0; j < nj; j++) {
+      tdm_handle *t = tdm_matrix_tile(matrix, i, j);
+      if (!t)
+        return TDM_ERR_NOT_PARTITIONED;
+      if ((st = tdm_mpi_register(m, t, owners[i * nj + j], key_base + i * nj + j)))
+        return st;
+    }
   return TDM_OK;
 }
