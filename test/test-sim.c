@@ -444,6 +444,38 @@ static void count_task(const tdm_buffer *b, const void *args, size_t n) {
     atomic_fetch_add(&per_worker[id], 1);
 }
 
+/* An emulated machine without devices (it declares only its cores'
+ * speed): its CPU tasks are stretched all the same, time_scale / speed
+ * times their real time (the worker sleeps the rest). A lower bound: a
+ * slow machine only makes it longer. */
+static void test_cpu_only_emulation_stretches(void **state) {
+  (void)state;
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 1;
+  cfg.bind_workers = 0;
+  cfg.ignore_env = 1;
+  cfg.sim = "cpu.0:speedup=0.5";
+  cfg.sim_time_scale = 10;
+  tdm_runtime *rt = NULL;
+  assert_int_equal(tdm_runtime_create(&cfg, &rt), TDM_OK);
+  the_rt = rt; /* (spin_task asks where it runs) */
+  assert_int_equal(tdm_runtime_nworkers(rt), 1); /* no device */
+  uint64_t x = 0;
+  tdm_handle *h;
+  assert_int_equal(tdm_register_vector(rt, &x, 1, sizeof x, &h), TDM_OK);
+  work w = {.us = 2000, .codelet = GEMM, .id = 0};
+  tdm_task_desc d = {.codelet = &gemm, .handles = {h}, .args = &w, .args_size = sizeof w};
+  double t0 = now_s();
+  assert_int_equal(tdm_submit(rt, &d), TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  double took = now_s() - t0;
+  /* 2 ms of spinning, 10 / 0.5 = 20 times: 40 ms at least */
+  assert_true(took >= 0.038);
+  assert_int_equal(tdm_handle_unregister(h), TDM_OK);
+  tdm_runtime_destroy(rt);
+}
+
 static void test_cpu_kinds_are_classes(void **state) {
   (void)state;
   char dir[64];
@@ -804,6 +836,7 @@ int main(void) {
       cmocka_unit_test(test_description_and_errors),
       cmocka_unit_test(test_footprints),
       cmocka_unit_test(test_device_threads_refuse_blocking),
+      cmocka_unit_test(test_cpu_only_emulation_stretches),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

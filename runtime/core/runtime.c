@@ -41,7 +41,9 @@ static tdm_status setup_devices(tdm_runtime *rt) {
     if (a->state || a->n) { /* released at teardown, even after a failure */
       for (unsigned k = a->first; k < rt->ndevice_workers; k++)
         rt->attached_of[k] = (uint8_t)i;
-      if (a->n && !rt->cpu_stretch)
+      /* an emulated machine stretches its CPU tasks, devices or none
+       * (one that declares only its cores' speeds, cpu.N) */
+      if (!rt->cpu_stretch)
         rt->cpu_stretch = (*b)->cpu_factor;
     } else {
       rt->nattached--;
