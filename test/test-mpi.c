@@ -25,6 +25,7 @@
 
 #include "tandem.h"
 #include "tandem/mpi.h"
+#include "tiles.h"
 
 static int rank = -1, size = 0;
 
@@ -351,59 +352,6 @@ static void test_random_dag(uint64_t seed) {
 #define TB 8 /* elements a tile side */
 #define NN (NTL * TB)
 
-#define AT(b, r, c) (((double *)(b).ptr)[(r) * (b).ld + (c)])
-
-/* C += A B (gemm_nn), or C -= A B^T (gemm_nt) */
-static void gemm_nn(const tdm_buffer *b, const void *args, size_t n) {
-  (void)args, (void)n;
-  for (size_t r = 0; r < b[2].nx; r++)
-    for (size_t c = 0; c < b[2].ny; c++) {
-      double s = 0;
-      for (size_t k = 0; k < b[0].ny; k++)
-        s += AT(b[0], r, k) * AT(b[1], k, c);
-      AT(b[2], r, c) += s;
-    }
-}
-static void gemm_nt(const tdm_buffer *b, const void *args, size_t n) {
-  (void)args, (void)n;
-  for (size_t r = 0; r < b[2].nx; r++)
-    for (size_t c = 0; c < b[2].ny; c++) {
-      double s = 0;
-      for (size_t k = 0; k < b[0].ny; k++)
-        s += AT(b[0], r, k) * AT(b[1], c, k);
-      AT(b[2], r, c) -= s;
-    }
-}
-/* the lower Cholesky factor in place (the upper part zeroed) */
-static void potrf(const tdm_buffer *b, const void *args, size_t n) {
-  (void)args, (void)n;
-  for (size_t j = 0; j < b[0].nx; j++) {
-    double d = AT(b[0], j, j);
-    for (size_t k = 0; k < j; k++)
-      d -= AT(b[0], j, k) * AT(b[0], j, k);
-    d = sqrt(d);
-    AT(b[0], j, j) = d;
-    for (size_t i = j + 1; i < b[0].nx; i++) {
-      double s = AT(b[0], i, j);
-      for (size_t k = 0; k < j; k++)
-        s -= AT(b[0], i, k) * AT(b[0], j, k);
-      AT(b[0], i, j) = s / d;
-      AT(b[0], j, i) = 0;
-    }
-  }
-}
-/* X L^T = A: A (buffer 1) overwritten by X, L (buffer 0) lower */
-static void trsm(const tdm_buffer *b, const void *args, size_t n) {
-  (void)args, (void)n;
-  for (size_t r = 0; r < b[1].nx; r++)
-    for (size_t c = 0; c < b[1].ny; c++) {
-      double s = AT(b[1], r, c);
-      for (size_t k = 0; k < c; k++)
-        s -= AT(b[1], r, k) * AT(b[0], c, k);
-      AT(b[1], r, c) = s / AT(b[0], c, c);
-    }
-}
-
 static const tdm_codelet gemm_nn_cl = {.name = "gemm", .cpu_fn = gemm_nn, .nbuffers = 3,
                                        .modes = {TDM_R, TDM_R, TDM_RW}};
 static const tdm_codelet gemm_nt_cl = {.name = "gemm-nt", .cpu_fn = gemm_nt, .nbuffers = 3,
@@ -541,6 +489,8 @@ static void test_tiled(bool weighted) {
            weighted ? "weighted" : "block-cyclic", size, size == 1 ? "" : "s",
            (unsigned long long)k.tasks_run, (unsigned long long)k.sent,
            (unsigned long long)k.received);
+  for (int j = 0; j < 4; j++)
+    CHECK_EQ(tdm_mpi_forget_tiles(m, h[j]), TDM_OK);
   CHECK_EQ(tdm_mpi_destroy(m), TDM_OK);
   for (int j = 0; j < 4; j++) {
     CHECK_EQ(tdm_matrix_unpartition(h[j], 0), TDM_OK);
@@ -612,6 +562,31 @@ static void test_refusals(void) {
   d.codelet = &commute;
   CHECK_EQ(tdm_mpi_submit(m, &d), TDM_ERR_INVALID_ARG);
   CHECK_EQ(tdm_mpi_fetch(m, ha, size), TDM_ERR_INVALID_ARG);
+  /* forgotten: not known any more, its key free again */
+  CHECK_EQ(tdm_mpi_forget(m, hb), TDM_OK);
+  CHECK_EQ(tdm_mpi_forget(m, hb), TDM_ERR_INVALID_ARG);
+  CHECK_EQ(tdm_mpi_owner(m, hb), -1);
+  CHECK_EQ(tdm_mpi_register(m, hb, 0, 2), TDM_OK);
+  /* many declared and forgotten: the others stay found (the table's
+   * entries move back over the holes) */
+  enum { MANY = 300 };
+  static int64_t cells[MANY];
+  tdm_handle *many[MANY];
+  for (int i = 0; i < MANY; i++) {
+    CHECK_EQ(tdm_register_vector(rt, &cells[i], 1, sizeof cells[i], &many[i]), TDM_OK);
+    CHECK_EQ(tdm_mpi_register(m, many[i], i % size, 1000 + (uint64_t)i), TDM_OK);
+  }
+  for (int i = 0; i < MANY; i += 2)
+    CHECK_EQ(tdm_mpi_forget(m, many[i]), TDM_OK);
+  for (int i = 0; i < MANY; i++)
+    CHECK_EQ(tdm_mpi_owner(m, many[i]), i % 2 ? i % size : -1);
+  for (int i = 0; i < MANY; i += 2)
+    CHECK_EQ(tdm_mpi_register(m, many[i], (i + 1) % size, 5000 + (uint64_t)i), TDM_OK);
+  for (int i = 0; i < MANY; i++) {
+    CHECK_EQ(tdm_mpi_owner(m, many[i]), i % 2 ? i % size : (i + 1) % size);
+    CHECK_EQ(tdm_mpi_forget(m, many[i]), TDM_OK);
+    CHECK_EQ(tdm_handle_unregister(many[i]), TDM_OK);
+  }
   CHECK_EQ(tdm_mpi_destroy(m), TDM_OK);
   CHECK_EQ(tdm_handle_unregister(ha), TDM_OK);
   CHECK_EQ(tdm_handle_unregister(hb), TDM_OK);

@@ -90,6 +90,17 @@ TDM_API int tdm_mpi_size(const tdm_mpi *m);
  */
 TDM_API tdm_status tdm_mpi_register(tdm_mpi *m, tdm_handle *h, int owner, uint64_t key);
 
+/**
+ * Forgets h (every rank, in the same place of the sequence): m no longer
+ * knows it, so that it may be unregistered (its memory, and its address,
+ * reused by another handle). Call it once no task submitted through m
+ * names h any more (after tdm_mpi_wait_all, or with the handle's last
+ * task done). tdm_mpi_forget_tiles forgets every tile of a partitioned
+ * matrix. TDM_ERR_INVALID_ARG: not declared.
+ */
+TDM_API tdm_status tdm_mpi_forget(tdm_mpi *m, tdm_handle *h);
+TDM_API tdm_status tdm_mpi_forget_tiles(tdm_mpi *m, tdm_handle *matrix);
+
 /** The owner of a distributed handle, or -1 (not declared in m). */
 TDM_API int tdm_mpi_owner(const tdm_mpi *m, const tdm_handle *h);
 

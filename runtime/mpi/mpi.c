@@ -414,6 +414,44 @@ tdm_status tdm_mpi_register(tdm_mpi *m, tdm_handle *h, int owner, uint64_t key) 
   return TDM_OK;
 }
 
+tdm_status tdm_mpi_forget(tdm_mpi *m, tdm_handle *h) {
+  if (!m || !h || !m->cap)
+    return TDM_ERR_INVALID_ARG;
+  size_t i = slot_of(m, h);
+  while (m->table[i] && m->table[i]->h != h)
+    i = (i + 1) & (m->cap - 1);
+  dist *d = m->table[i];
+  if (!d)
+    return TDM_ERR_INVALID_ARG;
+  free(d->has);
+  free(d);
+  m->table[i] = NULL;
+  m->n--;
+  /* linear probing without tombstones: the entries after the hole move
+   * back where their search would stop short of them */
+  for (size_t j = (i + 1) & (m->cap - 1); m->table[j]; j = (j + 1) & (m->cap - 1)) {
+    size_t home = slot_of(m, m->table[j]->h);
+    bool between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (!between) {
+      m->table[i] = m->table[j];
+      m->table[j] = NULL;
+      i = j;
+    }
+  }
+  return TDM_OK;
+}
+
+tdm_status tdm_mpi_forget_tiles(tdm_mpi *m, tdm_handle *matrix) {
+  size_t ni, nj;
+  if (!m || !matrix)
+    return TDM_ERR_INVALID_ARG;
+  tdm_status st = tdm_matrix_tiles(matrix, &ni, &nj);
+  for (size_t i = 0; i < ni && !st; i++)
+    for (size_t j = 0; j < nj && !st; j++)
+      st = tdm_mpi_forget(m, tdm_matrix_tile(matrix, i, j));
+  return st;
+}
+
 int tdm_mpi_owner(const tdm_mpi *m, const tdm_handle *h) {
   const dist *d = m && h ? find(m, h) : NULL;
   return d ? d->owner : -1;
