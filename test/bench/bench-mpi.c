@@ -15,7 +15,9 @@
  * slowest rank's, from a barrier to the end of its tasks), the ratio of
  * weighted to block-cyclic, the messages and bytes they moved; at the
  * end, the medians. The same shapes on one rank (-np 1) give the
- * single-rank figure to compare with.
+ * single-rank figure to compare with. With two ranks or more, then: a
+ * ping-pong through tasks beside MPI's own (the latency the runtime and
+ * its progress thread add), and the CPU an idle rank uses.
  */
 #include <math.h>
 #include <mpi.h>
@@ -23,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "tandem.h"
 #include "tandem/mpi.h"
@@ -121,6 +125,104 @@ static run one_run(tdm_runtime *rt, tdm_mpi *m, int what, size_t nt, size_t tb,
   return (run){slowest, all[0], all[1]};
 }
 
+static int cmp(const void *a, const void *b);
+
+/* ---- latency and idle CPU (two ranks or more) ---------------------------------- */
+
+static void bump(const tdm_buffer *b, const void *args, size_t n) {
+  (void)args, (void)n;
+  ((double *)b[1].ptr)[0] = ((const double *)b[0].ptr)[0] + 1;
+}
+static const tdm_codelet bump_cl = {.name = "bump", .cpu_fn = bump, .nbuffers = 2,
+                                    .modes = {TDM_R, TDM_W}};
+
+/* A ping-pong of one double between ranks 0 and 1 through tasks (x on 0,
+ * y on 1: y = x + 1 on 1, x = y + 1 on 0), against MPI's own ping-pong of
+ * 8 bytes in the same run: what a round trip costs through the runtime,
+ * its tasks and the progress thread. Then the process's CPU while it
+ * idles a second with m alive. Only ranks 0 and 1 take part in the
+ * ping-pong (the others skip its tasks). On a runtime and tdm_mpi of
+ * their own, not emulated: beside the others, as an application may
+ * have several. */
+static void latency(int rounds) {
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 1;
+  cfg.bind_workers = 0;
+  cfg.devices = "none";
+  tdm_runtime *rt;
+  MUST(tdm_runtime_create(&cfg, &rt));
+  tdm_mpi *m;
+  MUST(tdm_mpi_create(rt, MPI_COMM_WORLD, &m));
+  double x = 0, y = 0;
+  tdm_handle *hx, *hy;
+  MUST(tdm_register_vector(rt, &x, 1, sizeof x, &hx));
+  MUST(tdm_register_vector(rt, &y, 1, sizeof y, &hy));
+  MUST(tdm_mpi_register(m, hx, 0, 900000001));
+  MUST(tdm_mpi_register(m, hy, 1, 900000002));
+  double *via = calloc((size_t)rounds, sizeof *via), *raw = calloc((size_t)rounds, sizeof *raw);
+  if (!via || !raw)
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  for (int r = 0; r < rounds; r++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    submit(m, &bump_cl, hx, hy, NULL);
+    submit(m, &bump_cl, hy, hx, NULL);
+    MUST(tdm_mpi_fetch(m, hx, 0)); /* rank 0: x is home */
+    via[r] = MPI_Wtime() - t0;
+    /* (before the barrier, whose busy wait would take the cores that the
+     * other rank's tasks need: on two cores, a scheduler's quantum) */
+    MUST(tdm_mpi_wait_all(m));
+    MPI_Barrier(MPI_COMM_WORLD);
+    double v = 0;
+    t0 = MPI_Wtime();
+    if (rank == 0) {
+      MPI_Send(&v, 1, MPI_DOUBLE, 1, 7, MPI_COMM_WORLD);
+      MPI_Recv(&v, 1, MPI_DOUBLE, 1, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else if (rank == 1) {
+      MPI_Recv(&v, 1, MPI_DOUBLE, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(&v, 1, MPI_DOUBLE, 0, 7, MPI_COMM_WORLD);
+    }
+    raw[r] = MPI_Wtime() - t0;
+  }
+  MUST(tdm_mpi_wait_all(m));
+  if (rank == 0) {
+    if (x != 2.0 * rounds)
+      fprintf(stderr, "bench-mpi: ping-pong ended at %g, not %d\n", x, 2 * rounds);
+    qsort(via, (size_t)rounds, sizeof *via, cmp);
+    qsort(raw, (size_t)rounds, sizeof *raw, cmp);
+    printf("round trip through tasks %.1f us (p90 %.1f), MPI's own %.1f us (p90 %.1f): "
+           "%.1f us added (medians of %d)\n", via[rounds / 2] * 1e6,
+           via[rounds * 9 / 10] * 1e6, raw[rounds / 2] * 1e6, raw[rounds * 9 / 10] * 1e6,
+           (via[rounds / 2] - raw[rounds / 2]) * 1e6, rounds);
+  }
+  free(via);
+  free(raw);
+  MUST(tdm_mpi_forget(m, hx));
+  MUST(tdm_mpi_forget(m, hy));
+  MUST(tdm_handle_unregister(hx));
+  MUST(tdm_handle_unregister(hy));
+  /* idle: what the process burns with its runtime and progress thread
+   * alive and nothing to do */
+  MPI_Barrier(MPI_COMM_WORLD);
+  struct rusage u0, u1;
+  getrusage(RUSAGE_SELF, &u0);
+  double t0 = MPI_Wtime();
+  struct timespec second = {1, 0};
+  nanosleep(&second, NULL);
+  getrusage(RUSAGE_SELF, &u1);
+  double cpu = (double)(u1.ru_utime.tv_sec - u0.ru_utime.tv_sec) +
+               (double)(u1.ru_stime.tv_sec - u0.ru_stime.tv_sec) +
+               1e-6 * (double)(u1.ru_utime.tv_usec - u0.ru_utime.tv_usec +
+                               u1.ru_stime.tv_usec - u0.ru_stime.tv_usec);
+  double wall = MPI_Wtime() - t0, most = 0, pct = 100 * cpu / wall;
+  MPI_Reduce(&pct, &most, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  if (rank == 0)
+    printf("idle for a second, the busiest rank used %.2f%% of a core\n", most);
+  MUST(tdm_mpi_destroy(m));
+  tdm_runtime_destroy(rt);
+}
+
 static int cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -199,6 +301,8 @@ int main(int argc, char **argv) {
   }
   for (int what = 0; what < 2; what++)
     free(ratio[what]), free(tu[what]), free(tw[what]);
+  if (size >= 2)
+    latency(200);
   free(w), free(uniform), free(weighted);
   MUST(tdm_mpi_destroy(m));
   tdm_runtime_destroy(rt);
