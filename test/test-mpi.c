@@ -51,6 +51,12 @@ static void fail(const char *fmt, ...) {
       fail("%s:%d: %s is %lld, not %lld", __FILE__, __LINE__, #a, a_, b_);   \
   } while (0)
 
+/* With `devices`, each rank an emulated device with memory of its own
+ * (or, on odd ranks, sharing the host's), taking tasks at random: data
+ * received goes to the device that runs its reader, and a version a
+ * device made comes home before it is sent. */
+static bool devices;
+
 static tdm_runtime *runtime(void) {
   tdm_config cfg;
   tdm_config_init(&cfg);
@@ -58,6 +64,12 @@ static tdm_runtime *runtime(void) {
   cfg.bind_workers = 0;
   cfg.ignore_env = 1;
   cfg.devices = "none";
+  if (devices) {
+    cfg.devices = NULL;
+    cfg.sim = rank % 2 ? "igpu:speedup=2,memory=shared" : "gpu:speedup=2,latency=1us,bandwidth=1G";
+    cfg.sim_time_scale = 1;
+    cfg.scheduler = "random";
+  }
   tdm_runtime *rt = NULL;
   CHECK_EQ(tdm_runtime_create(&cfg, &rt), TDM_OK);
   return rt;
@@ -328,6 +340,8 @@ static void test_random_dag(uint64_t seed) {
     apply(&s, bufs); /* the sequential run, on every rank */
   }
   CHECK_EQ(tdm_mpi_wait_all(m), TDM_OK);
+  for (int h = 0; h < NH; h++) /* home on its owner, from a device */
+    CHECK_EQ(tdm_mpi_fetch(m, hs[h], owner[h]), TDM_OK);
   int wrong = 0;
   for (int h = 0; h < NH; h++)
     for (int w = 0; w < W && rank == owner[h]; w++)
@@ -456,6 +470,10 @@ static void test_tiled(bool weighted) {
   cholesky(m, h[3], NULL);
   cholesky(NULL, NULL, rS);
   CHECK_EQ(tdm_mpi_wait_all(m), TDM_OK);
+  for (size_t i = 0; i < NTL; i++) /* home on their owners, from devices */
+    for (size_t j = 0; j < NTL; j++)
+      for (int k = 2; k < 4; k++)
+        CHECK_EQ(tdm_mpi_fetch(m, tdm_matrix_tile(h[k], i, j), owners[i * NTL + j]), TDM_OK);
   int wrong = 0;
   for (size_t r = 0; r < NN; r++)
     for (size_t c = 0; c < NN; c++)
@@ -614,6 +632,11 @@ int main(int argc, char **argv) {
     test_tiled(true);
     for (uint64_t seed = 1; seed <= 8; seed++)
       test_random_dag(seed);
+    devices = true;
+    for (uint64_t seed = 20; seed <= 23; seed++)
+      test_random_dag(seed);
+    test_tiled(false);
+    devices = false;
     test_refusals();
   }
   MPI_Barrier(MPI_COMM_WORLD);
