@@ -547,6 +547,48 @@ static void test_distributions(void) {
   CHECK_EQ(tdm_mpi_weighted_owners(bad, 2, 4, own), TDM_ERR_INVALID_ARG);
 }
 
+/* ---- side by side ------------------------------------------------------------ */
+
+/* Two runtimes, each with its tdm_mpi (one on MPI_COMM_WORLD, one on a
+ * communicator of the application's, freed at once: a duplicate is
+ * kept), their submissions interleaved on the same keys: neither sees
+ * the other's messages. */
+static void test_side_by_side(void) {
+  tdm_runtime *rt[2] = {runtime(), runtime()};
+  MPI_Comm mine;
+  MPI_Comm_dup(MPI_COMM_WORLD, &mine);
+  tdm_mpi *m[2];
+  CHECK_EQ(tdm_mpi_create(rt[0], MPI_COMM_WORLD, &m[0]), TDM_OK);
+  CHECK_EQ(tdm_mpi_create(rt[1], mine, &m[1]), TDM_OK);
+  MPI_Comm_free(&mine);
+  int64_t x[2][W], y[2][W];
+  tdm_handle *hx[2], *hy[2];
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < W; i++)
+      x[k][i] = y[k][i] = 0;
+    CHECK_EQ(tdm_register_vector(rt[k], x[k], W, sizeof x[k][0], &hx[k]), TDM_OK);
+    CHECK_EQ(tdm_register_vector(rt[k], y[k], W, sizeof y[k][0], &hy[k]), TDM_OK);
+    CHECK_EQ(tdm_mpi_register(m[k], hx[k], 0, 1), TDM_OK); /* the same keys */
+    CHECK_EQ(tdm_mpi_register(m[k], hy[k], size - 1, 2), TDM_OK);
+  }
+  for (int round = 0; round < 20; round++)
+    for (int k = 0; k < 2; k++) {
+      submit(m[k], &set_cl, hx[k], NULL, 0, 100 * k + round); /* x = 100k + round + i */
+      submit(m[k], &make_cl, hx[k], hy[k], 1, k + 1);          /* y = x + k + 1 */
+    }
+  for (int k = 0; k < 2; k++) {
+    CHECK_EQ(tdm_mpi_fetch(m[k], hy[k], -1), TDM_OK);
+    for (int i = 0; i < W; i++)
+      CHECK_EQ(y[k][i], 100 * k + 19 + i + k + 1);
+  }
+  for (int k = 0; k < 2; k++) {
+    CHECK_EQ(tdm_mpi_destroy(m[k]), TDM_OK);
+    CHECK_EQ(tdm_handle_unregister(hx[k]), TDM_OK);
+    CHECK_EQ(tdm_handle_unregister(hy[k]), TDM_OK);
+    tdm_runtime_destroy(rt[k]);
+  }
+}
+
 /* ---- refusals ------------------------------------------------------------------ */
 
 static void test_refusals(void) {
@@ -628,6 +670,7 @@ int main(int argc, char **argv) {
     test_distributions();
     test_known_graph();
     test_strided();
+    test_side_by_side();
     test_tiled(false);
     test_tiled(true);
     for (uint64_t seed = 1; seed <= 8; seed++)
