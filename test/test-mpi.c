@@ -366,15 +366,6 @@ static void test_random_dag(uint64_t seed) {
 #define TB 8 /* elements a tile side */
 #define NN (NTL * TB)
 
-static const tdm_codelet gemm_nn_cl = {.name = "gemm", .cpu_fn = gemm_nn, .nbuffers = 3,
-                                       .modes = {TDM_R, TDM_R, TDM_RW}};
-static const tdm_codelet gemm_nt_cl = {.name = "gemm-nt", .cpu_fn = gemm_nt, .nbuffers = 3,
-                                       .modes = {TDM_R, TDM_R, TDM_RW}};
-static const tdm_codelet potrf_cl = {.name = "potrf", .cpu_fn = potrf, .nbuffers = 1,
-                                     .modes = {TDM_RW}};
-static const tdm_codelet trsm_cl = {.name = "trsm", .cpu_fn = trsm, .nbuffers = 2,
-                                    .modes = {TDM_R, TDM_RW}};
-
 /* One task on the tiles named, submitted to m (or run here on the
  * tiles of a local copy when m is NULL: the sequential reference). */
 static void tile_task(tdm_mpi *m, const tdm_codelet *cl, tdm_handle *const *t, double *const *ref) {

@@ -62,4 +62,14 @@ static inline void trsm(const tdm_buffer *b, const void *args, size_t n) {
     }
 }
 
+/* Their codelets (CPU variants), by the buffers' modes. */
+static const tdm_codelet gemm_nn_cl = {.name = "gemm", .cpu_fn = gemm_nn, .nbuffers = 3,
+                                       .modes = {TDM_R, TDM_R, TDM_RW}};
+static const tdm_codelet gemm_nt_cl = {.name = "gemm-nt", .cpu_fn = gemm_nt, .nbuffers = 3,
+                                       .modes = {TDM_R, TDM_R, TDM_RW}};
+static const tdm_codelet potrf_cl = {.name = "potrf", .cpu_fn = potrf, .nbuffers = 1,
+                                     .modes = {TDM_RW}};
+static const tdm_codelet trsm_cl = {.name = "trsm", .cpu_fn = trsm, .nbuffers = 2,
+                                    .modes = {TDM_R, TDM_RW}};
+
 #endif

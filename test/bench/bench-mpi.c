@@ -43,15 +43,6 @@ static int rank, size;
     }                                                                          \
   } while (0)
 
-static const tdm_codelet gemm_cl = {.name = "gemm", .cpu_fn = gemm_nn, .nbuffers = 3,
-                                    .modes = {TDM_R, TDM_R, TDM_RW}};
-static const tdm_codelet gemm_nt_cl = {.name = "gemm-nt", .cpu_fn = gemm_nt, .nbuffers = 3,
-                                       .modes = {TDM_R, TDM_R, TDM_RW}};
-static const tdm_codelet potrf_cl = {.name = "potrf", .cpu_fn = potrf, .nbuffers = 1,
-                                     .modes = {TDM_RW}};
-static const tdm_codelet trsm_cl = {.name = "trsm", .cpu_fn = trsm, .nbuffers = 2,
-                                    .modes = {TDM_R, TDM_RW}};
-
 static void submit(tdm_mpi *m, const tdm_codelet *cl, tdm_handle *a, tdm_handle *b,
                    tdm_handle *c) {
   MUST(tdm_mpi_submit(m, &(tdm_task_desc){.codelet = cl, .handles = {a, b, c}}));
@@ -91,7 +82,7 @@ static run one_run(tdm_runtime *rt, tdm_mpi *m, int what, size_t nt, size_t tb,
     for (size_t i = 0; i < nt; i++)
       for (size_t j = 0; j < nt; j++)
         for (size_t k = 0; k < nt; k++)
-          submit(m, &gemm_cl, T(0, i, k), T(1, k, j), T(2, i, j));
+          submit(m, &gemm_nn_cl, T(0, i, k), T(1, k, j), T(2, i, j));
   } else {
     for (size_t k = 0; k < nt; k++) {
       submit(m, &potrf_cl, T(0, k, k), NULL, NULL);
