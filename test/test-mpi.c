@@ -18,16 +18,65 @@
 #include <math.h>
 #include <mpi.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tandem.h"
 #include "tandem/mpi.h"
 #include "tiles.h"
 
 static int rank = -1, size = 0;
+
+/* ---- MPI calls that overlap --------------------------------------------------- */
+
+/* The MPI calls libtandem-mpi makes, seen through MPI's profiling
+ * interface (this program's definitions come first): under
+ * MPI_THREAD_SERIALIZED no two may run at once in the process, whatever
+ * thread and tdm_mpi make them. */
+static _Atomic int in_mpi, overlapped;
+static bool widen; /* each call lasts 20 us more: overlaps, if allowed, show */
+#define ENTER()                                                                \
+  do {                                                                         \
+    if (atomic_fetch_add(&in_mpi, 1))                                          \
+      atomic_fetch_add(&overlapped, 1);                                        \
+    if (widen)                                                                 \
+      nanosleep(&(struct timespec){0, 20000}, NULL);                           \
+  } while (0)
+#define LEAVE() atomic_fetch_sub(&in_mpi, 1)
+int MPI_Isend(const void *b, int c, MPI_Datatype t, int d, int g, MPI_Comm m, MPI_Request *r) {
+  ENTER();
+  int rc = PMPI_Isend(b, c, t, d, g, m, r);
+  LEAVE();
+  return rc;
+}
+int MPI_Irecv(void *b, int c, MPI_Datatype t, int s, int g, MPI_Comm m, MPI_Request *r) {
+  ENTER();
+  int rc = PMPI_Irecv(b, c, t, s, g, m, r);
+  LEAVE();
+  return rc;
+}
+int MPI_Testsome(int n, MPI_Request *r, int *k, int *i, MPI_Status *s) {
+  ENTER();
+  int rc = PMPI_Testsome(n, r, k, i, s);
+  LEAVE();
+  return rc;
+}
+int MPI_Comm_dup(MPI_Comm c, MPI_Comm *n) {
+  ENTER();
+  int rc = PMPI_Comm_dup(c, n);
+  LEAVE();
+  return rc;
+}
+int MPI_Comm_free(MPI_Comm *c) {
+  ENTER();
+  int rc = PMPI_Comm_free(c);
+  LEAVE();
+  return rc;
+}
 
 static void fail(const char *fmt, ...) {
   va_list ap;
@@ -538,6 +587,102 @@ static void test_distributions(void) {
   CHECK_EQ(tdm_mpi_weighted_owners(bad, 2, 4, own), TDM_ERR_INVALID_ARG);
 }
 
+/* ---- failures across ranks -------------------------------------------------- */
+
+/* A task that fails (its deferred end says so) on the owner of what it
+ * writes. */
+static void fail_later(const tdm_buffer *b, const void *args, size_t n) {
+  (void)b, (void)args, (void)n;
+  tdm_deferred_end(tdm_task_defer(), TDM_ERR_SYSTEM);
+}
+
+/* x on rank 0 is read on the last rank (kept there), then a task writing
+ * x fails on rank 0, then the last rank reads x again: its receive is
+ * told the version is lost, its reader is cancelled, every rank's
+ * wait_all says a task failed, no rank waits forever; x acquired is
+ * lost on both; a new version (an overwrite) reaches the last rank as
+ * usual. */
+static void test_lost_version(void) {
+  static const tdm_codelet fail_cl = {.name = "fails", .cpu_fn = fail_later, .nbuffers = 1,
+                                      .modes = {TDM_RW}};
+  tdm_runtime *rt = runtime();
+  tdm_mpi *m;
+  CHECK_EQ(tdm_mpi_create(rt, MPI_COMM_WORLD, &m), TDM_OK);
+  int64_t x[W], y[W] = {0};
+  for (int i = 0; i < W; i++)
+    x[i] = rank == 0 ? 5 : 0;
+  tdm_handle *hx, *hy;
+  CHECK_EQ(tdm_register_vector(rt, x, W, sizeof x[0], &hx), TDM_OK);
+  CHECK_EQ(tdm_register_vector(rt, y, W, sizeof y[0], &hy), TDM_OK);
+  int last = size - 1;
+  CHECK_EQ(tdm_mpi_register(m, hx, 0, 1), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, hy, last, 2), TDM_OK);
+  submit(m, &make_cl, hx, hy, 1, 1); /* y = x + 1 on the last rank */
+  CHECK_EQ(tdm_mpi_wait_all(m), TDM_OK);
+  CHECK_EQ(tdm_mpi_submit(m, &(tdm_task_desc){.codelet = &fail_cl, .handles = {hx}}), TDM_OK);
+  submit(m, &make_cl, hx, hy, 1, 2); /* reads the lost version */
+  CHECK_EQ(tdm_mpi_wait_all(m), rank == 0 || rank == last ? TDM_ERR_TASK_FAILED : TDM_OK);
+  if (rank == last)
+    for (int i = 0; i < W; i++)
+      CHECK_EQ(y[i], 6); /* the reader did not run */
+  CHECK_EQ(tdm_mpi_fetch(m, hx, -1), TDM_ERR_LOST); /* lost for every rank */
+  tdm_mpi_wait_all(m); /* (the fetch's own failures reported) */
+  /* an overwrite: a version again, everywhere */
+  submit(m, &set_cl, hx, NULL, 0, 30);
+  submit(m, &make_cl, hx, hy, 1, 1);
+  CHECK_EQ(tdm_mpi_fetch(m, hy, 0), TDM_OK);
+  CHECK_EQ(tdm_mpi_wait_all(m), TDM_OK); /* (the owner's y is written once its tasks ran) */
+  if (rank == 0 || rank == last)
+    for (int i = 0; i < W; i++)
+      CHECK_EQ(y[i], 30 + i + 1);
+  CHECK_EQ(tdm_mpi_destroy(m), TDM_OK);
+  tdm_handle_unregister(hx); /* (x's memory on other ranks: lost versions) */
+  tdm_handle_unregister(hy);
+  tdm_runtime_destroy(rt);
+}
+
+/* A description the runtime refuses is refused on every rank, and the
+ * ranks' counts of versions stay alike: what follows is right. */
+static void test_refused_everywhere(void) {
+  tdm_runtime *rt = runtime();
+  tdm_mpi *m;
+  CHECK_EQ(tdm_mpi_create(rt, MPI_COMM_WORLD, &m), TDM_OK);
+  int64_t x[W] = {0}, y[W] = {0};
+  tdm_handle *hx, *hy;
+  CHECK_EQ(tdm_register_vector(rt, x, W, sizeof x[0], &hx), TDM_OK);
+  CHECK_EQ(tdm_register_vector(rt, y, W, sizeof y[0], &hy), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, hx, 0, 1), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, hy, size - 1, 2), TDM_OK);
+  static const tdm_codelet odd = {.name = "odd", .cpu_fn = known_step, .nbuffers = 2,
+                                  .modes = {TDM_R, (tdm_access)7}};
+  CHECK_EQ(tdm_mpi_submit(m, &(tdm_task_desc){.codelet = &odd, .handles = {hx, hy}}),
+           TDM_ERR_INVALID_MODE);
+  step_args s = {1, 1};
+  CHECK_EQ(tdm_mpi_submit(m, &(tdm_task_desc){.codelet = &make_cl, .handles = {hx, hy},
+                                              .args_size = sizeof s}),
+           TDM_ERR_INVALID_ARG); /* args NULL */
+  CHECK_EQ(tdm_mpi_submit(m, &(tdm_task_desc){.codelet = &make_cl, .handles = {hx, hy},
+                                              .flags = 0x80}),
+           TDM_ERR_INVALID_ARG);
+  submit(m, &set_cl, hx, NULL, 0, 7);
+  submit(m, &make_cl, hx, hy, 1, 1);
+  CHECK_EQ(tdm_mpi_fetch(m, hy, -1), TDM_OK);
+  for (int i = 0; i < W; i++)
+    CHECK_EQ(y[i], 7 + i + 1);
+  /* a partitioned handle is declared through its tiles */
+  int64_t a[4][4];
+  tdm_handle *ha;
+  CHECK_EQ(tdm_register_matrix(rt, a, 4, 4, 4, sizeof a[0][0], &ha), TDM_OK);
+  CHECK_EQ(tdm_matrix_partition(ha, 2, 2, 0), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, ha, 0, 3), TDM_ERR_INVALID_ARG);
+  CHECK_EQ(tdm_matrix_unpartition(ha, 0), TDM_OK);
+  CHECK_EQ(tdm_handle_unregister(ha), TDM_OK);
+  CHECK_EQ(tdm_mpi_destroy(m), TDM_OK);
+  CHECK_EQ(tdm_handle_unregister(hx), TDM_OK);
+  CHECK_EQ(tdm_handle_unregister(hy), TDM_OK);
+  tdm_runtime_destroy(rt);
+}
+
 /* ---- side by side ------------------------------------------------------------ */
 
 /* Two runtimes, each with its tdm_mpi (one on MPI_COMM_WORLD, one on a
@@ -545,6 +690,7 @@ static void test_distributions(void) {
  * kept), their submissions interleaved on the same keys: neither sees
  * the other's messages. */
 static void test_side_by_side(void) {
+  atomic_store(&overlapped, 0);
   tdm_runtime *rt[2] = {runtime(), runtime()};
   MPI_Comm mine;
   MPI_Comm_dup(MPI_COMM_WORLD, &mine);
@@ -562,15 +708,16 @@ static void test_side_by_side(void) {
     CHECK_EQ(tdm_mpi_register(m[k], hx[k], 0, 1), TDM_OK); /* the same keys */
     CHECK_EQ(tdm_mpi_register(m[k], hy[k], size - 1, 2), TDM_OK);
   }
-  for (int round = 0; round < 20; round++)
+  enum { ROUNDS = 300 };
+  for (int round = 0; round < ROUNDS; round++)
     for (int k = 0; k < 2; k++) {
-      submit(m[k], &set_cl, hx[k], NULL, 0, 100 * k + round); /* x = 100k + round + i */
-      submit(m[k], &make_cl, hx[k], hy[k], 1, k + 1);          /* y = x + k + 1 */
+      submit(m[k], &set_cl, hx[k], NULL, 0, 1000 * k + round); /* x = 1000k + round + i */
+      submit(m[k], &make_cl, hx[k], hy[k], 1, k + 1);           /* y = x + k + 1 */
     }
   for (int k = 0; k < 2; k++) {
     CHECK_EQ(tdm_mpi_fetch(m[k], hy[k], -1), TDM_OK);
     for (int i = 0; i < W; i++)
-      CHECK_EQ(y[k][i], 100 * k + 19 + i + k + 1);
+      CHECK_EQ(y[k][i], 1000 * k + ROUNDS - 1 + i + k + 1);
   }
   for (int k = 0; k < 2; k++) {
     CHECK_EQ(tdm_mpi_destroy(m[k]), TDM_OK);
@@ -578,6 +725,10 @@ static void test_side_by_side(void) {
     CHECK_EQ(tdm_handle_unregister(hy[k]), TDM_OK);
     tdm_runtime_destroy(rt[k]);
   }
+  int level;
+  MPI_Query_thread(&level);
+  if (level < MPI_THREAD_MULTIPLE) /* two progress threads took turns */
+    CHECK_EQ(atomic_load(&overlapped), 0);
 }
 
 /* ---- refusals ------------------------------------------------------------------ */
@@ -647,7 +798,10 @@ static void test_refusals(void) {
 int main(int argc, char **argv) {
   int level;
   bool funneled = argc > 1 && !strcmp(argv[1], "funneled");
-  MPI_Init_thread(&argc, &argv, funneled ? MPI_THREAD_FUNNELED : MPI_THREAD_MULTIPLE, &level);
+  bool serialized = argc > 1 && !strcmp(argv[1], "serialized");
+  MPI_Init_thread(&argc, &argv,
+                  funneled ? MPI_THREAD_FUNNELED
+                           : serialized ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE, &level);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (funneled) { /* below MPI_THREAD_SERIALIZED: refused */
@@ -656,12 +810,22 @@ int main(int argc, char **argv) {
     CHECK_EQ(tdm_mpi_create(rt, MPI_COMM_WORLD, &m), TDM_ERR_INVALID_ARG);
     CHECK(m == NULL);
     tdm_runtime_destroy(rt);
+  } else if (serialized) { /* two tdm_mpi taking turns, and the graphs */
+    CHECK_EQ(level, MPI_THREAD_SERIALIZED);
+    widen = true;
+    test_side_by_side();
+    widen = false;
+    test_known_graph();
+    for (uint64_t seed = 30; seed <= 32; seed++)
+      test_random_dag(seed);
   } else {
     CHECK(level >= MPI_THREAD_SERIALIZED);
     test_distributions();
     test_known_graph();
     test_strided();
     test_side_by_side();
+    test_lost_version();
+    test_refused_everywhere();
     test_tiled(false);
     test_tiled(true);
     for (uint64_t seed = 1; seed <= 8; seed++)
@@ -676,7 +840,7 @@ int main(int argc, char **argv) {
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0)
     printf("test-mpi: %d rank%s: %s passed\n", size, size == 1 ? "" : "s",
-           funneled ? "the refusal" : "every test");
+           funneled ? "the refusal" : serialized ? "the serialized tests" : "every test");
   MPI_Finalize();
   return 0;
 }

@@ -25,10 +25,17 @@
  *
  * The application owns MPI: it calls MPI_Init_thread with
  * MPI_THREAD_MULTIPLE or MPI_THREAD_SERIALIZED (Tandem makes its MPI
- * calls from one thread of its own, the progress thread; with
- * SERIALIZED the application must not call MPI while a tdm_mpi exists,
- * except through these functions), and MPI_Finalize after
- * tdm_mpi_destroy. Tandem works on a duplicate of the communicator it is
+ * calls from one thread of its own per tdm_mpi, the progress thread;
+ * with SERIALIZED, the tdm_mpi of a process take turns, and the
+ * application must not call MPI while one exists, except through these
+ * functions), and MPI_Finalize after tdm_mpi_destroy.
+ *
+ * Failures: a task that fails or is cancelled on the rank that runs it
+ * makes what it writes lost there, as on one machine; a rank that then
+ * needs that version is told (its receive fails the same way), so its
+ * readers are cancelled and its tdm_mpi_wait_all and acquisitions report
+ * it, rather than waiting for a message that will not come. A task
+ * description that the runtime refuses is refused on every rank. Tandem works on a duplicate of the communicator it is
  * given: several tdm_mpi (several runtimes, several communicators) work
  * side by side. The calls on one tdm_mpi are made from one thread at a
  * time (the order of its submissions is the program's).
@@ -60,9 +67,10 @@ typedef struct tdm_mpi tdm_mpi;
 /**
  * Makes rt work with the other ranks of comm (duplicated: comm may be
  * freed after). Collective over comm. TDM_ERR_INVALID_ARG: NULL
- * arguments, MPI not initialised, or initialised below
- * MPI_THREAD_SERIALIZED (logged with the level found); TDM_ERR_SYSTEM:
- * an MPI call failed or the progress thread could not start.
+ * arguments, MPI not initialised or already finalized, or initialised
+ * below MPI_THREAD_SERIALIZED (MPI_Query_thread tells the level);
+ * TDM_ERR_SYSTEM: an MPI call failed or the progress thread could not
+ * start.
  */
 TDM_API tdm_status tdm_mpi_create(tdm_runtime *rt, MPI_Comm comm, tdm_mpi **out);
 
@@ -86,7 +94,8 @@ TDM_API int tdm_mpi_size(const tdm_mpi *m);
  * the data), `key` names it across ranks (unique in m, the same on every
  * rank). Every rank declares every handle, in the same order, before a
  * task names it. TDM_ERR_INVALID_ARG: owner out of range, a key or
- * handle declared twice; TDM_ERR_NO_MEMORY.
+ * handle declared twice, a partitioned handle (its tiles are declared:
+ * tdm_mpi_register_tiles); TDM_ERR_NO_MEMORY.
  */
 TDM_API tdm_status tdm_mpi_register(tdm_mpi *m, tdm_handle *h, int owner, uint64_t key);
 
@@ -169,7 +178,10 @@ TDM_API tdm_status tdm_mpi_weights(tdm_mpi *m, double mine, double *all);
  * Declares every tile (i, j) of the partitioned matrix `matrix`
  * (tdm_matrix_partition) distributed, owned by owners[i * tile_cols + j]
  * (tdm_matrix_tiles' counts), with the key key_base + i * tile_cols + j.
- * Errors as tdm_mpi_register, and TDM_ERR_NOT_PARTITIONED.
+ * Errors as tdm_mpi_register, and TDM_ERR_NOT_PARTITIONED. To have the
+ * whole matrix on one rank afterwards, tdm_mpi_fetch each tile to it
+ * before tdm_mpi_forget_tiles and tdm_matrix_unpartition (each rank's
+ * memory holds only the tiles it owns or received).
  */
 TDM_API tdm_status tdm_mpi_register_tiles(tdm_mpi *m, tdm_handle *matrix, const int *owners,
                                           uint64_t key_base);

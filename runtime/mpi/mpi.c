@@ -31,7 +31,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -53,7 +52,11 @@ typedef struct dist {
 typedef struct op {
   struct op *next;
   bool send;
+  bool lost; /* a receive that got the notice: its version was never produced */
+  MPI_Datatype count_type; /* what it was posted with */
   tdm_buffer buf; /* the task's view of the handle's memory */
+  /* The task it ends; NULL for a send of nothing that tells the peer
+   * the version it waits for is lost (its send task was cancelled). */
   MPI_Datatype type; /* its rows, when ld leaves gaps (made by the progress thread) */
   int peer, tag;
   tdm_deferred *task;
@@ -72,15 +75,30 @@ struct tdm_mpi {
   pthread_t thread;
   pthread_mutex_t lock;
   pthread_cond_t cond;
-  /* Held around every MPI call after creation, by the progress thread
-   * and by a collective call of the application's (tdm_mpi_weights):
-   * MPI_THREAD_SERIALIZED asks no more. */
-  pthread_mutex_t mpi_lock;
+  /* MPI was initialised below MPI_THREAD_MULTIPLE: every MPI call of
+   * every tdm_mpi of the process holds `serial` (serial_enter). */
+  bool serialized;
   op *head, *tail; /* handed, not posted (lock) */
   bool stop;       /* lock */
   _Atomic uint64_t sent, received, bytes_sent, bytes_received;
   uint64_t cache_hits, tasks_run, tasks_skipped; /* the submitting thread's */
 };
+
+/* Under MPI_THREAD_SERIALIZED, one MPI call at a time in the process:
+ * the progress threads of several tdm_mpi, and the application's
+ * thread in tdm_mpi_create, _weights and _destroy, take turns. (The one
+ * state libtandem-mpi shares across its objects.) */
+static pthread_mutex_t serial = PTHREAD_MUTEX_INITIALIZER;
+
+static void serial_enter(bool serialized) {
+  if (serialized)
+    pthread_mutex_lock(&serial);
+}
+
+static void serial_leave(bool serialized) {
+  if (serialized)
+    pthread_mutex_unlock(&serial);
+}
 
 /* ---- the progress thread -------------------------------------------------- */
 
@@ -89,6 +107,7 @@ static void *progress(void *arg) {
   op **posted = NULL; /* with their requests, in step */
   MPI_Request *reqs = NULL;
   int *done = NULL;
+  MPI_Status *stats = NULL;
   int n = 0, cap = 0;
   uint64_t nap = POLL_MIN_NS;
   for (;;) {
@@ -119,12 +138,19 @@ static void *progress(void *arg) {
         }
         done = d;
         cap = c;
+        MPI_Status *ss = realloc(stats, (size_t)c * sizeof *ss);
+        if (!ss) {
+          tdm_deferred_end(o->task, TDM_ERR_NO_MEMORY);
+          free(o);
+          continue;
+        }
+        stats = ss;
       }
       /* its elements as they lie in memory: rows of ny elements, ld apart */
       const tdm_buffer *b = &o->buf;
       int count = (int)o->bytes, rc = MPI_SUCCESS;
       MPI_Datatype type = MPI_BYTE;
-      pthread_mutex_lock(&m->mpi_lock);
+      serial_enter(m->serialized);
       if (b->ny > 1 && b->ld != b->ny) {
         rc = MPI_Type_vector((int)b->nx, (int)(b->ny * b->elem_size), (int)(b->ld * b->elem_size),
                              MPI_BYTE, &o->type);
@@ -133,26 +159,37 @@ static void *progress(void *arg) {
         type = o->type;
         count = 1;
       }
+      if (!o->task) /* a notice that the version is lost: no data */
+        count = 0;
+      o->count_type = type;
       if (rc == MPI_SUCCESS)
         rc = o->send ? MPI_Isend(b->ptr, count, type, o->peer, o->tag, m->comm, &reqs[n])
                      : MPI_Irecv(b->ptr, count, type, o->peer, o->tag, m->comm, &reqs[n]);
-      pthread_mutex_unlock(&m->mpi_lock);
+      serial_leave(m->serialized);
       if (rc != MPI_SUCCESS) {
         if (o->type != MPI_DATATYPE_NULL) {
-          pthread_mutex_lock(&m->mpi_lock);
+          serial_enter(m->serialized);
           MPI_Type_free(&o->type);
-          pthread_mutex_unlock(&m->mpi_lock);
+          serial_leave(m->serialized);
         }
-        tdm_deferred_end(o->task, TDM_ERR_SYSTEM);
+        if (o->task)
+          tdm_deferred_end(o->task, TDM_ERR_SYSTEM);
         free(o);
         continue;
       }
       posted[n++] = o;
     }
     int ndone = 0;
-    pthread_mutex_lock(&m->mpi_lock);
-    if (n && MPI_Testsome(n, reqs, &ndone, done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+    serial_enter(m->serialized);
+    if (n && MPI_Testsome(n, reqs, &ndone, done, stats) != MPI_SUCCESS)
       ndone = MPI_UNDEFINED;
+    /* a receive of nothing: the sender's version was never produced */
+    for (int k = 0; k < ndone && ndone != MPI_UNDEFINED; k++) {
+      op *o = posted[done[k]];
+      int got = 1;
+      if (!o->send && MPI_Get_count(&stats[k], o->count_type, &got) == MPI_SUCCESS && !got)
+        o->lost = true;
+    }
     /* (the types of those done freed under the lock too) */
     for (int k = 0; k < ndone && ndone != MPI_UNDEFINED; k++)
       if (posted[done[k]]->type != MPI_DATATYPE_NULL)
@@ -160,10 +197,11 @@ static void *progress(void *arg) {
     for (int i = 0; i < n && ndone == MPI_UNDEFINED; i++)
       if (posted[i]->type != MPI_DATATYPE_NULL)
         MPI_Type_free(&posted[i]->type);
-    pthread_mutex_unlock(&m->mpi_lock);
+    serial_leave(m->serialized);
     if (ndone == MPI_UNDEFINED) { /* an error: every request posted fails */
       for (int i = 0; i < n; i++) {
-        tdm_deferred_end(posted[i]->task, TDM_ERR_SYSTEM);
+        if (posted[i]->task)
+          tdm_deferred_end(posted[i]->task, TDM_ERR_SYSTEM);
         free(posted[i]);
       }
       n = 0;
@@ -172,8 +210,10 @@ static void *progress(void *arg) {
     for (int k = 0; k < ndone; k++) {
       op *o = posted[done[k]];
       atomic_fetch_add(o->send ? &m->sent : &m->received, 1);
-      atomic_fetch_add(o->send ? &m->bytes_sent : &m->bytes_received, o->bytes);
-      tdm_deferred_end(o->task, TDM_OK);
+      if (o->task && !o->lost)
+        atomic_fetch_add(o->send ? &m->bytes_sent : &m->bytes_received, o->bytes);
+      if (o->task) /* (a receive told its version is lost fails, as its writer did) */
+        tdm_deferred_end(o->task, o->lost ? TDM_ERR_LOST : TDM_OK);
       free(o);
       posted[done[k]] = NULL;
     }
@@ -202,6 +242,7 @@ static void *progress(void *arg) {
   free(posted);
   free(reqs);
   free(done);
+  free(stats);
   return NULL;
 }
 
@@ -212,6 +253,17 @@ typedef struct {
   int peer, tag;
   bool send;
 } xfer_args;
+
+static void hand_over(tdm_mpi *m, op *o) {
+  pthread_mutex_lock(&m->lock);
+  if (m->tail)
+    m->tail->next = o;
+  else
+    m->head = o;
+  m->tail = o;
+  pthread_cond_signal(&m->cond);
+  pthread_mutex_unlock(&m->lock);
+}
 
 static void xfer(const tdm_buffer *b, const void *args, size_t size) {
   (void)size;
@@ -225,15 +277,24 @@ static void xfer(const tdm_buffer *b, const void *args, size_t size) {
   *o = (op){.send = a->send, .buf = b[0], .type = MPI_DATATYPE_NULL, .peer = a->peer,
             .tag = a->tag, .task = task,
             .bytes = (uint64_t)b[0].nx * b[0].ny * b[0].elem_size};
-  tdm_mpi *m = a->m;
-  pthread_mutex_lock(&m->lock);
-  if (m->tail)
-    m->tail->next = o;
-  else
-    m->head = o;
-  m->tail = o;
-  pthread_cond_signal(&m->cond);
-  pthread_mutex_unlock(&m->lock);
+  hand_over(a->m, o);
+}
+
+/* A send task's end: when it did not send (cancelled: the version it
+ * would send was never produced, or its group was cancelled; or failed),
+ * the peer, whose receive waits, is told so by a message of nothing, and
+ * its receive fails as the writer did here: its readers are cancelled,
+ * the handle is lost there too, no rank waits forever. */
+static void send_ended(void *data) {
+  xfer_args *a = data;
+  if (tdm_callback_status() != TDM_OK) {
+    op *o = malloc(sizeof *o);
+    if (o) { /* (else the peer waits: out of memory here) */
+      *o = (op){.send = true, .type = MPI_DATATYPE_NULL, .peer = a->peer, .tag = a->tag};
+      hand_over(a->m, o);
+    }
+  }
+  free(a);
 }
 
 static const tdm_codelet send_cl = {.name = "tandem-mpi-send", .cpu_fn = xfer, .nbuffers = 1,
@@ -247,52 +308,43 @@ tdm_status tdm_mpi_create(tdm_runtime *rt, MPI_Comm comm, tdm_mpi **out) {
   if (!out)
     return TDM_ERR_INVALID_ARG;
   *out = NULL;
-  int inited = 0, level = MPI_THREAD_SINGLE;
-  if (!rt || comm == MPI_COMM_NULL || MPI_Initialized(&inited) != MPI_SUCCESS || !inited)
+  if (!rt || comm == MPI_COMM_NULL)
     return TDM_ERR_INVALID_ARG;
-  MPI_Query_thread(&level);
-  if (level < MPI_THREAD_SERIALIZED) {
-    fprintf(stderr, "tandem-mpi: MPI was initialised at thread level %d (%s): "
-            "tdm_mpi_create needs MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE\n", level,
-            level == MPI_THREAD_FUNNELED ? "MPI_THREAD_FUNNELED" : "MPI_THREAD_SINGLE");
-    return TDM_ERR_INVALID_ARG;
+  /* (the serial lock, whatever the level: other objects' progress
+   * threads may be calling MPI under MPI_THREAD_SERIALIZED) */
+  serial_enter(true);
+  int inited = 0, finalized = 0, level = MPI_THREAD_SINGLE;
+  bool usable = MPI_Initialized(&inited) == MPI_SUCCESS && inited &&
+                MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized &&
+                MPI_Query_thread(&level) == MPI_SUCCESS && level >= MPI_THREAD_SERIALIZED;
+  tdm_mpi *m = usable ? calloc(1, sizeof *m) : NULL;
+  tdm_status st = !usable ? TDM_ERR_INVALID_ARG : !m ? TDM_ERR_NO_MEMORY : TDM_OK;
+  if (!st && MPI_Comm_dup(comm, &m->comm) != MPI_SUCCESS)
+    st = TDM_ERR_SYSTEM;
+  if (!st) {
+    MPI_Comm_rank(m->comm, &m->rank);
+    MPI_Comm_size(m->comm, &m->size);
+    int *ub = NULL, found = 0;
+    MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &ub, &found);
+    m->tag_ub = found && ub ? *ub : 32767;
   }
-  tdm_mpi *m = calloc(1, sizeof *m);
-  if (!m)
-    return TDM_ERR_NO_MEMORY;
+  serial_leave(true);
+  if (st) {
+    free(m);
+    return st;
+  }
   m->rt = rt;
-  if (MPI_Comm_dup(comm, &m->comm) != MPI_SUCCESS) {
-    free(m);
-    return TDM_ERR_SYSTEM;
-  }
-  MPI_Comm_rank(m->comm, &m->rank);
-  MPI_Comm_size(m->comm, &m->size);
-  int *ub = NULL, found = 0;
-  MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &ub, &found);
-  m->tag_ub = found && ub ? *ub : 32767;
-  if (pthread_mutex_init(&m->lock, NULL)) {
+  m->serialized = level < MPI_THREAD_MULTIPLE;
+  bool locked = !pthread_mutex_init(&m->lock, NULL);
+  bool cond = locked && !pthread_cond_init(&m->cond, NULL);
+  if (!cond || pthread_create(&m->thread, NULL, progress, m)) {
+    if (cond)
+      pthread_cond_destroy(&m->cond);
+    if (locked)
+      pthread_mutex_destroy(&m->lock);
+    serial_enter(m->serialized);
     MPI_Comm_free(&m->comm);
-    free(m);
-    return TDM_ERR_SYSTEM;
-  }
-  if (pthread_mutex_init(&m->mpi_lock, NULL)) {
-    pthread_mutex_destroy(&m->lock);
-    MPI_Comm_free(&m->comm);
-    free(m);
-    return TDM_ERR_SYSTEM;
-  }
-  if (pthread_cond_init(&m->cond, NULL)) {
-    pthread_mutex_destroy(&m->mpi_lock);
-    pthread_mutex_destroy(&m->lock);
-    MPI_Comm_free(&m->comm);
-    free(m);
-    return TDM_ERR_SYSTEM;
-  }
-  if (pthread_create(&m->thread, NULL, progress, m)) {
-    pthread_cond_destroy(&m->cond);
-    pthread_mutex_destroy(&m->mpi_lock);
-    pthread_mutex_destroy(&m->lock);
-    MPI_Comm_free(&m->comm);
+    serial_leave(m->serialized);
     free(m);
     return TDM_ERR_SYSTEM;
   }
@@ -314,7 +366,6 @@ tdm_status tdm_mpi_destroy(tdm_mpi *m) {
   pthread_mutex_unlock(&m->lock);
   pthread_join(m->thread, NULL);
   pthread_cond_destroy(&m->cond);
-  pthread_mutex_destroy(&m->mpi_lock);
   pthread_mutex_destroy(&m->lock);
   for (size_t i = 0; i < m->cap; i++) {
     dist *d = m->table ? m->table[i] : NULL;
@@ -324,7 +375,9 @@ tdm_status tdm_mpi_destroy(tdm_mpi *m) {
     free(d);
   }
   free(m->table);
+  serial_enter(m->serialized);
   MPI_Comm_free(&m->comm);
+  serial_leave(m->serialized);
   free(m);
   return st;
 }
@@ -383,7 +436,9 @@ static int put(tdm_mpi *m, dist *d) {
 
 tdm_status tdm_mpi_register(tdm_mpi *m, tdm_handle *h, int owner, uint64_t key) {
   tdm_buffer b;
-  if (!m || !h || owner < 0 || owner >= m->size || tdm_handle_buffer(h, &b) != TDM_OK)
+  size_t ti, tj;
+  if (!m || !h || owner < 0 || owner >= m->size || tdm_handle_buffer(h, &b) != TDM_OK ||
+      tdm_matrix_tiles(h, &ti, &tj) == TDM_OK) /* (partitioned: its tiles are the handles) */
     return TDM_ERR_INVALID_ARG;
   if (find(m, h))
     return TDM_ERR_INVALID_ARG;
@@ -470,12 +525,40 @@ static tdm_status transfer(tdm_mpi *m, dist *d, int to) {
   xfer_args a = {m, send ? to : d->owner, tag, send};
   tdm_task_desc t = {.codelet = send ? &send_cl : &recv_cl, .handles = {d->h}, .args = &a,
                      .args_size = sizeof a, .flags = TDM_TASK_CPU_ONLY};
+  if (send) { /* what its end needs, should it not send */
+    xfer_args *kept = malloc(sizeof *kept);
+    if (!kept)
+      return TDM_ERR_NO_MEMORY;
+    *kept = a;
+    t.callback = send_ended;
+    t.callback_data = kept;
+    tdm_status st = tdm_submit(m->rt, &t);
+    if (st)
+      free(kept); /* (a refused task's callback never runs) */
+    return st;
+  }
   return tdm_submit(m->rt, &t);
 }
+
+static tdm_status submit_made(tdm_mpi *m, const tdm_task_desc *desc, tdm_task *made);
 
 tdm_status tdm_mpi_submit(tdm_mpi *m, const tdm_task_desc *desc) {
   if (!m || !desc || !desc->codelet)
     return TDM_ERR_INVALID_ARG;
+  /* Checked alike on every rank (the runtime's own checks: made, not
+   * submitted), so that every rank refuses what one refuses and their
+   * counts of versions stay the same; the rank that runs it submits it. */
+  tdm_task *t;
+  tdm_status st = tdm_task_create(m->rt, desc, &t);
+  if (st)
+    return st;
+  st = submit_made(m, desc, t);
+  tdm_task_release(t);
+  return st;
+}
+
+/* tdm_mpi_submit of t, made from desc (valid for the runtime). */
+static tdm_status submit_made(tdm_mpi *m, const tdm_task_desc *desc, tdm_task *made) {
   const tdm_codelet *cl = desc->codelet;
   unsigned n = cl->nbuffers;
   if (n > TDM_MAX_BUFFERS && (!cl->dyn_modes || !desc->dyn_handles))
@@ -512,7 +595,7 @@ tdm_status tdm_mpi_submit(tdm_mpi *m, const tdm_task_desc *desc) {
     st = transfer(m, d, runner);
   }
   if (!st && m->rank == runner)
-    st = tdm_submit(m->rt, desc);
+    st = tdm_task_submit(made);
   if (st)
     return st;
   if (m->rank == runner)
@@ -621,9 +704,9 @@ tdm_status tdm_mpi_weights(tdm_mpi *m, double mine, double *all) {
     return TDM_ERR_INVALID_ARG;
   if (!(mine > 0))
     mine = (double)tdm_runtime_nworkers(m->rt);
-  pthread_mutex_lock(&m->mpi_lock);
+  serial_enter(m->serialized);
   int rc = MPI_Allgather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, m->comm);
-  pthread_mutex_unlock(&m->mpi_lock);
+  serial_leave(m->serialized);
   return rc == MPI_SUCCESS ? TDM_OK : TDM_ERR_SYSTEM;
 }
 
