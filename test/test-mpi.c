@@ -369,12 +369,13 @@ static void test_random_dag(uint64_t seed) {
       unsigned mo = (unsigned)((r >> 8) % 5); /* readers more often */
       mo = mo < 3 ? 0 : mo - 2;
       hi[i] = (unsigned)((r >> 20) % NH);
-      /* what it writes has one owner: the first written handle's */
-      if (mode_of[mo] & TDM_W) {
-        if (writer < 0)
+      /* what it writes has one owner (the first written handle's),
+       * unless it runs on a rank named (one task in four) */
+      if ((mode_of[mo] & TDM_W) && writer != -2) {
+        if (writer == -1)
           writer = owner[hi[i]];
         else if (owner[hi[i]] != writer)
-          mo = 0;
+          writer = (r >> 40) % 4 ? (mo = 0, writer) : -2;
       }
       s.modes[i] = mode_of[mo];
       code += mo * (i == 0 ? 1 : i == 1 ? 3 : 9);
@@ -385,7 +386,10 @@ static void test_random_dag(uint64_t seed) {
       d.handles[i] = hs[hi[i]];
       bufs[i] = ref[hi[i]];
     }
-    CHECK_EQ(tdm_mpi_submit(m, &d), TDM_OK);
+    if (writer == -2 || (r >> 44) % 8 == 0) /* on a rank named */
+      CHECK_EQ(tdm_mpi_submit_on(m, &d, (int)((r >> 48) % (uint64_t)size)), TDM_OK);
+    else
+      CHECK_EQ(tdm_mpi_submit(m, &d), TDM_OK);
     apply(&s, bufs); /* the sequential run, on every rank */
   }
   CHECK_EQ(tdm_mpi_wait_all(m), TDM_OK);
@@ -585,6 +589,67 @@ static void test_distributions(void) {
   CHECK_EQ(tdm_mpi_weighted_owners(bad, 2, 4, own), TDM_ERR_INVALID_ARG);
   bad[0] = -1, bad[1] = 2;
   CHECK_EQ(tdm_mpi_weighted_owners(bad, 2, 4, own), TDM_ERR_INVALID_ARG);
+}
+
+/* ---- a rank named ---------------------------------------------------------- */
+
+/* x (rank 0's) updated on the last rank: x goes there and its new
+ * version comes back at once (one message each way), then a reader on
+ * rank 0 finds it home; a task writing x and y (of two owners) on a third
+ * rank sends each back to its owner. */
+static void test_submit_on(void) {
+  tdm_runtime *rt = runtime();
+  tdm_mpi *m;
+  CHECK_EQ(tdm_mpi_create(rt, MPI_COMM_WORLD, &m), TDM_OK);
+  int last = size - 1;
+  int64_t x[W], y[W] = {0};
+  for (int i = 0; i < W; i++)
+    x[i] = rank == 0 ? 3 : -1;
+  tdm_handle *hx, *hy;
+  CHECK_EQ(tdm_register_vector(rt, x, W, sizeof x[0], &hx), TDM_OK);
+  CHECK_EQ(tdm_register_vector(rt, y, W, sizeof y[0], &hy), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, hx, 0, 1), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, hy, last, 2), TDM_OK);
+  step_args s3 = {3, 5}; /* x *= 5 */
+  CHECK_EQ(tdm_mpi_submit_on(m, &(tdm_task_desc){.codelet = &scale_cl, .handles = {hx},
+                                                 .args = &s3, .args_size = sizeof s3}, last),
+           TDM_OK);
+  CHECK_EQ(tdm_mpi_submit_on(m, &(tdm_task_desc){.codelet = &scale_cl, .handles = {hx}}, size),
+           TDM_ERR_INVALID_ARG);
+  submit(m, &scale_cl, hx, NULL, 3, 2); /* x *= 2 on rank 0: x is home */
+  CHECK_EQ(tdm_mpi_wait_all(m), TDM_OK);
+  tdm_mpi_counters c = {.struct_size = sizeof c};
+  CHECK_EQ(tdm_mpi_get_counters(m, &c), TDM_OK);
+  if (size > 1 && (rank == 0 || rank == last)) {
+    CHECK_EQ(c.sent, 1);
+    CHECK_EQ(c.received, 1);
+  }
+  if (rank == 0)
+    for (int i = 0; i < W; i++)
+      CHECK_EQ(x[i], 30);
+  /* two owners written on rank 1 mod size: y = x + 7, x *= ... (make: R x, W y) */
+  static const tdm_codelet both = {.name = "both", .cpu_fn = known_step, .nbuffers = 2,
+                                   .modes = {TDM_RW, TDM_W}};
+  step_args s1 = {1, 7}; /* y = x + 7 */
+  CHECK_EQ(tdm_mpi_submit(m, &(tdm_task_desc){.codelet = &both, .handles = {hx, hy},
+                                              .args = &s1, .args_size = sizeof s1}),
+           size > 1 ? TDM_ERR_INVALID_ARG : TDM_OK); /* two owners: a rank must be named */
+  if (size > 1)
+    CHECK_EQ(tdm_mpi_submit_on(m, &(tdm_task_desc){.codelet = &both, .handles = {hx, hy},
+                                                   .args = &s1, .args_size = sizeof s1},
+                               1 % size),
+             TDM_OK);
+  CHECK_EQ(tdm_mpi_wait_all(m), TDM_OK);
+  if (rank == last)
+    for (int i = 0; i < W; i++)
+      CHECK_EQ(y[i], 37);
+  if (rank == 0)
+    for (int i = 0; i < W; i++)
+      CHECK_EQ(x[i], 30);
+  CHECK_EQ(tdm_mpi_destroy(m), TDM_OK);
+  CHECK_EQ(tdm_handle_unregister(hx), TDM_OK);
+  CHECK_EQ(tdm_handle_unregister(hy), TDM_OK);
+  tdm_runtime_destroy(rt);
 }
 
 /* ---- failures across ranks -------------------------------------------------- */
@@ -824,6 +889,7 @@ int main(int argc, char **argv) {
     test_known_graph();
     test_strided();
     test_side_by_side();
+    test_submit_on();
     test_lost_version();
     test_refused_everywhere();
     test_tiled(false);

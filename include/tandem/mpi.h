@@ -47,9 +47,8 @@
  * one after another.
  *
  * Not supported yet: fault tolerance across ranks (a rank that dies
- * ends the run), a task whose written handles have different owners
- * (TDM_ERR_INVALID_ARG), TDM_REDUX and TDM_COMMUTE on distributed
- * handles.
+ * ends the run), TDM_REDUX and TDM_COMMUTE on distributed handles, a
+ * check that the ranks submit the same sequence (a mismatch hangs).
  */
 #ifndef TANDEM_MPI_H
 #define TANDEM_MPI_H
@@ -116,14 +115,25 @@ TDM_API int tdm_mpi_owner(const tdm_mpi *m, const tdm_handle *h);
 /**
  * Submits a task on every rank (each calls it, with the same
  * description, in the same order). It runs on the owner of the handles
- * it writes (W or RW; all of one owner), or on rank 0 when it writes
- * none; the inputs owned elsewhere are received there first. Every
+ * it writes (W or RW; all of one owner: else tdm_mpi_submit_on), or on
+ * rank 0 when it writes none; the inputs owned elsewhere are received
+ * there first. Every
  * handle it names must be distributed. Its callback runs on the rank
  * that runs it. TDM_ERR_INVALID_ARG: a handle not declared, written
  * handles of different owners, TDM_REDUX or TDM_COMMUTE; otherwise as
  * tdm_submit.
  */
 TDM_API tdm_status tdm_mpi_submit(tdm_mpi *m, const tdm_task_desc *desc);
+
+/**
+ * tdm_mpi_submit, run on `rank` whatever the owners of what it writes
+ * (which may then be several): its inputs go there, and what it writes
+ * goes back to each handle's owner at once (one message per written
+ * handle owned elsewhere). For a task better run near some data, or on a
+ * rank with a device. TDM_ERR_INVALID_ARG: rank out of range; otherwise
+ * as tdm_mpi_submit.
+ */
+TDM_API tdm_status tdm_mpi_submit_on(tdm_mpi *m, const tdm_task_desc *desc, int rank);
 
 /**
  * Waits until every task and message of m on this rank has ended (as

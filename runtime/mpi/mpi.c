@@ -514,15 +514,16 @@ int tdm_mpi_owner(const tdm_mpi *m, const tdm_handle *h) {
 
 /* ---- submission ------------------------------------------------------------------ */
 
-/* The transfer of d's current version from its owner to rank `to`,
- * counted on every rank; this rank's part submitted. */
-static tdm_status transfer(tdm_mpi *m, dist *d, int to) {
+/* The transfer of d's current version from rank `from` (its owner, or
+ * the rank that just wrote it for its owner) to rank `to`, counted on
+ * every rank; this rank's part submitted. */
+static tdm_status transfer(tdm_mpi *m, dist *d, int from, int to) {
   int tag = (int)(m->seq++ % ((uint64_t)m->tag_ub + 1));
   d->has[to] = d->ver;
-  if (m->rank != d->owner && m->rank != to)
+  if (m->rank != from && m->rank != to)
     return TDM_OK;
-  bool send = m->rank == d->owner;
-  xfer_args a = {m, send ? to : d->owner, tag, send};
+  bool send = m->rank == from;
+  xfer_args a = {m, send ? to : from, tag, send};
   tdm_task_desc t = {.codelet = send ? &send_cl : &recv_cl, .handles = {d->h}, .args = &a,
                      .args_size = sizeof a, .flags = TDM_TASK_CPU_ONLY};
   if (send) { /* what its end needs, should it not send */
@@ -540,10 +541,11 @@ static tdm_status transfer(tdm_mpi *m, dist *d, int to) {
   return tdm_submit(m->rt, &t);
 }
 
-static tdm_status submit_made(tdm_mpi *m, const tdm_task_desc *desc, tdm_task *made);
+static tdm_status submit_made(tdm_mpi *m, const tdm_task_desc *desc, tdm_task *made,
+                              int named);
 
-tdm_status tdm_mpi_submit(tdm_mpi *m, const tdm_task_desc *desc) {
-  if (!m || !desc || !desc->codelet)
+static tdm_status submit_as(tdm_mpi *m, const tdm_task_desc *desc, int named) {
+  if (!m || !desc || !desc->codelet || named < -1 || named >= m->size)
     return TDM_ERR_INVALID_ARG;
   /* Checked alike on every rank (the runtime's own checks: made, not
    * submitted), so that every rank refuses what one refuses and their
@@ -552,26 +554,36 @@ tdm_status tdm_mpi_submit(tdm_mpi *m, const tdm_task_desc *desc) {
   tdm_status st = tdm_task_create(m->rt, desc, &t);
   if (st)
     return st;
-  st = submit_made(m, desc, t);
+  st = submit_made(m, desc, t, named);
   tdm_task_release(t);
   return st;
 }
 
-/* tdm_mpi_submit of t, made from desc (valid for the runtime). */
-static tdm_status submit_made(tdm_mpi *m, const tdm_task_desc *desc, tdm_task *made) {
+tdm_status tdm_mpi_submit(tdm_mpi *m, const tdm_task_desc *desc) {
+  return submit_as(m, desc, -1);
+}
+
+tdm_status tdm_mpi_submit_on(tdm_mpi *m, const tdm_task_desc *desc, int rank) {
+  return rank < 0 ? TDM_ERR_INVALID_ARG : submit_as(m, desc, rank);
+}
+
+/* tdm_mpi_submit of t, made from desc (valid for the runtime), on rank
+ * `named` (-1: the owner of what it writes). */
+static tdm_status submit_made(tdm_mpi *m, const tdm_task_desc *desc, tdm_task *made,
+                              int named) {
   const tdm_codelet *cl = desc->codelet;
   unsigned n = cl->nbuffers;
   if (n > TDM_MAX_BUFFERS && (!cl->dyn_modes || !desc->dyn_handles))
     return TDM_ERR_INVALID_ARG;
   const tdm_access *modes = n > TDM_MAX_BUFFERS ? cl->dyn_modes : cl->modes;
   tdm_handle *const *hs = n > TDM_MAX_BUFFERS ? desc->dyn_handles : desc->handles;
-  /* where it runs: the owner of what it writes */
-  int runner = -1;
+  /* where it runs: the rank named, else the owner of what it writes */
+  int runner = named;
   for (unsigned i = 0; i < n; i++) {
     dist *d = find(m, hs[i]);
     if (!d || modes[i] == TDM_REDUX || modes[i] == TDM_COMMUTE)
       return TDM_ERR_INVALID_ARG;
-    if (modes[i] & TDM_W) {
+    if ((modes[i] & TDM_W) && named < 0) {
       if (runner >= 0 && runner != d->owner)
         return TDM_ERR_INVALID_ARG;
       runner = d->owner;
@@ -582,17 +594,17 @@ static tdm_status submit_made(tdm_mpi *m, const tdm_task_desc *desc, tdm_task *m
   /* its inputs there, at their current version */
   tdm_status st = TDM_OK;
   for (unsigned i = 0; i < n && !st; i++) {
-    unsigned j = 0;
-    while (j < i && hs[j] != hs[i])
+    unsigned j = 0; /* (a handle read through two buffers: once) */
+    while (j < i && !(hs[j] == hs[i] && (modes[j] & TDM_R)))
       j++;
-    if (!(modes[i] & TDM_R) || j < i) /* (a handle named twice: once) */
+    if (!(modes[i] & TDM_R) || j < i)
       continue;
     dist *d = find(m, hs[i]);
     if (d->has[runner] == d->ver) {
       m->cache_hits += m->rank == runner && d->owner != runner;
       continue;
     }
-    st = transfer(m, d, runner);
+    st = transfer(m, d, d->owner, runner);
   }
   if (!st && m->rank == runner)
     st = tdm_task_submit(made);
@@ -602,8 +614,9 @@ static tdm_status submit_made(tdm_mpi *m, const tdm_task_desc *desc, tdm_task *m
     m->tasks_run++;
   else
     m->tasks_skipped++;
-  /* what it writes is a new version, which only its owner holds */
-  for (unsigned i = 0; i < n; i++)
+  /* what it writes is a new version, which only the runner holds; its
+   * owner, if another rank, gets it at once */
+  for (unsigned i = 0; i < n && !st; i++)
     if (modes[i] & TDM_W) {
       dist *d = find(m, hs[i]);
       unsigned j = 0;
@@ -612,9 +625,11 @@ static tdm_status submit_made(tdm_mpi *m, const tdm_task_desc *desc, tdm_task *m
       if (j < i && (modes[j] & TDM_W))
         continue; /* named twice: one new version */
       d->ver++;
-      d->has[d->owner] = d->ver;
+      d->has[runner] = d->ver;
+      if (runner != d->owner)
+        st = transfer(m, d, runner, d->owner);
     }
-  return TDM_OK;
+  return st;
 }
 
 tdm_status tdm_mpi_fetch(tdm_mpi *m, tdm_handle *h, int rank) {
@@ -623,7 +638,7 @@ tdm_status tdm_mpi_fetch(tdm_mpi *m, tdm_handle *h, int rank) {
     return TDM_ERR_INVALID_ARG;
   for (int r = 0; r < m->size; r++)
     if ((rank < 0 || r == rank) && d->has[r] != d->ver) {
-      tdm_status st = transfer(m, d, r);
+      tdm_status st = transfer(m, d, d->owner, r);
       if (st)
         return st;
     }
