@@ -173,7 +173,7 @@ tdm_status tdm__desc_check(tdm_runtime *rt, const tdm_task_desc *desc, const cha
       if (st)
         return st;
     }
-    if (TDM_UNLIKELY((unsigned)m - TDM_R > TDM_RW - TDM_R) && m == TDM_REDUX && !h->redux)
+    if (TDM_UNLIKELY(m == TDM_REDUX) && !h->redux)
       return bad(rt, TDM_ERR_INVALID_MODE,
                  "%s: codelet %s, buffer %u: TDM_REDUX names a handle without a reduction "
                  "(tdm_handle_set_reduction)", what, name, i);
@@ -733,6 +733,16 @@ TDM_ALWAYS_INLINE static void commit(tdm_task *t, tdm_handle **hs, const unsigne
       ths[i]->unsubmitted--;
 }
 
+/* tdm__task_submit that found a handle with a reduction to bind or
+ * combine first (TDM__FLUSH), undone as if it had not begun. */
+static __attribute__((noinline, cold)) tdm_status submit_after_flush(tdm_task *t,
+                                                                     bool give_ref) {
+  if (t->redux) /* its buffers bound to lanes, it comes back */
+    return tdm__redux_submit(t, give_ref);
+  tdm_status st = tdm__redux_flush_task(t); /* lanes combined, it is tried again */
+  return st ? st : tdm__task_submit(t, give_ref);
+}
+
 tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   tdm_runtime *rt = t->rt;
   /* Count the task before looking at `closing`: destroy sets closing and
@@ -774,17 +784,6 @@ tdm_status tdm__task_submit(tdm_task *t, bool give_ref) {
   tdm__handles_lock(hs, nh);
   st = check_and_reserve(t, hs, modes, nh, &preds);
   if (st) {
-    if (st == TDM__FLUSH) {
-      tdm__handles_unlock(hs, nh);
-      if (t->user_ref)
-        tdm__spin_unlock(&rt->deps_lock);
-      preds_free(&preds);
-      tdm__sub_inflight(rt, 1);
-      if (t->redux) /* its buffers bound to lanes, it comes back */
-        return tdm__redux_submit(t, give_ref);
-      st = tdm__redux_flush_task(t);
-      return st ? st : tdm__task_submit(t, give_ref);
-    }
     if (st == TDM_ERR_NO_MEMORY)
       tdm__log(rt, TDM_LOG_ERROR, "submit of %s: out of memory", tdm__codelet_name(t));
     tdm__handles_unlock(hs, nh);
@@ -827,7 +826,7 @@ unlock_deps:
     tdm__spin_unlock(&rt->deps_lock);
   preds_free(&preds);
   tdm__sub_inflight(rt, 1);
-  return st;
+  return TDM_UNLIKELY(st == TDM__FLUSH) ? submit_after_flush(t, give_ref) : st;
 }
 
 /* ---- public API ------------------------------------------------------- */
