@@ -52,6 +52,13 @@ extern "C" {
 #define TDM_API
 #endif
 
+/* printf-style checks of a function's format, where the compiler has them */
+#ifdef __GNUC__
+#define TDM_PRINTF(fmt, first) __attribute__((format(printf, fmt, first)))
+#else
+#define TDM_PRINTF(fmt, first)
+#endif
+
 /* The version this header belongs to, written only here (meson.build
  * reads it from these three lines). */
 #define TDM_VERSION_MAJOR 0
@@ -117,7 +124,8 @@ extern "C" {
   XX(ERR_DEVICE_LOST, -28, "the device stopped working (see the log)") \
   XX(ERR_WOULD_BLOCK, -29, "as many tasks as tdm_config.max_pending allows are unfinished: try again later") \
   XX(ERR_MISMATCH, -30, "a device's results differed from the CPU variant's (verification): the CPU's were kept (see the log)") \
-  XX(ERR_KERNEL, -31, "an OpenCL kernel cannot be launched as written (its parameters or work size do not match): its variant is disabled on that device (see the log)")
+  XX(ERR_KERNEL, -31, "an OpenCL kernel cannot be launched as written (its parameters or work size do not match): its variant is disabled on that device (see the log)") \
+  XX(ERR_DIVERGED, -32, "the ranks of a distributed run (tandem/mpi.h) did not make the same calls in the same order: its distributed data cannot be trusted (see the log)")
 
 typedef enum tdm_status {
 #define TDM__STATUS_ENUM(name, value, msg) TDM_##name = (value),
@@ -856,6 +864,14 @@ typedef struct tdm_worker_stats {
  * thread; the figures of a running runtime may be a moment old. */
 TDM_API tdm_status tdm_runtime_worker_stats(const tdm_runtime *rt, unsigned worker,
                                             tdm_worker_stats *stats);
+
+/** Writes a message to rt's log (tdm_config.log_fn, at most log_level),
+ * as the runtime's own messages are: for libraries built on Tandem
+ * (libtandem-mpi) that report through the application's log. printf
+ * format; cut at 1023 bytes. A NULL rt or fmt writes nothing. Any
+ * thread. */
+TDM_API void tdm_runtime_log(const tdm_runtime *rt, tdm_log_level level, const char *fmt, ...)
+    TDM_PRINTF(3, 4);
 
 /** Writes the trace recorded so far to tdm_config.trace_path (the whole
  * file again: it stays valid JSON). Returns TDM_OK, TDM_ERR_INVALID_ARG

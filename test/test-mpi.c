@@ -17,6 +17,7 @@
  */
 #include <math.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -106,9 +107,31 @@ static void fail(const char *fmt, ...) {
  * device made comes home before it is sent. */
 static bool devices;
 
+/* The errors the runtimes logged (libtandem-mpi's among them). */
+static pthread_mutex_t logged_lock = PTHREAD_MUTEX_INITIALIZER;
+static char logged[4096];
+
+static void log_error(void *data, tdm_log_level level, const char *msg) {
+  (void)data;
+  if (level != TDM_LOG_ERROR)
+    return;
+  pthread_mutex_lock(&logged_lock);
+  size_t used = strlen(logged);
+  snprintf(logged + used, sizeof logged - used, "%s\n", msg);
+  pthread_mutex_unlock(&logged_lock);
+}
+
+static bool was_logged(const char *what) {
+  pthread_mutex_lock(&logged_lock);
+  bool found = strstr(logged, what) != NULL;
+  pthread_mutex_unlock(&logged_lock);
+  return found;
+}
+
 static tdm_runtime *runtime(void) {
   tdm_config cfg;
   tdm_config_init(&cfg);
+  cfg.log_fn = log_error;
   cfg.nworkers = 1; /* ranks oversubscribe the machine */
   cfg.bind_workers = 0;
   cfg.ignore_env = 1;
@@ -748,6 +771,90 @@ static void test_refused_everywhere(void) {
   tdm_runtime_destroy(rt);
 }
 
+/* ---- ranks that differ ------------------------------------------------------------ */
+
+/* The ways the ranks may not make the same calls: the last rank submits
+ * a task the others do not (its input never sent), or one more then
+ * fetches what it writes (it would wait on that input forever),
+ * declares x with another owner (it runs the reader on its own stale x),
+ * or declares x with fewer or more elements (x's message does not fit
+ * its memory). Every rank's tdm_mpi_wait_all says TDM_ERR_DIVERGED, and
+ * none waits forever; a reader whose message did not fit never runs (its
+ * data would be wrong); m refuses work from then on, and its end and
+ * the handles' go as usual. */
+enum { EXTRA_TASK, EXTRA_THEN_FETCH, OTHER_OWNER, FEWER, MORE };
+
+static _Atomic int readers_run;
+
+static void count_reader(const tdm_buffer *b, const void *args, size_t n) {
+  atomic_fetch_add(&readers_run, 1);
+  known_step(b, args, n);
+}
+
+static void test_diverged(int how) {
+  if (size < 2)
+    return; /* (one rank cannot differ from another) */
+  static const tdm_codelet read_cl = {.name = "read", .cpu_fn = count_reader, .nbuffers = 2,
+                                      .modes = {TDM_R, TDM_RW}};
+  tdm_runtime *rt = runtime();
+  tdm_mpi *m;
+  CHECK_EQ(tdm_mpi_create(rt, MPI_COMM_WORLD, &m), TDM_OK);
+  int last = size - 1;
+  bool odd = rank == last;
+  int64_t x[2 * W], y[W] = {0};
+  for (int i = 0; i < 2 * W; i++)
+    x[i] = rank == 0 ? 5 : -1;
+  unsigned nx = !odd ? W : how == FEWER ? W / 2 : how == MORE ? 2 * W : W;
+  tdm_handle *hx, *hy;
+  CHECK_EQ(tdm_register_vector(rt, x, nx, sizeof x[0], &hx), TDM_OK);
+  CHECK_EQ(tdm_register_vector(rt, y, W, sizeof y[0], &hy), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, hx, odd && how == OTHER_OWNER ? last : 0, 1), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, hy, last, 2), TDM_OK);
+  atomic_store(&readers_run, 0);
+  pthread_mutex_lock(&logged_lock);
+  logged[0] = 0;
+  pthread_mutex_unlock(&logged_lock);
+  step_args s = {2, 0}; /* y += x, on the last rank */
+  tdm_task_desc d = {.codelet = &read_cl, .handles = {hx, hy}, .args = &s, .args_size = sizeof s};
+  if (how == EXTRA_TASK || how == EXTRA_THEN_FETCH) {
+    if (odd)
+      CHECK_EQ(tdm_mpi_submit(m, &d), TDM_OK);
+    if (how == EXTRA_THEN_FETCH)
+      CHECK_EQ(tdm_mpi_fetch(m, hy, last), odd ? TDM_ERR_DIVERGED : TDM_OK);
+  } else {
+    CHECK_EQ(tdm_mpi_submit(m, &d), TDM_OK);
+  }
+  /* (a message that does not fit is found by itself, before any
+   * comparison: the reader is cancelled, y lost, as the receive ends) */
+  if (odd && (how == FEWER || how == MORE))
+    CHECK_EQ(tdm_handle_acquire(hy, TDM_R), TDM_ERR_LOST);
+  CHECK_EQ(tdm_mpi_wait_all(m), TDM_ERR_DIVERGED);
+  if (odd && how != OTHER_OWNER) /* its input never came, or did not fit */
+    CHECK_EQ(atomic_load(&readers_run), 0);
+  if (odd && how == EXTRA_TASK)
+    for (int i = 0; i < W; i++)
+      CHECK_EQ(y[i], 0);
+  /* said in the log, and why */
+  CHECK(was_logged("they did not make the same calls in the same order"));
+  if (odd && how == FEWER)
+    CHECK(was_logged("is larger than the handle it should fill (16 bytes)"));
+  if (odd && how == MORE)
+    CHECK(was_logged("is smaller than the handle it should fill (64 bytes)"));
+  /* refused from now on, on every rank */
+  CHECK_EQ(tdm_mpi_submit(m, &d), TDM_ERR_DIVERGED);
+  CHECK_EQ(tdm_mpi_fetch(m, hy, -1), TDM_ERR_DIVERGED);
+  CHECK_EQ(tdm_mpi_wait_all(m), TDM_ERR_DIVERGED);
+  CHECK_EQ(tdm_mpi_forget(m, hx), TDM_OK);
+  CHECK_EQ(tdm_mpi_destroy(m), TDM_ERR_DIVERGED);
+  /* (on the last rank, x's receive failed and y's reader was
+   * cancelled: their latest versions are lost there) */
+  tdm_status lost = odd && how != OTHER_OWNER ? TDM_ERR_LOST : TDM_OK;
+  CHECK_EQ(tdm_handle_unregister(hx), lost);
+  CHECK_EQ(tdm_handle_unregister(hy), lost);
+  CHECK_EQ(tdm_runtime_destroy(rt), TDM_OK);
+  MPI_Barrier(MPI_COMM_WORLD); /* (the ranks together again: the next test) */
+}
+
 /* ---- side by side ------------------------------------------------------------ */
 
 /* Two runtimes, each with its tdm_mpi (one on MPI_COMM_WORLD, one on a
@@ -902,6 +1009,8 @@ int main(int argc, char **argv) {
     test_tiled(false);
     devices = false;
     test_refusals();
+    for (int how = EXTRA_TASK; how <= MORE; how++)
+      test_diverged(how);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0)

@@ -46,9 +46,24 @@
  * within 512 us, and within a few microseconds while messages complete
  * one after another.
  *
+ * Ranks that differ: each rank keeps a checksum of the calls that every
+ * rank makes alike (each declaration with its owner and shape, each
+ * submission with its codelet's name, handles, modes and rank, each
+ * fetch and wait), and the ranks compare theirs (a non-blocking
+ * MPI_Iallreduce) at tdm_mpi_wait_all, tdm_mpi_fetch, tdm_mpi_weights
+ * and tdm_mpi_destroy. When they differ, every rank's call returns
+ * TDM_ERR_DIVERGED, the error is logged (tdm_config.log_fn), messages
+ * in flight are given up (so what waited on them is cancelled: nothing
+ * waits forever), and m refuses submissions and fetches from then on:
+ * destroy it; its distributed data cannot be trusted. A message that
+ * does not fit the memory it lands in (a handle declared with another
+ * shape on its sender) fails its receive with TDM_ERR_DIVERGED at once,
+ * so its readers never run on it. What a comparison cannot see: the
+ * codelets' arguments, and calls made after the last comparison until
+ * the next.
+ *
  * Not supported yet: fault tolerance across ranks (a rank that dies
- * ends the run), TDM_REDUX and TDM_COMMUTE on distributed handles, a
- * check that the ranks submit the same sequence (a mismatch hangs).
+ * ends the run), TDM_REDUX and TDM_COMMUTE on distributed handles.
  */
 #ifndef TANDEM_MPI_H
 #define TANDEM_MPI_H
@@ -74,11 +89,11 @@ typedef struct tdm_mpi tdm_mpi;
 TDM_API tdm_status tdm_mpi_create(tdm_runtime *rt, MPI_Comm comm, tdm_mpi **out);
 
 /**
- * Ends m: waits for its tasks and messages (tdm_mpi_wait_all), stops its
- * progress thread, frees the copies received and the duplicate
- * communicator. Collective over the communicator. The runtime and its
- * handles stay; unregister the handles (each rank its own) after.
- * NULL is accepted.
+ * Ends m: waits for its tasks and messages (tdm_mpi_wait_all: its status,
+ * TDM_ERR_DIVERGED included), stops its progress thread, frees the
+ * copies received and the duplicate communicator. Collective over the
+ * communicator. The runtime and its handles stay; unregister the handles
+ * (each rank its own) after. NULL is accepted.
  */
 TDM_API tdm_status tdm_mpi_destroy(tdm_mpi *m);
 
@@ -136,9 +151,11 @@ TDM_API tdm_status tdm_mpi_submit(tdm_mpi *m, const tdm_task_desc *desc);
 TDM_API tdm_status tdm_mpi_submit_on(tdm_mpi *m, const tdm_task_desc *desc, int rank);
 
 /**
- * Waits until every task and message of m on this rank has ended (as
- * tdm_wait_all, whose statuses it returns). Not collective: a rank
- * whose data others still need sends it before it returns.
+ * Waits until the ranks have compared what they submitted, then until
+ * every task and message of m on this rank has ended (as tdm_wait_all,
+ * whose statuses it returns). Collective (every rank calls it at the
+ * same place of the sequence, as StarPU-MPI's wait_for_all);
+ * TDM_ERR_DIVERGED when the ranks' calls differ (see above).
  */
 TDM_API tdm_status tdm_mpi_wait_all(tdm_mpi *m);
 
@@ -146,7 +163,9 @@ TDM_API tdm_status tdm_mpi_wait_all(tdm_mpi *m);
  * Brings the current version of h to `rank` (every rank calls it): on
  * that rank, h's memory then holds the data (owned or received), as
  * after a task there read it. -1 for every rank. Returns once this
- * rank's part is done. Statuses as tdm_mpi_submit.
+ * rank's part is done (a rank that gets h first waits for the ranks to
+ * have compared what they submitted). Statuses as tdm_mpi_submit, and
+ * TDM_ERR_DIVERGED.
  */
 TDM_API tdm_status tdm_mpi_fetch(tdm_mpi *m, tdm_handle *h, int rank);
 

@@ -24,7 +24,10 @@
  * tests those posted (MPI_Testsome), ends their tasks, and sleeps: until
  * a request is handed to it when none is posted, else for a time that
  * doubles from 2 us to 512 us while nothing completes (the latency a
- * completion may wait, bounded so; no core is spun on).
+ * completion may wait, bounded so; no core is spun on). The collectives
+ * (the comparison of the ranks' checksums, the gathering of weights)
+ * are its non-blocking requests too, posted in the order the
+ * application makes its calls, which is every rank's.
  */
 #include "tandem/mpi.h"
 
@@ -47,20 +50,39 @@ typedef struct dist {
   uint64_t *has; /* has[r]: the version rank r's memory holds (or UINT64_MAX: none) */
 } dist;
 
+/* A collective of m, posted and completed by the progress thread: the
+ * agreement (each rank's checksum of its calls, tdm_mpi_wait_all and
+ * others compare them) or the gathering of the weights. m's list keeps
+ * it (the submitting thread's), until done; one posted when the ranks
+ * diverged never completes (stuck) and is kept till destroy (MPI lets
+ * no such request be freed). */
+typedef struct coll {
+  struct coll *next;
+  bool gather;
+  const char *what; /* the call it checks (for the log) */
+  uint64_t mine[2], max[2]; /* agreement: {sum, ~sum}; their maxima */
+  double weight, *weights;  /* gathering */
+  bool done, stuck;         /* m->lock */
+  tdm_status st;            /* m->lock */
+} coll;
+
 /* A request for the progress thread: a send or a receive of a task's
- * buffer, whose end it makes. */
+ * buffer, whose end it makes, or a collective. */
 typedef struct op {
   struct op *next;
   bool send;
-  bool lost; /* a receive that got the notice: its version was never produced */
+  bool cancelled; /* a receive cancelled when the ranks diverged */
   MPI_Datatype count_type; /* what it was posted with */
   tdm_buffer buf; /* the task's view of the handle's memory */
-  /* The task it ends; NULL for a send of nothing that tells the peer
-   * the version it waits for is lost (its send task was cancelled). */
   MPI_Datatype type; /* its rows, when ld leaves gaps (made by the progress thread) */
   int peer, tag;
+  /* The task it ends; NULL for a send of nothing that tells the peer
+   * the version it waits for is lost (its send task was cancelled), and
+   * for a collective. */
   tdm_deferred *task;
+  coll *coll;
   uint64_t bytes;
+  tdm_status st; /* how it ended */
 } op;
 
 struct tdm_mpi {
@@ -71,23 +93,33 @@ struct tdm_mpi {
   dist **table;
   size_t cap, n;
   uint64_t seq; /* transfers counted so far (every rank alike) */
+  /* The checksum of the calls made so far that every rank makes alike
+   * (declarations, submissions, fetches, waits), and the collectives
+   * that compare it: the submitting thread's. */
+  uint64_t sum;
+  coll *colls;
   /* the progress thread and what is handed to it */
   pthread_t thread;
   pthread_mutex_t lock;
   pthread_cond_t cond;
+  pthread_cond_t ended; /* a collective done (lock) */
   /* MPI was initialised below MPI_THREAD_MULTIPLE: every MPI call of
    * every tdm_mpi of the process holds `serial` (serial_enter). */
   bool serialized;
   op *head, *tail; /* handed, not posted (lock) */
   bool stop;       /* lock */
+  /* The ranks were found to differ (TDM_ERR_DIVERGED), or a collective
+   * failed (TDM_ERR_SYSTEM): m takes no more work, and its requests end
+   * with that status. */
+  _Atomic int broken;
   _Atomic uint64_t sent, received, bytes_sent, bytes_received;
   uint64_t cache_hits, tasks_run, tasks_skipped; /* the submitting thread's */
 };
 
 /* Under MPI_THREAD_SERIALIZED, one MPI call at a time in the process:
  * the progress threads of several tdm_mpi, and the application's
- * thread in tdm_mpi_create, _weights and _destroy, take turns. (The one
- * state libtandem-mpi shares across its objects.) */
+ * thread in tdm_mpi_create and _destroy, take turns. (The one state
+ * libtandem-mpi shares across its objects.) */
 static pthread_mutex_t serial = PTHREAD_MUTEX_INITIALIZER;
 
 static void serial_enter(bool serialized) {
@@ -102,131 +134,257 @@ static void serial_leave(bool serialized) {
 
 /* ---- the progress thread -------------------------------------------------- */
 
+/* What the progress thread has posted: ops and their requests, in step. */
+typedef struct posted {
+  op **ops;
+  MPI_Request *reqs;
+  int *done;
+  MPI_Status *stats;
+  int n, cap;
+} posted;
+
+static bool room(posted *p) {
+  if (p->n < p->cap)
+    return true;
+  int c = p->cap ? 2 * p->cap : 16;
+  op **o = realloc(p->ops, (size_t)c * sizeof *o);
+  if (o)
+    p->ops = o;
+  MPI_Request *r = o ? realloc(p->reqs, (size_t)c * sizeof *r) : NULL;
+  if (r)
+    p->reqs = r;
+  int *d = r ? realloc(p->done, (size_t)c * sizeof *d) : NULL;
+  if (d)
+    p->done = d;
+  MPI_Status *s = d ? realloc(p->stats, (size_t)c * sizeof *s) : NULL;
+  if (!s)
+    return false;
+  p->stats = s;
+  p->cap = c;
+  return true;
+}
+
+/* Ends o as o->st says (its task, or its collective's waiter), frees it. */
+static void retire(tdm_mpi *m, op *o) {
+  if (o->coll) {
+    pthread_mutex_lock(&m->lock);
+    o->coll->st = o->st;
+    o->coll->done = true;
+    pthread_cond_broadcast(&m->ended);
+    pthread_mutex_unlock(&m->lock);
+  } else if (o->task) {
+    if (o->st == TDM_OK || o->st == TDM_ERR_LOST) {
+      atomic_fetch_add(o->send ? &m->sent : &m->received, 1);
+      if (o->st == TDM_OK)
+        atomic_fetch_add(o->send ? &m->bytes_sent : &m->bytes_received, o->bytes);
+    }
+    /* (a receive told its version is lost fails, as its writer did) */
+    tdm_deferred_end(o->task, o->st);
+  } else if (o->st == TDM_OK) { /* a notice sent */
+    atomic_fetch_add(&m->sent, 1);
+  }
+  free(o);
+}
+
+/* Posts o (MPI lock held): TDM_OK, or the status it ends with. */
+static tdm_status post(tdm_mpi *m, op *o, MPI_Request *req) {
+  int broken = atomic_load(&m->broken);
+  if (broken)
+    return (tdm_status)broken;
+  int rc = MPI_SUCCESS;
+  if (o->coll) {
+    coll *c = o->coll;
+    rc = c->gather ? MPI_Iallgather(&c->weight, 1, MPI_DOUBLE, c->weights, 1, MPI_DOUBLE,
+                                    m->comm, req)
+                   : MPI_Iallreduce(c->mine, c->max, 2, MPI_UINT64_T, MPI_MAX, m->comm, req);
+    return rc == MPI_SUCCESS ? TDM_OK : TDM_ERR_SYSTEM;
+  }
+  /* its elements as they lie in memory: rows of ny elements, ld apart */
+  const tdm_buffer *b = &o->buf;
+  int count = (int)o->bytes;
+  MPI_Datatype type = MPI_BYTE;
+  if (b->ny > 1 && b->ld != b->ny) {
+    rc = MPI_Type_vector((int)b->nx, (int)(b->ny * b->elem_size), (int)(b->ld * b->elem_size),
+                         MPI_BYTE, &o->type);
+    if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&o->type)) != MPI_SUCCESS)
+      MPI_Type_free(&o->type);
+    type = o->type;
+    count = 1;
+  }
+  if (!o->task) /* a notice that the version is lost: no data */
+    count = 0;
+  o->count_type = type;
+  if (rc == MPI_SUCCESS)
+    rc = o->send ? MPI_Isend(b->ptr, count, type, o->peer, o->tag, m->comm, req)
+                 : MPI_Irecv(b->ptr, count, type, o->peer, o->tag, m->comm, req);
+  if (rc != MPI_SUCCESS && o->type != MPI_DATATYPE_NULL)
+    MPI_Type_free(&o->type);
+  return rc == MPI_SUCCESS ? TDM_OK : TDM_ERR_SYSTEM;
+}
+
+/* Whether every rank's checksum is this one's (the maxima of {sum,
+ * ~sum} are {sum, ~sum}). Its own function, so that ThreadSanitizer's
+ * suppressions can name it: the application's thread may have written
+ * c->max inside an MPI call of its own (Open MPI completes requests in
+ * whichever thread calls it, ordered by atomics ThreadSanitizer does
+ * not see). */
+static __attribute__((noinline)) bool agreed(const coll *c) {
+  return c->max[0] == c->mine[0] && c->max[1] == c->mine[1];
+}
+
+/* How o, completed with status *s, ended (MPI lock held). error: the
+ * request's own error (MPI_ERR_IN_STATUS), else MPI_SUCCESS. */
+static tdm_status outcome(tdm_mpi *m, op *o, MPI_Status *s, int error) {
+  if (error != MPI_SUCCESS && MPI_Error_class(error, &error) != MPI_SUCCESS)
+    error = MPI_ERR_OTHER;
+  if (error == MPI_ERR_TRUNCATE || o->cancelled) {
+    if (!o->cancelled)
+      tdm_runtime_log(m->rt, TDM_LOG_ERROR, "tandem-mpi: rank %d: a message from rank %d "
+                      "(tag %d) is larger than the handle it should fill (%llu bytes): the "
+                      "ranks do not declare or submit alike", m->rank, o->peer, o->tag,
+                      (unsigned long long)o->bytes);
+    return TDM_ERR_DIVERGED;
+  }
+  if (error != MPI_SUCCESS)
+    return TDM_ERR_SYSTEM;
+  if (o->coll) {
+    coll *c = o->coll;
+    if (c->gather || agreed(c))
+      return TDM_OK;
+    tdm_runtime_log(m->rt, TDM_LOG_ERROR, "tandem-mpi: rank %d: at %s, the ranks' checksums of "
+                    "what they declared and submitted differ (this rank's %016llx): they did "
+                    "not make the same calls in the same order; the distributed run stops",
+                    m->rank, c->what, (unsigned long long)c->mine[0]);
+    return TDM_ERR_DIVERGED;
+  }
+  if (o->send)
+    return TDM_OK;
+  int got = -1;
+  if (MPI_Get_count(s, o->count_type, &got) != MPI_SUCCESS)
+    return TDM_ERR_SYSTEM;
+  if (!got)
+    return TDM_ERR_LOST; /* the notice: the sender's version was never produced */
+  if (got != (o->type != MPI_DATATYPE_NULL ? 1 : (int)o->bytes)) {
+    tdm_runtime_log(m->rt, TDM_LOG_ERROR, "tandem-mpi: rank %d: a message from rank %d (tag %d) "
+                    "is smaller than the handle it should fill (%llu bytes): the ranks do not "
+                    "declare or submit alike", m->rank, o->peer, o->tag,
+                    (unsigned long long)o->bytes);
+    return TDM_ERR_DIVERGED;
+  }
+  return TDM_OK;
+}
+
+/* The ranks diverged (or a collective failed): what is posted is given
+ * up (MPI lock held). Sends are let go (a peer's receive is never posted
+ * now); receives cancelled, kept until MPI says so (one matched already
+ * is still being written); collectives never complete (stuck). Those
+ * given up are moved to *out. */
+static void give_up(tdm_mpi *m, posted *p, tdm_status why, op **out) {
+  int j = 0;
+  for (int i = 0; i < p->n; i++) {
+    op *o = p->ops[i];
+    if (!o->send && !o->coll) {
+      if (!o->cancelled) {
+        o->cancelled = true;
+        MPI_Cancel(&p->reqs[i]);
+      }
+      p->ops[j] = o;
+      p->reqs[j++] = p->reqs[i];
+      continue;
+    }
+    if (o->coll) {
+      pthread_mutex_lock(&m->lock);
+      o->coll->stuck = true;
+      pthread_mutex_unlock(&m->lock);
+    } else {
+      MPI_Request_free(&p->reqs[i]);
+    }
+    if (o->type != MPI_DATATYPE_NULL)
+      MPI_Type_free(&o->type);
+    o->st = why;
+    o->next = *out;
+    *out = o;
+  }
+  p->n = j;
+}
+
 static void *progress(void *arg) {
   tdm_mpi *m = arg;
-  op **posted = NULL; /* with their requests, in step */
-  MPI_Request *reqs = NULL;
-  int *done = NULL;
-  MPI_Status *stats = NULL;
-  int n = 0, cap = 0;
+  posted p = {0};
   uint64_t nap = POLL_MIN_NS;
   for (;;) {
     pthread_mutex_lock(&m->lock);
-    while (!n && !m->head && !m->stop)
+    while (!p.n && !m->head && !m->stop)
       pthread_cond_wait(&m->cond, &m->lock);
     op *fresh = m->head;
     m->head = m->tail = NULL;
-    bool stop = m->stop && !n && !fresh;
+    bool stop = m->stop && !p.n && !fresh;
     pthread_mutex_unlock(&m->lock);
     if (stop)
       break;
+    op *ended = NULL; /* to retire, outside the MPI lock */
+    serial_enter(m->serialized);
     for (op *o = fresh, *next; o; o = next) {
       next = o->next;
-      if (n == cap) {
-        int c = cap ? 2 * cap : 16;
-        op **p = realloc(posted, (size_t)c * sizeof *p);
-        MPI_Request *r = p ? realloc(reqs, (size_t)c * sizeof *r) : NULL;
-        int *d = r ? realloc(done, (size_t)c * sizeof *d) : NULL;
-        if (p)
-          posted = p;
-        if (r)
-          reqs = r;
-        if (!d) { /* the task fails: nothing was posted for it */
-          tdm_deferred_end(o->task, TDM_ERR_NO_MEMORY);
-          free(o);
-          continue;
-        }
-        done = d;
-        cap = c;
-        MPI_Status *ss = realloc(stats, (size_t)c * sizeof *ss);
-        if (!ss) {
-          tdm_deferred_end(o->task, TDM_ERR_NO_MEMORY);
-          free(o);
-          continue;
-        }
-        stats = ss;
+      o->st = room(&p) ? post(m, o, &p.reqs[p.n]) : TDM_ERR_NO_MEMORY;
+      if (o->st) { /* (nothing posted for it) */
+        o->next = ended;
+        ended = o;
+      } else {
+        p.ops[p.n++] = o;
       }
-      /* its elements as they lie in memory: rows of ny elements, ld apart */
-      const tdm_buffer *b = &o->buf;
-      int count = (int)o->bytes, rc = MPI_SUCCESS;
-      MPI_Datatype type = MPI_BYTE;
-      serial_enter(m->serialized);
-      if (b->ny > 1 && b->ld != b->ny) {
-        rc = MPI_Type_vector((int)b->nx, (int)(b->ny * b->elem_size), (int)(b->ld * b->elem_size),
-                             MPI_BYTE, &o->type);
-        if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&o->type)) != MPI_SUCCESS)
-          MPI_Type_free(&o->type);
-        type = o->type;
-        count = 1;
-      }
-      if (!o->task) /* a notice that the version is lost: no data */
-        count = 0;
-      o->count_type = type;
-      if (rc == MPI_SUCCESS)
-        rc = o->send ? MPI_Isend(b->ptr, count, type, o->peer, o->tag, m->comm, &reqs[n])
-                     : MPI_Irecv(b->ptr, count, type, o->peer, o->tag, m->comm, &reqs[n]);
-      serial_leave(m->serialized);
-      if (rc != MPI_SUCCESS) {
-        if (o->type != MPI_DATATYPE_NULL) {
-          serial_enter(m->serialized);
-          MPI_Type_free(&o->type);
-          serial_leave(m->serialized);
-        }
-        if (o->task)
-          tdm_deferred_end(o->task, TDM_ERR_SYSTEM);
-        free(o);
-        continue;
-      }
-      posted[n++] = o;
     }
-    int ndone = 0;
-    serial_enter(m->serialized);
-    if (n && MPI_Testsome(n, reqs, &ndone, done, stats) != MPI_SUCCESS)
-      ndone = MPI_UNDEFINED;
-    /* a receive of nothing: the sender's version was never produced */
-    for (int k = 0; k < ndone && ndone != MPI_UNDEFINED; k++) {
-      op *o = posted[done[k]];
-      int got = 1;
-      if (!o->send && MPI_Get_count(&stats[k], o->count_type, &got) == MPI_SUCCESS && !got)
-        o->lost = true;
+    int ndone = 0, rc = MPI_SUCCESS;
+    if (p.n) {
+      rc = MPI_Testsome(p.n, p.reqs, &ndone, p.done, p.stats);
+      if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS)
+        ndone = MPI_UNDEFINED;
     }
-    /* (the types of those done freed under the lock too) */
-    for (int k = 0; k < ndone && ndone != MPI_UNDEFINED; k++)
-      if (posted[done[k]]->type != MPI_DATATYPE_NULL)
-        MPI_Type_free(&posted[done[k]]->type);
-    for (int i = 0; i < n && ndone == MPI_UNDEFINED; i++)
-      if (posted[i]->type != MPI_DATATYPE_NULL)
-        MPI_Type_free(&posted[i]->type);
-    serial_leave(m->serialized);
+    int broke = 0;
     if (ndone == MPI_UNDEFINED) { /* an error: every request posted fails */
-      for (int i = 0; i < n; i++) {
-        if (posted[i]->task)
-          tdm_deferred_end(posted[i]->task, TDM_ERR_SYSTEM);
-        free(posted[i]);
-      }
-      n = 0;
-      continue;
+      tdm_runtime_log(m->rt, TDM_LOG_ERROR, "tandem-mpi: rank %d: MPI_Testsome failed (%d)",
+                      m->rank, rc);
+      for (int i = 0; i < p.n; i++)
+        p.done[i] = i;
+      ndone = p.n;
+      broke = TDM_ERR_SYSTEM;
     }
     for (int k = 0; k < ndone; k++) {
-      op *o = posted[done[k]];
-      atomic_fetch_add(o->send ? &m->sent : &m->received, 1);
-      if (o->task && !o->lost)
-        atomic_fetch_add(o->send ? &m->bytes_sent : &m->bytes_received, o->bytes);
-      if (o->task) /* (a receive told its version is lost fails, as its writer did) */
-        tdm_deferred_end(o->task, o->lost ? TDM_ERR_LOST : TDM_OK);
-      free(o);
-      posted[done[k]] = NULL;
+      op *o = p.ops[p.done[k]];
+      o->st = broke ? TDM_ERR_SYSTEM
+                    : outcome(m, o, &p.stats[k],
+                              rc == MPI_ERR_IN_STATUS ? p.stats[k].MPI_ERROR : MPI_SUCCESS);
+      if (o->coll && o->st)
+        broke = o->st;
+      if (o->type != MPI_DATATYPE_NULL)
+        MPI_Type_free(&o->type);
+      o->next = ended;
+      ended = o;
+      p.ops[p.done[k]] = NULL;
     }
     if (ndone) { /* the ended ones out, the order kept */
       int j = 0;
-      for (int i = 0; i < n; i++)
-        if (posted[i]) {
-          posted[j] = posted[i];
-          reqs[j++] = reqs[i];
+      for (int i = 0; i < p.n; i++)
+        if (p.ops[i]) {
+          p.ops[j] = p.ops[i];
+          p.reqs[j++] = p.reqs[i];
         }
-      n = j;
+      p.n = j;
+    }
+    if (broke) {
+      int none = 0;
+      atomic_compare_exchange_strong(&m->broken, &none, broke);
+    }
+    if (atomic_load(&m->broken))
+      give_up(m, &p, (tdm_status)atomic_load(&m->broken), &ended);
+    serial_leave(m->serialized);
+    for (op *o = ended, *next; o; o = next) {
+      next = o->next;
+      retire(m, o);
+    }
+    if (ndone) {
       nap = POLL_MIN_NS;
-    } else if (n && !fresh) { /* a nap, cut short by a request handed over */
+    } else if (p.n && !fresh) { /* a nap, cut short by a request handed over */
       struct timespec until;
       clock_gettime(CLOCK_REALTIME, &until);
       uint64_t ns = (uint64_t)until.tv_nsec + nap;
@@ -239,10 +397,10 @@ static void *progress(void *arg) {
       nap = nap * 2 > POLL_MAX_NS ? POLL_MAX_NS : nap * 2;
     }
   }
-  free(posted);
-  free(reqs);
-  free(done);
-  free(stats);
+  free(p.ops);
+  free(p.reqs);
+  free(p.done);
+  free(p.stats);
   return NULL;
 }
 
@@ -321,6 +479,12 @@ tdm_status tdm_mpi_create(tdm_runtime *rt, MPI_Comm comm, tdm_mpi **out) {
   tdm_status st = !usable ? TDM_ERR_INVALID_ARG : !m ? TDM_ERR_NO_MEMORY : TDM_OK;
   if (!st && MPI_Comm_dup(comm, &m->comm) != MPI_SUCCESS)
     st = TDM_ERR_SYSTEM;
+  /* errors come back as statuses (a message larger than its receive is
+   * a TDM_ERR_DIVERGED, not the end of the process) */
+  if (!st && MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN) != MPI_SUCCESS) {
+    MPI_Comm_free(&m->comm);
+    st = TDM_ERR_SYSTEM;
+  }
   if (!st) {
     MPI_Comm_rank(m->comm, &m->rank);
     MPI_Comm_size(m->comm, &m->size);
@@ -337,7 +501,10 @@ tdm_status tdm_mpi_create(tdm_runtime *rt, MPI_Comm comm, tdm_mpi **out) {
   m->serialized = level < MPI_THREAD_MULTIPLE;
   bool locked = !pthread_mutex_init(&m->lock, NULL);
   bool cond = locked && !pthread_cond_init(&m->cond, NULL);
-  if (!cond || pthread_create(&m->thread, NULL, progress, m)) {
+  bool ended = cond && !pthread_cond_init(&m->ended, NULL);
+  if (!ended || pthread_create(&m->thread, NULL, progress, m)) {
+    if (ended)
+      pthread_cond_destroy(&m->ended);
     if (cond)
       pthread_cond_destroy(&m->cond);
     if (locked)
@@ -352,20 +519,112 @@ tdm_status tdm_mpi_create(tdm_runtime *rt, MPI_Comm comm, tdm_mpi **out) {
   return TDM_OK;
 }
 
+/* ---- the check that the ranks make the same calls ------------------------------ */
+
+/* Folds v into m's checksum (the SplitMix64 finaliser, Steele, Lea and
+ * Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014,
+ * as a mixing step: every bit of v and of the sum so far reaches every
+ * bit of the next). */
+static void fold(tdm_mpi *m, uint64_t v) {
+  uint64_t x = (m->sum ^ v) + 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  m->sum = x ^ (x >> 31);
+}
+
+/* What each kind of call folds first. */
+enum { CALL_REGISTER = 1, CALL_FORGET, CALL_SUBMIT, CALL_FETCH, CALL_WAIT, CALL_WEIGHTS,
+       CALL_DESTROY };
+
+static tdm_status await(tdm_mpi *m, coll *c) {
+  pthread_mutex_lock(&m->lock);
+  while (!c->done)
+    pthread_cond_wait(&m->ended, &m->lock);
+  tdm_status st = c->st;
+  pthread_mutex_unlock(&m->lock);
+  return st;
+}
+
+/* Hands a collective to the progress thread: the agreement on m's
+ * checksum, or with `weights`, the gathering of `weight` into it. The
+ * done ones that no one waits for are freed on the way. NULL: out of
+ * memory. */
+static coll *collective(tdm_mpi *m, const char *what, double weight, double *weights) {
+  pthread_mutex_lock(&m->lock);
+  for (coll **at = &m->colls, *c; (c = *at);) {
+    if (c->done && !c->stuck) {
+      *at = c->next;
+      free(c);
+    } else {
+      at = &c->next;
+    }
+  }
+  pthread_mutex_unlock(&m->lock);
+  coll *c = calloc(1, sizeof *c);
+  op *o = c ? calloc(1, sizeof *o) : NULL;
+  if (!o) {
+    free(c);
+    return NULL;
+  }
+  c->gather = weights != NULL;
+  c->weight = weight;
+  c->weights = weights;
+  c->what = what;
+  c->mine[0] = m->sum;
+  c->mine[1] = ~m->sum;
+  c->next = m->colls;
+  m->colls = c; /* (done is false: kept, whatever the sweep above) */
+  o->coll = c;
+  o->type = MPI_DATATYPE_NULL;
+  hand_over(m, o);
+  return c;
+}
+
+/* The ranks compare their checksums, with `call` and its arguments
+ * folded in first (collective: every rank calls it at the same place);
+ * `wait`: until they have (else in the background). TDM_ERR_DIVERGED
+ * when they differ, here or earlier. */
+static tdm_status agree(tdm_mpi *m, uint64_t call, uint64_t a, uint64_t b, const char *what,
+                        bool wait) {
+  fold(m, call);
+  fold(m, a);
+  fold(m, b);
+  int broken = atomic_load(&m->broken);
+  if (broken)
+    return (tdm_status)broken;
+  coll *c = collective(m, what, 0, NULL);
+  if (!c)
+    return TDM_ERR_NO_MEMORY;
+  return wait ? await(m, c) : TDM_OK;
+}
+
 tdm_status tdm_mpi_wait_all(tdm_mpi *m) {
-  return m ? tdm_wait_all(m->rt) : TDM_ERR_INVALID_ARG;
+  if (!m)
+    return TDM_ERR_INVALID_ARG;
+  tdm_status agreed = agree(m, CALL_WAIT, 0, 0, "tdm_mpi_wait_all", true);
+  /* (the ranks diverged: what waited on them fails, and all ends) */
+  tdm_status st = tdm_wait_all(m->rt);
+  return agreed ? agreed : st;
 }
 
 tdm_status tdm_mpi_destroy(tdm_mpi *m) {
   if (!m)
     return TDM_OK;
+  tdm_status agreed = agree(m, CALL_DESTROY, 0, 0, "tdm_mpi_destroy", true);
   tdm_status st = tdm_wait_all(m->rt);
+  if (agreed)
+    st = agreed;
   pthread_mutex_lock(&m->lock);
   m->stop = true;
   pthread_cond_signal(&m->cond);
   pthread_mutex_unlock(&m->lock);
   pthread_join(m->thread, NULL);
+  pthread_cond_destroy(&m->ended);
   pthread_cond_destroy(&m->cond);
+  for (coll *c = m->colls, *next; c; c = next) {
+    next = c->next;
+    free(c);
+  }
   pthread_mutex_destroy(&m->lock);
   for (size_t i = 0; i < m->cap; i++) {
     dist *d = m->table ? m->table[i] : NULL;
@@ -466,6 +725,13 @@ tdm_status tdm_mpi_register(tdm_mpi *m, tdm_handle *h, int owner, uint64_t key) 
     free(d);
     return TDM_ERR_NO_MEMORY;
   }
+  /* (its shape and owner: ranks that declare it otherwise differ) */
+  fold(m, CALL_REGISTER);
+  fold(m, key);
+  fold(m, (uint64_t)owner);
+  fold(m, b.nx);
+  fold(m, b.ny);
+  fold(m, b.elem_size);
   return TDM_OK;
 }
 
@@ -478,6 +744,8 @@ tdm_status tdm_mpi_forget(tdm_mpi *m, tdm_handle *h) {
   dist *d = m->table[i];
   if (!d)
     return TDM_ERR_INVALID_ARG;
+  fold(m, CALL_FORGET);
+  fold(m, d->key);
   free(d->has);
   free(d);
   m->table[i] = NULL;
@@ -547,6 +815,9 @@ static tdm_status submit_made(tdm_mpi *m, const tdm_task_desc *desc, tdm_task *m
 static tdm_status submit_as(tdm_mpi *m, const tdm_task_desc *desc, int named) {
   if (!m || !desc || !desc->codelet || named < -1 || named >= m->size)
     return TDM_ERR_INVALID_ARG;
+  int broken = atomic_load(&m->broken);
+  if (broken)
+    return (tdm_status)broken;
   /* Checked alike on every rank (the runtime's own checks: made, not
    * submitted), so that every rank refuses what one refuses and their
    * counts of versions stay the same; the rank that runs it submits it. */
@@ -591,6 +862,16 @@ static tdm_status submit_made(tdm_mpi *m, const tdm_task_desc *desc, tdm_task *m
   }
   if (runner < 0)
     runner = 0;
+  /* what it is: its codelet's name (its address differs between
+   * ranks), buffers, and where it runs */
+  uint64_t name = 0xcbf29ce484222325ull; /* FNV-1a */
+  for (const char *c = cl->name ? cl->name : ""; *c; c++)
+    name = (name ^ (unsigned char)*c) * 0x100000001b3ull;
+  fold(m, CALL_SUBMIT);
+  fold(m, name);
+  fold(m, (uint64_t)runner << 32 | n);
+  for (unsigned i = 0; i < n; i++)
+    fold(m, find(m, hs[i])->key ^ (uint64_t)modes[i] << 56);
   /* its inputs there, at their current version */
   tdm_status st = TDM_OK;
   for (unsigned i = 0; i < n && !st; i++) {
@@ -636,16 +917,23 @@ tdm_status tdm_mpi_fetch(tdm_mpi *m, tdm_handle *h, int rank) {
   dist *d = m && h ? find(m, h) : NULL;
   if (!d || rank < -1 || rank >= m->size)
     return TDM_ERR_INVALID_ARG;
+  int broken = atomic_load(&m->broken);
+  if (broken)
+    return (tdm_status)broken;
   for (int r = 0; r < m->size; r++)
     if ((rank < 0 || r == rank) && d->has[r] != d->ver) {
       tdm_status st = transfer(m, d, d->owner, r);
       if (st)
         return st;
     }
-  if (rank >= 0 && rank != m->rank)
-    return TDM_OK;
+  /* the ranks that wait for it first make sure the others submitted
+   * alike (else its message may never come) */
+  bool here = rank < 0 || rank == m->rank;
+  tdm_status st = agree(m, CALL_FETCH, d->key, (uint64_t)(int64_t)rank, "tdm_mpi_fetch", here);
+  if (st || !here)
+    return st;
   /* this rank's memory holds it once what was submitted on it is done */
-  tdm_status st = tdm_handle_acquire(h, TDM_R);
+  st = tdm_handle_acquire(h, TDM_R);
   if (!st)
     st = tdm_handle_release(h);
   return st;
@@ -719,10 +1007,13 @@ tdm_status tdm_mpi_weights(tdm_mpi *m, double mine, double *all) {
     return TDM_ERR_INVALID_ARG;
   if (!(mine > 0))
     mine = (double)tdm_runtime_nworkers(m->rt);
-  serial_enter(m->serialized);
-  int rc = MPI_Allgather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, m->comm);
-  serial_leave(m->serialized);
-  return rc == MPI_SUCCESS ? TDM_OK : TDM_ERR_SYSTEM;
+  /* (through the progress thread, after the others' checks: the
+   * collectives of m in one order on every rank) */
+  tdm_status st = agree(m, CALL_WEIGHTS, 0, 0, "tdm_mpi_weights", true);
+  coll *c = st ? NULL : collective(m, "tdm_mpi_weights", mine, all);
+  if (st || !c)
+    return st ? st : TDM_ERR_NO_MEMORY;
+  return await(m, c);
 }
 
 tdm_status tdm_mpi_register_tiles(tdm_mpi *m, tdm_handle *matrix, const int *owners,

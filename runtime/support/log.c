@@ -66,6 +66,15 @@ void tdm__log(const tdm_runtime *rt, tdm_log_level level, const char *fmt, ...) 
   va_end(ap);
 }
 
+void tdm_runtime_log(const tdm_runtime *rt, tdm_log_level level, const char *fmt, ...) {
+  if (!rt || !fmt)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  tdm__vlog(rt->cfg.log_fn, rt->cfg.log_data, rt->cfg.log_level, level, fmt, ap);
+  va_end(ap);
+}
+
 tdm_status tdm__refuse(const tdm_runtime *rt, tdm_status st, const char *what, const char *why) {
   tdm__log(rt, TDM_LOG_ERROR, "%s: %s", what, why);
   return st;
