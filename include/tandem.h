@@ -865,6 +865,26 @@ typedef struct tdm_worker_stats {
 TDM_API tdm_status tdm_runtime_worker_stats(const tdm_runtime *rt, unsigned worker,
                                             tdm_worker_stats *stats);
 
+/** How many functions tdm_runtime_add_idle_fn takes per runtime. */
+#define TDM_MAX_IDLE_FNS 8
+
+/** Adds a function that the CPU workers call while they are idle: in
+ * the cfg.spin_us during which a worker that found no task looks again
+ * before it parks (none once all are parked), one worker at a time, the
+ * functions in the order added. For a library with work to poll
+ * (libtandem-mpi tests its MPI requests so, sooner than its own thread
+ * would). fn must return quickly, must not block or wait for tasks
+ * (blocking calls refuse there as in a task, TDM_ERR_IN_TASK), and may
+ * end deferred tasks (tdm_deferred_end) and submit. TDM_ERR_INVALID_ARG:
+ * rt or fn NULL; TDM_ERR_BUSY: TDM_MAX_IDLE_FNS already. Any thread. */
+TDM_API tdm_status tdm_runtime_add_idle_fn(tdm_runtime *rt, void (*fn)(void *data), void *data);
+
+/** Removes the function added with this fn and data; returns once no
+ * worker is calling it (so data may be freed then): never from fn
+ * itself. TDM_ERR_INVALID_ARG: not added. Any thread. */
+TDM_API tdm_status tdm_runtime_remove_idle_fn(tdm_runtime *rt, void (*fn)(void *data),
+                                              void *data);
+
 /** Writes a message to rt's log (tdm_config.log_fn, at most log_level),
  * as the runtime's own messages are: for libraries built on Tandem
  * (libtandem-mpi) that report through the application's log. printf

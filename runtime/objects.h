@@ -528,6 +528,16 @@ struct tdm_runtime {
   _Alignas(TDM_CACHE_LINE) _Atomic int nwaiters; /* threads in wait_all, or blocked */
   _Atomic int nblocked; /* submitters waiting for room (cfg.max_pending) */
   _Atomic bool closing;                          /* destroy has begun */
+  /* Functions the idle CPU workers call (tdm_runtime_add_idle_fn): their
+   * count, read each idle round; the list under idle_lock, which a worker
+   * takes with trylock to call them (one worker at a time) and removal
+   * takes to wait for the worker calling them. */
+  _Atomic int nidle_fns;
+  pthread_mutex_t idle_lock;
+  struct {
+    void (*fn)(void *);
+    void *data;
+  } idle_fns[TDM_MAX_IDLE_FNS];
   /* Sharing the machine (tdm_runtime_pause, tdm_runtime_set_active_workers):
    * a CPU worker whose id is run_limit or more takes no task and waits on
    * bench_cond (under park_lock, nbenched of them); 0 while paused, when

@@ -707,6 +707,90 @@ static void test_deferred_end(void **state) {
   tdm_runtime_destroy(rt);
 }
 
+/* ---- functions idle workers call ----------------------------------------------- */
+
+/* A task that defers its end and leaves the token for an idle function
+ * (as libtandem-mpi's requests are found complete by idle workers). */
+static _Atomic(tdm_deferred *) parked;
+static _Atomic int idle_calls, idle_inside, idle_overlaps;
+static int64_t *parked_out;
+
+static void defer_to_idle(const tdm_buffer *b, const void *args, size_t n) {
+  (void)args;
+  (void)n;
+  parked_out = b[0].ptr;
+  atomic_store(&parked, tdm_task_defer());
+}
+
+static void idle_fn(void *data) {
+  if (atomic_fetch_add(&idle_inside, 1))
+    atomic_fetch_add(&idle_overlaps, 1);
+  atomic_fetch_add(&idle_calls, 1);
+  tdm_deferred *d = atomic_exchange(&parked, NULL);
+  if (d) {
+    *parked_out = *(const int64_t *)data;
+    tdm_deferred_end(d, TDM_OK);
+  }
+  atomic_fetch_sub(&idle_inside, 1);
+}
+
+static void nothing_fn(void *data) {
+  (void)data;
+}
+
+/* The idle workers call it (one at a time): it ends deferred tasks,
+ * their readers follow; removed, it is called no more; 8 at most. */
+static void test_idle_fns(void **state) {
+  (void)state;
+  static const tdm_codelet park_cl = {.name = "park", .cpu_fn = defer_to_idle, .nbuffers = 1,
+                                      .modes = {TDM_W}};
+  tdm_runtime *rt = test_runtime(2, NULL);
+  int64_t value = 70;
+  assert_int_equal(tdm_runtime_add_idle_fn(NULL, idle_fn, &value), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_runtime_add_idle_fn(rt, NULL, &value), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_runtime_remove_idle_fn(rt, idle_fn, &value), TDM_ERR_INVALID_ARG);
+  assert_int_equal(tdm_runtime_add_idle_fn(rt, idle_fn, &value), TDM_OK);
+  for (int round = 0; round < 50; round++) {
+    int64_t x = 0, y = 0;
+    tdm_handle *hx, *hy;
+    assert_int_equal(tdm_register_vector(rt, &x, 1, sizeof x, &hx), TDM_OK);
+    assert_int_equal(tdm_register_vector(rt, &y, 1, sizeof y, &hy), TDM_OK);
+    value = 70 + round;
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &park_cl, .handles = {hx}}),
+                     TDM_OK);
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &plus_one_cl,
+                                                     .handles = {hx, hy}}), TDM_OK);
+    assert_int_equal(tdm_wait_all(rt), TDM_OK); /* (only an idle worker ends it) */
+    assert_int_equal(y, 70 + round + 1);
+    assert_int_equal(tdm_handle_unregister(hx), TDM_OK);
+    assert_int_equal(tdm_handle_unregister(hy), TDM_OK);
+  }
+  assert_int_equal(atomic_load(&idle_overlaps), 0);
+  /* up to TDM_MAX_IDLE_FNS, then refused */
+  static int slots[TDM_MAX_IDLE_FNS];
+  for (int i = 1; i < TDM_MAX_IDLE_FNS; i++)
+    assert_int_equal(tdm_runtime_add_idle_fn(rt, nothing_fn, &slots[i]), TDM_OK);
+  assert_int_equal(tdm_runtime_add_idle_fn(rt, nothing_fn, &slots[0]), TDM_ERR_BUSY);
+  for (int i = 1; i < TDM_MAX_IDLE_FNS; i++)
+    assert_int_equal(tdm_runtime_remove_idle_fn(rt, nothing_fn, &slots[i]), TDM_OK);
+  /* removed: no worker calls it again */
+  assert_int_equal(tdm_runtime_remove_idle_fn(rt, idle_fn, &value), TDM_OK);
+  int calls = atomic_load(&idle_calls);
+  assert_true(calls >= 50);
+  for (int i = 0; i < 20; i++) {
+    int64_t z = 0;
+    tdm_handle *hz;
+    assert_int_equal(tdm_register_vector(rt, &z, 1, sizeof z, &hz), TDM_OK);
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &plus_one_cl,
+                                                     .handles = {hz, hz}}), TDM_OK);
+    assert_int_equal(tdm_wait_all(rt), TDM_OK);
+    assert_int_equal(tdm_handle_unregister(hz), TDM_OK);
+  }
+  sleep_ms(2);
+  assert_int_equal(atomic_load(&idle_calls), calls);
+  tdm_runtime_destroy(rt);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_read_after_write),
@@ -723,6 +807,7 @@ int main(void) {
       cmocka_unit_test(test_cycle_check_random_relabelling),
       cmocka_unit_test(test_long_chain_and_lattice),
       cmocka_unit_test(test_deferred_end),
+      cmocka_unit_test(test_idle_fns),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -90,8 +90,12 @@ static tdm_status init_sync(tdm_runtime *rt) {
     goto fail9;
   if ((err = pthread_mutex_init(&rt->dispatch_lock, NULL)))
     goto fail10;
+  if ((err = pthread_mutex_init(&rt->idle_lock, NULL)))
+    goto fail11;
   rt->mutexes_ready = true;
   return TDM_OK;
+fail11:
+  pthread_mutex_destroy(&rt->dispatch_lock);
 fail10:
   pthread_mutex_destroy(&rt->fail_lock);
 fail9:
@@ -118,6 +122,7 @@ fail:
 static void destroy_sync(tdm_runtime *rt) {
   if (!rt->mutexes_ready)
     return;
+  pthread_mutex_destroy(&rt->idle_lock);
   pthread_mutex_destroy(&rt->dispatch_lock);
   pthread_mutex_destroy(&rt->fail_lock);
   pthread_mutex_destroy(&rt->cache_lock);

@@ -494,6 +494,53 @@ static void lower_priority(tdm_runtime *rt, unsigned id) {
   }
 }
 
+/* ---- what idle workers call (tdm_runtime_add_idle_fn) ---------------------- */
+
+/* One idle worker at a time calls them; the others go on looking. */
+static void call_idle_fns(tdm_runtime *rt) {
+  if (pthread_mutex_trylock(&rt->idle_lock))
+    return;
+  for (int i = 0; i < atomic_load_explicit(&rt->nidle_fns, memory_order_relaxed); i++)
+    TDM_USER_CODE(rt->idle_fns[i].fn(rt->idle_fns[i].data));
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->idle_lock));
+}
+
+tdm_status tdm_runtime_add_idle_fn(tdm_runtime *rt, void (*fn)(void *data), void *data) {
+  if (!rt || !fn)
+    return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, "tdm_runtime_add_idle_fn");
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->idle_lock));
+  int n = atomic_load_explicit(&rt->nidle_fns, memory_order_relaxed);
+  if (n < TDM_MAX_IDLE_FNS) {
+    rt->idle_fns[n].fn = fn;
+    rt->idle_fns[n].data = data;
+    atomic_store(&rt->nidle_fns, n + 1);
+  }
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->idle_lock));
+  if (n == TDM_MAX_IDLE_FNS)
+    return tdm__refuse(rt, TDM_ERR_BUSY, "tdm_runtime_add_idle_fn",
+                       "as many functions as TDM_MAX_IDLE_FNS are called already");
+  return TDM_OK;
+}
+
+tdm_status tdm_runtime_remove_idle_fn(tdm_runtime *rt, void (*fn)(void *data), void *data) {
+  if (!rt || !fn)
+    return TDM_ERR_INVALID_ARG;
+  TDM_FORK_GUARD(rt, "tdm_runtime_remove_idle_fn");
+  /* (the lock waits for a worker calling them to be done) */
+  TDM_PTHREAD(rt, pthread_mutex_lock(&rt->idle_lock));
+  int n = atomic_load_explicit(&rt->nidle_fns, memory_order_relaxed), i = 0;
+  while (i < n && !(rt->idle_fns[i].fn == fn && rt->idle_fns[i].data == data))
+    i++;
+  if (i < n) {
+    for (; i + 1 < n; i++)
+      rt->idle_fns[i] = rt->idle_fns[i + 1];
+    atomic_store(&rt->nidle_fns, n - 1);
+  }
+  TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->idle_lock));
+  return i < n ? TDM_OK : TDM_ERR_INVALID_ARG;
+}
+
 void *tdm__worker_main(void *arg) {
   tdm_worker *w = arg;
   tdm_runtime *rt = w->rt;
@@ -521,6 +568,8 @@ void *tdm__worker_main(void *arg) {
        * flush, or we see it */
       if (w->unflushed && atomic_load(&rt->nwaiters))
         tdm__flush_finished(w);
+      if (atomic_load_explicit(&rt->nidle_fns, memory_order_relaxed))
+        call_idle_fns(rt);
       if (!tdm__idle_step(&deadline, rt->cfg.spin_us) || !may_run(w))
         break;
       t = find_work(w);
