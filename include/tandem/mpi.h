@@ -44,7 +44,10 @@
  * (no CPU used), and while some are, tests them at intervals that double
  * from 2 us to 512 us as long as none completes: a completion is seen
  * within 512 us, and within a few microseconds while messages complete
- * one after another.
+ * one after another. Meanwhile the runtime's idle CPU workers test them
+ * too, in the tdm_config.spin_us before they park
+ * (tdm_runtime_add_idle_fn), one at a time: a rank whose workers wait
+ * for a message sees it at once.
  *
  * Ranks that differ: each rank keeps a checksum of the calls that every
  * rank makes alike (each declaration with its owner and shape, each
@@ -223,6 +226,9 @@ typedef struct tdm_mpi_counters {
   uint64_t cache_hits;    /**< inputs found already received, at their version */
   uint64_t tasks_run;     /**< tasks this rank ran */
   uint64_t tasks_skipped; /**< tasks other ranks ran */
+  /** messages (and checks) found complete by idle workers rather than
+   * by the progress thread */
+  uint64_t by_workers;
 } tdm_mpi_counters;
 
 /** Fills *out. TDM_ERR_INVALID_ARG: NULL, struct_size too small. */

@@ -85,6 +85,15 @@ typedef struct op {
   tdm_status st; /* how it ended */
 } op;
 
+/* What is posted: ops and their requests, in step. */
+typedef struct posted {
+  op **ops;
+  MPI_Request *reqs;
+  int *done;
+  MPI_Status *stats;
+  int n, cap;
+} posted;
+
 struct tdm_mpi {
   tdm_runtime *rt;
   MPI_Comm comm;
@@ -108,6 +117,14 @@ struct tdm_mpi {
   bool serialized;
   op *head, *tail; /* handed, not posted (lock) */
   bool stop;       /* lock */
+  /* What is posted: the progress thread's, and an idle worker's while it
+   * holds poll_lock (tdm_runtime_add_idle_fn); how many, for a look
+   * without it. */
+  pthread_mutex_t poll_lock;
+  struct posted posted;
+  _Atomic int nposted;
+  _Atomic uint64_t by_workers; /* requests found complete by idle workers */
+  bool idle_polling;           /* idle_poll added to the runtime */
   /* The ranks were found to differ (TDM_ERR_DIVERGED), or a collective
    * failed (TDM_ERR_SYSTEM): m takes no more work, and its requests end
    * with that status. */
@@ -134,14 +151,6 @@ static void serial_leave(bool serialized) {
 
 /* ---- the progress thread -------------------------------------------------- */
 
-/* What the progress thread has posted: ops and their requests, in step. */
-typedef struct posted {
-  op **ops;
-  MPI_Request *reqs;
-  int *done;
-  MPI_Status *stats;
-  int n, cap;
-} posted;
 
 static bool room(posted *p) {
   if (p->n < p->cap)
@@ -308,83 +317,113 @@ static void give_up(tdm_mpi *m, posted *p, tdm_status why, op **out) {
   p->n = j;
 }
 
+/* One pass (poll_lock held): posts `fresh` (the progress thread's), tests
+ * what is posted, ends what completed. `idle`: an idle worker's, which
+ * never waits for the MPI lock. The requests found complete, or -1 when
+ * the MPI lock was busy. */
+static int pass(tdm_mpi *m, op *fresh, bool idle) {
+  posted *p = &m->posted;
+  if (m->serialized) {
+    if (!idle)
+      pthread_mutex_lock(&serial);
+    else if (pthread_mutex_trylock(&serial))
+      return -1;
+  }
+  op *ended = NULL; /* to retire, outside the MPI lock */
+  for (op *o = fresh, *next; o; o = next) {
+    next = o->next;
+    o->st = room(p) ? post(m, o, &p->reqs[p->n]) : TDM_ERR_NO_MEMORY;
+    if (o->st) { /* (nothing posted for it) */
+      o->next = ended;
+      ended = o;
+    } else {
+      p->ops[p->n++] = o;
+    }
+  }
+  int ndone = 0, rc = MPI_SUCCESS;
+  if (p->n) {
+    rc = MPI_Testsome(p->n, p->reqs, &ndone, p->done, p->stats);
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS)
+      ndone = MPI_UNDEFINED;
+  }
+  int broke = 0;
+  if (ndone == MPI_UNDEFINED) { /* an error: every request posted fails */
+    tdm_runtime_log(m->rt, TDM_LOG_ERROR, "tandem-mpi: rank %d: MPI_Testsome failed (%d)",
+                    m->rank, rc);
+    for (int i = 0; i < p->n; i++)
+      p->done[i] = i;
+    ndone = p->n;
+    broke = TDM_ERR_SYSTEM;
+  }
+  for (int k = 0; k < ndone; k++) {
+    op *o = p->ops[p->done[k]];
+    o->st = broke ? TDM_ERR_SYSTEM
+                  : outcome(m, o, &p->stats[k],
+                            rc == MPI_ERR_IN_STATUS ? p->stats[k].MPI_ERROR : MPI_SUCCESS);
+    if (o->coll && o->st)
+      broke = o->st;
+    if (o->type != MPI_DATATYPE_NULL)
+      MPI_Type_free(&o->type);
+    o->next = ended;
+    ended = o;
+    p->ops[p->done[k]] = NULL;
+  }
+  if (ndone) { /* the ended ones out, the order kept */
+    int j = 0;
+    for (int i = 0; i < p->n; i++)
+      if (p->ops[i]) {
+        p->ops[j] = p->ops[i];
+        p->reqs[j++] = p->reqs[i];
+      }
+    p->n = j;
+  }
+  if (broke) {
+    int none = 0;
+    atomic_compare_exchange_strong(&m->broken, &none, broke);
+  }
+  if (atomic_load(&m->broken))
+    give_up(m, p, (tdm_status)atomic_load(&m->broken), &ended);
+  atomic_store(&m->nposted, p->n);
+  serial_leave(m->serialized);
+  if (idle)
+    atomic_fetch_add(&m->by_workers, (uint64_t)ndone);
+  for (op *o = ended, *next; o; o = next) {
+    next = o->next;
+    retire(m, o);
+  }
+  return ndone;
+}
+
+/* An idle worker's look at the requests posted, while the progress
+ * thread naps (tdm_runtime_add_idle_fn): what completed ends sooner. */
+static void idle_poll(void *arg) {
+  tdm_mpi *m = arg;
+  if (!atomic_load_explicit(&m->nposted, memory_order_relaxed) ||
+      pthread_mutex_trylock(&m->poll_lock))
+    return;
+  pass(m, NULL, true);
+  pthread_mutex_unlock(&m->poll_lock);
+}
+
 static void *progress(void *arg) {
   tdm_mpi *m = arg;
-  posted p = {0};
   uint64_t nap = POLL_MIN_NS;
   for (;;) {
     pthread_mutex_lock(&m->lock);
-    while (!p.n && !m->head && !m->stop)
+    while (!atomic_load(&m->nposted) && !m->head && !m->stop)
       pthread_cond_wait(&m->cond, &m->lock);
     op *fresh = m->head;
     m->head = m->tail = NULL;
-    bool stop = m->stop && !p.n && !fresh;
+    bool stop = m->stop && !atomic_load(&m->nposted) && !fresh;
     pthread_mutex_unlock(&m->lock);
     if (stop)
       break;
-    op *ended = NULL; /* to retire, outside the MPI lock */
-    serial_enter(m->serialized);
-    for (op *o = fresh, *next; o; o = next) {
-      next = o->next;
-      o->st = room(&p) ? post(m, o, &p.reqs[p.n]) : TDM_ERR_NO_MEMORY;
-      if (o->st) { /* (nothing posted for it) */
-        o->next = ended;
-        ended = o;
-      } else {
-        p.ops[p.n++] = o;
-      }
-    }
-    int ndone = 0, rc = MPI_SUCCESS;
-    if (p.n) {
-      rc = MPI_Testsome(p.n, p.reqs, &ndone, p.done, p.stats);
-      if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS)
-        ndone = MPI_UNDEFINED;
-    }
-    int broke = 0;
-    if (ndone == MPI_UNDEFINED) { /* an error: every request posted fails */
-      tdm_runtime_log(m->rt, TDM_LOG_ERROR, "tandem-mpi: rank %d: MPI_Testsome failed (%d)",
-                      m->rank, rc);
-      for (int i = 0; i < p.n; i++)
-        p.done[i] = i;
-      ndone = p.n;
-      broke = TDM_ERR_SYSTEM;
-    }
-    for (int k = 0; k < ndone; k++) {
-      op *o = p.ops[p.done[k]];
-      o->st = broke ? TDM_ERR_SYSTEM
-                    : outcome(m, o, &p.stats[k],
-                              rc == MPI_ERR_IN_STATUS ? p.stats[k].MPI_ERROR : MPI_SUCCESS);
-      if (o->coll && o->st)
-        broke = o->st;
-      if (o->type != MPI_DATATYPE_NULL)
-        MPI_Type_free(&o->type);
-      o->next = ended;
-      ended = o;
-      p.ops[p.done[k]] = NULL;
-    }
-    if (ndone) { /* the ended ones out, the order kept */
-      int j = 0;
-      for (int i = 0; i < p.n; i++)
-        if (p.ops[i]) {
-          p.ops[j] = p.ops[i];
-          p.reqs[j++] = p.reqs[i];
-        }
-      p.n = j;
-    }
-    if (broke) {
-      int none = 0;
-      atomic_compare_exchange_strong(&m->broken, &none, broke);
-    }
-    if (atomic_load(&m->broken))
-      give_up(m, &p, (tdm_status)atomic_load(&m->broken), &ended);
-    serial_leave(m->serialized);
-    for (op *o = ended, *next; o; o = next) {
-      next = o->next;
-      retire(m, o);
-    }
+    pthread_mutex_lock(&m->poll_lock);
+    int ndone = pass(m, fresh, false);
+    pthread_mutex_unlock(&m->poll_lock);
     if (ndone) {
       nap = POLL_MIN_NS;
-    } else if (p.n && !fresh) { /* a nap, cut short by a request handed over */
+    } else if (atomic_load(&m->nposted) && !fresh) { /* a nap, cut short by a request handed over */
       struct timespec until;
       clock_gettime(CLOCK_REALTIME, &until);
       uint64_t ns = (uint64_t)until.tv_nsec + nap;
@@ -397,10 +436,6 @@ static void *progress(void *arg) {
       nap = nap * 2 > POLL_MAX_NS ? POLL_MAX_NS : nap * 2;
     }
   }
-  free(p.ops);
-  free(p.reqs);
-  free(p.done);
-  free(p.stats);
   return NULL;
 }
 
@@ -499,22 +534,29 @@ tdm_status tdm_mpi_create(tdm_runtime *rt, MPI_Comm comm, tdm_mpi **out) {
   }
   m->rt = rt;
   m->serialized = level < MPI_THREAD_MULTIPLE;
-  bool locked = !pthread_mutex_init(&m->lock, NULL);
+  bool polled = !pthread_mutex_init(&m->poll_lock, NULL);
+  bool locked = polled && !pthread_mutex_init(&m->lock, NULL);
   bool cond = locked && !pthread_cond_init(&m->cond, NULL);
   bool ended = cond && !pthread_cond_init(&m->ended, NULL);
-  if (!ended || pthread_create(&m->thread, NULL, progress, m)) {
+  bool started = ended && !pthread_create(&m->thread, NULL, progress, m);
+  if (!started) {
     if (ended)
       pthread_cond_destroy(&m->ended);
     if (cond)
       pthread_cond_destroy(&m->cond);
     if (locked)
       pthread_mutex_destroy(&m->lock);
+    if (polled)
+      pthread_mutex_destroy(&m->poll_lock);
     serial_enter(m->serialized);
     MPI_Comm_free(&m->comm);
     serial_leave(m->serialized);
     free(m);
     return TDM_ERR_SYSTEM;
   }
+  /* the idle workers poll too (else, with as many functions there as
+   * the runtime takes, the progress thread alone) */
+  m->idle_polling = tdm_runtime_add_idle_fn(rt, idle_poll, m) == TDM_OK;
   *out = m;
   return TDM_OK;
 }
@@ -614,11 +656,18 @@ tdm_status tdm_mpi_destroy(tdm_mpi *m) {
   tdm_status st = tdm_wait_all(m->rt);
   if (agreed)
     st = agreed;
+  if (m->idle_polling) /* (no worker in it after) */
+    tdm_runtime_remove_idle_fn(m->rt, idle_poll, m);
   pthread_mutex_lock(&m->lock);
   m->stop = true;
   pthread_cond_signal(&m->cond);
   pthread_mutex_unlock(&m->lock);
   pthread_join(m->thread, NULL);
+  free(m->posted.ops);
+  free(m->posted.reqs);
+  free(m->posted.done);
+  free(m->posted.stats);
+  pthread_mutex_destroy(&m->poll_lock);
   pthread_cond_destroy(&m->ended);
   pthread_cond_destroy(&m->cond);
   for (coll *c = m->colls, *next; c; c = next) {
@@ -949,6 +998,7 @@ tdm_status tdm_mpi_get_counters(const tdm_mpi *m, tdm_mpi_counters *out) {
   out->cache_hits = m->cache_hits;
   out->tasks_run = m->tasks_run;
   out->tasks_skipped = m->tasks_skipped;
+  out->by_workers = atomic_load(&m->by_workers);
   return TDM_OK;
 }
 
