@@ -93,4 +93,19 @@ extra=$(cd "$out/subproject-dest" && find . -type f | grep -Ev '/lib/libtandem\.
 [ -z "$extra" ] || fail "the subproject installed more than the library: $extra"
 cp "$sub/build/consumer" "$out/subproject-consumer"
 LD_LIBRARY_PATH=$sub/build/subprojects/tandem run subproject-consumer
+
+# Over MPI (where MPI is installed): the README's example, built with
+# the flags of tandem-mpi.pc alone (MPI's through mpi-c), on 3 ranks
+if pkg-config --exists mpi-c && command -v mpirun >/dev/null; then
+  awk '/^```c$/ {code = ""; inside = 1; next} /^```$/ {if (inside && code ~ /tandem\/mpi\.h/) printf "%s", code; inside = 0; next} inside {code = code $0 "\n"}' \
+    README.md >"$out/mpi-example.c"
+  grep -q tdm_mpi_create "$out/mpi-example.c" || fail "no MPI example found in README.md"
+  # shellcheck disable=SC2046
+  cc -std=c11 -Wall -Wextra -Werror "$out/mpi-example.c" -o "$out/mpi-example" \
+    $(pkg-config --cflags --libs tandem-mpi) -Wl,-rpath,"$prefix/lib"
+  log=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+    timeout 120 mpirun --oversubscribe -np 3 "$out/mpi-example" 2>&1) || fail "mpi-example: $log"
+  [ "$log" = "y[999] = 1000" ] || fail "mpi-example printed: $log"
+  say "mpi-example (README's, pkg-config tandem-mpi, 3 ranks): $log"
+fi
 say "pkg-config (shared, static), CMake and meson subproject: all built and ran"
