@@ -778,6 +778,71 @@ static void test_refused_everywhere(void) {
   tdm_runtime_destroy(rt);
 }
 
+/* ---- with devices: copies home ------------------------------------------------- */
+
+/* Rank 0's x, written by a task that may run on rank 0's emulated device
+ * (memory of its own), is read by a CPU task there and then sent to
+ * every other rank: each version a device wrote comes home once, and
+ * the sends that follow find it there (copies home = tasks the device
+ * ran, however many ranks read it); every rank reads the right values. */
+static void test_device_copies(void) {
+  static const tdm_codelet local_cl = {.name = "local", .cpu_fn = known_step, .nbuffers = 2,
+                                       .modes = {TDM_R, TDM_W}};
+  tdm_runtime *rt = runtime();
+  tdm_mpi *m;
+  CHECK_EQ(tdm_mpi_create(rt, MPI_COMM_WORLD, &m), TDM_OK);
+  int64_t x[W] = {0}, mine[W] = {0};
+  tdm_handle *hx, *hm;
+  CHECK_EQ(tdm_register_vector(rt, x, W, sizeof x[0], &hx), TDM_OK);
+  CHECK_EQ(tdm_register_vector(rt, mine, W, sizeof mine[0], &hm), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, hx, 0, 1), TDM_OK);
+  CHECK_EQ(tdm_mpi_register(m, hm, 0, 2), TDM_OK);
+  tdm_handle **ys = malloc((size_t)size * sizeof *ys);
+  int64_t(*yv)[W] = calloc((size_t)size, sizeof *yv);
+  CHECK(ys && yv);
+  for (int r = 0; r < size; r++) {
+    CHECK_EQ(tdm_register_vector(rt, yv[r], W, sizeof yv[r][0], &ys[r]), TDM_OK);
+    CHECK_EQ(tdm_mpi_register(m, ys[r], r, 10 + (uint64_t)r), TDM_OK);
+  }
+  tdm_device_counters d0 = {.struct_size = sizeof d0}, d1 = {.struct_size = sizeof d1};
+  bool device = tdm_runtime_device_counters(rt, 0, &d0) == TDM_OK;
+  enum { ROUNDS = 20 };
+  for (int round = 0; round < ROUNDS; round++) {
+    submit(m, &set_cl, hx, NULL, 0, 100 * round);  /* x = 100 round + i: anywhere on 0 */
+    step_args s = {1, 1};                         /* mine = x + 1, on 0's CPU */
+    CHECK_EQ(tdm_mpi_submit(m, &(tdm_task_desc){.codelet = &local_cl, .handles = {hx, hm},
+                                                .args = &s, .args_size = sizeof s,
+                                                .flags = TDM_TASK_CPU_ONLY}), TDM_OK);
+    for (int r = 1; r < size; r++)
+      submit(m, &make_cl, hx, ys[r], 1, r); /* y_r = x + r, on r */
+  }
+  CHECK_EQ(tdm_mpi_wait_all(m), TDM_OK);
+  if (rank == 0 && device)
+    CHECK_EQ(tdm_runtime_device_counters(rt, 0, &d1), TDM_OK);
+  for (int r = 1; r < size; r++) /* (home from r's device) */
+    CHECK_EQ(tdm_mpi_fetch(m, ys[r], r), TDM_OK);
+  for (int i = 0; i < W; i++) {
+    if (rank == 0)
+      CHECK_EQ(mine[i], 100 * (ROUNDS - 1) + i + 1);
+    else
+      CHECK_EQ(yv[rank][i], 100 * (ROUNDS - 1) + i + rank);
+  }
+  if (rank == 0 && device) {
+    tdm_device_info info = {.struct_size = sizeof info};
+    CHECK_EQ(tdm_runtime_device(rt, 0, &info), TDM_OK);
+    if (!info.shared_memory) /* (each version the device wrote: home once) */
+      CHECK_EQ(d1.copies_to_host - d0.copies_to_host, d1.tasks - d0.tasks);
+  }
+  CHECK_EQ(tdm_mpi_destroy(m), TDM_OK);
+  for (int r = 0; r < size; r++)
+    CHECK_EQ(tdm_handle_unregister(ys[r]), TDM_OK);
+  free(ys);
+  free(yv);
+  CHECK_EQ(tdm_handle_unregister(hx), TDM_OK);
+  CHECK_EQ(tdm_handle_unregister(hm), TDM_OK);
+  tdm_runtime_destroy(rt);
+}
+
 /* ---- ranks that differ ------------------------------------------------------------ */
 
 /* The ways the ranks may not make the same calls: the last rank submits
@@ -1025,6 +1090,7 @@ int main(int argc, char **argv) {
     for (uint64_t seed = 20; seed <= 23; seed++)
       test_random_dag(seed);
     test_tiled(false);
+    test_device_copies();
     devices = false;
     test_refusals();
     for (int how = EXTRA_TASK; how <= MORE; how++)
