@@ -1037,6 +1037,10 @@ static void test_refusals(void) {
     CHECK_EQ(tdm_mpi_forget(m, many[i]), TDM_OK);
   for (int i = 0; i < MANY; i++)
     CHECK_EQ(tdm_mpi_owner(m, many[i]), i % 2 ? i % size : -1);
+  /* a key still declared (many[1]'s) refused, a forgotten one (many[2]'s) free */
+  CHECK_EQ(tdm_mpi_register(m, many[0], 0, 1001), TDM_ERR_INVALID_ARG);
+  CHECK_EQ(tdm_mpi_register(m, many[0], 0, 1002), TDM_OK);
+  CHECK_EQ(tdm_mpi_forget(m, many[0]), TDM_OK);
   for (int i = 0; i < MANY; i += 2)
     CHECK_EQ(tdm_mpi_register(m, many[i], (i + 1) % size, 5000 + (uint64_t)i), TDM_OK);
   for (int i = 0; i < MANY; i++) {

@@ -50,6 +50,12 @@ typedef struct dist {
   uint64_t *has; /* has[r]: the version rank r's memory holds (or UINT64_MAX: none) */
 } dist;
 
+/* An index of the distributed handles (see reserve). */
+typedef struct dindex {
+  dist **slot;
+  size_t cap; /* a power of two, or 0 */
+} dindex;
+
 /* A collective of m, posted and completed by the progress thread: the
  * agreement (each rank's checksum of its calls, tdm_mpi_wait_all and
  * others compare them) or the gathering of the weights. m's list keeps
@@ -98,9 +104,9 @@ struct tdm_mpi {
   tdm_runtime *rt;
   MPI_Comm comm;
   int rank, size, tag_ub;
-  /* the distributed handles, by address (open addressing) */
-  dist **table;
-  size_t cap, n;
+  /* the distributed handles, n of them, by address and by key */
+  dindex by_handle, by_key;
+  size_t n;
   uint64_t seq; /* transfers counted so far (every rank alike) */
   /* The checksum of the calls made so far that every rank makes alike
    * (declarations, submissions, fetches, waits), and the collectives
@@ -675,14 +681,15 @@ tdm_status tdm_mpi_destroy(tdm_mpi *m) {
     free(c);
   }
   pthread_mutex_destroy(&m->lock);
-  for (size_t i = 0; i < m->cap; i++) {
-    dist *d = m->table ? m->table[i] : NULL;
-    if (!d)
-      continue;
-    free(d->has);
-    free(d);
+  for (size_t i = 0; i < m->by_handle.cap; i++) {
+    dist *d = m->by_handle.slot[i];
+    if (d) {
+      free(d->has);
+      free(d);
+    }
   }
-  free(m->table);
+  free(m->by_handle.slot);
+  free(m->by_key.slot);
   serial_enter(m->serialized);
   MPI_Comm_free(&m->comm);
   serial_leave(m->serialized);
@@ -700,46 +707,64 @@ int tdm_mpi_size(const tdm_mpi *m) {
 
 /* ---- distributed handles -------------------------------------------------------- */
 
-static size_t slot_of(const tdm_mpi *m, const tdm_handle *h) {
-  uint64_t x = (uint64_t)(uintptr_t)h * 0x9e3779b97f4a7c15ull; /* Fibonacci hashing */
-  return (size_t)(x >> 20) & (m->cap - 1);
+/* Two indexes of the distributed handles (open addressing, linear
+ * probing, Fibonacci hashing), one by handle and one by key, grown
+ * together to twice their entries. */
+static uint64_t ident(const dist *d, bool by_key) {
+  return by_key ? d->key : (uint64_t)(uintptr_t)d->h;
+}
+
+static size_t home(const dindex *x, uint64_t id) {
+  return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 20) & (x->cap - 1);
+}
+
+/* The slot of id in x: its entry, or the empty slot where it would go. */
+static size_t slot(const dindex *x, uint64_t id, bool by_key) {
+  size_t i = home(x, id);
+  while (x->slot[i] && ident(x->slot[i], by_key) != id)
+    i = (i + 1) & (x->cap - 1);
+  return i;
+}
+
+static dist *lookup(const dindex *x, uint64_t id, bool by_key) {
+  return x->cap ? x->slot[slot(x, id, by_key)] : NULL;
 }
 
 static dist *find(const tdm_mpi *m, const tdm_handle *h) {
-  if (!m->cap)
-    return NULL;
-  for (size_t i = slot_of(m, h);; i = (i + 1) & (m->cap - 1)) {
-    if (!m->table[i] || m->table[i]->h == h)
-      return m->table[i];
-  }
+  return lookup(&m->by_handle, (uint64_t)(uintptr_t)h, false);
 }
 
-static int put(tdm_mpi *m, dist *d) {
-  if (2 * (m->n + 1) > m->cap) {
-    size_t cap = m->cap ? 2 * m->cap : 64;
-    dist **old = m->table;
-    size_t oldcap = m->cap;
-    m->table = calloc(cap, sizeof *m->table);
-    if (!m->table) {
-      m->table = old;
-      return -1;
-    }
-    m->cap = cap;
-    for (size_t i = 0; i < oldcap; i++)
-      if (old[i]) {
-        size_t j = slot_of(m, old[i]->h);
-        while (m->table[j])
-          j = (j + 1) & (cap - 1);
-        m->table[j] = old[i];
-      }
-    free(old);
+/* x with room for n entries (the old ones moved over); -1: no memory. */
+static int reserve(dindex *x, size_t n, bool by_key) {
+  if (2 * n <= x->cap)
+    return 0;
+  dindex old = *x;
+  x->cap = old.cap ? 2 * old.cap : 64;
+  if (!(x->slot = calloc(x->cap, sizeof *x->slot))) {
+    *x = old;
+    return -1;
   }
-  size_t j = slot_of(m, d->h);
-  while (m->table[j])
-    j = (j + 1) & (m->cap - 1);
-  m->table[j] = d;
-  m->n++;
+  for (size_t i = 0; i < old.cap; i++)
+    if (old.slot[i])
+      x->slot[slot(x, ident(old.slot[i], by_key), by_key)] = old.slot[i];
+  free(old.slot);
   return 0;
+}
+
+/* d out of x: the entries after its hole move back where their search
+ * would otherwise stop short of them (no tombstones). */
+static void unindex(dindex *x, const dist *d, bool by_key) {
+  size_t i = slot(x, ident(d, by_key), by_key);
+  x->slot[i] = NULL;
+  for (size_t j = (i + 1) & (x->cap - 1); x->slot[j]; j = (j + 1) & (x->cap - 1)) {
+    size_t h = home(x, ident(x->slot[j], by_key));
+    bool between = i <= j ? (h > i && h <= j) : (h > i || h <= j);
+    if (!between) {
+      x->slot[i] = x->slot[j];
+      x->slot[j] = NULL;
+      i = j;
+    }
+  }
 }
 
 tdm_status tdm_mpi_register(tdm_mpi *m, tdm_handle *h, int owner, uint64_t key) {
@@ -748,11 +773,8 @@ tdm_status tdm_mpi_register(tdm_mpi *m, tdm_handle *h, int owner, uint64_t key) 
   if (!m || !h || owner < 0 || owner >= m->size || tdm_handle_buffer(h, &b) != TDM_OK ||
       tdm_matrix_tiles(h, &ti, &tj) == TDM_OK) /* (partitioned: its tiles are the handles) */
     return TDM_ERR_INVALID_ARG;
-  if (find(m, h))
-    return TDM_ERR_INVALID_ARG;
-  for (size_t i = 0; i < m->cap; i++)
-    if (m->table[i] && m->table[i]->key == key)
-      return TDM_ERR_INVALID_ARG;
+  if (find(m, h) || lookup(&m->by_key, key, true))
+    return TDM_ERR_INVALID_ARG; /* (declared, or its key taken) */
   /* a message's size and a row's stride are ints */
   uint64_t bytes = (uint64_t)b.nx * b.ny * b.elem_size;
   if (bytes > INT32_MAX || (uint64_t)b.ld * b.elem_size > INT32_MAX)
@@ -769,11 +791,14 @@ tdm_status tdm_mpi_register(tdm_mpi *m, tdm_handle *h, int owner, uint64_t key) 
   d->has = has;
   for (int r = 0; r < m->size; r++)
     has[r] = r == owner ? 0 : UINT64_MAX;
-  if (put(m, d)) {
+  if (reserve(&m->by_handle, m->n + 1, false) || reserve(&m->by_key, m->n + 1, true)) {
     free(has);
     free(d);
     return TDM_ERR_NO_MEMORY;
   }
+  m->by_handle.slot[slot(&m->by_handle, (uint64_t)(uintptr_t)h, false)] = d;
+  m->by_key.slot[slot(&m->by_key, key, true)] = d;
+  m->n++;
   /* (its shape and owner: ranks that declare it otherwise differ) */
   fold(m, CALL_REGISTER);
   fold(m, key);
@@ -785,31 +810,16 @@ tdm_status tdm_mpi_register(tdm_mpi *m, tdm_handle *h, int owner, uint64_t key) 
 }
 
 tdm_status tdm_mpi_forget(tdm_mpi *m, tdm_handle *h) {
-  if (!m || !h || !m->cap)
-    return TDM_ERR_INVALID_ARG;
-  size_t i = slot_of(m, h);
-  while (m->table[i] && m->table[i]->h != h)
-    i = (i + 1) & (m->cap - 1);
-  dist *d = m->table[i];
+  dist *d = m && h ? find(m, h) : NULL;
   if (!d)
     return TDM_ERR_INVALID_ARG;
   fold(m, CALL_FORGET);
   fold(m, d->key);
+  unindex(&m->by_handle, d, false);
+  unindex(&m->by_key, d, true);
+  m->n--;
   free(d->has);
   free(d);
-  m->table[i] = NULL;
-  m->n--;
-  /* linear probing without tombstones: the entries after the hole move
-   * back where their search would stop short of them */
-  for (size_t j = (i + 1) & (m->cap - 1); m->table[j]; j = (j + 1) & (m->cap - 1)) {
-    size_t home = slot_of(m, m->table[j]->h);
-    bool between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-    if (!between) {
-      m->table[i] = m->table[j];
-      m->table[j] = NULL;
-      i = j;
-    }
-  }
   return TDM_OK;
 }
 
