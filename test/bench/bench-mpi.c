@@ -133,6 +133,18 @@ static run one_run(tdm_runtime *rt, tdm_mpi *m, int what, size_t nt, size_t tb,
 
 static int cmp(const void *a, const void *b);
 
+/* A runtime of one CPU worker, not emulated, and its tdm_mpi: beside the
+ * emulated one, as an application may have several. */
+static void plain_runtime(tdm_runtime **rt, tdm_mpi **m) {
+  tdm_config cfg;
+  tdm_config_init(&cfg);
+  cfg.nworkers = 1;
+  cfg.bind_workers = 0;
+  cfg.devices = "none";
+  MUST(tdm_runtime_create(&cfg, rt));
+  MUST(tdm_mpi_create(*rt, MPI_COMM_WORLD, m));
+}
+
 /* ---- overlap of messages with computation ---------------------------------------- */
 
 /* Seen from outside, through MPI's profiling interface (this program's
@@ -236,15 +248,9 @@ static int merge(span *s, int n) {
  * the time messages were in flight and the share of it with a kernel
  * running, on the rank with the least (and the median rank). */
 static void overlap(size_t nt, size_t tb, const int *owners) {
-  tdm_config cfg;
-  tdm_config_init(&cfg);
-  cfg.nworkers = 1;
-  cfg.bind_workers = 0;
-  cfg.devices = "none";
   tdm_runtime *rt;
-  MUST(tdm_runtime_create(&cfg, &rt));
   tdm_mpi *m;
-  MUST(tdm_mpi_create(rt, MPI_COMM_WORLD, &m));
+  plain_runtime(&rt, &m);
   static tdm_codelet t[4];
   t[0] = gemm_nn_cl, t[0].cpu_fn = timed_gemm_nn;
   t[1] = gemm_nt_cl, t[1].cpu_fn = timed_gemm_nt;
@@ -412,15 +418,9 @@ static double stencil_by_hand(int per, int steps, int iters, double *out) {
  * cost a task per rank. */
 static void stencil(int reps) {
   enum { PER = 8, STEPS = 200 };
-  tdm_config cfg;
-  tdm_config_init(&cfg);
-  cfg.nworkers = 1;
-  cfg.bind_workers = 0;
-  cfg.devices = "none";
   tdm_runtime *rt;
-  MUST(tdm_runtime_create(&cfg, &rt));
   tdm_mpi *m;
-  MUST(tdm_mpi_create(rt, MPI_COMM_WORLD, &m));
+  plain_runtime(&rt, &m);
   double mine[PER], theirs[PER], *tt = calloc((size_t)reps, sizeof *tt),
          *th = calloc((size_t)reps, sizeof *th);
   if (!tt || !th)
@@ -469,15 +469,9 @@ static const tdm_codelet bump_cl = {.name = "bump", .cpu_fn = bump, .nbuffers = 
  * their own, not emulated: beside the others, as an application may
  * have several. */
 static void latency(int rounds) {
-  tdm_config cfg;
-  tdm_config_init(&cfg);
-  cfg.nworkers = 1;
-  cfg.bind_workers = 0;
-  cfg.devices = "none";
   tdm_runtime *rt;
-  MUST(tdm_runtime_create(&cfg, &rt));
   tdm_mpi *m;
-  MUST(tdm_mpi_create(rt, MPI_COMM_WORLD, &m));
+  plain_runtime(&rt, &m);
   double x = 0, y = 0;
   tdm_handle *hx, *hy;
   MUST(tdm_register_vector(rt, &x, 1, sizeof x, &hx));
