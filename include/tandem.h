@@ -868,20 +868,23 @@ TDM_API tdm_status tdm_runtime_worker_stats(const tdm_runtime *rt, unsigned work
 /** How many functions tdm_runtime_add_idle_fn takes per runtime. */
 #define TDM_MAX_IDLE_FNS 8
 
-/** Adds a function that the CPU workers call while they are idle: in
- * the cfg.spin_us during which a worker that found no task looks again
- * before it parks (none once all are parked), one worker at a time, the
- * functions in the order added. For a library with work to poll
- * (libtandem-mpi tests its MPI requests so, sooner than its own thread
- * would). fn must return quickly, must not block or wait for tasks
- * (blocking calls refuse there as in a task, TDM_ERR_IN_TASK), and may
- * end deferred tasks (tdm_deferred_end) and submit. TDM_ERR_INVALID_ARG:
- * rt or fn NULL; TDM_ERR_BUSY: TDM_MAX_IDLE_FNS already. Any thread. */
+/** Adds a function that the CPU workers call while they are idle: each
+ * time a worker that found no task looks again before it parks (once at
+ * least, then through cfg.spin_us; none once all are parked), one
+ * worker at a time, the functions in the order added. For a library
+ * with work to poll (libtandem-mpi tests its MPI requests so, sooner
+ * than its own thread would; it takes one of these). fn must return
+ * quickly, must not block or wait for tasks (blocking calls refuse there
+ * as in a task, TDM_ERR_IN_TASK), and may end deferred tasks
+ * (tdm_deferred_end) and submit. TDM_ERR_INVALID_ARG: rt or fn NULL;
+ * TDM_ERR_BUSY: TDM_MAX_IDLE_FNS already; TDM_ERR_IN_TASK: from an idle
+ * function. Any other thread. */
 TDM_API tdm_status tdm_runtime_add_idle_fn(tdm_runtime *rt, void (*fn)(void *data), void *data);
 
 /** Removes the function added with this fn and data; returns once no
- * worker is calling it (so data may be freed then): never from fn
- * itself. TDM_ERR_INVALID_ARG: not added. Any thread. */
+ * worker is calling it (so data may be freed then). TDM_ERR_INVALID_ARG:
+ * not added; TDM_ERR_IN_TASK: from an idle function (it would wait for
+ * itself). Any other thread. */
 TDM_API tdm_status tdm_runtime_remove_idle_fn(tdm_runtime *rt, void (*fn)(void *data),
                                               void *data);
 

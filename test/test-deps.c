@@ -738,6 +738,18 @@ static void nothing_fn(void *data) {
   (void)data;
 }
 
+/* From an idle function, adding or removing one is refused (the worker
+ * holds the list: it would wait for itself). */
+static _Atomic int refused_inside;
+static tdm_runtime *inside_rt;
+
+static void meddling_fn(void *data) {
+  (void)data;
+  if (tdm_runtime_add_idle_fn(inside_rt, nothing_fn, NULL) == TDM_ERR_IN_TASK &&
+      tdm_runtime_remove_idle_fn(inside_rt, meddling_fn, NULL) == TDM_ERR_IN_TASK)
+    atomic_fetch_add(&refused_inside, 1);
+}
+
 /* The idle workers call it (one at a time): it ends deferred tasks,
  * their readers follow; removed, it is called no more; 8 at most. */
 static void test_idle_fns(void **state) {
@@ -788,7 +800,20 @@ static void test_idle_fns(void **state) {
   }
   sleep_ms(2);
   assert_int_equal(atomic_load(&idle_calls), calls);
-  tdm_runtime_destroy(rt);
+  inside_rt = rt;
+  assert_int_equal(tdm_runtime_add_idle_fn(rt, meddling_fn, NULL), TDM_OK);
+  for (int i = 0; i < 200 && !atomic_load(&refused_inside); i++) {
+    int64_t z = 0;
+    tdm_handle *hz;
+    assert_int_equal(tdm_register_vector(rt, &z, 1, sizeof z, &hz), TDM_OK);
+    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &plus_one_cl,
+                                                     .handles = {hz, hz}}), TDM_OK);
+    assert_int_equal(tdm_wait_all(rt), TDM_OK);
+    assert_int_equal(tdm_handle_unregister(hz), TDM_OK);
+  }
+  assert_true(atomic_load(&refused_inside) > 0);
+  assert_int_equal(tdm_runtime_remove_idle_fn(rt, meddling_fn, NULL), TDM_OK);
+  tdm_runtime_destroy(rt); /* (joins the workers: none stuck) */
 }
 
 int main(void) {

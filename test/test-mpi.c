@@ -986,6 +986,52 @@ static void test_side_by_side(void) {
     CHECK_EQ(atomic_load(&overlapped), 0);
 }
 
+/* ---- creations at once ------------------------------------------------------------ */
+
+/* Under MPI_THREAD_MULTIPLE, two threads of every rank create and destroy
+ * a tdm_mpi each, on a communicator each, at once, 100 times (a lock held
+ * across the collective duplication would let rank 0 take it for one
+ * thread and rank 1 for the other: both hang). */
+typedef struct {
+  tdm_runtime *rt;
+  MPI_Comm comm;
+  int st;
+} creator;
+
+static void *create_and_destroy(void *arg) {
+  creator *c = arg;
+  tdm_mpi *m = NULL;
+  c->st = tdm_mpi_create(c->rt, c->comm, &m);
+  if (!c->st)
+    c->st = tdm_mpi_destroy(m);
+  return NULL;
+}
+
+static void test_created_at_once(void) {
+  int level;
+  MPI_Query_thread(&level);
+  if (level < MPI_THREAD_MULTIPLE)
+    return;
+  creator c[2];
+  for (int k = 0; k < 2; k++) {
+    c[k].rt = runtime();
+    MPI_Comm_dup(MPI_COMM_WORLD, &c[k].comm);
+  }
+  for (int round = 0; round < 100; round++) {
+    pthread_t t[2];
+    for (int k = 0; k < 2; k++)
+      CHECK_EQ(pthread_create(&t[k], NULL, create_and_destroy, &c[k]), 0);
+    for (int k = 0; k < 2; k++) {
+      pthread_join(t[k], NULL);
+      CHECK_EQ(c[k].st, TDM_OK);
+    }
+  }
+  for (int k = 0; k < 2; k++) {
+    MPI_Comm_free(&c[k].comm);
+    tdm_runtime_destroy(c[k].rt);
+  }
+}
+
 /* ---- refusals ------------------------------------------------------------------ */
 
 static void test_refusals(void) {
@@ -1083,6 +1129,7 @@ int main(int argc, char **argv) {
     test_known_graph();
     test_strided();
     test_side_by_side();
+    test_created_at_once();
     test_submit_on();
     test_lost_version();
     test_refused_everywhere();

@@ -28,7 +28,10 @@
  * calls from one thread of its own per tdm_mpi, the progress thread;
  * with SERIALIZED, the tdm_mpi of a process take turns, and the
  * application must not call MPI while one exists, except through these
- * functions), and MPI_Finalize after tdm_mpi_destroy.
+ * functions), and MPI_Finalize after tdm_mpi_destroy. A tdm_mpi takes one
+ * of its runtime's idle functions (tdm_runtime_add_idle_fn; with none
+ * left, only its progress thread tests the messages, and it logs a
+ * warning).
  *
  * Failures: a task that fails or is cancelled on the rank that runs it
  * makes what it writes lost there, as on one machine; a rank that then
@@ -38,7 +41,11 @@
  * description that the runtime refuses is refused on every rank. Tandem works on a duplicate of the communicator it is
  * given: several tdm_mpi (several runtimes, several communicators) work
  * side by side. The calls on one tdm_mpi are made from one thread at a
- * time (the order of its submissions is the program's).
+ * time (the order of its submissions is the program's). Several tdm_mpi
+ * driven by different threads need a runtime each: tdm_mpi_wait_all
+ * waits for every task of the runtime, and one thread's wait would then
+ * hang on the other's tasks, whose messages wait for that thread's
+ * next call on the other ranks.
  *
  * Progress: the progress thread sleeps while no message is in flight
  * (no CPU used), and while some are, tests them at intervals that double
@@ -54,8 +61,11 @@
  * submission with its codelet's name, handles, modes and rank, each
  * fetch and wait), and the ranks compare theirs (a non-blocking
  * MPI_Iallreduce) at tdm_mpi_wait_all, tdm_mpi_fetch, tdm_mpi_weights
- * and tdm_mpi_destroy. When they differ, every rank's call returns
- * TDM_ERR_DIVERGED, the error is logged (tdm_config.log_fn), messages
+ * and tdm_mpi_destroy. When they differ, TDM_ERR_DIVERGED is returned
+ * by tdm_mpi_wait_all, tdm_mpi_weights and tdm_mpi_destroy on every rank,
+ * and by tdm_mpi_fetch on the ranks that get the handle (the others do
+ * not wait for the comparison: their next call returns it); the error
+ * is logged (tdm_config.log_fn, with each rank's count of calls), messages
  * in flight are given up (so what waited on them is cancelled: nothing
  * waits forever), and m refuses submissions and fetches from then on:
  * destroy it; its distributed data cannot be trusted. A message that
@@ -138,8 +148,9 @@ TDM_API int tdm_mpi_owner(const tdm_mpi *m, const tdm_handle *h);
  * there first. Every
  * handle it names must be distributed. Its callback runs on the rank
  * that runs it. TDM_ERR_INVALID_ARG: a handle not declared, written
- * handles of different owners, TDM_REDUX or TDM_COMMUTE; otherwise as
- * tdm_submit.
+ * handles of different owners, TDM_COMMUTE; TDM_REDUX: TDM_ERR_INVALID_MODE
+ * (the runtime's refusal, without tdm_handle_set_reduction) or
+ * TDM_ERR_INVALID_ARG; otherwise as tdm_submit.
  */
 TDM_API tdm_status tdm_mpi_submit(tdm_mpi *m, const tdm_task_desc *desc);
 
@@ -218,7 +229,9 @@ TDM_API tdm_status tdm_mpi_weights(tdm_mpi *m, double mine, double *all);
 TDM_API tdm_status tdm_mpi_register_tiles(tdm_mpi *m, tdm_handle *matrix, const int *owners,
                                           uint64_t key_base);
 
-/** What m's messages came to on this rank so far. */
+/** What m's messages came to on this rank so far: those completed (a
+ * rank's fetch may return before its peer's send is counted there;
+ * after tdm_mpi_wait_all every rank's count is settled). */
 typedef struct tdm_mpi_counters {
   size_t struct_size;     /**< sizeof(tdm_mpi_counters) */
   uint64_t sent, received; /**< messages */

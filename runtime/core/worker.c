@@ -496,12 +496,18 @@ static void lower_priority(tdm_runtime *rt, unsigned id) {
 
 /* ---- what idle workers call (tdm_runtime_add_idle_fn) ---------------------- */
 
+/* The thread is calling idle functions (and holds idle_lock): adding or
+ * removing one there would wait for itself. */
+static _Thread_local bool in_idle_fn TDM_TLS_MODEL;
+
 /* One idle worker at a time calls them; the others go on looking. */
 static void call_idle_fns(tdm_runtime *rt) {
   if (pthread_mutex_trylock(&rt->idle_lock))
     return;
+  in_idle_fn = true;
   for (int i = 0; i < atomic_load_explicit(&rt->nidle_fns, memory_order_relaxed); i++)
     TDM_USER_CODE(rt->idle_fns[i].fn(rt->idle_fns[i].data));
+  in_idle_fn = false;
   TDM_PTHREAD(rt, pthread_mutex_unlock(&rt->idle_lock));
 }
 
@@ -509,6 +515,9 @@ tdm_status tdm_runtime_add_idle_fn(tdm_runtime *rt, void (*fn)(void *data), void
   if (!rt || !fn)
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, "tdm_runtime_add_idle_fn");
+  if (in_idle_fn)
+    return tdm__refuse(rt, TDM_ERR_IN_TASK, "tdm_runtime_add_idle_fn",
+                       "called from an idle function (which holds the list)");
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->idle_lock));
   int n = atomic_load_explicit(&rt->nidle_fns, memory_order_relaxed);
   if (n < TDM_MAX_IDLE_FNS) {
@@ -527,6 +536,9 @@ tdm_status tdm_runtime_remove_idle_fn(tdm_runtime *rt, void (*fn)(void *data), v
   if (!rt || !fn)
     return TDM_ERR_INVALID_ARG;
   TDM_FORK_GUARD(rt, "tdm_runtime_remove_idle_fn");
+  if (in_idle_fn)
+    return tdm__refuse(rt, TDM_ERR_IN_TASK, "tdm_runtime_remove_idle_fn",
+                       "called from an idle function (it would wait for itself)");
   /* (the lock waits for a worker calling them to be done) */
   TDM_PTHREAD(rt, pthread_mutex_lock(&rt->idle_lock));
   int n = atomic_load_explicit(&rt->nidle_fns, memory_order_relaxed), i = 0;

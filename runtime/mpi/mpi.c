@@ -66,7 +66,9 @@ typedef struct coll {
   struct coll *next;
   bool gather;
   const char *what; /* the call it checks (for the log) */
-  uint64_t mine[2], max[2]; /* agreement: {sum, ~sum}; their maxima */
+  /* agreement: {sum, ~sum, calls, ~calls}, and their maxima (the
+   * ranks' most and, complemented, least calls) */
+  uint64_t mine[4], max[4];
   double weight, *weights;  /* gathering */
   bool done, stuck;         /* m->lock */
   tdm_status st;            /* m->lock */
@@ -111,7 +113,7 @@ struct tdm_mpi {
   /* The checksum of the calls made so far that every rank makes alike
    * (declarations, submissions, fetches, waits), and the collectives
    * that compare it: the submitting thread's. */
-  uint64_t sum;
+  uint64_t sum, calls;
   coll *colls;
   /* the progress thread and what is handed to it */
   pthread_t thread;
@@ -211,7 +213,7 @@ static tdm_status post(tdm_mpi *m, op *o, MPI_Request *req) {
     coll *c = o->coll;
     rc = c->gather ? MPI_Iallgather(&c->weight, 1, MPI_DOUBLE, c->weights, 1, MPI_DOUBLE,
                                     m->comm, req)
-                   : MPI_Iallreduce(c->mine, c->max, 2, MPI_UINT64_T, MPI_MAX, m->comm, req);
+                   : MPI_Iallreduce(c->mine, c->max, 4, MPI_UINT64_T, MPI_MAX, m->comm, req);
     return rc == MPI_SUCCESS ? TDM_OK : TDM_ERR_SYSTEM;
   }
   /* its elements as they lie in memory: rows of ny elements, ld apart */
@@ -238,12 +240,14 @@ static tdm_status post(tdm_mpi *m, op *o, MPI_Request *req) {
 }
 
 /* Whether every rank's checksum is this one's (the maxima of {sum,
- * ~sum} are {sum, ~sum}). Its own function, so that ThreadSanitizer's
+ * ~sum} are {sum, ~sum}), and the fewest and most calls a rank made. Its own function, so that ThreadSanitizer's
  * suppressions can name it: the application's thread may have written
  * c->max inside an MPI call of its own (Open MPI completes requests in
  * whichever thread calls it, ordered by atomics ThreadSanitizer does
  * not see). */
-static __attribute__((noinline)) bool agreed(const coll *c) {
+static __attribute__((noinline)) bool agreed(const coll *c, uint64_t *fewest, uint64_t *most) {
+  *fewest = ~c->max[3];
+  *most = c->max[2];
   return c->max[0] == c->mine[0] && c->max[1] == c->mine[1];
 }
 
@@ -264,12 +268,15 @@ static tdm_status outcome(tdm_mpi *m, op *o, MPI_Status *s, int error) {
     return TDM_ERR_SYSTEM;
   if (o->coll) {
     coll *c = o->coll;
-    if (c->gather || agreed(c))
+    uint64_t fewest, most;
+    if (c->gather || agreed(c, &fewest, &most))
       return TDM_OK;
     tdm_runtime_log(m->rt, TDM_LOG_ERROR, "tandem-mpi: rank %d: at %s, the ranks' checksums of "
-                    "what they declared and submitted differ (this rank's %016llx): they did "
-                    "not make the same calls in the same order; the distributed run stops",
-                    m->rank, c->what, (unsigned long long)c->mine[0]);
+                    "what they declared and submitted differ (this rank's %016llx, after %llu "
+                    "calls; the ranks made %llu to %llu): they did not make the same calls in "
+                    "the same order; the distributed run stops", m->rank, c->what,
+                    (unsigned long long)c->mine[0], (unsigned long long)c->mine[2],
+                    (unsigned long long)fewest, (unsigned long long)most);
     return TDM_ERR_DIVERGED;
   }
   if (o->send)
@@ -518,6 +525,13 @@ tdm_status tdm_mpi_create(tdm_runtime *rt, MPI_Comm comm, tdm_mpi **out) {
                 MPI_Query_thread(&level) == MPI_SUCCESS && level >= MPI_THREAD_SERIALIZED;
   tdm_mpi *m = usable ? calloc(1, sizeof *m) : NULL;
   tdm_status st = !usable ? TDM_ERR_INVALID_ARG : !m ? TDM_ERR_NO_MEMORY : TDM_OK;
+  /* The duplication is collective: under MPI_THREAD_MULTIPLE, without
+   * the lock, or two threads creating on two communicators at once
+   * could each hold it on one rank while waiting for the other rank,
+   * which holds it for the other thread. (Under SERIALIZED, two at once
+   * are the application's MPI calls at once.) */
+  if (level >= MPI_THREAD_MULTIPLE)
+    serial_leave(true);
   if (!st && MPI_Comm_dup(comm, &m->comm) != MPI_SUCCESS)
     st = TDM_ERR_SYSTEM;
   /* errors come back as statuses (a message larger than its receive is
@@ -533,7 +547,8 @@ tdm_status tdm_mpi_create(tdm_runtime *rt, MPI_Comm comm, tdm_mpi **out) {
     MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &ub, &found);
     m->tag_ub = found && ub ? *ub : 32767;
   }
-  serial_leave(true);
+  if (level < MPI_THREAD_MULTIPLE)
+    serial_leave(true);
   if (st) {
     free(m);
     return st;
@@ -563,6 +578,9 @@ tdm_status tdm_mpi_create(tdm_runtime *rt, MPI_Comm comm, tdm_mpi **out) {
   /* the idle workers poll too (else, with as many functions there as
    * the runtime takes, the progress thread alone) */
   m->idle_polling = tdm_runtime_add_idle_fn(rt, idle_poll, m) == TDM_OK;
+  if (!m->idle_polling)
+    tdm_runtime_log(rt, TDM_LOG_WARNING, "tandem-mpi: no idle function left in the runtime "
+                    "(TDM_MAX_IDLE_FNS): only the progress thread tests the messages");
   *out = m;
   return TDM_OK;
 }
@@ -583,6 +601,12 @@ static void fold(tdm_mpi *m, uint64_t v) {
 /* What each kind of call folds first. */
 enum { CALL_REGISTER = 1, CALL_FORGET, CALL_SUBMIT, CALL_FETCH, CALL_WAIT, CALL_WEIGHTS,
        CALL_DESTROY };
+
+/* A call every rank makes alike: counted, its kind folded first. */
+static void begin(tdm_mpi *m, uint64_t call) {
+  m->calls++;
+  fold(m, call);
+}
 
 static tdm_status await(tdm_mpi *m, coll *c) {
   pthread_mutex_lock(&m->lock);
@@ -620,6 +644,8 @@ static coll *collective(tdm_mpi *m, const char *what, double weight, double *wei
   c->what = what;
   c->mine[0] = m->sum;
   c->mine[1] = ~m->sum;
+  c->mine[2] = m->calls;
+  c->mine[3] = ~m->calls;
   c->next = m->colls;
   m->colls = c; /* (done is false: kept, whatever the sweep above) */
   o->coll = c;
@@ -634,7 +660,7 @@ static coll *collective(tdm_mpi *m, const char *what, double weight, double *wei
  * when they differ, here or earlier. */
 static tdm_status agree(tdm_mpi *m, uint64_t call, uint64_t a, uint64_t b, const char *what,
                         bool wait) {
-  fold(m, call);
+  begin(m, call);
   fold(m, a);
   fold(m, b);
   int broken = atomic_load(&m->broken);
@@ -769,9 +795,8 @@ static void unindex(dindex *x, const dist *d, bool by_key) {
 
 tdm_status tdm_mpi_register(tdm_mpi *m, tdm_handle *h, int owner, uint64_t key) {
   tdm_buffer b;
-  size_t ti, tj;
   if (!m || !h || owner < 0 || owner >= m->size || tdm_handle_buffer(h, &b) != TDM_OK ||
-      tdm_matrix_tiles(h, &ti, &tj) == TDM_OK) /* (partitioned: its tiles are the handles) */
+      tdm_matrix_tile(h, 0, 0)) /* (partitioned: its tiles are the handles) */
     return TDM_ERR_INVALID_ARG;
   if (find(m, h) || lookup(&m->by_key, key, true))
     return TDM_ERR_INVALID_ARG; /* (declared, or its key taken) */
@@ -800,7 +825,7 @@ tdm_status tdm_mpi_register(tdm_mpi *m, tdm_handle *h, int owner, uint64_t key) 
   m->by_key.slot[slot(&m->by_key, key, true)] = d;
   m->n++;
   /* (its shape and owner: ranks that declare it otherwise differ) */
-  fold(m, CALL_REGISTER);
+  begin(m, CALL_REGISTER);
   fold(m, key);
   fold(m, (uint64_t)owner);
   fold(m, b.nx);
@@ -813,7 +838,7 @@ tdm_status tdm_mpi_forget(tdm_mpi *m, tdm_handle *h) {
   dist *d = m && h ? find(m, h) : NULL;
   if (!d)
     return TDM_ERR_INVALID_ARG;
-  fold(m, CALL_FORGET);
+  begin(m, CALL_FORGET);
   fold(m, d->key);
   unindex(&m->by_handle, d, false);
   unindex(&m->by_key, d, true);
@@ -926,7 +951,7 @@ static tdm_status submit_made(tdm_mpi *m, const tdm_task_desc *desc, tdm_task *m
   uint64_t name = 0xcbf29ce484222325ull; /* FNV-1a */
   for (const char *c = cl->name ? cl->name : ""; *c; c++)
     name = (name ^ (unsigned char)*c) * 0x100000001b3ull;
-  fold(m, CALL_SUBMIT);
+  begin(m, CALL_SUBMIT);
   fold(m, name);
   fold(m, (uint64_t)runner << 32 | n);
   for (unsigned i = 0; i < n; i++)
