@@ -750,6 +750,17 @@ static void meddling_fn(void *data) {
     atomic_fetch_add(&refused_inside, 1);
 }
 
+/* A task on its own, waited for: the workers go idle after it. */
+static void one_task(tdm_runtime *rt) {
+  int64_t z = 0;
+  tdm_handle *hz;
+  assert_int_equal(tdm_register_vector(rt, &z, 1, sizeof z, &hz), TDM_OK);
+  assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &plus_one_cl,
+                                                   .handles = {hz, hz}}), TDM_OK);
+  assert_int_equal(tdm_wait_all(rt), TDM_OK);
+  assert_int_equal(tdm_handle_unregister(hz), TDM_OK);
+}
+
 /* The idle workers call it (one at a time): it ends deferred tasks,
  * their readers follow; removed, it is called no more; 8 at most. */
 static void test_idle_fns(void **state) {
@@ -790,26 +801,14 @@ static void test_idle_fns(void **state) {
   int calls = atomic_load(&idle_calls);
   assert_true(calls >= 50);
   for (int i = 0; i < 20; i++) {
-    int64_t z = 0;
-    tdm_handle *hz;
-    assert_int_equal(tdm_register_vector(rt, &z, 1, sizeof z, &hz), TDM_OK);
-    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &plus_one_cl,
-                                                     .handles = {hz, hz}}), TDM_OK);
-    assert_int_equal(tdm_wait_all(rt), TDM_OK);
-    assert_int_equal(tdm_handle_unregister(hz), TDM_OK);
+    one_task(rt);
   }
   sleep_ms(2);
   assert_int_equal(atomic_load(&idle_calls), calls);
   inside_rt = rt;
   assert_int_equal(tdm_runtime_add_idle_fn(rt, meddling_fn, NULL), TDM_OK);
   for (int i = 0; i < 200 && !atomic_load(&refused_inside); i++) {
-    int64_t z = 0;
-    tdm_handle *hz;
-    assert_int_equal(tdm_register_vector(rt, &z, 1, sizeof z, &hz), TDM_OK);
-    assert_int_equal(tdm_submit(rt, &(tdm_task_desc){.codelet = &plus_one_cl,
-                                                     .handles = {hz, hz}}), TDM_OK);
-    assert_int_equal(tdm_wait_all(rt), TDM_OK);
-    assert_int_equal(tdm_handle_unregister(hz), TDM_OK);
+    one_task(rt);
   }
   assert_true(atomic_load(&refused_inside) > 0);
   assert_int_equal(tdm_runtime_remove_idle_fn(rt, meddling_fn, NULL), TDM_OK);
