@@ -80,7 +80,6 @@ typedef struct op {
   struct op *next;
   bool send;
   bool cancelled; /* a receive cancelled when the ranks diverged */
-  MPI_Datatype count_type; /* what it was posted with */
   tdm_buffer buf; /* the task's view of the handle's memory */
   MPI_Datatype type; /* its rows, when ld leaves gaps (made by the progress thread) */
   int peer, tag;
@@ -159,7 +158,7 @@ static void serial_leave(bool serialized) {
 
 /* ---- the progress thread -------------------------------------------------- */
 
-
+/* Room in p for one more op; false: out of memory. */
 static bool room(posted *p) {
   if (p->n < p->cap)
     return true;
@@ -203,6 +202,16 @@ static void retire(tdm_mpi *m, op *o) {
   free(o);
 }
 
+/* What o's data travels as: one of its rows' vector type, when ld
+ * leaves gaps, else bytes; and how many of them. */
+static MPI_Datatype type_of(const op *o) {
+  return o->type != MPI_DATATYPE_NULL ? o->type : MPI_BYTE;
+}
+
+static int elements(const op *o) {
+  return o->type != MPI_DATATYPE_NULL ? 1 : (int)o->bytes;
+}
+
 /* Posts o (MPI lock held): TDM_OK, or the status it ends with. */
 static tdm_status post(tdm_mpi *m, op *o, MPI_Request *req) {
   int broken = atomic_load(&m->broken);
@@ -218,33 +227,28 @@ static tdm_status post(tdm_mpi *m, op *o, MPI_Request *req) {
   }
   /* its elements as they lie in memory: rows of ny elements, ld apart */
   const tdm_buffer *b = &o->buf;
-  int count = (int)o->bytes;
-  MPI_Datatype type = MPI_BYTE;
   if (b->ny > 1 && b->ld != b->ny) {
     rc = MPI_Type_vector((int)b->nx, (int)(b->ny * b->elem_size), (int)(b->ld * b->elem_size),
                          MPI_BYTE, &o->type);
     if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&o->type)) != MPI_SUCCESS)
       MPI_Type_free(&o->type);
-    type = o->type;
-    count = 1;
   }
-  if (!o->task) /* a notice that the version is lost: no data */
-    count = 0;
-  o->count_type = type;
+  /* (a notice that the version is lost: no data) */
+  int count = o->task ? elements(o) : 0;
   if (rc == MPI_SUCCESS)
-    rc = o->send ? MPI_Isend(b->ptr, count, type, o->peer, o->tag, m->comm, req)
-                 : MPI_Irecv(b->ptr, count, type, o->peer, o->tag, m->comm, req);
+    rc = o->send ? MPI_Isend(b->ptr, count, type_of(o), o->peer, o->tag, m->comm, req)
+                 : MPI_Irecv(b->ptr, count, type_of(o), o->peer, o->tag, m->comm, req);
   if (rc != MPI_SUCCESS && o->type != MPI_DATATYPE_NULL)
     MPI_Type_free(&o->type);
   return rc == MPI_SUCCESS ? TDM_OK : TDM_ERR_SYSTEM;
 }
 
 /* Whether every rank's checksum is this one's (the maxima of {sum,
- * ~sum} are {sum, ~sum}), and the fewest and most calls a rank made. Its own function, so that ThreadSanitizer's
- * suppressions can name it: the application's thread may have written
- * c->max inside an MPI call of its own (Open MPI completes requests in
- * whichever thread calls it, ordered by atomics ThreadSanitizer does
- * not see). */
+ * ~sum} are {sum, ~sum}), and the fewest and most calls a rank made.
+ * Its own function, so that ThreadSanitizer's suppressions can name it:
+ * the application's thread may have written c->max inside an MPI call
+ * of its own (Open MPI completes requests in whichever thread calls it,
+ * ordered by atomics ThreadSanitizer does not see). */
 static __attribute__((noinline)) bool agreed(const coll *c, uint64_t *fewest, uint64_t *most) {
   *fewest = ~c->max[3];
   *most = c->max[2];
@@ -282,11 +286,11 @@ static tdm_status outcome(tdm_mpi *m, op *o, MPI_Status *s, int error) {
   if (o->send)
     return TDM_OK;
   int got = -1;
-  if (MPI_Get_count(s, o->count_type, &got) != MPI_SUCCESS)
+  if (MPI_Get_count(s, type_of(o), &got) != MPI_SUCCESS)
     return TDM_ERR_SYSTEM;
   if (!got)
     return TDM_ERR_LOST; /* the notice: the sender's version was never produced */
-  if (got != (o->type != MPI_DATATYPE_NULL ? 1 : (int)o->bytes)) {
+  if (got != elements(o)) {
     tdm_runtime_log(m->rt, TDM_LOG_ERROR, "tandem-mpi: rank %d: a message from rank %d (tag %d) "
                     "is smaller than the handle it should fill (%llu bytes): the ranks do not "
                     "declare or submit alike", m->rank, o->peer, o->tag,
@@ -436,7 +440,8 @@ static void *progress(void *arg) {
     pthread_mutex_unlock(&m->poll_lock);
     if (ndone) {
       nap = POLL_MIN_NS;
-    } else if (atomic_load(&m->nposted) && !fresh) { /* a nap, cut short by a request handed over */
+    } else if (atomic_load(&m->nposted) && !fresh) {
+      /* a nap, cut short by a request handed over */
       struct timespec until;
       clock_gettime(CLOCK_REALTIME, &until);
       uint64_t ns = (uint64_t)until.tv_nsec + nap;
@@ -672,22 +677,22 @@ static tdm_status agree(tdm_mpi *m, uint64_t call, uint64_t a, uint64_t b, const
   return wait ? await(m, c) : TDM_OK;
 }
 
-tdm_status tdm_mpi_wait_all(tdm_mpi *m) {
-  if (!m)
-    return TDM_ERR_INVALID_ARG;
-  tdm_status agreed = agree(m, CALL_WAIT, 0, 0, "tdm_mpi_wait_all", true);
-  /* (the ranks diverged: what waited on them fails, and all ends) */
+/* The ranks compare, then this rank's tasks end (when they diverged, what
+ * waited on them fails, and all ends): the comparison's status first. */
+static tdm_status agree_and_wait(tdm_mpi *m, uint64_t call, const char *what) {
+  tdm_status agreed = agree(m, call, 0, 0, what, true);
   tdm_status st = tdm_wait_all(m->rt);
   return agreed ? agreed : st;
+}
+
+tdm_status tdm_mpi_wait_all(tdm_mpi *m) {
+  return m ? agree_and_wait(m, CALL_WAIT, "tdm_mpi_wait_all") : TDM_ERR_INVALID_ARG;
 }
 
 tdm_status tdm_mpi_destroy(tdm_mpi *m) {
   if (!m)
     return TDM_OK;
-  tdm_status agreed = agree(m, CALL_DESTROY, 0, 0, "tdm_mpi_destroy", true);
-  tdm_status st = tdm_wait_all(m->rt);
-  if (agreed)
-    st = agreed;
+  tdm_status st = agree_and_wait(m, CALL_DESTROY, "tdm_mpi_destroy");
   if (m->idle_polling) /* (no worker in it after) */
     tdm_runtime_remove_idle_fn(m->rt, idle_poll, m);
   pthread_mutex_lock(&m->lock);

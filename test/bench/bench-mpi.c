@@ -373,7 +373,6 @@ static double stencil_tandem(tdm_mpi *m, tdm_runtime *rt, int per, int steps, in
 }
 
 static double stencil_by_hand(int per, int steps, int iters, double *out) {
-  int width = per * size;
   double *a = malloc((size_t)(per + 2) * sizeof *a), *b = malloc((size_t)(per + 2) * sizeof *b);
   if (!a || !b)
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -397,7 +396,6 @@ static double stencil_by_hand(int per, int steps, int iters, double *out) {
       a[0] = a[1];
     if (rank == size - 1)
       a[per + 1] = a[per];
-    (void)width;
     for (int j = 1; j <= per; j++) {
       b[j] = (a[j - 1] + a[j] + a[j + 1]) / 3 + 1;
       spin(iters);
